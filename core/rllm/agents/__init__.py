@@ -1,0 +1,1 @@
+"""The reference's ``rllm.agents`` import path for the data model."""

@@ -1,0 +1,5 @@
+"""Data-model classes at the reference's ``rllm.agents.agent`` path."""
+
+from rllm.types import Episode, Step, Trajectory, TrajectoryGroup
+
+__all__ = ["Episode", "Step", "Trajectory", "TrajectoryGroup"]

@@ -1,0 +1,151 @@
+"""What the advantage step needs to know from a run's configuration."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Literal
+
+from omegaconf import DictConfig, OmegaConf
+
+from rllm.errors import ConfigError
+
+
+class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - name fixed by the documented API
+    """Names of the estimators every backend understands.
+
+    Unknown values map to ``OTHER``; a custom estimator is therefore named by its plain
+    string in :class:`AlgorithmConfig` (``from_config`` keeps that string).
+    """
+
+    GRPO = "grpo"
+    REINFORCE = "reinforce"
+    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
+    RLOO = "rloo"
+    OTHER = "other"
+
+    @classmethod
+    def _missing_(cls, value: object) -> rLLMAdvantageEstimator:
+        return cls.OTHER
+
+
+EstimatorName = rLLMAdvantageEstimator | str
+
+
+def estimator_name(name: EstimatorName) -> str:
+    """The registry key for an enum member or a plain string."""
+    if isinstance(name, Enum):
+        return str(name.value)
+    if not isinstance(name, str):
+        raise ConfigError(f"An estimator name must be a string, got {type(name).__name__}: {name!r}.")
+    return name
+
+
+def _as_estimator(name: EstimatorName) -> EstimatorName:
+    """Known names become enum members; custom names stay strings so they still resolve."""
+    name = estimator_name(name)
+    member = rLLMAdvantageEstimator(name)
+    return member if member.value == name else name
+
+
+NonFinitePolicy = Literal["error", "zero"]
+
+
+@dataclass
+class AlgorithmConfig:
+    """Configuration of the advantage step.
+
+    Beyond the documented fields: ``epsilon`` (the std guard; ``None`` keeps the estimator's
+    default), ``estimator_options`` (extra keyword options for the estimators, e.g.
+    ``preset``; a key naming an estimator holds options for it alone) and
+    ``nonfinite_rewards`` (``"error"`` rejects NaN/inf rewards naming the group; ``"zero"``
+    gives such groups zero advantage, leaves them out of the metrics and warns).
+    """
+
+    use_rllm: bool = False
+    estimator: EstimatorName = rLLMAdvantageEstimator.GRPO
+    estimator_map: dict[str, EstimatorName] = field(default_factory=dict)
+    stepwise_advantage_mode: Literal["broadcast", "per_step"] = "broadcast"
+    norm_adv_by_std_in_grpo: bool = True
+    use_precomputed_advantage: bool = False
+    loss_fn: Literal["importance_sampling", "ppo", "cispo", "dro", "cross_entropy"] | None = None
+    lr_schedule: Literal["linear", "cosine", "constant"] = "constant"
+    warmup_steps_ratio: float = 0.0
+    epsilon: float | None = None
+    estimator_options: dict[str, Any] = field(default_factory=dict)
+    nonfinite_rewards: NonFinitePolicy = "error"
+
+    def __post_init__(self) -> None:
+        self.estimator = _as_estimator(self.estimator)
+        self.estimator_map = {str(role): _as_estimator(name) for role, name in self.estimator_map.items()}
+        if self.stepwise_advantage_mode == "per_step":
+            warnings.warn(
+                "stepwise_advantage_mode='per_step' is not supported by the unified pipeline and was "
+                "switched to 'broadcast'; compute per-step advantages in a grouping hook or an estimator.",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            self.stepwise_advantage_mode = "broadcast"
+        if self.stepwise_advantage_mode != "broadcast":
+            raise ConfigError(
+                f"stepwise_advantage_mode={self.stepwise_advantage_mode!r} is unknown; use 'broadcast'."
+            )
+        if self.epsilon is not None and not self.epsilon >= 0:
+            raise ConfigError(f"epsilon must be a non-negative number, got {self.epsilon!r}.")
+        if self.nonfinite_rewards not in ("error", "zero"):
+            raise ConfigError(f"nonfinite_rewards must be 'error' or 'zero', got {self.nonfinite_rewards!r}.")
+
+    def estimator_for(self, role: str) -> EstimatorName:
+        return self.estimator_map.get(role, self.estimator)
+
+    def options_for(self, name: str) -> dict[str, Any]:
+        """The ``estimator_options`` that apply to estimator ``name``."""
+        shared = {k: v for k, v in self.estimator_options.items() if not isinstance(v, Mapping)}
+        own = self.estimator_options.get(name)
+        return {**shared, **own} if isinstance(own, Mapping) else shared
+
+    def ambient_options(self) -> dict[str, Any]:
+        """Config keywords offered to every estimator; each receives only those it accepts."""
+        ambient: dict[str, Any] = {"norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo}
+        if self.epsilon is not None:
+            ambient["epsilon"] = self.epsilon
+        return ambient
+
+    @classmethod
+    def from_config(cls, config: DictConfig) -> AlgorithmConfig:
+        """Read the fields from a run configuration (rLLM's keys).
+
+        The estimator comes from the top-level ``algorithm.adv_estimator`` (verl's key) when
+        present, else from ``rllm.algorithm.adv_estimator``.
+        """
+        rllm = config.rllm
+        algo = rllm.get("algorithm", None) or {}
+        stepwise = rllm.get("stepwise_advantage", None) or {}
+        top = config.get("algorithm", None) or {}
+        name = top.get("adv_estimator", None) or algo.get("adv_estimator", "grpo")
+        estimator_map = algo.get("estimator_map", None) or {}
+        options = algo.get("estimator_options", None) or {}
+        return cls(
+            estimator=str(name),
+            estimator_map={str(k): str(v) for k, v in _plain(estimator_map).items()},
+            stepwise_advantage_mode=stepwise.get("mode", "broadcast"),
+            norm_adv_by_std_in_grpo=stepwise.get(
+                "norm_adv_by_std_in_grpo", algo.get("norm_adv_by_std_in_grpo", True)
+            ),
+            use_rllm=stepwise.get("use_rllm", algo.get("use_rllm", False)),
+            use_precomputed_advantage=algo.get("use_precomputed_advantage", False),
+            loss_fn=algo.get("loss_fn", None),
+            lr_schedule=algo.get("lr_schedule", "constant"),
+            warmup_steps_ratio=algo.get("warmup_steps_ratio", 0.0),
+            epsilon=algo.get("epsilon", None),
+            estimator_options=dict(_plain(options)),
+            nonfinite_rewards=algo.get("nonfinite_rewards", "error"),
+        )
+
+
+def _plain(node: Any) -> dict[str, Any]:
+    if isinstance(node, DictConfig):
+        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
+    return dict(node)

@@ -1,0 +1,65 @@
+"""One exception hierarchy for everything rllm reports to its users.
+
+Every error derives from :class:`RLLMError`; those caused by bad input also derive from
+:class:`ValueError`, so code written against the reference's ``ValueError`` keeps working.
+Messages name the culprit (estimator, plugin, distribution, group, trajectory, key) and
+say what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class RLLMError(Exception):
+    """Base class of every error raised by rllm."""
+
+
+class RLLMWarning(UserWarning):
+    """Base class of every warning emitted by rllm."""
+
+
+class PluginWarning(RLLMWarning):
+    """A plugin failed to load or was ignored; rllm keeps working without it."""
+
+
+class ConfigError(RLLMError, ValueError):
+    """A configuration key or value is invalid."""
+
+
+class PluginError(RLLMError):
+    """A plugin could not be loaded or registered something invalid."""
+
+
+class PluginLoadError(PluginError, ImportError):
+    """A plugin's entry point failed to import (raised only in strict mode)."""
+
+
+class EstimatorNotFoundError(RLLMError, ValueError):
+    """No estimator is registered under the requested name."""
+
+
+class EstimatorConflictError(PluginError, ValueError):
+    """Two plugins registered the same estimator name, or a name was re-registered."""
+
+
+class EstimatorOutputError(RLLMError, ValueError):
+    """An estimator returned advantages of the wrong shape or with non-finite values."""
+
+
+class MissingInputError(RLLMError, ValueError):
+    """An estimator needs an input field (lengths, values, ...) that the batch lacks."""
+
+
+class RewardError(RLLMError, ValueError):
+    """A trajectory reward is missing, NaN or infinite."""
+
+
+class GroupError(RLLMError, ValueError):
+    """Rewards and group labels do not line up, or a group is unusable."""
+
+
+class DataError(RLLMError, ValueError):
+    """A data-model object (step, trajectory, episode) is inconsistent."""
+
+
+class RolloutFileError(RLLMError, ValueError):
+    """A rollout file line cannot be read; the message names the line."""

@@ -1,0 +1,19 @@
+"""Estimator inputs, numerics, dispatch, and the advantage entry points."""
+
+from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, GroupLayout, Ragged
+from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory_groups
+from rllm.estimators.compute import compute_advantages, get_estimator
+from rllm.estimators.numerics import PRESETS, Numerics, resolve_numerics
+
+__all__ = [
+    "OPTIONAL_FIELDS",
+    "PRESETS",
+    "AdvantageBatch",
+    "GroupLayout",
+    "Numerics",
+    "Ragged",
+    "collect_reward_and_advantage_from_trajectory_groups",
+    "compute_advantages",
+    "get_estimator",
+    "resolve_numerics",
+]

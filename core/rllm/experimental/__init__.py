@@ -1,0 +1,1 @@
+"""The documented ``rllm.experimental`` import paths."""

@@ -1,0 +1,150 @@
+"""The hooks a plugin implements. This module is the plugin author's reference.
+
+A plugin is any module or object with functions marked ``@rllm.hookimpl`` whose names are
+the hooks below. Publish it under the ``rllm.estimators`` entry-point group::
+
+    # pyproject.toml of your distribution
+    [project.entry-points."rllm.estimators"]
+    my_plugin = "my_package.plugin"
+
+    # my_package/plugin.py
+    import numpy as np
+    import rllm
+
+    def centred(rewards: list[np.ndarray], **kwargs) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        advantages = [group - group.mean() for group in rewards]
+        return advantages, advantages
+
+    @rllm.hookimpl
+    def rllm_register_estimators(register):
+        register("centred", centred)
+
+Each hook receives a ``register`` callable bound to your plugin, so every entry is
+attributed to it in ``rllm plugins`` and in error messages. An implementation may accept
+fewer arguments than the spec lists (pluggy passes only those it names), so hooks can grow
+new arguments without breaking plugins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol
+
+import pluggy
+
+PROJECT_NAME = "rllm"
+ENTRY_POINT_GROUP = "rllm.estimators"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+EstimatorStyle = Literal["grouped", "batch"]
+
+OPTIONAL_FIELDS = (
+    "response_lengths",
+    "baseline_rewards",
+    "reward_components",
+    "component_weights",
+    "step_rewards",
+    "step_values",
+    "roles",
+    "task_ids",
+)
+"""Batch fields beyond rewards that an estimator may list in ``requires``."""
+
+
+class EstimatorRegistrar(Protocol):
+    """The ``register`` argument of :func:`rllm_register_estimators`."""
+
+    def __call__(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *,
+        style: EstimatorStyle = "grouped",
+        requires: Sequence[str] = (),
+        replace: bool = False,
+    ) -> None: ...
+
+
+class NamedRegistrar(Protocol):
+    """The ``register`` argument of the grouping-hook and backend hooks."""
+
+    def __call__(self, name: str, target: Any, *, replace: bool = False) -> None: ...
+
+
+@hookspec
+def rllm_register_estimators(register: EstimatorRegistrar) -> None:
+    """Register advantage estimators under names users put in their config.
+
+    :param register: ``register(name, fn, *, style="grouped", requires=(), replace=False)``.
+
+        ``name`` (str)
+            What users write as ``rllm.algorithm.adv_estimator`` or pass to
+            ``rllm.compute_advantages``.
+        ``fn`` (callable)
+            The estimator. With ``style="grouped"`` (the seed API's convention) it is called
+            as ``fn(rewards=list_of_group_arrays, **options)`` and returns one advantage
+            array per group, or the pair ``(advantages, returns)``. With ``style="batch"`` it
+            is called as ``fn(batch, **options)`` with an :class:`rllm.AdvantageBatch` and
+            returns one advantage per trajectory, in the batch's order, as a 1-D array.
+            Options come from the caller and from the config (``epsilon``,
+            ``norm_adv_by_std_in_grpo``, ``estimator_options``); accept ``**kwargs`` to
+            ignore the ones you do not use.
+        ``style`` ("grouped" | "batch")
+            The calling convention of ``fn``.
+        ``requires`` (sequence of str)
+            Batch fields beyond rewards that ``fn`` needs (``"response_lengths"``,
+            ``"baseline_rewards"``, ``"reward_components"``, ``"step_rewards"``,
+            ``"step_values"``, ...); a call without them fails naming the field.
+        ``replace`` (bool)
+            Required to take over a name the built-in plugin already provides; without
+            it your registration is ignored with a warning.
+
+    Example::
+
+        @rllm.hookimpl
+        def rllm_register_estimators(register):
+            register("centred", centred)
+            register("length_weighted", length_weighted, style="batch",
+                     requires=["response_lengths"])
+    """
+
+
+@hookspec
+def rllm_register_grouping_hooks(register: NamedRegistrar) -> None:
+    """Register trajectory grouping hooks that turn episodes into trajectory groups.
+
+    :param register: ``register(name, hook, *, replace=False)``. ``hook`` is called as
+        ``hook(episodes, **options)`` with a list of :class:`rllm.Episode` and returns a list
+        of :class:`rllm.TrajectoryGroup` (all rollouts an estimator compares with each
+        other). Users select it by name with ``rllm.grouping_hook`` or pass it to the
+        trainer. ``replace`` is needed to take over a built-in name.
+
+    Example::
+
+        def by_task_only(episodes, **options):
+            ...  # one group per task, all roles together
+            return groups
+
+        @rllm.hookimpl
+        def rllm_register_grouping_hooks(register):
+            register("by_task_only", by_task_only)
+    """
+
+
+@hookspec
+def rllm_register_backends(register: NamedRegistrar) -> None:
+    """Register training backends that the trainer can run against.
+
+    :param register: ``register(name, backend_cls, *, replace=False)``. ``backend_cls``
+        implements :class:`rllm.BackendProtocol` and is constructed as
+        ``backend_cls(config=config, **backend_args)``. Users select it by name with
+        ``rllm.backend``. ``replace`` is needed to take over a built-in name.
+
+    Example::
+
+        @rllm.hookimpl
+        def rllm_register_backends(register):
+            register("my_cluster", MyClusterBackend)
+    """

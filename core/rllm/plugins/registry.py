@@ -1,0 +1,164 @@
+"""Named registries (estimators, grouping hooks, backends) that remember who registered what.
+
+A name may be claimed by the built-in plugin, by installed plugins and by user code at run
+time. Lookup resolves the claims: user code beats plugins, a plugin beats a built-in only
+when it registered with ``replace=True``, and two plugins claiming one name make that name
+(and only that name) an error that names both.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from rllm.errors import EstimatorConflictError, EstimatorNotFoundError
+
+SourceKind = Literal["builtin", "plugin", "runtime"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """Who registered an entry: a plugin (with its distribution) or user code."""
+
+    kind: SourceKind
+    plugin: str
+    distribution: str | None = None
+    version: str | None = None
+
+    def describe(self) -> str:
+        if self.kind == "runtime":
+            return f"user code ({self.plugin})"
+        dist = f", distribution {self.distribution} {self.version or ''}".rstrip() if self.distribution else ""
+        label = "built-in plugin" if self.kind == "builtin" else "plugin"
+        return f"{label} '{self.plugin}'{dist}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One claim on a name. ``target`` is the registered object (estimator function, hook, class)."""
+
+    name: str
+    target: Any
+    source: Source
+    replace: bool = False
+
+    def same_target(self, other: Entry) -> bool:
+        if self.target is other.target:
+            return True
+        # The same function from a re-imported module (a notebook cell run twice).
+        key = getattr(self.target, "__module__", None), getattr(self.target, "__qualname__", None)
+        other_key = getattr(other.target, "__module__", None), getattr(other.target, "__qualname__", None)
+        return self.source == other.source and None not in key and key == other_key
+
+
+E = TypeVar("E", bound=Entry)
+_PRECEDENCE: dict[SourceKind, int] = {"runtime": 2, "plugin": 1, "builtin": 0}
+
+
+class Registry(Generic[E]):
+    """Claims on names of one kind of thing (``what``: "estimator", "backend", ...)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._claims: dict[str, list[E]] = {}
+        self.on_change: list[Callable[[], None]] = []
+
+    def add(self, entry: E) -> None:
+        """Record a claim. User code re-registering a taken name needs ``replace=True``."""
+        claims = self._claims.setdefault(entry.name, [])
+        for i, existing in enumerate(claims):
+            if existing.same_target(entry):
+                claims[i] = entry
+                self._changed()
+                return
+        if entry.source.kind == "runtime" and claims and not entry.replace:
+            raise EstimatorConflictError(
+                f"{self.what.capitalize()} name {entry.name!r} is already registered by "
+                f"{claims[-1].source.describe()}. Pass replace=True to replace it on purpose, "
+                "or choose another name."
+            )
+        if entry.source.kind == "runtime":
+            claims[:] = [c for c in claims if c.source.kind != "runtime"]
+        claims.append(entry)
+        self._changed()
+
+    def discard_source(self, source: Source) -> None:
+        """Forget every claim of one source (a plugin that failed half-way or was unregistered)."""
+        for name in list(self._claims):
+            kept = [c for c in self._claims[name] if c.source != source]
+            if kept:
+                self._claims[name] = kept
+            else:
+                del self._claims[name]
+        self._changed()
+
+    def remove(self, name: str) -> None:
+        """Drop every claim on ``name``."""
+        self._claims.pop(name, None)
+        self._changed()
+
+    def _changed(self) -> None:
+        for callback in self.on_change:
+            callback()
+
+    def claims(self, name: str) -> list[E]:
+        return list(self._claims.get(name, ()))
+
+    def names(self) -> list[str]:
+        return sorted(self._claims)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._claims
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._claims)
+
+    def ignored_claims(self) -> list[E]:
+        """Plugin claims on a built-in name made without ``replace=True``: they never win."""
+        out = []
+        for claims in self._claims.values():
+            has_builtin = any(c.source.kind == "builtin" for c in claims)
+            out += [c for c in claims if has_builtin and c.source.kind == "plugin" and not c.replace]
+        return out
+
+    def resolve(self, name: str) -> E:
+        claims = self._claims.get(name)
+        if not claims:
+            raise EstimatorNotFoundError(self._unknown_message(name))
+        top = max(_PRECEDENCE[c.source.kind] for c in claims)
+        best = [c for c in claims if _PRECEDENCE[c.source.kind] == top]
+        if top == _PRECEDENCE["plugin"] and any(c.source.kind == "builtin" for c in claims):
+            replacing = [c for c in best if c.replace]
+            if not replacing:
+                return next(c for c in claims if c.source.kind == "builtin")
+            best = replacing
+        if len(best) > 1:
+            who = "; ".join(c.source.describe() for c in best)
+            raise EstimatorConflictError(
+                f"{self.what.capitalize()} name {name!r} is registered by more than one plugin: {who}. "
+                "Uninstall one of them, or disable one with RLLM_DISABLED_PLUGINS=<plugin name>."
+            )
+        return best[0]
+
+    def _unknown_message(self, name: str) -> str:
+        known = self.names()
+        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        listing = ", ".join(known) if known else "none"
+        return (
+            f"Unknown {self.what} {name!r}.{hint} Registered: {listing}. Install a plugin that provides it, "
+            "or register your own (see `rllm plugins` and docs/plugins.md)."
+        )
+
+
+@dataclass(frozen=True)
+class EstimatorEntry(Entry):
+    """An estimator claim: how to call it and which batch fields it needs."""
+
+    style: Literal["grouped", "batch"] = "grouped"
+    requires: tuple[str, ...] = ()

@@ -1,0 +1,1 @@
+"""The reference's ``rllm.workflows`` import path."""
