@@ -275,7 +275,7 @@ class PluginManager:
             if problems:
                 info.status = "conflict"
                 info.error = "; ".join(problems)
-        return list(self.plugins.values())
+        return sorted(self.plugins.values(), key=lambda info: (info.name != BUILTIN_PLUGIN, info.name))
 
 
 _manager: PluginManager | None = None

@@ -141,7 +141,7 @@ class Registry(Generic[E]):
             who = "; ".join(c.source.describe() for c in best)
             raise EstimatorConflictError(
                 f"{self.what.capitalize()} name {name!r} is registered by more than one plugin: {who}. "
-                "Uninstall one of them, or disable one with RLLM_DISABLED_PLUGINS=<plugin name>."
+                f"Uninstall one of them, or disable one, e.g. RLLM_DISABLED_PLUGINS={best[-1].source.plugin}"
             )
         return best[0]
 

@@ -1,0 +1,1 @@
+"""Sample data shipped with rllm (a rollout file for ``rllm advantages``)."""

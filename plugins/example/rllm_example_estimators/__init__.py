@@ -1,0 +1,1 @@
+"""Example rllm plugin distribution; the hooks are in :mod:`rllm_example_estimators.plugin`."""
