@@ -63,3 +63,15 @@ class DataError(RLLMError, ValueError):
 
 class RolloutFileError(RLLMError, ValueError):
     """A rollout file line cannot be read; the message names the line."""
+
+
+class WorkflowError(RLLMError):
+    """A workflow kept failing after its retries while ``raise_on_error`` is set."""
+
+
+class TrainerError(RLLMError):
+    """The training loop cannot go on (a stage returned unusable data, a backend misbehaved)."""
+
+
+class CheckpointError(TrainerError):
+    """A checkpoint is missing, incomplete or belongs to a different run configuration."""
