@@ -17,6 +17,7 @@ its entry point, distribution and version (``RLLM_STRICT_PLUGINS=1`` turns that 
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 import traceback
@@ -89,6 +90,8 @@ class PluginManager:
     # -- registration -----------------------------------------------------------------
     def register(self, plugin: object, source: Source, module: str | None = None) -> PluginInfo:
         """Register one plugin object and run its registration hooks, attributing every entry."""
+        if self.hooks.is_registered(plugin):
+            return self.plugins[self.hooks.get_name(plugin) or source.plugin]
         info = PluginInfo(
             name=source.plugin,
             distribution=source.distribution,
@@ -101,10 +104,16 @@ class PluginManager:
         except (ValueError, pluggy.PluginValidationError) as exc:
             self._fail(info, f"its hooks are invalid: {exc}", exc)
             return info
-        info.hooks = sorted(
-            {impl.function.__name__ for caller in self.hooks.get_hookcallers(plugin) or [] for impl in
-             caller.get_hookimpls() if impl.plugin is plugin}
-        )
+        callers = self.hooks.get_hookcallers(plugin) or []
+        info.hooks = sorted(caller.name for caller in callers)
+        unknown = [caller.name for caller in callers if caller.spec is None]
+        if unknown or not callers:
+            self.hooks.unregister(plugin)
+            known = [name for name in dir(hookspecs) if name.startswith("rllm_register_")]
+            hints = [f"{u!r} (did you mean {difflib.get_close_matches(u, known, n=1, cutoff=0)[0]!r}?)" for u in unknown]
+            reason = f"it defines unknown hooks {', '.join(hints)}" if unknown else "it implements no rllm hook"
+            self._fail(info, f"{reason}; rllm's hooks are {', '.join(known)}", PluginError(reason))
+            return info
         try:
             self._run_registration_hooks(plugin, source, info)
         except Exception as exc:

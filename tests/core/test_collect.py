@@ -1,0 +1,129 @@
+"""Collection: per-role batching, estimator_map, precomputed mode, metrics, and bad rewards."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from rllm import AlgorithmConfig, RewardError, RLLMWarning, Step, Trajectory, TrajectoryGroup
+from rllm.experimental.common.advantage import collect_reward_and_advantage_from_trajectory_groups as collect
+
+
+def group(task: str, role: str, rewards: list[float | None], steps: int = 2) -> TrajectoryGroup:
+    trajectories = [Trajectory(name=role, reward=r, steps=[Step() for _ in range(steps)]) for r in rewards]
+    return TrajectoryGroup.for_task(task, role, trajectories)
+
+
+def advantages(g: TrajectoryGroup) -> list[list[float | list[float] | None]]:
+    return [[s.advantage for s in t.steps] for t in g.trajectories]
+
+
+def test_broadcast_to_every_step_and_metric_names() -> None:
+    g = group("t1", "solver", [1.0, 0.0, 0.0, 0.0])
+    metrics = collect([g], AlgorithmConfig())
+    # mean 0.25, population std sqrt(3)/4: (1 - 0.25) / (sqrt(3)/4 + 1e-6) and -0.25 / (sqrt(3)/4 + 1e-6)
+    first = 0.75 / (math.sqrt(3) / 4 + 1e-6)
+    assert advantages(g)[0] == [pytest.approx(first)] * 2
+    assert advantages(g)[1] == [pytest.approx(-0.25 / (math.sqrt(3) / 4 + 1e-6))] * 2
+    assert metrics["reward/solver/mean"] == pytest.approx(0.25)
+    assert metrics["reward/solver/std"] == pytest.approx(math.sqrt(3) / 4)
+    assert metrics["reward/solver/max"] == 1.0 and metrics["reward/solver/min"] == 0.0
+    assert metrics["advantage/solver/mean"] == pytest.approx(0.0, abs=1e-12)
+    assert metrics["advantage/solver/fraction_zero"] == 0.0
+    assert set(metrics) == {f"reward/solver/{k}" for k in ("mean", "std", "max", "min")} | {
+        f"advantage/solver/{k}" for k in ("mean", "std", "max", "min", "fraction_zero")
+    }
+
+
+def test_roles_are_batched_separately_with_estimator_map() -> None:
+    solver = group("t1", "solver", [1.0, 3.0])
+    judge = group("t1", "judge", [1.0, 3.0])
+    config = AlgorithmConfig(estimator="grpo", estimator_map={"judge": "rloo"})
+    collect([solver, judge], config)
+    # GRPO on [1, 3]: +-1 / (1 + 1e-6); RLOO: each minus the other, -2 and +2.
+    assert advantages(solver)[0][0] == pytest.approx(-1 / (1 + 1e-6))
+    assert advantages(judge)[0][0] == pytest.approx(-2.0)
+    assert advantages(judge)[1][0] == pytest.approx(2.0)
+
+
+def test_role_level_batch_statistics_span_groups_of_one_role() -> None:
+    # REINFORCE++-baseline whitens over all groups of a role: centred [-1, 1] and [-2, 2]; population std of
+    # [-1, 1, -2, 2] is sqrt(10/4).
+    a, b = group("t1", "r", [0.0, 2.0]), group("t2", "r", [0.0, 4.0])
+    collect([a, b], AlgorithmConfig(estimator="reinforce_plus_plus_baseline"))
+    assert advantages(b)[1][0] == pytest.approx(2 / (math.sqrt(2.5) + 1e-6))
+
+
+def test_precomputed_mode_keeps_advantages_and_fills_missing_with_zero() -> None:
+    steps = [Step(response_ids=[1, 2], advantage=0.5), Step(response_ids=[3], advantage=None),
+             Step(response_ids=[4, 5], advantage=[0.1, 0.2])]
+    g = TrajectoryGroup.for_task("t", "student", [Trajectory(reward=None, steps=steps)])
+    metrics = collect([g], AlgorithmConfig(use_precomputed_advantage=True))
+    assert [s.advantage for s in steps] == [0.5, 0.0, [0.1, 0.2]]
+    # Per token: 0.5, 0.5, 0.0, 0.1, 0.2.
+    assert metrics["advantage/student/mean"] == pytest.approx(1.3 / 5)
+    assert metrics["advantage/student/fraction_zero"] == pytest.approx(1 / 5)
+
+
+def test_precomputed_list_of_wrong_length_becomes_zeros_with_warning() -> None:
+    g = TrajectoryGroup.for_task("t", "s", [Trajectory(steps=[Step(response_ids=[1, 2, 3], advantage=[1.0])])])
+    with pytest.warns(RLLMWarning, match="1 per-token advantages for 3 response tokens"):
+        metrics = collect([g], AlgorithmConfig(use_precomputed_advantage=True))
+    assert metrics["advantage/s/max"] == 0.0
+
+
+def test_overwriting_precomputed_advantages_warns_and_names_estimator() -> None:
+    g = group("t", "solver", [1.0, 0.0])
+    g.trajectories[0].steps[0].advantage = 5.0
+    with pytest.warns(RLLMWarning, match="1 step.*overwritten with 'grpo'"):
+        collect([g], AlgorithmConfig())
+    assert advantages(g)[0][0] == pytest.approx(1 / (1 + 2e-6))
+
+
+def test_missing_reward_names_group_and_trajectory() -> None:
+    g = group("task:7", "solver", [1.0, None])
+    with pytest.raises(RewardError, match=rf"{g.trajectories[1].uid}.*position 1.*'task:7:solver'"):
+        collect([g], AlgorithmConfig())
+
+
+def test_nan_reward_rejected_naming_group_or_zeroed_by_option() -> None:
+    bad, good = group("bad", "r", [1.0, float("nan")]), group("good", "r", [1.0, 3.0])
+    with pytest.raises(RewardError, match="'bad:r'"):
+        collect([good, bad], AlgorithmConfig())
+    with pytest.warns(RLLMWarning, match="1 group.*'bad:r'"):
+        metrics = collect([good, bad], AlgorithmConfig(nonfinite_rewards="zero"))
+    assert advantages(bad) == [[0.0, 0.0], [0.0, 0.0]]
+    assert advantages(good)[1][0] == pytest.approx(1 / (1 + 1e-6))
+    assert metrics["reward/r/mean"] == 2.0  # only the finite group counts
+    assert not any(np.isnan(v) for v in metrics.values())
+
+
+def test_empty_input_gives_empty_metrics_without_warnings() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert collect([], AlgorithmConfig()) == {}
+    with pytest.warns(RLLMWarning, match="no trajectories"):
+        assert collect([TrajectoryGroup.for_task("t", "r", [])], AlgorithmConfig()) == {}
+
+
+def test_rewards_only_mode_leaves_steps_alone() -> None:
+    g = group("t", "r", [1.0, 0.0])
+    metrics = collect([g], AlgorithmConfig(), collect_advantage=False)
+    assert advantages(g) == [[None, None], [None, None]]
+    assert set(metrics) == {f"reward/r/{k}" for k in ("mean", "std", "max", "min")}
+
+
+def test_custom_estimator_named_in_config_resolves(plugin_manager: object) -> None:
+    from rllm import load_config, register_rllm_adv_estimator
+
+    @register_rllm_adv_estimator("halve")
+    def halve(rewards: list[np.ndarray], **kwargs: object) -> list[np.ndarray]:
+        return [r / 2 for r in rewards]
+
+    config = AlgorithmConfig.from_config(load_config(overrides=["rllm.algorithm.adv_estimator=halve"]))
+    g = group("t", "r", [4.0, 2.0])
+    collect([g], config)
+    assert advantages(g) == [[2.0, 2.0], [1.0, 1.0]]

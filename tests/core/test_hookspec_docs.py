@@ -1,0 +1,40 @@
+"""Every hook, and every argument of every hook, is documented for plugin authors."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+from rllm.plugins import hookspecs
+
+HOOKS = [
+    fn for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
+    if name.startswith("rllm_") and hasattr(fn, "rllm_spec")
+]
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
+
+
+def test_there_are_hooks() -> None:
+    assert {fn.__name__ for fn in HOOKS} >= {
+        "rllm_register_estimators", "rllm_register_grouping_hooks", "rllm_register_backends"
+    }
+
+
+@pytest.mark.parametrize("hook", HOOKS, ids=lambda fn: fn.__name__)
+def test_hook_docstring_documents_each_argument_and_has_an_example(hook: object) -> None:
+    doc = inspect.getdoc(hook) or ""
+    signature = inspect.signature(hook)  # type: ignore[arg-type]
+    for name, parameter in signature.parameters.items():
+        assert f":param {name}:" in doc, f"{hook.__name__} does not document {name}"  # type: ignore[attr-defined]
+        assert parameter.annotation is not inspect.Parameter.empty
+    assert "Example::" in doc and "@rllm.hookimpl" in doc
+
+
+@pytest.mark.parametrize("hook", HOOKS, ids=lambda fn: fn.__name__)
+def test_plugin_guide_covers_each_hook_and_argument(hook: object) -> None:
+    guide = GUIDE.read_text(encoding="utf-8")
+    assert f"`{hook.__name__}" in guide  # type: ignore[attr-defined]
+    for name in inspect.signature(hook).parameters:  # type: ignore[arg-type]
+        assert f"`{name}`" in guide
