@@ -1,0 +1,204 @@
+"""Plugin discovery with real distributions pip-installed into a fresh virtual environment.
+
+One environment holds rllm, the example plugin from plugins/example and three fixture
+plugins (tests/fixtures/plugins): one whose import fails and two that claim the same
+estimator name. Environment switches select which of them a process loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import venv
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "plugins"
+DISTRIBUTIONS = [ROOT, ROOT / "plugins" / "example", *(FIXTURES / n for n in ("broken", "conflict_a", "conflict_b"))]
+
+pytestmark = pytest.mark.slow
+
+
+class Env:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.bin = path / ("Scripts" if os.name == "nt" else "bin")
+        self.python = str(self.bin / "python")
+
+    def run(self, args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(("RLLM_", "PYTHON"))}
+        return subprocess.run(args, capture_output=True, text=True, env={**clean, **env}, timeout=120, cwd=self.path)
+
+    def py(self, code: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return self.run([self.python, "-c", textwrap.dedent(code)], **env)
+
+    def py_json(self, code: str, **env: str) -> Any:
+        done = self.py(code, **env)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def plugins(self, **env: str) -> dict[str, dict[str, Any]]:
+        done = self.run([str(self.bin / "rllm"), "plugins", "--json"], **env)
+        assert done.returncode == 0, done.stderr
+        return {p["name"]: p for p in json.loads(done.stdout)}
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Env:
+    path = tmp_path_factory.mktemp("plugin-venv")
+    venv.create(path, with_pip=True, clear=True)
+    environment = Env(path)
+    done = environment.run(
+        [environment.python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         *(str(d) for d in DISTRIBUTIONS)]
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return environment
+
+
+def test_all_installed_plugins_are_listed_with_their_status(env: Env) -> None:
+    plugins = env.plugins()
+    assert set(plugins) == {"builtin", "example", "broken", "conflict_a", "conflict_b"}
+    example = plugins["example"]
+    assert example["status"] == "ok"
+    assert (example["distribution"], example["version"]) == ("rllm-example-estimators", "1.0.0")
+    assert example["estimators"] == ["median_baseline", "rank"]
+    assert example["hooks"] == ["rllm_register_estimators"]
+    assert example["module"] == "rllm_example_estimators.plugin"
+    broken = plugins["broken"]
+    assert broken["status"] == "failed"
+    assert "rllm_dependency_that_is_not_installed" in broken["error"]
+    assert (broken["distribution"], broken["version"]) == ("rllm-fixture-broken", "0.3.1")
+    assert plugins["conflict_a"]["status"] == plugins["conflict_b"]["status"] == "conflict"
+    assert "shared_name" in plugins["conflict_b"]["error"]
+
+
+def test_example_estimators_usable_by_name_everywhere(env: Env) -> None:
+    result = env.py_json(
+        """
+        import json, numpy as np, rllm
+        from rllm.experimental.common.advantage import get_rllm_adv_estimator, collect_reward_and_advantage_from_trajectory_groups
+        flat = rllm.compute_advantages("median_baseline", [1, 2, 3, 10, 4, 6], ["a", "a", "a", "a", "b", "b"])
+        listed, _ = get_rllm_adv_estimator("median_baseline")(rewards=[np.array([5.0, 1.0, 0.0])])
+        rank = rllm.compute_advantages("rank", [0.3, 0.1, 0.2, 9.0], [0, 0, 0, 1])
+        cfg = rllm.AlgorithmConfig.from_config(rllm.load_config(overrides=["rllm.algorithm.adv_estimator=median_baseline"]))
+        group = rllm.TrajectoryGroup.for_task("t", "solver", [rllm.Trajectory(reward=r, steps=[rllm.Step()]) for r in (4.0, 1.0, 2.0)])
+        collect_reward_and_advantage_from_trajectory_groups([group], cfg)
+        print(json.dumps({"flat": flat.tolist(), "listed": listed[0].tolist(), "rank": rank.tolist(),
+                          "config": [t.steps[0].advantage for t in group.trajectories]}))
+        """,
+        RLLM_PLUGINS="example",
+    )
+    # Medians: a = [1, 2, 3, 10] -> 2.5; b = [4, 6] -> 5; [5, 1, 0] -> 1; [4, 1, 2] -> 2.
+    assert result["flat"] == [-1.5, -0.5, 0.5, 7.5, -1.0, 1.0]
+    assert result["listed"] == [4.0, 0.0, -1.0]
+    assert result["config"] == [2.0, -1.0, 0.0]
+    # Ranks in group 0: 0.3 -> 2, 0.1 -> 0, 0.2 -> 1, scaled 2 * rank / 2 - 1; a group of one gets 0.
+    assert result["rank"] == [1.0, -1.0, 0.0, 0.0]
+
+
+def test_broken_plugin_warns_with_its_names_and_the_rest_keeps_working(env: Env) -> None:
+    done = env.py(
+        """
+        import rllm
+        print(rllm.compute_advantages("median_baseline", [1.0, 3.0], [0, 0]).tolist())
+        """,
+        RLLM_DISABLED_PLUGINS="conflict_a,conflict_b",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[-1.0, 1.0]"
+    for part in ("PluginWarning", "'broken'", "rllm-fixture-broken 0.3.1", "ModuleNotFoundError",
+                 "rllm_dependency_that_is_not_installed", "RLLM_STRICT_PLUGINS"):
+        assert part in done.stderr
+
+
+def test_strict_mode_makes_a_broken_plugin_an_error(env: Env) -> None:
+    done = env.py("import rllm", RLLM_STRICT_PLUGINS="1", RLLM_DISABLED_PLUGINS="conflict_a,conflict_b")
+    assert done.returncode != 0
+    assert "PluginLoadError" in done.stderr and "rllm-fixture-broken 0.3.1" in done.stderr
+
+
+def test_conflicting_plugins_fail_only_on_the_shared_name(env: Env) -> None:
+    result = env.py_json(
+        """
+        import json, rllm
+        out = {}
+        try:
+            rllm.compute_advantages("shared_name", [1.0], [0])
+        except rllm.EstimatorConflictError as exc:
+            out["error"] = str(exc)
+        out["only_a"] = rllm.compute_advantages("only_a", [1.0], [0]).tolist()
+        out["only_b"] = rllm.compute_advantages("only_b", [1.0], [0]).tolist()
+        out["grpo"] = rllm.compute_advantages("grpo", [1.0, 0.0], [0, 0]).round(4).tolist()
+        print(json.dumps(out))
+        """,
+        RLLM_DISABLED_PLUGINS="broken",
+    )
+    for part in ("'shared_name'", "plugin 'conflict_a'", "rllm-fixture-conflict-a 1.2.0",
+                 "plugin 'conflict_b'", "rllm-fixture-conflict-b 2.0.0"):
+        assert part in result["error"]
+    assert result["only_a"] == [2.0] and result["only_b"] == [3.0]
+    assert result["grpo"] == [1.0, -1.0]  # the built-in, not conflict_a's claim on the name
+
+
+def test_builtin_name_claimed_without_replace_warns(env: Env) -> None:
+    done = env.py("import rllm", RLLM_PLUGINS="conflict_a")
+    assert done.returncode == 0
+    assert "registers estimator 'grpo', which is built in" in done.stderr
+    assert "replace=True" in done.stderr
+
+
+def test_disabling_one_conflicting_plugin_resolves_the_name(env: Env) -> None:
+    result = env.py_json(
+        "import json, rllm; print(json.dumps(rllm.compute_advantages('shared_name', [0.0], [0]).tolist()))",
+        RLLM_DISABLED_PLUGINS="broken,rllm-fixture-conflict-b",
+    )
+    assert result == [1.0]
+
+
+def test_autoload_switch_and_allow_list(env: Env) -> None:
+    plugins = env.plugins(RLLM_DISABLE_PLUGIN_AUTOLOAD="1")
+    assert plugins["builtin"]["status"] == "ok"
+    assert {p["status"] for n, p in plugins.items() if n != "builtin"} == {"blocked"}
+    assert "RLLM_DISABLE_PLUGIN_AUTOLOAD" in plugins["example"]["error"]
+    allowed = env.plugins(RLLM_PLUGINS="rllm-example-estimators")
+    assert allowed["example"]["status"] == "ok"
+    assert allowed["broken"]["status"] == allowed["conflict_a"]["status"] == "blocked"
+
+
+def test_distribution_visible_twice_is_not_a_conflict(env: Env, tmp_path: Path) -> None:
+    site = next(env.path.glob("lib/python*/site-packages"))
+    copy = tmp_path / "second-copy"
+    copy.mkdir()
+    shutil.copytree(site / "rllm_example_estimators", copy / "rllm_example_estimators")
+    for info in site.glob("rllm_example_estimators-*.dist-info"):
+        shutil.copytree(info, copy / info.name)
+    done = env.py(
+        "import rllm; print(rllm.compute_advantages('median_baseline', [1.0, 3.0], [0, 0]).tolist())",
+        PYTHONPATH=str(copy),
+        RLLM_PLUGINS="example",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[-1.0, 1.0]"
+    assert "Warning" not in done.stderr
+
+
+def test_example_plugin_runs_from_the_command_line(env: Env) -> None:
+    done = env.run([str(env.bin / "rllm"), "advantages", "-e", "median_baseline"], RLLM_PLUGINS="example")
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 20
+    assert "estimator median_baseline" in done.stderr
+
+
+def test_running_python_is_not_the_test_venv() -> None:
+    # Guards the fixture's purpose: the plugins are installed elsewhere, not into the interpreter running pytest.
+    assert not any(
+        p.name.startswith("rllm_fixture") for p in Path(sys.prefix).glob("lib/python*/site-packages/*")
+    )
