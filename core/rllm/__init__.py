@@ -29,7 +29,7 @@ from rllm.estimators import (
     compute_advantages,
     get_estimator,
 )
-from rllm.estimators.seed_api import get_rllm_adv_estimator, register_rllm_adv_estimator
+from rllm.estimators.list_api import get_rllm_adv_estimator, register_rllm_adv_estimator
 from rllm.plugins import get_plugin_manager, hookimpl, hookspec
 from rllm.types import Episode, Step, TerminationReason, Trajectory, TrajectoryGroup
 from rllm.version import __version__
@@ -50,9 +50,9 @@ __all__ = [
     "PluginError",
     "PluginLoadError",
     "PluginWarning",
-    "Ragged",
     "RLLMError",
     "RLLMWarning",
+    "Ragged",
     "RewardError",
     "Step",
     "TerminationReason",

@@ -78,8 +78,7 @@ def split_rollout_id(episode_id: str) -> tuple[str, int]:
     task_id, sep, index = episode_id.rpartition(":")
     if not sep or not index.lstrip("-").isdigit():
         raise DataError(
-            f"Episode id {episode_id!r} is not of the form '{{task_id}}:{{rollout_idx}}' "
-            "with an integer rollout index."
+            f"Episode id {episode_id!r} is not of the form '{{task_id}}:{{rollout_idx}}' with an integer rollout index."
         )
     return task_id, int(index)
 

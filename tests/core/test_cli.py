@@ -24,11 +24,14 @@ def test_advantages_on_bundled_sample(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_advantages_writes_file_with_estimator_and_keeps_fields(tmp_path: Path) -> None:
-    src = rollouts(tmp_path / "in.jsonl", [
-        '{"task_id": "q:1", "reward": 3, "text": "a"}',
-        '{"task_id": "q:2", "reward": 5}',
-        '{"task_id": "q:1", "reward": 1, "text": "b"}',
-    ])
+    src = rollouts(
+        tmp_path / "in.jsonl",
+        [
+            '{"task_id": "q:1", "reward": 3, "text": "a"}',
+            '{"task_id": "q:2", "reward": 5}',
+            '{"task_id": "q:1", "reward": 1, "text": "b"}',
+        ],
+    )
     out = tmp_path / "out.jsonl"
     assert main(["advantages", str(src), "-o", str(out), "-e", "rloo"]) == 0
     records = [json.loads(line) for line in out.read_text().splitlines()]
@@ -38,11 +41,14 @@ def test_advantages_writes_file_with_estimator_and_keeps_fields(tmp_path: Path) 
 
 
 def test_roles_group_separately(tmp_path: Path) -> None:
-    src = rollouts(tmp_path / "in.jsonl", [
-        '{"group_id": "g", "role": "a", "reward": 1}',
-        '{"group_id": "g", "role": "b", "reward": 4}',
-        '{"group_id": "g", "role": "a", "reward": 3}',
-    ])
+    src = rollouts(
+        tmp_path / "in.jsonl",
+        [
+            '{"group_id": "g", "role": "a", "reward": 1}',
+            '{"group_id": "g", "role": "b", "reward": 4}',
+            '{"group_id": "g", "role": "a", "reward": 3}',
+        ],
+    )
     out = tmp_path / "out.jsonl"
     assert main(["advantages", str(src), "-o", str(out), "-e", "rloo"]) == 0
     assert [json.loads(x)["advantage"] for x in out.read_text().splitlines()] == [-2.0, 4.0, 2.0]
@@ -54,7 +60,7 @@ def test_roles_group_separately(tmp_path: Path) -> None:
         ("{not json", "line 2: not valid JSON"),
         ('{"reward": 1}', "line 2: no group label"),
         ('{"task_id": 1, "reward": "high"}', "line 2: 'reward' must be a number"),
-        ('[1, 2]', "line 2: expected a JSON object"),
+        ("[1, 2]", "line 2: expected a JSON object"),
     ],
 )
 def test_malformed_line_is_named_and_nothing_is_written(

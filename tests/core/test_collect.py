@@ -58,8 +58,11 @@ def test_role_level_batch_statistics_span_groups_of_one_role() -> None:
 
 
 def test_precomputed_mode_keeps_advantages_and_fills_missing_with_zero() -> None:
-    steps = [Step(response_ids=[1, 2], advantage=0.5), Step(response_ids=[3], advantage=None),
-             Step(response_ids=[4, 5], advantage=[0.1, 0.2])]
+    steps = [
+        Step(response_ids=[1, 2], advantage=0.5),
+        Step(response_ids=[3], advantage=None),
+        Step(response_ids=[4, 5], advantage=[0.1, 0.2]),
+    ]
     g = TrajectoryGroup.for_task("t", "student", [Trajectory(reward=None, steps=steps)])
     metrics = collect([g], AlgorithmConfig(use_precomputed_advantage=True))
     assert [s.advantage for s in steps] == [0.5, 0.0, [0.1, 0.2]]

@@ -62,12 +62,14 @@ def test_missing_field_names_field_and_estimator(plugin_manager: PluginManager) 
     def per_token(batch: rllm.AdvantageBatch) -> np.ndarray:
         return batch.rewards / batch.response_lengths
 
-    plugin_manager.add_estimator("per_token", per_token, plugin_manager.runtime_source("test"), style="batch",
-                                 requires=["response_lengths"])
+    plugin_manager.add_estimator(
+        "per_token", per_token, plugin_manager.runtime_source("test"), style="batch", requires=["response_lengths"]
+    )
     with pytest.raises(MissingInputError, match=r"'per_token'.*'response_lengths'"):
         rllm.compute_advantages("per_token", [1.0], [0])
-    np.testing.assert_allclose(rllm.compute_advantages("per_token", [1.0, 3.0], [0, 0], response_lengths=[2, 4]),
-                               [0.5, 0.75])
+    np.testing.assert_allclose(
+        rllm.compute_advantages("per_token", [1.0, 3.0], [0, 0], response_lengths=[2, 4]), [0.5, 0.75]
+    )
 
 
 def test_other_is_not_a_usable_estimator() -> None:

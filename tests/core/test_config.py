@@ -30,11 +30,15 @@ def test_top_level_key_wins_when_set() -> None:
 
 
 def test_misspelled_key_names_it_and_suggests(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"'rllm\.algorithm\.adv_estimater'.*Did you mean 'rllm\.algorithm\.adv_estimator'"):
+    with pytest.raises(
+        ConfigError, match=r"'rllm\.algorithm\.adv_estimater'.*Did you mean 'rllm\.algorithm\.adv_estimator'"
+    ):
         load_config(overrides=["rllm.algorithm.adv_estimater=rloo"])
     path = tmp_path / "run.yaml"
     path.write_text("rllm:\n  workflow:\n    n_paralel_tasks: 4\n")
-    with pytest.raises(ConfigError, match=r"n_paralel_tasks.*run\.yaml.*Did you mean 'rllm\.workflow\.n_parallel_tasks'"):
+    with pytest.raises(
+        ConfigError, match=r"n_paralel_tasks.*run\.yaml.*Did you mean 'rllm\.workflow\.n_parallel_tasks'"
+    ):
         load_config(path)
 
 

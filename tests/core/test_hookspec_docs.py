@@ -10,7 +10,8 @@ import pytest
 from rllm.plugins import hookspecs
 
 HOOKS = [
-    fn for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
+    fn
+    for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
     if name.startswith("rllm_") and hasattr(fn, "rllm_spec")
 ]
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
@@ -18,7 +19,9 @@ GUIDE = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
 
 def test_there_are_hooks() -> None:
     assert {fn.__name__ for fn in HOOKS} >= {
-        "rllm_register_estimators", "rllm_register_grouping_hooks", "rllm_register_backends"
+        "rllm_register_estimators",
+        "rllm_register_grouping_hooks",
+        "rllm_register_backends",
     }
 
 

@@ -146,7 +146,10 @@ def test_hook_with_a_misspelled_name_is_rejected(plugin_manager: PluginManager) 
         def rllm_register_estimator(self, register: Any) -> None:  # missing the final "s"
             register("never", constant(1))
 
-    with pytest.warns(PluginWarning, match="'misspelled'.*unknown hooks 'rllm_register_estimator' .did you mean 'rllm_register_estimators'"):
+    with pytest.warns(
+        PluginWarning,
+        match="'misspelled'.*unknown hooks 'rllm_register_estimator' .did you mean 'rllm_register_estimators'",
+    ):
         info = plugin_manager.register(Misspelled(), plugin_source("misspelled", "dist-m"))
     assert info.status == "failed"
     with pytest.raises(EstimatorNotFoundError):
@@ -170,7 +173,9 @@ def test_invalid_registrations_name_the_plugin(plugin_manager: PluginManager) ->
 
 
 def test_wrong_shape_output_names_estimator_plugin_and_group(plugin_manager: PluginManager) -> None:
-    plugin_manager.register(Claims(short=lambda rewards, **kw: [g[:-1] for g in rewards]), plugin_source("p", "dist-p", "2.0"))
+    plugin_manager.register(
+        Claims(short=lambda rewards, **kw: [g[:-1] for g in rewards]), plugin_source("p", "dist-p", "2.0")
+    )
     with pytest.raises(EstimatorOutputError, match=r"'short'.*dist-p 2\.0.*group 'b'"):
         rllm.compute_advantages("short", [1.0, 2.0, 3.0], ["b", "b", "b"])
 

@@ -56,8 +56,15 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Env:
     venv.create(path, with_pip=True, clear=True)
     environment = Env(path)
     done = environment.run(
-        [environment.python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         *(str(d) for d in DISTRIBUTIONS)]
+        [
+            environment.python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            *(str(d) for d in DISTRIBUTIONS),
+        ]
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return environment
@@ -84,13 +91,16 @@ def test_example_estimators_usable_by_name_everywhere(env: Env) -> None:
     result = env.py_json(
         """
         import json, numpy as np, rllm
-        from rllm.experimental.common.advantage import get_rllm_adv_estimator, collect_reward_and_advantage_from_trajectory_groups
+        from rllm.experimental.common.advantage import (
+            get_rllm_adv_estimator, collect_reward_and_advantage_from_trajectory_groups as collect)
         flat = rllm.compute_advantages("median_baseline", [1, 2, 3, 10, 4, 6], ["a", "a", "a", "a", "b", "b"])
         listed, _ = get_rllm_adv_estimator("median_baseline")(rewards=[np.array([5.0, 1.0, 0.0])])
         rank = rllm.compute_advantages("rank", [0.3, 0.1, 0.2, 9.0], [0, 0, 0, 1])
-        cfg = rllm.AlgorithmConfig.from_config(rllm.load_config(overrides=["rllm.algorithm.adv_estimator=median_baseline"]))
-        group = rllm.TrajectoryGroup.for_task("t", "solver", [rllm.Trajectory(reward=r, steps=[rllm.Step()]) for r in (4.0, 1.0, 2.0)])
-        collect_reward_and_advantage_from_trajectory_groups([group], cfg)
+        overrides = ["rllm.algorithm.adv_estimator=median_baseline"]
+        cfg = rllm.AlgorithmConfig.from_config(rllm.load_config(overrides=overrides))
+        trajectories = [rllm.Trajectory(reward=r, steps=[rllm.Step()]) for r in (4.0, 1.0, 2.0)]
+        group = rllm.TrajectoryGroup.for_task("t", "solver", trajectories)
+        collect([group], cfg)
         print(json.dumps({"flat": flat.tolist(), "listed": listed[0].tolist(), "rank": rank.tolist(),
                           "config": [t.steps[0].advantage for t in group.trajectories]}))
         """,
@@ -114,8 +124,14 @@ def test_broken_plugin_warns_with_its_names_and_the_rest_keeps_working(env: Env)
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[-1.0, 1.0]"
-    for part in ("PluginWarning", "'broken'", "rllm-fixture-broken 0.3.1", "ModuleNotFoundError",
-                 "rllm_dependency_that_is_not_installed", "RLLM_STRICT_PLUGINS"):
+    for part in (
+        "PluginWarning",
+        "'broken'",
+        "rllm-fixture-broken 0.3.1",
+        "ModuleNotFoundError",
+        "rllm_dependency_that_is_not_installed",
+        "RLLM_STRICT_PLUGINS",
+    ):
         assert part in done.stderr
 
 
@@ -141,8 +157,13 @@ def test_conflicting_plugins_fail_only_on_the_shared_name(env: Env) -> None:
         """,
         RLLM_DISABLED_PLUGINS="broken",
     )
-    for part in ("'shared_name'", "plugin 'conflict_a'", "rllm-fixture-conflict-a 1.2.0",
-                 "plugin 'conflict_b'", "rllm-fixture-conflict-b 2.0.0"):
+    for part in (
+        "'shared_name'",
+        "plugin 'conflict_a'",
+        "rllm-fixture-conflict-a 1.2.0",
+        "plugin 'conflict_b'",
+        "rllm-fixture-conflict-b 2.0.0",
+    ):
         assert part in result["error"]
     assert result["only_a"] == [2.0] and result["only_b"] == [3.0]
     assert result["grpo"] == [1.0, -1.0]  # the built-in, not conflict_a's claim on the name
@@ -199,6 +220,4 @@ def test_example_plugin_runs_from_the_command_line(env: Env) -> None:
 
 def test_running_python_is_not_the_test_venv() -> None:
     # Guards the fixture's purpose: the plugins are installed elsewhere, not into the interpreter running pytest.
-    assert not any(
-        p.name.startswith("rllm_fixture") for p in Path(sys.prefix).glob("lib/python*/site-packages/*")
-    )
+    assert not any(p.name.startswith("rllm_fixture") for p in Path(sys.prefix).glob("lib/python*/site-packages/*"))

@@ -38,7 +38,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("-e", "--estimator", help="estimator name (overrides the config), e.g. grpo, rloo")
     parser.add_argument("-c", "--config", action="append", default=[], help="YAML config file(s), merged in order")
     parser.add_argument("--field", default="advantage", help="name of the field to add (default: advantage)")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. rllm.algorithm.epsilon=1e-4")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="config overrides, e.g. rllm.algorithm.epsilon=1e-4"
+    )
     parser.set_defaults(run=run)
 
 
@@ -114,7 +116,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.writelines(lines)
     report = sys.stderr if not args.output else sys.stdout
-    print(f"{len(records)} rollouts in {len(groups)} groups, estimator {estimator_name(config.estimator)}:", file=report)
+    print(
+        f"{len(records)} rollouts in {len(groups)} groups, estimator {estimator_name(config.estimator)}:", file=report
+    )
     for key in sorted(metrics):
         print(f"  {key} = {metrics[key]:.6g}", file=report)
     return 0

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from rllm.errors import ConfigError
 
 
-class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - name fixed by the documented API
+class rLLMAdvantageEstimator(str, Enum):
     """Names of the estimators every backend understands.
 
     Unknown values map to ``OTHER``; a custom estimator is therefore named by its plain
@@ -89,9 +89,7 @@ class AlgorithmConfig:
             )
             self.stepwise_advantage_mode = "broadcast"
         if self.stepwise_advantage_mode != "broadcast":
-            raise ConfigError(
-                f"stepwise_advantage_mode={self.stepwise_advantage_mode!r} is unknown; use 'broadcast'."
-            )
+            raise ConfigError(f"stepwise_advantage_mode={self.stepwise_advantage_mode!r} is unknown; use 'broadcast'.")
         if self.epsilon is not None and not self.epsilon >= 0:
             raise ConfigError(f"epsilon must be a non-negative number, got {self.epsilon!r}.")
         if self.nonfinite_rewards not in ("error", "zero"):
@@ -131,9 +129,7 @@ class AlgorithmConfig:
             estimator=str(name),
             estimator_map={str(k): str(v) for k, v in _plain(estimator_map).items()},
             stepwise_advantage_mode=stepwise.get("mode", "broadcast"),
-            norm_adv_by_std_in_grpo=stepwise.get(
-                "norm_adv_by_std_in_grpo", algo.get("norm_adv_by_std_in_grpo", True)
-            ),
+            norm_adv_by_std_in_grpo=stepwise.get("norm_adv_by_std_in_grpo", algo.get("norm_adv_by_std_in_grpo", True)),
             use_rllm=stepwise.get("use_rllm", algo.get("use_rllm", False)),
             use_precomputed_advantage=algo.get("use_precomputed_advantage", False),
             loss_fn=algo.get("loss_fn", None),

@@ -132,14 +132,14 @@ def on_groups(
     return parts, list(parts)
 
 
-def as_seed_callable(entry: EstimatorEntry) -> Callable[..., tuple[list[np.ndarray], list[np.ndarray]]]:
-    """The estimator in the seed API's convention: per-group reward arrays in, ``(advantages, returns)`` out."""
+def as_list_callable(entry: EstimatorEntry) -> Callable[..., tuple[list[np.ndarray], list[np.ndarray]]]:
+    """The estimator in the documented list-of-arrays convention: per-group reward arrays in, ``(advantages, returns)`` out."""
     if entry.style == "grouped":
         return entry.target  # type: ignore[no-any-return]
 
-    def seed_style(rewards: Sequence[np.ndarray], **kwargs: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def list_style(rewards: Sequence[np.ndarray], **kwargs: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
         return on_groups(lambda batch: run_estimator(entry, batch, ambient=kwargs), rewards)
 
-    seed_style.__name__ = f"{entry.name}_advantages"
-    seed_style.__doc__ = entry.target.__doc__
-    return seed_style
+    list_style.__name__ = f"{entry.name}_advantages"
+    list_style.__doc__ = entry.target.__doc__
+    return list_style

@@ -76,7 +76,7 @@ def resolve_numerics(
 ) -> Numerics:
     """A preset (default ``"rllm"``) with explicit options on top.
 
-    ``epsilon`` and the seed API's spelling ``episilon`` are accepted as aliases of ``eps``.
+    ``epsilon`` and the documented API's spelling ``episilon`` are accepted as aliases of ``eps``.
     """
     name = preset or "rllm"
     if name not in PRESETS:

@@ -83,7 +83,7 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
             What users write as ``rllm.algorithm.adv_estimator`` or pass to
             ``rllm.compute_advantages``.
         ``fn`` (callable)
-            The estimator. With ``style="grouped"`` (the seed API's convention) it is called
+            The estimator. With ``style="grouped"`` (the documented list-of-arrays convention) it is called
             as ``fn(rewards=list_of_group_arrays, **options)`` and returns one advantage
             array per group, or the pair ``(advantages, returns)``. With ``style="batch"`` it
             is called as ``fn(batch, **options)`` with an :class:`rllm.AdvantageBatch` and

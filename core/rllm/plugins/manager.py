@@ -110,7 +110,9 @@ class PluginManager:
         if unknown or not callers:
             self.hooks.unregister(plugin)
             known = [name for name in dir(hookspecs) if name.startswith("rllm_register_")]
-            hints = [f"{u!r} (did you mean {difflib.get_close_matches(u, known, n=1, cutoff=0)[0]!r}?)" for u in unknown]
+            hints = [
+                f"{u!r} (did you mean {difflib.get_close_matches(u, known, n=1, cutoff=0)[0]!r}?)" for u in unknown
+            ]
             reason = f"it defines unknown hooks {', '.join(hints)}" if unknown else "it implements no rllm hook"
             self._fail(info, f"{reason}; rllm's hooks are {', '.join(known)}", PluginError(reason))
             return info
@@ -295,9 +297,8 @@ def get_plugin_manager() -> PluginManager:
     global _manager
     if _manager is None:
         _manager = PluginManager()
-        from rllm_builtin import plugin as builtin_plugin
-
         from rllm.version import __version__
+        from rllm_builtin import plugin as builtin_plugin
 
         _manager.register(builtin_plugin, Source("builtin", BUILTIN_PLUGIN, "rllm", __version__))
         _manager.load_entry_points()

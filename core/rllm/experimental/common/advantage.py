@@ -1,7 +1,7 @@
 """Advantage registry, collection and the classic estimators at their documented path."""
 
 from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory_groups
-from rllm.estimators.seed_api import (
+from rllm.estimators.list_api import (
     RLLM_ADV_ESTIMATOR_REGISTRY,
     calculate_grpo_advantages,
     calculate_reinforce_advantages,

@@ -14,7 +14,7 @@ import numpy as np
 
 from rllm.config.algorithm import EstimatorName, estimator_name
 from rllm.errors import EstimatorNotFoundError
-from rllm.estimators.call import _accepted, as_seed_callable, on_groups
+from rllm.estimators.call import _accepted, as_list_callable, on_groups
 from rllm.estimators.compute import get_estimator
 from rllm.plugins.hookspecs import EstimatorStyle
 from rllm.plugins.manager import get_plugin_manager
@@ -49,13 +49,13 @@ def register_rllm_adv_estimator(
 
 def get_rllm_adv_estimator(name: EstimatorName) -> Callable[..., tuple[GroupArrays, GroupArrays]]:
     """The estimator registered as ``name``, callable as ``fn(rewards=[group arrays], **options)``."""
-    return as_seed_callable(get_estimator(name))
+    return as_list_callable(get_estimator(name))
 
 
 class EstimatorRegistryView(MutableMapping[str, Callable[..., Any]]):
     """Dict-like view of the estimator registry, for code that indexes it directly.
 
-    Reading gives the seed-convention callable; assigning registers (and replaces) a grouped
+    Reading gives the list-of-arrays callable; assigning registers (and replaces) a grouped
     estimator from user code; deleting removes only user-code registrations.
     """
 
@@ -90,7 +90,9 @@ class EstimatorRegistryView(MutableMapping[str, Callable[..., Any]]):
 RLLM_ADV_ESTIMATOR_REGISTRY = EstimatorRegistryView()
 
 
-def _call(kernel: Callable[..., Any], rewards: Sequence[Any], options: dict[str, Any]) -> tuple[GroupArrays, GroupArrays]:
+def _call(
+    kernel: Callable[..., Any], rewards: Sequence[Any], options: dict[str, Any]
+) -> tuple[GroupArrays, GroupArrays]:
     names, _ = _accepted(kernel)
     return on_groups(kernel, rewards, **{k: v for k, v in options.items() if k in names and v is not None})
 
@@ -124,7 +126,9 @@ def calculate_rloo_advantages(rewards: Sequence[np.ndarray], **kwargs: Any) -> t
     return _call(kernels.rloo, rewards, kwargs)
 
 
-def _one_group(kernel: Callable[..., Any], rewards: np.ndarray, options: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+def _one_group(
+    kernel: Callable[..., Any], rewards: np.ndarray, options: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray]:
     advantages, returns = _call(kernel, [rewards], options)
     return advantages[0], returns[0]
 
