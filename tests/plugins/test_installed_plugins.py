@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "plugins"
-DISTRIBUTIONS = [ROOT, ROOT / "plugins" / "example", *(FIXTURES / n for n in ("broken", "conflict_a", "conflict_b"))]
+DISTRIBUTIONS = [ROOT, ROOT / "plugins" / "example", *(FIXTURES / n for n in ("broken", "conflict_a", "conflict_b", "decorated"))]
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +72,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Env:
 
 def test_all_installed_plugins_are_listed_with_their_status(env: Env) -> None:
     plugins = env.plugins()
-    assert set(plugins) == {"builtin", "example", "broken", "conflict_a", "conflict_b"}
+    assert set(plugins) == {"builtin", "example", "broken", "conflict_a", "conflict_b", "decorated"}
     example = plugins["example"]
     assert example["status"] == "ok"
     assert (example["distribution"], example["version"]) == ("rllm-example-estimators", "1.0.0")
@@ -216,6 +216,36 @@ def test_example_plugin_runs_from_the_command_line(env: Env) -> None:
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.splitlines()) == 20
     assert "estimator median_baseline" in done.stderr
+
+
+def test_plugin_registering_with_the_decorator_while_rllm_imports(env: Env) -> None:
+    assert env.plugins(RLLM_PLUGINS="decorated")["decorated"] | {"error": None} == {
+        "name": "decorated",
+        "distribution": "rllm-fixture-decorated",
+        "version": "0.0.7",
+        "module": "rllm_fixture_decorated.plugin",
+        "status": "ok",
+        "error": None,
+        "hooks": [],
+        "estimators": ["doubled"],
+        "grouping_hooks": [],
+        "backends": [],
+    }
+    result = env.py_json(
+        "import json, rllm; print(json.dumps(rllm.compute_advantages('doubled', [1.5, 2.0], [0, 1]).tolist()))",
+        RLLM_PLUGINS="decorated",
+    )
+    assert result == [3.0, 4.0]
+
+
+def test_grpo_in_a_fresh_install(env: Env) -> None:
+    result = env.py_json(
+        "import json, rllm; print(json.dumps(rllm.compute_advantages('grpo', [1, 0, 0, 0], [0] * 4).tolist()))",
+        RLLM_DISABLE_PLUGIN_AUTOLOAD="1",
+    )
+    # mean 1/4, population std sqrt(3)/4, eps 1e-6
+    std = 3**0.5 / 4
+    assert result == pytest.approx([0.75 / (std + 1e-6)] + [-0.25 / (std + 1e-6)] * 3, rel=1e-12)
 
 
 def test_running_python_is_not_the_test_venv() -> None:

@@ -86,6 +86,7 @@ class PluginManager:
         self.backends: Registry[Entry] = Registry("backend")
         self.plugins: dict[str, PluginInfo] = {}
         self._importing: Source | None = None
+        self._registered_on_import: dict[str, list[str]] = {}
 
     # -- registration -----------------------------------------------------------------
     def register(self, plugin: object, source: Source, module: str | None = None) -> PluginInfo:
@@ -97,6 +98,7 @@ class PluginManager:
             distribution=source.distribution,
             version=source.version,
             module=module or getattr(plugin, "__name__", type(plugin).__name__),
+            estimators=self._registered_on_import.pop(source.plugin, []),
         )
         self.plugins[source.plugin] = info
         try:
@@ -107,8 +109,10 @@ class PluginManager:
         callers = self.hooks.get_hookcallers(plugin) or []
         info.hooks = sorted(caller.name for caller in callers)
         unknown = [caller.name for caller in callers if caller.spec is None]
-        if unknown or not callers:
+        if unknown or not (callers or info.estimators):
             self.hooks.unregister(plugin)
+            self.forget(source)
+            info.estimators = []
             known = [name for name in dir(hookspecs) if name.startswith("rllm_register_")]
             hints = [
                 f"{u!r} (did you mean {difflib.get_close_matches(u, known, n=1, cutoff=0)[0]!r}?)" for u in unknown
@@ -187,6 +191,8 @@ class PluginManager:
             )
         entry = EstimatorEntry(name=name, target=fn, source=source, replace=replace, style=style, requires=requires)  # type: ignore[arg-type]
         self.estimators.add(entry)
+        if source == self._importing:  # a decorator run while the plugin's module was imported
+            self._registered_on_import.setdefault(source.plugin, []).append(name)
 
     def forget(self, source: Source) -> None:
         for registry in (self.estimators, self.grouping_hooks, self.backends):
