@@ -21,7 +21,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "plugins"
-DISTRIBUTIONS = [ROOT, ROOT / "plugins" / "example", *(FIXTURES / n for n in ("broken", "conflict_a", "conflict_b", "decorated"))]
+FIXTURE_PLUGINS = ("broken", "conflict_a", "conflict_b", "decorated")
+DISTRIBUTIONS = [ROOT, ROOT / "plugins" / "example", *(FIXTURES / name for name in FIXTURE_PLUGINS)]
 
 pytestmark = pytest.mark.slow
 
