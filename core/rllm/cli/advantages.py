@@ -13,7 +13,7 @@ import json
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any
 
 from rllm.config.algorithm import AlgorithmConfig, estimator_name
 from rllm.config.loading import load_config
@@ -44,7 +44,7 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def _read_lines(handle: TextIO, source: str) -> list[dict[str, Any]]:
+def _read_lines(handle: IO[str], source: str) -> list[dict[str, Any]]:
     records = []
     for number, line in enumerate(handle, start=1):
         if not line.strip():
@@ -80,7 +80,7 @@ def _groups(records: list[dict[str, Any]], source: str) -> list[TrajectoryGroup]
     return list(groups.values())
 
 
-def _open_input(path: str | None) -> tuple[TextIO, str]:
+def _open_input(path: str | None) -> tuple[IO[str], str]:
     if path == "-":
         return sys.stdin, "<stdin>"
     if path is None:
