@@ -1,14 +1,14 @@
 """The one input every estimator receives: flat per-trajectory arrays plus group structure.
 
-Rewards and optional fields are 1-D arrays in the caller's order; the group structure
-(dense group index, sizes, a sorting permutation when groups are not contiguous) is
-computed once here so that every estimator can do segment reductions without a Python
-loop over groups.
+Rewards and optional fields are 1-D arrays in the caller's order (per-step fields are
+:class:`Ragged`, one row per trajectory); the group structure (sizes, run starts, a
+sorting permutation when groups are not contiguous) is computed once here so that every
+estimator can do segment reductions without a Python loop over groups.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -54,54 +54,94 @@ class Ragged:
     def rows(self) -> list[FloatArray]:
         return np.split(self.values, self.offsets[1:-1])
 
+    def expand(self, per_row: NDArray[Any]) -> NDArray[Any]:
+        """One value per row copied to each of the row's entries (a trajectory's value to its steps)."""
+        return np.repeat(per_row, self.lengths)
+
+    def with_values(self, values: FloatArray) -> Ragged:
+        """Other values with the same rows."""
+        return Ragged(values=values, offsets=self.offsets)
+
 
 class GroupLayout:
     """Where each trajectory's group is, computed once from arbitrary labels.
 
-    Groups are numbered ``0..n_groups-1``. When every group is one contiguous run of the
-    input (rollouts in group order), ``order`` is ``None`` and segment operations work on
-    the input directly; otherwise ``order`` is a stable permutation that makes them so.
+    Groups are numbered ``0..n_groups-1`` in *group order*: the order in which every group
+    is one contiguous run. ``order`` is ``None`` when the input already is in group order
+    (rollouts as generated); otherwise it is the stable permutation that makes it so
+    (``x[order]`` is in group order). ``starts`` and ``sizes`` describe the runs.
+
+    Kernels work in group order (:meth:`gather`, segment reductions, :meth:`expand`,
+    :meth:`scatter`); :meth:`sum`, :meth:`mean`, :meth:`spread` and :meth:`centred` are
+    the same operations on arrays in input order.
     """
+
+    order: IndexArray | None
+    starts: IndexArray
+    sizes: IndexArray
+    labels: NDArray[Any]
+    size: int
+    uniform_size: int | None
+    """The common group size when all groups are equally large, else None."""
 
     def __init__(self, labels: ArrayLike) -> None:
         labels = np.asarray(labels)
         if labels.ndim != 1:
             raise GroupError(f"Group ids must be a 1-D array, got shape {labels.shape}.")
-        n = len(labels)
-        self.size = n
+        self.size = n = len(labels)
+        self.order = None
         if n == 0:
-            self.order: IndexArray | None = None
-            self.starts = np.zeros(0, dtype=np.intp)
-            self.sizes = np.zeros(0, dtype=np.intp)
-            self.labels = labels
-            return
-        run_starts = np.flatnonzero(labels[1:] != labels[:-1]) + 1
-        starts = np.concatenate(([0], run_starts)).astype(np.intp, copy=False)
-        run_labels = labels[starts]
-        if _all_distinct(run_labels):
-            self.order = None
-            self.starts = starts
-            self.labels = run_labels
+            self._set_runs(np.zeros(0, dtype=np.intp), labels)
+        elif labels.dtype.kind in "iub" and _non_decreasing(labels):
+            self._from_sorted(labels)
         else:
-            uniq, inverse = np.unique(labels, return_inverse=True)
-            inverse = inverse.reshape(-1)
-            self.order = np.argsort(inverse, kind="stable").astype(np.intp, copy=False)
-            counts = np.bincount(inverse, minlength=len(uniq))
-            self.starts = np.concatenate(([0], np.cumsum(counts[:-1]))).astype(np.intp, copy=False)
-            self.labels = uniq
-            self.__dict__["group_index"] = inverse.astype(np.intp, copy=False)
-        self.sizes = np.diff(np.append(self.starts, n))
+            starts = _run_starts(labels)
+            if _all_distinct(labels[starts]):
+                self._set_runs(starts, labels[starts])
+            else:
+                self.order, ordered = _stable_order(labels)
+                grouped = labels[self.order]
+                if ordered:
+                    self._from_sorted(grouped)
+                else:
+                    starts = _run_starts(grouped)
+                    self._set_runs(starts, grouped[starts])
+
+    def _from_sorted(self, sorted_labels: NDArray[Any]) -> None:
+        """Runs of non-decreasing labels; equal-length runs are found without a full scan."""
+        k = _uniform_run(sorted_labels)
+        if k is not None:
+            self._set_runs(np.arange(0, len(sorted_labels), k, dtype=np.intp), sorted_labels[::k], k)
+        else:
+            starts = _run_starts(sorted_labels)
+            self._set_runs(starts, sorted_labels[starts])
+
+    def _set_runs(self, starts: IndexArray, labels: NDArray[Any], uniform: int | None = None) -> None:
+        self.starts = starts
+        self.labels = labels
+        if uniform is not None:
+            self.sizes = np.full(len(starts), uniform, dtype=np.intp)
+        else:
+            self.sizes = np.empty(len(starts), dtype=np.intp)
+            np.subtract(starts[1:], starts[:-1], out=self.sizes[:-1])
+            if len(starts):
+                self.sizes[-1] = self.size - starts[-1]
+            if len(starts) and self.sizes.min() == self.sizes.max():
+                uniform = int(self.sizes[0])
+        self.uniform_size = uniform
 
     @classmethod
     def from_sizes(cls, sizes: ArrayLike) -> GroupLayout:
         """Contiguous groups of the given sizes (group ``g`` is labelled ``g``); sizes must be >= 1."""
+        sizes = np.asarray(sizes, dtype=np.intp).reshape(-1)
+        if len(sizes) and sizes.min() < 1:
+            raise GroupError("Every group needs at least one trajectory; got a group of size 0.")
         layout = cls.__new__(cls)
-        layout.sizes = np.asarray(sizes, dtype=np.intp)
-        layout.starts = np.zeros(len(layout.sizes), dtype=np.intp)
-        np.cumsum(layout.sizes[:-1], out=layout.starts[1:])
-        layout.size = int(layout.sizes.sum())
+        layout.size = int(sizes.sum())
         layout.order = None
-        layout.labels = np.arange(len(layout.sizes))
+        starts = np.zeros(len(sizes), dtype=np.intp)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        layout._set_runs(starts, np.arange(len(sizes)))
         return layout
 
     @property
@@ -111,37 +151,55 @@ class GroupLayout:
     @cached_property
     def group_index(self) -> IndexArray:
         """Dense group number of every trajectory, in input order."""
-        return np.repeat(np.arange(self.n_groups, dtype=np.intp), self.sizes)
-
-    @cached_property
-    def uniform_size(self) -> int | None:
-        """The common group size when all groups are equally large and contiguous."""
-        if self.order is None and self.n_groups and self.sizes.min() == self.sizes.max():
-            return int(self.sizes[0])
-        return None
+        return self.scatter(self.expand(np.arange(self.n_groups, dtype=np.intp)))
 
     def label(self, group: int) -> Any:
         value = self.labels[group]
         return value.item() if isinstance(value, np.generic) else value
 
-    # Segment operations. ``x`` is per trajectory (input order); results are per group.
-    def sum(self, x: FloatArray) -> FloatArray:
-        if self.n_groups == 0:
-            return np.zeros(0, dtype=x.dtype)
+    # Moving between input order and group order.
+    def gather(self, x: NDArray[Any]) -> NDArray[Any]:
+        """``x`` (input order) in group order; ``x`` itself when it already is, so never write into it."""
+        return x if self.order is None else x[self.order]
+
+    def scatter(self, y: NDArray[Any]) -> NDArray[Any]:
+        """Inverse of :meth:`gather`: ``y`` (group order) back to input order."""
+        if self.order is None:
+            return y
+        out = np.empty_like(y)
+        out[self.order] = y
+        return out
+
+    def expand(self, per_group: NDArray[Any]) -> NDArray[Any]:
+        """Per-group values repeated over each group's trajectories, in group order."""
         k = self.uniform_size
-        if k is not None:
-            return x.reshape(-1, k).sum(axis=1)
-        sorted_x = x if self.order is None else x[self.order]
-        return np.add.reduceat(sorted_x, self.starts)
+        return np.repeat(per_group, k if k is not None else self.sizes)
+
+    # Segment reductions of arrays in group order.
+    def group_sum(self, xs: NDArray[Any]) -> NDArray[Any]:
+        return self._reduce(np.add, xs)
+
+    def group_max(self, xs: NDArray[Any]) -> NDArray[Any]:
+        return self._reduce(np.maximum, xs)
+
+    def _reduce(self, ufunc: np.ufunc, xs: NDArray[Any]) -> NDArray[Any]:
+        if self.n_groups == 0:
+            return np.zeros(0, dtype=xs.dtype)
+        k = self.uniform_size
+        if k is None:
+            return ufunc.reduceat(xs, self.starts)
+        return _fold(ufunc, xs, k)
+
+    # The same operations on arrays in input order.
+    def sum(self, x: FloatArray) -> FloatArray:
+        return self.group_sum(self.gather(x))
 
     def mean(self, x: FloatArray) -> FloatArray:
         return self.sum(x) / self.sizes
 
     def spread(self, per_group: NDArray[Any]) -> NDArray[Any]:
         """Per-group values copied to every trajectory of the group, in input order."""
-        if self.order is None:
-            return np.repeat(per_group, self.sizes)
-        return per_group[self.group_index]
+        return self.scatter(self.expand(per_group))
 
     def centred(self, x: FloatArray) -> tuple[FloatArray, FloatArray]:
         """``x`` minus its group mean, and the group means."""
@@ -154,36 +212,104 @@ class GroupLayout:
 
     def split(self, x: NDArray[Any]) -> list[NDArray[Any]]:
         """Per-group arrays, in group order."""
-        sorted_x = x if self.order is None else x[self.order]
-        return np.split(sorted_x, self.starts[1:])
+        return np.split(self.gather(x), self.starts[1:])
 
     def join(self, parts: Sequence[ArrayLike], dtype: Any = np.float64) -> FloatArray:
         """Inverse of :meth:`split`: per-group arrays back to one array in input order."""
-        flat = np.concatenate([np.asarray(p, dtype=dtype).reshape(-1) for p in parts]) if parts else None
-        if flat is None:
+        if not parts:
             return np.zeros(0, dtype=dtype)
-        if self.order is None:
-            return flat
-        out = np.empty_like(flat)
-        out[self.order] = flat
-        return out
+        return self.scatter(np.concatenate([np.asarray(p, dtype=dtype).reshape(-1) for p in parts]))
+
+
+_FOLD_COLUMNS = 16
+"""Above this many columns a row reduction beats folding column by column."""
+
+
+def _fold(ufunc: np.ufunc, xs: NDArray[Any], k: int) -> NDArray[Any]:
+    """Reduce every run of ``k`` consecutive values (pairwise halving, then columns)."""
+    if k == 1:
+        return xs.copy()
+    while k % 2 == 0:
+        xs = ufunc(xs[0::2], xs[1::2])
+        k //= 2
+    if k == 1:
+        return xs
+    rows = xs.reshape(-1, k)
+    if k > _FOLD_COLUMNS:
+        return ufunc.reduce(rows, axis=1)
+    out = ufunc(rows[:, 0], rows[:, 1])
+    for j in range(2, k):
+        ufunc(out, rows[:, j], out=out)
+    return out
+
+
+def _non_decreasing(labels: NDArray[Any]) -> bool:
+    return bool(np.all(labels[1:] >= labels[:-1]))
+
+
+def _run_starts(labels: NDArray[Any]) -> IndexArray:
+    starts = np.flatnonzero(labels[1:] != labels[:-1])
+    starts += 1
+    return np.concatenate((np.zeros(1, dtype=np.intp), starts)).astype(np.intp, copy=False)
+
+
+def _uniform_run(sorted_labels: NDArray[Any]) -> int | None:
+    """The common run length when non-decreasing labels form runs of one length.
+
+    Only the first run and every run's first and last label are read: with sorted labels,
+    a run whose first and last labels agree is constant.
+    """
+    n = len(sorted_labels)
+    first = sorted_labels[0]
+    probe = 64
+    while True:
+        head = sorted_labels[:probe]
+        change = np.flatnonzero(head != first)
+        if len(change) or probe >= n:
+            break
+        probe *= 8
+    k = int(change[0]) if len(change) else n
+    if n % k:
+        return None
+    heads, tails = sorted_labels[::k], sorted_labels[k - 1 :: k]
+    if not np.array_equal(heads, tails) or not np.all(heads[1:] > heads[:-1]):
+        return None
+    return k
+
+
+def _stable_order(labels: NDArray[Any]) -> tuple[IndexArray, bool]:
+    """The stable permutation that puts equal labels next to each other, and whether it also sorts them."""
+    try:
+        return np.argsort(labels, kind="stable").astype(np.intp, copy=False), True
+    except TypeError:  # labels of mixed, unorderable types: number them by first appearance
+        codes: dict[Any, int] = {}
+        first_seen = (codes.setdefault(v, len(codes)) for v in labels.tolist())
+        dense = np.fromiter(first_seen, dtype=np.intp, count=len(labels))
+        return np.argsort(dense, kind="stable").astype(np.intp, copy=False), False
 
 
 def _all_distinct(run_labels: NDArray[Any]) -> bool:
     if len(run_labels) < 2:
         return True
-    if run_labels.dtype.kind in "iuf":
-        steps = run_labels[1:] > run_labels[:-1]
-        if steps.all():
-            return True
-    return len(np.unique(run_labels)) == len(run_labels)
+    if run_labels.dtype.kind in "iuf" and np.all(run_labels[1:] > run_labels[:-1]):
+        return True
+    try:
+        return len(np.unique(run_labels)) == len(run_labels)
+    except TypeError:  # mixed, unorderable labels
+        return len(set(run_labels.tolist())) == len(run_labels)
+
+
+FieldSource = Callable[[], Any]
+"""Produces a batch field on first use (the collection step reads trajectories only when asked)."""
 
 
 class AdvantageBatch:
     """Rewards of many trajectories with their groups and any extra per-trajectory inputs.
 
     Estimators read fields through :meth:`require`, which names the missing field and the
-    estimator when a caller did not supply it.
+    estimator when a caller did not supply it. A field may also come from ``sources``, a
+    mapping from field name to a function that builds it on first access, so that inputs
+    nobody asks for cost nothing.
     """
 
     def __init__(
@@ -200,6 +326,7 @@ class AdvantageBatch:
         step_values: Ragged | Sequence[ArrayLike] | None = None,
         roles: ArrayLike | None = None,
         task_ids: ArrayLike | None = None,
+        sources: Mapping[str, FieldSource] | None = None,
     ) -> None:
         self.rewards: FloatArray = np.asarray(rewards, dtype=dtype)
         if self.rewards.ndim != 1:
@@ -211,14 +338,44 @@ class AdvantageBatch:
                 f"Got {n} rewards but {self.layout.size} group ids; give exactly one group id per reward."
             )
         self.dtype = np.dtype(dtype)
-        self.response_lengths = _per_item(response_lengths, n, "response_lengths", dtype)
-        self.baseline_rewards = _per_item(baseline_rewards, n, "baseline_rewards", dtype)
-        self.reward_components = _components(reward_components, n, dtype)
-        self.component_weights = None if component_weights is None else np.asarray(component_weights, dtype)
-        self.step_rewards = _ragged(step_rewards, n, "step_rewards", dtype)
-        self.step_values = _ragged(step_values, n, "step_values", dtype)
-        self.roles = None if roles is None else _per_item(roles, n, "roles", None)
-        self.task_ids = None if task_ids is None else _per_item(task_ids, n, "task_ids", None)
+        given = {
+            "response_lengths": response_lengths,
+            "baseline_rewards": baseline_rewards,
+            "reward_components": reward_components,
+            "component_weights": component_weights,
+            "step_rewards": step_rewards,
+            "step_values": step_values,
+            "roles": roles,
+            "task_ids": task_ids,
+        }
+        self._sources = {k: v for k, v in (sources or {}).items() if given.get(k) is None}
+        unknown = sorted(set(self._sources) - set(given))
+        if unknown:
+            raise GroupError(f"Unknown batch field(s) {', '.join(unknown)}; known: {', '.join(OPTIONAL_FIELDS)}.")
+        for name, value in given.items():
+            if name not in self._sources:
+                setattr(self, name, self._checked(name, value))
+
+    def _checked(self, name: str, value: Any) -> Any:
+        if value is None:
+            return None
+        n = len(self.rewards)
+        if name == "reward_components":
+            return _components(value, n, self.dtype)
+        if name == "component_weights":
+            return np.asarray(value, dtype=self.dtype).reshape(-1)
+        if name in ("step_rewards", "step_values"):
+            return _ragged(value, n, name, self.dtype)
+        return _per_item(value, n, name, None if name in ("roles", "task_ids") else self.dtype)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for fields left to a source: build them once, on first use.
+        sources = self.__dict__.get("_sources", {})
+        if name not in sources:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = self._checked(name, sources.pop(name)())
+        setattr(self, name, value)
+        return value
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -238,27 +395,21 @@ class AdvantageBatch:
         return value
 
 
-def _per_item(values: ArrayLike | None, n: int, name: str, dtype: Any) -> NDArray[Any] | None:
-    if values is None:
-        return None
+def _per_item(values: ArrayLike, n: int, name: str, dtype: Any) -> NDArray[Any]:
     array = np.asarray(values, dtype=dtype)
     if array.shape != (n,):
         raise GroupError(f"{name} must have one entry per reward ({n}), got shape {array.shape}.")
     return array
 
 
-def _components(values: ArrayLike | None, n: int, dtype: Any) -> FloatArray | None:
-    if values is None:
-        return None
+def _components(values: ArrayLike, n: int, dtype: Any) -> FloatArray:
     array = np.asarray(values, dtype=dtype)
     if array.ndim != 2 or array.shape[0] != n:
         raise GroupError(f"reward_components must have shape (n_rewards={n}, n_components), got {array.shape}.")
     return array
 
 
-def _ragged(values: Ragged | Sequence[ArrayLike] | None, n: int, name: str, dtype: Any) -> Ragged | None:
-    if values is None:
-        return None
+def _ragged(values: Ragged | Sequence[ArrayLike], n: int, name: str, dtype: Any) -> Ragged:
     ragged = values if isinstance(values, Ragged) else Ragged.from_rows(values, dtype=dtype)
     if len(ragged) != n:
         raise GroupError(f"{name} must have one row per reward ({n}), got {len(ragged)} rows.")

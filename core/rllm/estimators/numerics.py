@@ -1,11 +1,15 @@
-"""Numeric conventions of the group-normalising estimators, and named presets per framework.
+"""Numeric conventions of the normalising estimators, and named presets per framework.
 
-Frameworks disagree on the std divisor, the epsilon, and what a group of one trajectory
-gets. A :class:`Numerics` pins all of them; a preset reproduces one framework's numbers.
+Frameworks disagree on the std divisor, the epsilon, what a group of one trajectory gets,
+how a batch is whitened and in which precision all of it happens. A :class:`Numerics`
+pins every one of these choices; a preset reproduces one framework's numbers.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
@@ -14,34 +18,58 @@ import numpy as np
 from rllm.errors import ConfigError
 
 StdDivisor = Literal["population", "unbiased"]
-SinglePolicy = Literal["raw", "zero"]
+SinglePolicy = Literal["raw", "zero", "error"]
+ZeroVariancePolicy = Literal["eps", "zero"]
+WhitenMode = Literal["std", "var_add", "var_clamp"]
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "std": ("population", "unbiased"),
+    "single": ("raw", "zero", "error"),
+    "zero_variance": ("eps", "zero"),
+    "dtype": ("float64", "float32"),
+    "whiten": ("std", "var_add", "var_clamp"),
+}
 
 
 @dataclass(frozen=True)
 class Numerics:
-    """How group statistics are computed.
+    """How group and batch statistics are computed.
 
     ``std``: ``"population"`` divides the variance by n, ``"unbiased"`` by n - 1.
-    ``eps``: added to the standard deviation before dividing.
-    ``single``: a group of one trajectory keeps its raw reward (``"raw"``: mean 0, std 1)
-    or gets zero advantage (``"zero"``).
+    ``eps``: added to a group's standard deviation before dividing by it.
+    ``single``: a group of one trajectory is compared with a baseline of 0 and a std of 1
+    (``"raw"``), gets zero advantage (``"zero"``), or is refused (``"error"``).
+    ``zero_variance``: a group whose rewards are all equal is divided by ``std + eps`` like
+    any other (``"eps"``), or gets exactly zero advantage (``"zero"``; needed with ``eps=0``).
     ``dtype``: ``"float64"`` or ``"float32"`` for the computation and the result.
+    ``whiten``: how a batch is whitened (REINFORCE++ and friends): ``"std"`` is
+    ``x / (std + eps)``; ``"var_add"`` is ``(x - mean) / sqrt(var + whiten_eps)``;
+    ``"var_clamp"`` is ``(x - mean) / sqrt(max(var, whiten_eps))``.
+    ``whiten_eps`` and ``whiten_std`` default to ``eps`` and ``std``.
     """
 
     std: StdDivisor = "population"
     eps: float = 1e-6
     single: SinglePolicy = "raw"
+    zero_variance: ZeroVariancePolicy = "eps"
     dtype: str = "float64"
+    whiten: WhitenMode = "std"
+    whiten_eps: float | None = None
+    whiten_std: StdDivisor | None = None
 
     def __post_init__(self) -> None:
-        if self.std not in ("population", "unbiased"):
-            raise ConfigError(f"std must be 'population' or 'unbiased', got {self.std!r}.")
-        if self.single not in ("raw", "zero"):
-            raise ConfigError(f"single must be 'raw' or 'zero', got {self.single!r}.")
-        if not (isinstance(self.eps, int | float) and self.eps >= 0):
-            raise ConfigError(f"eps must be a non-negative number, got {self.eps!r}.")
-        if self.dtype not in ("float64", "float32"):
-            raise ConfigError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}.")
+        for name, allowed in _CHOICES.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ConfigError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}.")
+        if self.whiten_std is not None and self.whiten_std not in _CHOICES["std"]:
+            raise ConfigError(f"whiten_std must be 'population' or 'unbiased'; got {self.whiten_std!r}.")
+        for name in ("eps", "whiten_eps"):
+            value = getattr(self, name)
+            if value is None and name == "whiten_eps":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise ConfigError(f"{name} must be a non-negative number, got {value!r}.")
 
     @property
     def ddof(self) -> int:
@@ -53,39 +81,110 @@ class Numerics:
 
 
 PRESETS: dict[str, Numerics] = {
-    "rllm": Numerics(std="population", eps=1e-6, single="raw"),
-    "verl": Numerics(std="unbiased", eps=1e-6, single="raw"),
-    "trl": Numerics(std="unbiased", eps=1e-4, single="zero"),
-    "openrlhf": Numerics(std="unbiased", eps=1e-9, single="zero"),
+    "rllm": Numerics(std="population", eps=1e-6, single="raw", dtype="float64"),
+    "verl": Numerics(
+        std="unbiased", eps=1e-6, single="raw", dtype="float32", whiten="var_add", whiten_eps=1e-8
+    ),
+    "skyrl": Numerics(
+        std="unbiased", eps=1e-6, single="raw", dtype="float32", whiten="var_add", whiten_eps=1e-8
+    ),
+    "trl": Numerics(std="unbiased", eps=1e-4, single="zero", dtype="float32"),
+    "openrlhf": Numerics(
+        std="unbiased",
+        eps=1e-9,
+        single="zero",
+        dtype="float32",
+        whiten="var_clamp",
+        whiten_eps=1e-8,
+        whiten_std="population",
+    ),
 }
-"""Numeric conventions of each framework (see docs/estimators.md for the sources)."""
+"""Numeric conventions of each framework (sources and caveats in docs/estimators.md)."""
 
-NUMERICS_OPTIONS = ("preset", "std", "eps", "epsilon", "episilon", "single", "dtype")
+ESTIMATOR_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
+    ("skyrl", "rloo"): {"single": "zero"},
+}
+"""Where a framework treats one estimator differently from its others: (preset, estimator) -> fields."""
+
+NUMERICS_OPTIONS = (
+    "preset",
+    "std",
+    "eps",
+    "epsilon",
+    "episilon",
+    "single",
+    "zero_variance",
+    "dtype",
+    "whiten",
+    "whiten_eps",
+    "whiten_std",
+)
 """Keyword options every normalising built-in estimator accepts."""
 
 
 def resolve_numerics(
     preset: str | None = None,
     *,
+    estimator: str | None = None,
     std: StdDivisor | None = None,
     eps: float | None = None,
     epsilon: float | None = None,
     episilon: float | None = None,
     single: SinglePolicy | None = None,
+    zero_variance: ZeroVariancePolicy | None = None,
     dtype: str | None = None,
+    whiten: WhitenMode | None = None,
+    whiten_eps: float | None = None,
+    whiten_std: StdDivisor | None = None,
 ) -> Numerics:
-    """A preset (default ``"rllm"``) with explicit options on top.
+    """A preset (default ``"rllm"``), its per-``estimator`` exceptions, then explicit options on top.
 
-    ``epsilon`` and the documented API's spelling ``episilon`` are accepted as aliases of ``eps``.
+    ``epsilon`` and the documented API's spelling ``episilon`` are aliases of ``eps``.
     """
     name = preset or "rllm"
     if name not in PRESETS:
         known = ", ".join(sorted(PRESETS))
         raise ConfigError(f"Unknown numerics preset {name!r}; choose one of: {known}.")
+    base = replace(PRESETS[name], **ESTIMATOR_OVERRIDES.get((name, estimator or ""), {}))
     chosen = [v for v in (eps, epsilon, episilon) if v is not None]
-    overrides: dict[str, Any] = {"std": std, "single": single, "dtype": dtype}
-    if chosen:
-        overrides["eps"] = float(chosen[0])
-    overrides = {k: v for k, v in overrides.items() if v is not None}
+    overrides: dict[str, Any] = {
+        "std": std,
+        "single": single,
+        "zero_variance": zero_variance,
+        "dtype": None if dtype is None else np.dtype(dtype).name,
+        "whiten": whiten,
+        "whiten_eps": whiten_eps,
+        "whiten_std": whiten_std,
+        "eps": float(chosen[0]) if chosen else None,
+    }
     valid = {f.name for f in fields(Numerics)}
-    return replace(PRESETS[name], **{k: v for k, v in overrides.items() if k in valid})
+    return replace(base, **{k: v for k, v in overrides.items() if v is not None and k in valid})
+
+
+def numerics_parameters() -> list[inspect.Parameter]:
+    """:data:`NUMERICS_OPTIONS` as keyword-only parameters defaulting to None (for signatures)."""
+    return [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None) for n in NUMERICS_OPTIONS]
+
+
+def with_numerics(estimator: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a kernel ``fn(batch, *, numerics, **own)`` the numerics keyword options.
+
+    The wrapped estimator's signature lists its own options plus :data:`NUMERICS_OPTIONS`,
+    so the dispatcher can tell which options it takes; they are resolved into one
+    :class:`Numerics` (with ``estimator``'s preset exceptions) before the kernel runs.
+    """
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(fn)
+        own = [p for p in signature.parameters.values() if p.name != "numerics"]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            chosen = {k: kwargs.pop(k) for k in NUMERICS_OPTIONS if k in kwargs}
+            numerics = resolve_numerics(chosen.pop("preset", None), estimator=estimator, **chosen)
+            return fn(*args, numerics=numerics, **kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=own + numerics_parameters())  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
