@@ -23,35 +23,38 @@ def test_advantages_on_bundled_sample(capsys: pytest.CaptureFixture[str]) -> Non
     assert "reward/solver/mean" in err and "advantage/verifier/std" in err
 
 
+def rloo_on_file(tmp_path: Path, lines: list[str]) -> list[dict[str, object]]:
+    """Run `rllm advantages -e rloo` from one file to another and read the result back."""
+    out = tmp_path / "out.jsonl"
+    assert main(["advantages", str(rollouts(tmp_path / "in.jsonl", lines)), "-o", str(out), "-e", "rloo"]) == 0
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
 def test_advantages_writes_file_with_estimator_and_keeps_fields(tmp_path: Path) -> None:
-    src = rollouts(
-        tmp_path / "in.jsonl",
+    records = rloo_on_file(
+        tmp_path,
         [
             '{"task_id": "q:1", "reward": 3, "text": "a"}',
             '{"task_id": "q:2", "reward": 5}',
             '{"task_id": "q:1", "reward": 1, "text": "b"}',
         ],
     )
-    out = tmp_path / "out.jsonl"
-    assert main(["advantages", str(src), "-o", str(out), "-e", "rloo"]) == 0
-    records = [json.loads(line) for line in out.read_text().splitlines()]
     # RLOO: group q:1 = [3, 1] -> +2, -2; q:2 is alone and keeps its reward 5.
     assert [r["advantage"] for r in records] == [2.0, 5.0, -2.0]
     assert records[0]["text"] == "a" and records[2]["text"] == "b"
 
 
 def test_roles_group_separately(tmp_path: Path) -> None:
-    src = rollouts(
-        tmp_path / "in.jsonl",
+    records = rloo_on_file(
+        tmp_path,
         [
             '{"group_id": "g", "role": "a", "reward": 1}',
             '{"group_id": "g", "role": "b", "reward": 4}',
             '{"group_id": "g", "role": "a", "reward": 3}',
         ],
     )
-    out = tmp_path / "out.jsonl"
-    assert main(["advantages", str(src), "-o", str(out), "-e", "rloo"]) == 0
-    assert [json.loads(x)["advantage"] for x in out.read_text().splitlines()] == [-2.0, 4.0, 2.0]
+    # Role a = [1, 3] -> -2, +2; role b is alone and keeps its reward 4.
+    assert [r["advantage"] for r in records] == [-2.0, 4.0, 2.0]
 
 
 @pytest.mark.parametrize(
