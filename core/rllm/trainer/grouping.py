@@ -1,0 +1,142 @@
+"""From episodes to trajectory groups: compact filtering, the grouping hook, reward filling.
+
+The grouping hook decides which rollouts an estimator compares. The default,
+:func:`group_by_task_and_role`, puts all rollouts of one task and one trajectory name (role)
+in one group; plugins register others under a name (``rllm.grouping_hook``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rllm.errors import DataError, TrainerError
+from rllm.types import Episode, TerminationReason, TrajectoryGroup
+
+GroupingHook = Callable[..., list[TrajectoryGroup]]
+UNNAMED = "default_traj_name"
+
+
+@dataclass
+class CompactFilteringConfig:
+    """Which termination reasons take an episode out of training (all off unless ``enable``)."""
+
+    enable: bool = False
+    masked: frozenset[TerminationReason] = field(default_factory=frozenset)
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any] | None) -> CompactFilteringConfig:
+        section = section or {}
+        masked = frozenset(reason for reason in TerminationReason if section.get(f"mask_{reason.value}", False))
+        return cls(enable=bool(section.get("enable", False)), masked=masked)
+
+    def masks(self, episode: Episode) -> bool:
+        return self.enable and episode.termination_reason in self.masked
+
+
+def _metadata(episode: Episode) -> dict[str, Any]:
+    reason = episode.termination_reason
+    return {
+        "task_id": episode.task_id,
+        "rollout_idx": episode.rollout_idx,
+        "episode_id": episode.id,
+        "termination_reason": reason.value if reason is not None else None,
+        "is_correct": episode.is_correct,
+    }
+
+
+def group_by_task_and_role(episodes: Sequence[Episode], **options: Any) -> list[TrajectoryGroup]:
+    """One group per (task id, trajectory name); trajectories without steps are left out.
+
+    An unnamed trajectory is named after its position in the episode
+    (``default_traj_name_{position}``), so the first unnamed trajectories of all rollouts of
+    a task are compared with each other. Task ids may contain ':'.
+    """
+    groups: dict[tuple[str, str], TrajectoryGroup] = {}
+    for episode in episodes:
+        for position, trajectory in enumerate(episode.trajectories):
+            if not trajectory.steps:
+                continue
+            role = trajectory.name if trajectory.name != UNNAMED else f"{UNNAMED}_{position}"
+            key = (episode.task_id, role)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = TrajectoryGroup.for_task(episode.task_id, role, [], [])
+            group.trajectories.append(trajectory)
+            group.metadata.append(_metadata(episode))
+    return list(groups.values())
+
+
+def fill_trajectory_rewards(group: TrajectoryGroup) -> None:
+    """Broadcast mode: unset trajectory rewards take their last step's reward, all or none of a group."""
+    unset = [t.reward is None for t in group.trajectories]
+    if all(unset):
+        for trajectory in group.trajectories:
+            trajectory.reward = float(trajectory.steps[-1].reward) if trajectory.steps else 0.0
+    elif any(unset):
+        position = unset.index(True)
+        raise DataError(
+            f"Group {group.group_id!r} mixes trajectories with and without a reward (position {position}, "
+            f"uid {group.trajectories[position].uid!r} has none). Set trajectory.reward on all of them, "
+            "or on none so each takes its last step's reward."
+        )
+
+
+def _size_metrics(groups: Sequence[TrajectoryGroup]) -> dict[str, float]:
+    sizes = np.array([len(g.trajectories) for g in groups], dtype=float)
+    if not len(sizes):
+        return {"grouping/num_groups": 0.0}
+    return {
+        "grouping/num_groups": float(len(sizes)),
+        "grouping/avg_group_size": float(sizes.mean()),
+        "grouping/max_group_size": float(sizes.max()),
+        "grouping/min_group_size": float(sizes.min()),
+    }
+
+
+def transform_episodes_to_trajectory_groups(
+    episodes: Sequence[Episode],
+    grouping_hook: GroupingHook,
+    compact_filtering: CompactFilteringConfig,
+    broadcast: bool = True,
+) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+    """Mask episodes by termination reason, group the rest with ``grouping_hook``, fill rewards."""
+    kept = [episode for episode in episodes if not compact_filtering.masks(episode)]
+    before = sum(len(ep.trajectories) for ep in episodes)
+    groups = grouping_hook(kept)
+    if not isinstance(groups, list) or not all(isinstance(g, TrajectoryGroup) for g in groups):
+        name = getattr(grouping_hook, "__qualname__", repr(grouping_hook))
+        raise TrainerError(
+            f"Grouping hook {name} returned {type(groups).__name__}; it must return a list of "
+            "rllm.TrajectoryGroup."
+        )
+    groups = [g for g in groups if g.trajectories]
+    if broadcast:
+        for group in groups:
+            fill_trajectory_rewards(group)
+    metrics = {
+        "grouping/num_trajs_before_filter": float(before),
+        "grouping/num_trajs_after_filter": float(sum(len(g.trajectories) for g in groups)),
+        "grouping/episodes_masked": float(len(episodes) - len(kept)),
+    }
+    metrics.update(_size_metrics(groups))
+    return groups, metrics
+
+
+def check_estimator_roles(groups: Sequence[TrajectoryGroup], estimator_map: Mapping[str, Any]) -> list[str]:
+    """Roles named in the estimator map that no group of this batch has (likely a typo)."""
+    roles = {group.group_role for group in groups}
+    return sorted(role for role in estimator_map if role not in roles)
+
+
+__all__ = [
+    "CompactFilteringConfig",
+    "GroupingHook",
+    "check_estimator_roles",
+    "fill_trajectory_rewards",
+    "group_by_task_and_role",
+    "transform_episodes_to_trajectory_groups",
+]

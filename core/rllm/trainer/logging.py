@@ -1,0 +1,230 @@
+"""Where metrics and episodes go: the console, a JSON Lines file, per-step episode files.
+
+Files are written atomically (a temporary file in the same directory, then ``os.replace``),
+so a process killed at any moment leaves either the old file or the new one, never half.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from enum import Enum
+from pathlib import Path
+from typing import Any, TextIO
+
+from rllm.errors import ConfigError
+from rllm.types import Episode
+
+SUPPORTED_LOGGERS = ("console", "jsonl")
+METRICS_FILE = "metrics.jsonl"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` in one step; readers never see a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _jsonable(value: Any) -> Any:
+    """Episode fields as JSON: enums by value, numpy scalars as numbers, the rest as text."""
+    if isinstance(value, Enum):
+        return value.value
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics file; a torn last line (a killed writer) is ignored."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+class ProgressBar:
+    """A one-line text progress bar on stderr; on a non-terminal it prints every tenth of the run."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, width: int = 28) -> None:
+        self.total = max(total, 1)
+        self.stream = stream or sys.stderr
+        self.width = width
+        self.started = time.monotonic()
+        self.start_step: int | None = None
+        self.interactive = self.stream.isatty()
+        self._last_decile = -1
+
+    def update(self, step: int, note: str = "") -> None:
+        if self.start_step is None:
+            self.start_step = step - 1
+        done = min(step / self.total, 1.0)
+        filled = int(done * self.width)
+        elapsed = time.monotonic() - self.started
+        rate = (step - self.start_step) / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - step) / rate if rate > 0 else 0.0
+        line = (
+            f"[{'#' * filled}{'.' * (self.width - filled)}] {step}/{self.total} "
+            f"{elapsed:5.1f}s elapsed, ~{eta:4.1f}s left {note}"
+        )
+        if self.interactive:
+            self.stream.write("\r\x1b[K" + line)
+            if step >= self.total:
+                self.stream.write("\n")
+        else:
+            decile = int(done * 10)
+            if decile == self._last_decile and step < self.total:
+                return
+            self._last_decile = decile
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def clear(self) -> None:
+        """Erase the bar so a console line can be printed cleanly."""
+        if self.interactive:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+CONSOLE_KEYS = ("reward/", "advantage/", "actor/loss", "actor/entropy", "time/step")
+
+
+class ConsoleSink:
+    """A compact line per step on stdout (rewards, advantages, loss) and every validation metric."""
+
+    def __init__(self, progress: ProgressBar | None = None, stream: TextIO | None = None) -> None:
+        self.progress = progress
+        self.stream = stream or sys.stdout
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        if self.progress is not None:
+            self.progress.clear()
+        kind, step = record.get("kind"), record.get("step")
+        shown = []
+        for key, value in record.items():
+            if key in ("kind", "step", "epoch", "wall_time"):
+                continue
+            if kind == "train" and not key.startswith(CONSOLE_KEYS):
+                continue
+            if kind == "train" and key.startswith("advantage/") and not key.endswith("/std"):
+                continue
+            if kind == "train" and key.startswith("reward/") and not key.endswith("/mean"):
+                continue
+            number = _number(value)
+            if number is not None:
+                shown.append(f"{key}={number:.4g}")
+        print(f"[{kind} step {step}] " + " ".join(shown), file=self.stream, flush=True)
+        if self.progress is not None and kind == "train" and isinstance(step, int):
+            reward = next((v for k, v in record.items() if k.startswith("reward/") and k.endswith("/mean")), None)
+            self.progress.update(step, f"reward {reward:.3f}" if reward is not None else "")
+
+
+class JsonlSink:
+    """Appends one JSON object per record to ``metrics.jsonl``, flushed at every line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.handle = path.open("a", encoding="utf-8")
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        clean = {k: (_number(v) if not isinstance(v, str) else v) for k, v in record.items()}
+        self.handle.write(json.dumps(clean) + "\n")
+        self.handle.flush()
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def truncate_metrics(path: Path, last_step: int) -> None:
+    """Drop records of steps after ``last_step``: those a resumed run is about to train again."""
+    records = read_metrics(path)
+    kept = [r for r in records if int(r.get("step", 0)) <= last_step]
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+class MetricsLogger:
+    """Fans a record out to the configured sinks (``rllm.trainer.logger``)."""
+
+    def __init__(self, backends: Iterable[str], output_dir: Path, total_steps: int = 0, progress: bool = True):
+        names = [str(name) for name in backends]
+        unknown = [name for name in names if name not in SUPPORTED_LOGGERS]
+        if unknown:
+            raise ConfigError(
+                f"rllm.trainer.logger lists {unknown}, which are not available; supported loggers are "
+                f"{', '.join(SUPPORTED_LOGGERS)}."
+            )
+        self.progress = ProgressBar(total_steps) if progress and "console" in names else None
+        self.sinks: list[Any] = []
+        if "console" in names:
+            self.sinks.append(ConsoleSink(self.progress))
+        if "jsonl" in names:
+            self.sinks.append(JsonlSink(output_dir / METRICS_FILE))
+        self.started = time.time()
+
+    def set_total(self, total_steps: int) -> None:
+        if self.progress is not None:
+            self.progress.total = max(total_steps, 1)
+
+    def log(self, data: Mapping[str, Any], step: int, kind: str = "train", epoch: int | None = None) -> None:
+        record: dict[str, Any] = {"kind": kind, "step": step}
+        if epoch is not None:
+            record["epoch"] = epoch
+        record["wall_time"] = round(time.time() - self.started, 3)
+        record.update(data)
+        for sink in self.sinks:
+            sink.write(record)
+
+    def finish(self) -> None:
+        for sink in self.sinks:
+            if hasattr(sink, "close"):
+                sink.close()
+        self.sinks = []
+
+
+class EpisodeLogger:
+    """Writes episodes to ``{base_dir}/{mode}/step_{step:06d}-{part:03d}.jsonl``, each file atomically.
+
+    ``part`` counts the engine calls of one step (validation runs one per batch), so no call
+    overwrites another's file; a resumed run that repeats a step replaces that step's files.
+    """
+
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = Path(base_dir)
+        self._parts: Counter[tuple[str, int]] = Counter()
+
+    def log(self, episodes: Sequence[Episode], step: int, mode: str) -> Path:
+        part = self._parts[(mode, step)]
+        self._parts[(mode, step)] += 1
+        path = self.base_dir / mode / f"step_{step:06d}-{part:03d}.jsonl"
+        lines = [json.dumps(dataclasses.asdict(ep), default=_jsonable) + "\n" for ep in episodes]
+        atomic_write_text(path, "".join(lines))
+        return path

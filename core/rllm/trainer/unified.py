@@ -1,0 +1,424 @@
+"""The backend-agnostic RL loop: episodes -> groups -> filtering -> advantages -> policy update.
+
+Eight stages per training batch: (1) the backend generates episodes through the workflow
+engine, (2) the grouping hook turns them into trajectory groups, (3) rejection sampling and
+filtering, (4) the backend converts groups to its batch, (5) processes it (log-probs, ...),
+(6) advantages are computed with rllm's estimators, (7) the backend updates the policy,
+(8) metrics are logged. Validation, checkpoints and resume wrap around that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+import threading
+import time
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from rllm.config.algorithm import AlgorithmConfig, estimator_name
+from rllm.config.loading import default_config
+from rllm.errors import ConfigError, RLLMWarning, TrainerError
+from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory_groups
+from rllm.estimators.compute import get_estimator
+from rllm.plugins.manager import get_plugin_manager
+from rllm.trainer.checkpoint import CheckpointManager
+from rllm.trainer.engine import WorkflowEngine
+from rllm.trainer.grouping import (
+    CompactFilteringConfig,
+    GroupingHook,
+    check_estimator_roles,
+    transform_episodes_to_trajectory_groups,
+)
+from rllm.trainer.logging import METRICS_FILE, EpisodeLogger, MetricsLogger, truncate_metrics
+from rllm.trainer.protocol import BackendProtocol, TrainerState
+from rllm.trainer.rejection import (
+    RejectionSamplingConfig,
+    RejectionSamplingState,
+    apply_rejection_sampling_and_filtering,
+)
+from rllm.trainer.validation import pass_at_k_metrics
+from rllm.types import Episode, TerminationReason
+from rllm.workflows.workflow import Workflow
+
+TRAINER_OPTIONS = ("executor", "progress")
+"""Keyword arguments accepted beyond the documented ones."""
+
+
+@contextmanager
+def _timer(name: str, timings: dict[str, float]) -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - started
+
+
+def _resolve_backend(backend_cls: type[BackendProtocol] | str | None, config: DictConfig) -> type[BackendProtocol]:
+    if isinstance(backend_cls, type):
+        return backend_cls
+    name = backend_cls or str(config.rllm.backend)
+    target = get_plugin_manager().backends.resolve(name).target
+    if not isinstance(target, type):
+        raise ConfigError(f"Backend {name!r} is registered as {target!r}, which is not a class.")
+    return target
+
+
+def _resolve_grouping_hook(hook: GroupingHook | str | None, config: DictConfig) -> GroupingHook:
+    if callable(hook):
+        return hook
+    name = hook or str(config.rllm.grouping_hook)
+    return get_plugin_manager().grouping_hooks.resolve(name).target
+
+
+def _episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Averages of the workflows' own metrics and the share of each termination reason."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for episode in episodes:
+        for key, value in episode.metrics.items():
+            if isinstance(value, int | float | np.number):
+                values[f"batch/{key}"].append(float(value))
+    metrics = {key: float(np.mean(series)) for key, series in values.items()}
+    reasons = Counter(ep.termination_reason for ep in episodes)
+    total = max(len(episodes), 1)
+    for reason in TerminationReason:
+        metrics[f"batch/termination_reason/{reason.value}"] = reasons[reason] / total
+    metrics["batch/num_episodes"] = float(len(episodes))
+    metrics["batch/accuracy"] = float(np.mean([ep.is_correct for ep in episodes])) if episodes else 0.0
+    return metrics
+
+
+class UnifiedTrainer:
+    """Runs RL training against any backend: a class, or the name a plugin registered.
+
+    ``backend_cls`` may be a :class:`BackendProtocol` subclass, a registered backend name, or
+    None for ``rllm.backend``. ``workflow_class`` None trains the backend's built-in task.
+    ``traj_grouping_hook`` (a callable or a registered name) replaces ``rllm.grouping_hook``;
+    ``traj_group_adv_estimator_map`` extends ``rllm.algorithm.estimator_map`` (role ->
+    estimator name). Extra keywords: ``executor`` (where workflows run, default in-process)
+    and ``progress`` (False hides the progress bar).
+    """
+
+    def __init__(
+        self,
+        backend_cls: type[BackendProtocol] | str | None,
+        config: DictConfig | Mapping[str, Any],
+        workflow_class: type[Workflow] | None = None,
+        train_dataset: Sequence[Any] | None = None,
+        val_dataset: Sequence[Any] | None = None,
+        workflow_args: dict[str, Any] | None = None,
+        backend_args: dict[str, Any] | None = None,
+        *,
+        traj_grouping_hook: GroupingHook | str | None = None,
+        traj_group_adv_estimator_map: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        unknown = sorted(set(kwargs) - set(TRAINER_OPTIONS))
+        if unknown:
+            raise ConfigError(
+                f"UnifiedTrainer got unknown keyword argument(s) {unknown}; accepted extras: "
+                f"{', '.join(TRAINER_OPTIONS)}."
+            )
+        self.config: DictConfig = OmegaConf.merge(default_config(), config)  # type: ignore[assignment]
+        self.rllm_config = self.config.rllm
+        self.workflow_class = workflow_class
+        self.workflow_args = dict(workflow_args or {})
+        self.train_dataset = train_dataset
+        self.val_dataset = val_dataset
+        self.traj_grouping_hook = _resolve_grouping_hook(traj_grouping_hook, self.config)
+        self.traj_group_adv_estimator_map = dict(traj_group_adv_estimator_map or {})
+        self.progress = bool(kwargs.get("progress", True))
+        self.logger: MetricsLogger | None = None
+        self._unused_roles_warned: set[str] = set()
+
+        self._validate_and_setup_configs()
+        backend_type = _resolve_backend(backend_cls, self.config)
+        self.backend: BackendProtocol = backend_type(config=self.config, **(backend_args or {}))
+        self.backend.validate_config()
+        self._setup_task()
+
+        trainer_cfg = self.rllm_config.trainer
+        self.output_dir = Path(str(trainer_cfg.output_dir))
+        self.checkpoints = CheckpointManager(
+            self.output_dir / "checkpoints", self._fingerprint(), keep=int(trainer_cfg.max_checkpoints)
+        )
+        episode_logging = self.rllm_config.episode_logging
+        self.episode_logger = (
+            EpisodeLogger(Path(str(episode_logging.episode_log_dir))) if episode_logging.log_episodes else None
+        )
+        rollout_engine = self.backend.init_rollout_engine(
+            cf_config=self.cf_config,
+            rs_config=self.rs_config,
+            algorithm_config=self.algorithm_config,
+        )
+        workflow = self.rllm_config.workflow
+        self.agent_workflow_engine = WorkflowEngine(
+            workflow_cls=self.workflow_class,  # type: ignore[arg-type]
+            workflow_args=self.workflow_args,
+            rollout_engine=rollout_engine,
+            n_parallel_tasks=int(workflow.n_parallel_tasks),
+            retry_limit=int(workflow.retry_limit),
+            raise_on_error=bool(workflow.raise_on_error),
+            timeout=None if workflow.timeout is None else float(workflow.timeout),
+            executor=kwargs.get("executor"),
+            episode_logger=self.episode_logger,
+        )
+        self.tokenizer = getattr(self.backend, "tokenizer", None)
+
+    # -- setup ----------------------------------------------------------------------------
+    def _validate_and_setup_configs(self) -> None:
+        rllm = self.rllm_config
+        algorithm = AlgorithmConfig.from_config(self.config)
+        if self.traj_group_adv_estimator_map:
+            algorithm = dataclasses.replace(
+                algorithm, estimator_map={**algorithm.estimator_map, **self.traj_group_adv_estimator_map}
+            )
+        for name in {algorithm.estimator, *algorithm.estimator_map.values()}:
+            get_estimator(name)  # unknown names fail now, with suggestions, not after the first rollouts
+        self.algorithm_config = algorithm
+        self.cf_config = CompactFilteringConfig.from_config(rllm.compact_filtering)
+        self.rs_config = RejectionSamplingConfig.from_config(rllm.rejection_sample)
+        for key in ("n", "n_val"):
+            if int(rllm.rollout[key]) < 1:
+                raise ConfigError(f"rllm.rollout.{key} must be at least 1, got {rllm.rollout[key]}.")
+        if int(rllm.rollout.n) < self.rs_config.min_trajs_per_group:
+            warnings.warn(
+                f"rllm.rollout.n={rllm.rollout.n} is below rllm.rejection_sample.min_trajs_per_group="
+                f"{self.rs_config.min_trajs_per_group}: single-role tasks will have every group dropped.",
+                RLLMWarning,
+                stacklevel=3,
+            )
+
+    def _setup_task(self) -> None:
+        if self.workflow_class is not None:
+            return
+        setup = self.backend.builtin_task()
+        if setup is None:
+            raise ConfigError(
+                f"Backend {type(self.backend).__name__} has no built-in task; pass workflow_class and "
+                "datasets to UnifiedTrainer."
+            )
+        self.workflow_class = setup.workflow_class
+        self.workflow_args = {**setup.workflow_args, **self.workflow_args}
+        if self.train_dataset is None:
+            self.train_dataset = setup.train_dataset
+        if self.val_dataset is None:
+            self.val_dataset = setup.val_dataset
+
+    def _fingerprint(self) -> dict[str, Any]:
+        """Settings a checkpoint is tied to: resuming under others would mix two experiments."""
+        return {
+            "backend": str(self.rllm_config.backend),
+            "estimator": estimator_name(self.algorithm_config.estimator),
+            "estimator_map": {k: estimator_name(v) for k, v in self.algorithm_config.estimator_map.items()},
+            "loss_fn": self.algorithm_config.loss_fn,
+        }
+
+    # -- entry points ------------------------------------------------------------------------
+    def fit(self) -> None:
+        """Train to the end (sync). Inside a running event loop it trains on a separate thread."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            asyncio.run(self.fit_async())
+            return
+        failure: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                asyncio.run(self.fit_async())
+            except BaseException as exc:
+                failure.append(exc)
+
+        thread = threading.Thread(target=target, name="rllm-trainer")
+        thread.start()
+        thread.join()
+        if failure:
+            raise failure[0]
+
+    async def fit_async(self) -> None:
+        """Train to the end: resume if a checkpoint exists, validate, run the steps, validate again."""
+        await self.agent_workflow_engine.initialize_pool()
+        state = TrainerState(rs_state=RejectionSamplingState())
+        resumed = self._restore(state)
+        state.total_steps = self._total_steps(state)
+        self.logger = MetricsLogger(
+            self.rllm_config.trainer.logger, self.output_dir, state.total_steps, progress=self.progress
+        )
+        await self.backend.on_train_start(state)
+        trainer_cfg = self.rllm_config.trainer
+        if trainer_cfg.val_only:
+            await self._validate_async(state)
+            return
+        if trainer_cfg.val_before_train and not resumed:
+            await self._validate_async(state)
+        if state.global_step >= state.total_steps:
+            print(f"rllm: training already complete ({state.global_step} steps).", file=sys.stderr)
+        else:
+            await self._fit_async(state)
+        await self.backend.on_train_end(state)
+
+    def _restore(self, state: TrainerState) -> bool:
+        mode = str(self.rllm_config.trainer.resume_mode)
+        if mode not in ("auto", "disable"):
+            raise ConfigError(f"rllm.trainer.resume_mode={mode!r} is unknown; use 'auto' or 'disable'.")
+        if mode == "disable":
+            self.checkpoints.clear()
+            (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
+            return False
+        latest = self.checkpoints.latest()
+        if latest is None:
+            (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
+            return False
+        self.checkpoints.load(latest, state, self.backend)
+        truncate_metrics(self.output_dir / METRICS_FILE, state.global_step)
+        print(f"rllm: resumed from {latest} (step {state.global_step}).", file=sys.stderr)
+        return True
+
+    def _total_steps(self, state: TrainerState) -> int:
+        trainer_cfg = self.rllm_config.trainer
+        total_batches = int(trainer_cfg.total_batches or -1)
+        loader = self.backend.get_dataloader(self.train_dataset, state)
+        try:
+            per_epoch = len(loader)  # type: ignore[arg-type]
+        except TypeError:
+            if total_batches <= 0:
+                raise TrainerError(
+                    "The training dataloader has no length; set rllm.trainer.total_batches to bound the run."
+                ) from None
+            return total_batches
+        by_epochs = per_epoch * int(trainer_cfg.total_epochs)
+        return min(total_batches, by_epochs) if total_batches > 0 else by_epochs
+
+    async def _fit_async(self, state: TrainerState) -> None:
+        trainer_cfg = self.rllm_config.trainer
+        test_freq, save_freq = int(trainer_cfg.test_freq), int(trainer_cfg.save_freq)
+        validated_at = saved_at = -1
+        start_epoch, skip = state.epoch, state.batches_done
+        for epoch in range(start_epoch, int(trainer_cfg.total_epochs)):
+            if state.global_step >= state.total_steps:
+                break
+            state.epoch = epoch
+            state.batches_done = skip if epoch == start_epoch else 0
+            await self.backend.on_epoch_start(state)
+            for index, batch in enumerate(self.backend.get_dataloader(self.train_dataset, state)):
+                if index < state.batches_done:
+                    continue
+                if state.global_step >= state.total_steps:
+                    break
+                state.reset_batch()
+                state.global_step += 1
+                await self.backend.on_batch_start(state)
+                with _timer("step", state.timing_dict):
+                    await self._train_batch_async(batch, state)
+                state.batches_done = index + 1
+                await self.backend.on_batch_end(state)
+                timings = {f"time/{k}": v for k, v in state.timing_dict.items()}
+                self.logger.log({**state.metrics, **timings}, step=state.global_step, epoch=epoch)  # type: ignore[union-attr]
+                if test_freq > 0 and state.global_step % test_freq == 0:
+                    await self._validate_async(state)
+                    validated_at = state.global_step
+                if save_freq > 0 and state.global_step % save_freq == 0:
+                    self.checkpoints.save(state, self.backend)
+                    saved_at = state.global_step
+            await self.backend.on_epoch_end(state)
+        if test_freq > 0 and validated_at != state.global_step:
+            await self._validate_async(state)
+        if saved_at != state.global_step:
+            self.checkpoints.save(state, self.backend)
+
+    async def _train_batch_async(self, batch: Any, state: TrainerState) -> None:
+        """Stages 1-8 for one batch; an empty stage ends the step early without an update."""
+        engine = self.agent_workflow_engine
+        engine.set_training_step(state.global_step, mode="train", epoch=state.epoch)
+        timings = state.timing_dict
+        with _timer("generate", timings):  # stage 1
+            state.episodes = await self.backend.generate_episodes(batch, agent_workflow_engine=engine)
+        state.metrics.update(engine.last_stats.as_metrics())
+        state.metrics.update(_episode_metrics(state.episodes))
+        if not state.has_episodes:
+            return
+        with _timer("group", timings):  # stages 2 and 3
+            groups, transform_metrics = transform_episodes_to_trajectory_groups(
+                state.episodes, self.traj_grouping_hook, self.cf_config
+            )
+            self._warn_unused_roles(groups)
+            groups, episodes, rs_metrics = apply_rejection_sampling_and_filtering(
+                state.episodes, groups, self.rs_config, state.rs_state
+            )
+        state.metrics.update(transform_metrics)
+        state.metrics.update(rs_metrics)
+        state.trajectory_groups, state.episodes = groups, episodes
+        state.metrics["batch/updated"] = float(state.has_trajectory_groups)
+        if not state.has_trajectory_groups:
+            return
+        with _timer("backend_batch", timings):  # stages 4 and 5
+            state.backend_batch = self.backend.transform_to_backend_batch(state)
+            await self.backend.process_backend_batch(state)
+        if not state.has_backend_batch:
+            raise TrainerError(
+                f"Backend {type(self.backend).__name__} left trainer_state.backend_batch empty; "
+                "transform_to_backend_batch must return the batch."
+            )
+        with _timer("advantage", timings):  # stage 6
+            await self.backend.compute_advantages(state, self.algorithm_config)
+        with _timer("update", timings):  # stage 7
+            await self.backend.update_policy(state)
+
+    def _warn_unused_roles(self, groups: Sequence[Any]) -> None:
+        for role in check_estimator_roles(groups, self.algorithm_config.estimator_map):
+            if role not in self._unused_roles_warned:
+                self._unused_roles_warned.add(role)
+                roles = sorted({g.group_role for g in groups})
+                warnings.warn(
+                    f"rllm.algorithm.estimator_map names role {role!r}, but this batch's groups have roles "
+                    f"{roles}; check the spelling (its estimator is not used).",
+                    RLLMWarning,
+                    stacklevel=3,
+                )
+
+    async def _validate_async(self, state: TrainerState) -> dict[str, float]:
+        """Roll out the validation set ``rollout.n_val`` times; pass@1 / pass@k per data source."""
+        if self.val_dataset is None or not await self.backend.on_validation_start(state):
+            return {}
+        started = time.perf_counter()
+        engine = self.agent_workflow_engine
+        engine.set_training_step(state.global_step, mode="val", epoch=state.epoch)
+        episodes: list[Episode] = []
+        state.validating = True
+        try:
+            for batch in self.backend.get_dataloader(self.val_dataset, state):
+                episodes += await self.backend.generate_episodes(
+                    batch, agent_workflow_engine=engine, is_validation=True
+                )
+        finally:
+            state.validating = False
+        metrics = pass_at_k_metrics(episodes)
+        groups, _ = transform_episodes_to_trajectory_groups(episodes, self.traj_grouping_hook, self.cf_config)
+        rewards = collect_reward_and_advantage_from_trajectory_groups(
+            groups, self.algorithm_config, collect_advantage=False
+        )
+        metrics.update({f"val/{key}": value for key, value in rewards.items()})
+        metrics["time/validation"] = time.perf_counter() - started
+        if self.logger is not None:
+            self.logger.log(metrics, step=state.global_step, kind="val", epoch=state.epoch)
+        await self.backend.on_validation_end(state)
+        return metrics
+
+    def shutdown(self) -> None:
+        """Stop the workflow executor and the backend, and close the metric files."""
+        self.agent_workflow_engine.shutdown()
+        self.backend.shutdown()
+        if self.logger is not None:
+            self.logger.finish()
+
+
+__all__ = ["TrainerState", "UnifiedTrainer"]

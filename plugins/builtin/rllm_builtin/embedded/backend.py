@@ -1,0 +1,254 @@
+"""The embedded backend: trains :class:`SoftmaxPolicy` on the CPU, in the trainer's process.
+
+It is the default backend, so ``rllm train`` works on any laptop, and it is the reference
+for backend authors: every stage of :class:`rllm.trainer.protocol.BackendProtocol` does real
+work here. Settings live under ``rllm.embedded`` and ``rllm.data``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig
+
+from rllm.errors import CheckpointError, ConfigError, TrainerError
+from rllm.trainer.protocol import BackendProtocol, TaskSetup, TrainerState
+from rllm.types import Step
+from rllm_builtin.embedded.policy import LOSS_FUNCTIONS, SoftmaxPolicy, lr_factor, policy_loss
+from rllm_builtin.embedded.tasks import EOS, VOCAB, ArithmeticWorkflow, build_tasks, decode
+
+POLICY_FILE = "policy.npz"
+STATE_FILE = "embedded.json"
+
+
+@dataclass
+class Generation:
+    """What the rollout engine returns for one model call."""
+
+    response_ids: list[int]
+    logprobs: list[float]
+    text: str
+
+
+class EmbeddedRolloutEngine:
+    """Samples responses from the current policy, token by token, until EOS or ``max_tokens``."""
+
+    def __init__(self, policy: SoftmaxPolicy, rng: np.random.Generator, temperature: float) -> None:
+        self.policy = policy
+        self.rng = rng
+        self.temperature = temperature
+
+    async def generate(self, prompt_ids: Sequence[int], max_tokens: int = 1) -> Generation:
+        context = list(prompt_ids)
+        response: list[int] = []
+        logprobs: list[float] = []
+        while len(response) < max_tokens:
+            token, logprob = self.policy.sample(context + response, self.rng, self.temperature)
+            response.append(token)
+            logprobs.append(logprob)
+            if token == EOS:
+                break
+        return Generation(response, logprobs, decode(response))
+
+
+class TaskLoader:
+    """Batches of a task list; reshuffled per epoch from ``seed + epoch`` so a resumed run sees the same order."""
+
+    def __init__(self, tasks: Sequence[Any], batch_size: int, shuffle: bool, seed: int) -> None:
+        self.tasks = list(tasks)
+        self.batch_size = max(1, batch_size)
+        self.shuffle = shuffle
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.tasks) / self.batch_size)
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        order = np.arange(len(self.tasks))
+        if self.shuffle:
+            order = np.random.default_rng(self.seed).permutation(len(self.tasks))
+        for start in range(0, len(order), self.batch_size):
+            yield [self.tasks[i] for i in order[start : start + self.batch_size]]
+
+
+@dataclass
+class TokenBatch:
+    """One row per response token of the trajectory groups; advantages are read after stage 6."""
+
+    features: np.ndarray
+    tokens: np.ndarray
+    rollout_logprobs: np.ndarray
+    steps: list[Step]
+    token_index: np.ndarray
+    old_logprobs: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def advantages(self) -> np.ndarray:
+        values = np.empty(len(self.tokens))
+        for row, (step, index) in enumerate(zip(self.steps, self.token_index, strict=True)):
+            advantage = step.advantage
+            if advantage is None:
+                raise TrainerError("A step reached the policy update without an advantage; stage 6 did not run.")
+            values[row] = advantage[index] if isinstance(advantage, list | tuple) else advantage
+        return values
+
+
+class EmbeddedBackend(BackendProtocol):
+    """Policy-gradient training of a numpy softmax policy on the built-in arithmetic tasks."""
+
+    name = "embedded"
+
+    def __init__(self, config: DictConfig, **kwargs: Any) -> None:
+        super().__init__(config)
+        options = config.rllm.embedded
+        self.options = options
+        self.data = config.rllm.data
+        self.policy = SoftmaxPolicy(len(VOCAB), int(options.n_features))
+        seed = int(options.seed)
+        self.sample_rng = np.random.default_rng(seed)
+        self.update_rng = np.random.default_rng(seed + 1)
+        self.loss_fn = str(config.rllm.algorithm.loss_fn or "ppo")
+        self.tokenizer = decode
+
+    def validate_config(self) -> None:
+        if self.loss_fn not in LOSS_FUNCTIONS:
+            raise ConfigError(
+                f"rllm.algorithm.loss_fn={self.loss_fn!r} is not supported by the embedded backend; use one of "
+                f"{', '.join(LOSS_FUNCTIONS)} (null means ppo)."
+            )
+        for key in ("lr", "temperature"):
+            if not float(self.options[key]) > 0:
+                raise ConfigError(f"rllm.embedded.{key} must be positive, got {self.options[key]}.")
+        for key in ("ppo_epochs", "mini_batches"):
+            if int(self.options[key]) < 1:
+                raise ConfigError(f"rllm.embedded.{key} must be at least 1, got {self.options[key]}.")
+        lr_factor(str(self.config.rllm.algorithm.lr_schedule), 0.0, 1, 1)
+
+    def builtin_task(self) -> TaskSetup:
+        tasks = build_tasks([str(name) for name in self.options.tasks])
+        return TaskSetup(workflow_class=ArithmeticWorkflow, train_dataset=tasks, val_dataset=tasks)
+
+    def init_rollout_engine(self, **kwargs: Any) -> EmbeddedRolloutEngine:
+        return EmbeddedRolloutEngine(self.policy, self.sample_rng, float(self.options.temperature))
+
+    def get_dataloader(self, dataset: Sequence[Any] | None, trainer_state: TrainerState) -> TaskLoader:
+        if dataset is None:
+            raise ConfigError("The embedded backend needs a dataset: pass train_dataset/val_dataset or no workflow.")
+        if trainer_state.validating:
+            size = self.data.val_batch_size
+            return TaskLoader(dataset, int(size) if size else len(dataset), shuffle=False, seed=0)
+        multiplier = int(self.config.rllm.rejection_sample.multiplier)
+        return TaskLoader(
+            dataset,
+            int(self.data.train_batch_size) * multiplier,
+            shuffle=bool(self.data.shuffle),
+            seed=int(self.options.seed) + trainer_state.epoch,
+        )
+
+    # -- stages 4, 5 and 7 -------------------------------------------------------------------
+    def transform_to_backend_batch(self, trainer_state: TrainerState) -> TokenBatch:
+        features, tokens, logprobs, steps, index = [], [], [], [], []
+        for group in trainer_state.trajectory_groups:
+            for trajectory in group.trajectories:
+                for step in trajectory.steps:
+                    context = list(step.prompt_ids)
+                    for i, token in enumerate(step.response_ids):
+                        features.append(self.policy.features(context))
+                        tokens.append(token)
+                        logprobs.append(step.logprobs[i] if step.logprobs else np.nan)
+                        steps.append(step)
+                        index.append(i)
+                        context.append(token)
+        if not tokens:
+            raise TrainerError("The trajectory groups hold no response tokens; the workflow produced empty steps.")
+        return TokenBatch(np.array(features), np.array(tokens), np.array(logprobs), steps, np.array(index))
+
+    async def process_backend_batch(self, trainer_state: TrainerState) -> None:
+        """Log-probabilities of the sampled tokens under the policy before the update (PPO's old policy)."""
+        batch: TokenBatch = trainer_state.backend_batch
+        log_p = self.policy.log_probs(batch.features)
+        batch.old_logprobs = log_p[np.arange(len(batch.tokens)), batch.tokens]
+        known = ~np.isnan(batch.rollout_logprobs)
+        if known.any() and float(self.options.temperature) == 1.0:
+            gap = np.abs(batch.old_logprobs[known] - batch.rollout_logprobs[known])
+            trainer_state.metrics["actor/rollout_logprob_diff"] = float(gap.mean())
+
+    async def update_policy(self, trainer_state: TrainerState) -> None:
+        """``ppo_epochs`` passes over ``mini_batches`` shuffled minibatches of gradient descent.
+
+        The loss is summed over tokens, not averaged: a context's row then moves by the same
+        amount whatever else shares the batch, so ``lr`` does not depend on the batch size.
+        (Adam was tried and dropped: normalising each row's step turns the zero-mean noise of
+        broadcast advantages on multi-step tasks into full-size steps that collapse contexts.)
+        """
+        batch: TokenBatch = trainer_state.backend_batch
+        advantages = batch.advantages()
+        n = len(batch.tokens)
+        lr = float(self.options.lr) * lr_factor(
+            str(self.config.rllm.algorithm.lr_schedule),
+            float(self.config.rllm.algorithm.warmup_steps_ratio),
+            trainer_state.global_step,
+            trainer_state.total_steps,
+        )
+        clip_low, clip_high = float(self.options.clip_ratio_low), float(self.options.clip_ratio_high)
+        losses, clipped, entropies, kls, norms = [], [], [], [], []
+        for _ in range(int(self.options.ppo_epochs)):
+            order = self.update_rng.permutation(n)
+            for rows in np.array_split(order, min(int(self.options.mini_batches), n)):
+                log_p = self.policy.log_probs(batch.features[rows])
+                probs = np.exp(log_p)
+                logp = log_p[np.arange(len(rows)), batch.tokens[rows]]
+                terms = policy_loss(self.loss_fn, logp, batch.old_logprobs[rows], advantages[rows], clip_low, clip_high)
+                d_logits = -probs
+                d_logits[np.arange(len(rows)), batch.tokens[rows]] += 1.0
+                d_logits *= terms.d_logp[:, None]
+                grad = self.policy.logit_gradient(batch.features[rows], d_logits)
+                self.policy.weights -= lr * grad
+                losses.append(terms.loss.mean())
+                clipped.append(terms.clipped.mean())
+                entropies.append(-(probs * log_p).sum(axis=1).mean())
+                kls.append((batch.old_logprobs[rows] - logp).mean())
+                norms.append(np.sqrt((grad * grad).sum()))
+        trainer_state.metrics.update(
+            {
+                "actor/loss": float(np.mean(losses)),
+                "actor/clip_fraction": float(np.mean(clipped)),
+                "actor/entropy": float(np.mean(entropies)),
+                "actor/approx_kl": float(np.mean(kls)),
+                "actor/grad_norm": float(np.mean(norms)),
+                "actor/lr": lr,
+                "actor/tokens": float(n),
+            }
+        )
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def save_checkpoint(self, directory: Path) -> None:
+        np.savez(directory / POLICY_FILE, weights=self.policy.weights)
+        state = {
+            "sample_rng": self.sample_rng.bit_generator.state,
+            "update_rng": self.update_rng.bit_generator.state,
+        }
+        (directory / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
+
+    def load_checkpoint(self, directory: Path) -> None:
+        try:
+            with np.load(directory / POLICY_FILE) as arrays:
+                weights = arrays["weights"]
+            state = json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))
+        except (OSError, KeyError, ValueError) as exc:
+            raise CheckpointError(
+                f"Embedded checkpoint in {str(directory)!r} is unreadable ({exc}); delete it to start over."
+            ) from exc
+        if weights.shape != self.policy.weights.shape:
+            raise CheckpointError(
+                f"Checkpoint {str(directory)!r} holds a policy of shape {weights.shape}, but "
+                f"rllm.embedded.n_features gives {self.policy.weights.shape}; resume with the same n_features."
+            )
+        self.policy.weights[...] = weights
+        self.sample_rng.bit_generator.state = state["sample_rng"]
+        self.update_rng.bit_generator.state = state["update_rng"]

@@ -1,0 +1,111 @@
+"""A small language model in numpy: a softmax over the vocabulary from hashed context features.
+
+The logits for the next token are the weight rows of the context's features (today one: the
+whole context, hashed into a fixed table), so the policy conditions on the prompt and on
+what it already said, and its log-probabilities have a closed-form gradient. It is trained
+by plain gradient descent on the policy-gradient losses below.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rllm.errors import ConfigError
+
+LOSS_FUNCTIONS = ("ppo", "importance_sampling", "cispo")
+
+
+def _feature(tag: bytes, tokens: Sequence[int], size: int) -> int:
+    return zlib.crc32(tag + np.asarray(tokens, dtype=np.int64).tobytes()) % size
+
+
+class SoftmaxPolicy:
+    """``p(token | context) = softmax(sum of the weight rows of the context's features)``."""
+
+    def __init__(self, vocab_size: int, n_features: int) -> None:
+        if n_features < 2:
+            raise ConfigError(f"rllm.embedded.n_features must be at least 2, got {n_features}.")
+        self.vocab_size = vocab_size
+        self.n_features = n_features
+        self.weights = np.zeros((n_features, vocab_size))
+
+    def features(self, context: Sequence[int]) -> np.ndarray:
+        """Row indices for a context: one row for the exact context.
+
+        A feature shared between contexts (a bias row) was tried and dropped: it lets noise from
+        one prompt's advantages collapse another prompt's distribution.
+        """
+        return np.array([_feature(b"ctx", context, self.n_features)])
+
+    def log_probs(self, features: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+        """Log-probabilities over the vocabulary for each row of ``features`` (shape ``(n, k)``)."""
+        logits = self.weights[features].sum(axis=1) / temperature
+        logits -= logits.max(axis=1, keepdims=True)
+        return logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+
+    def sample(self, context: Sequence[int], rng: np.random.Generator, temperature: float) -> tuple[int, float]:
+        """One token and its log-probability under the sampling distribution."""
+        log_p = self.log_probs(self.features(context)[None, :], temperature)[0]
+        token = int(rng.choice(self.vocab_size, p=np.exp(log_p)))
+        return token, float(log_p[token])
+
+    def logit_gradient(self, features: np.ndarray, d_logits: np.ndarray) -> np.ndarray:
+        """Gradient with respect to the weights, given the gradient with respect to each row's logits."""
+        grad = np.zeros_like(self.weights)
+        np.add.at(grad, features, np.broadcast_to(d_logits[:, None, :], (*features.shape, self.vocab_size)))
+        return grad
+
+
+@dataclass
+class LossTerms:
+    loss: np.ndarray
+    """Per-token loss."""
+    d_logp: np.ndarray
+    """Its derivative with respect to the token's current log-probability."""
+    clipped: np.ndarray
+    """Tokens whose gradient the clipping removed or capped."""
+
+
+def policy_loss(
+    kind: str, logp: np.ndarray, old_logp: np.ndarray, advantages: np.ndarray, clip_low: float, clip_high: float
+) -> LossTerms:
+    """Per-token policy-gradient loss of ``kind``, with the ratio ``exp(logp - old_logp)``.
+
+    ``importance_sampling``: ``-ratio * A``. ``ppo``: the pessimistic minimum of the plain and
+    the clipped ratio objective, no gradient where the clipped term binds. ``cispo``: the
+    ratio is capped at ``1 + clip_high`` and treated as a constant weight on ``-A * logp``, so
+    no token loses its gradient entirely.
+    """
+    ratio = np.exp(logp - old_logp)
+    if kind == "importance_sampling":
+        return LossTerms(-ratio * advantages, -ratio * advantages, np.zeros_like(ratio, dtype=bool))
+    if kind == "ppo":
+        clipped_ratio = np.clip(ratio, 1 - clip_low, 1 + clip_high)
+        plain, clipped = -ratio * advantages, -clipped_ratio * advantages
+        binds = clipped > plain
+        return LossTerms(np.maximum(plain, clipped), np.where(binds, 0.0, -ratio * advantages), binds)
+    if kind == "cispo":
+        weight = np.minimum(ratio, 1 + clip_high)
+        return LossTerms(-weight * advantages * logp, -weight * advantages, ratio > 1 + clip_high)
+    raise ConfigError(f"Unknown loss {kind!r}; supported: {', '.join(LOSS_FUNCTIONS)}.")
+
+
+def lr_factor(schedule: str, warmup_ratio: float, step: int, total: int) -> float:
+    """Multiplier of the base learning rate at ``step`` (1-based) of ``total``: warmup, then the schedule."""
+    total = max(total, 1)
+    warmup = int(warmup_ratio * total)
+    if warmup and step <= warmup:
+        return step / warmup
+    progress = (step - warmup) / max(total - warmup, 1)
+    if schedule == "constant":
+        return 1.0
+    if schedule == "linear":
+        return max(1.0 - progress, 0.0)
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+    raise ConfigError(f"rllm.algorithm.lr_schedule={schedule!r} is unknown; use constant, linear or cosine.")
