@@ -11,9 +11,9 @@ from rllm.errors import RLLMError
 
 
 def _commands() -> list[ModuleType]:
-    from rllm.cli import advantages, plugins
+    from rllm.cli import advantages, plugins, train
 
-    return [advantages, plugins]
+    return [advantages, plugins, train]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,64 @@
+"""Learning curves from ``metrics.jsonl`` files, one line per run, for comparing estimators.
+
+matplotlib is an optional extra (``pip install 'rllm[plot]'``), imported only here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from rllm.errors import RLLMError
+from rllm.trainer.logging import METRICS_FILE, read_metrics
+
+
+class PlotUnavailableError(RLLMError):
+    """matplotlib is not installed."""
+
+
+def _series(records: list[dict], kind: str, predicate) -> dict[str, tuple[list[int], list[float]]]:
+    out: dict[str, tuple[list[int], list[float]]] = {}
+    for record in records:
+        if record.get("kind") != kind:
+            continue
+        for key, value in record.items():
+            if predicate(key) and isinstance(value, int | float):
+                steps, values = out.setdefault(key, ([], []))
+                steps.append(int(record["step"]))
+                values.append(float(value))
+    return out
+
+
+def plot_runs(run_dirs: Sequence[Path], output: Path, labels: Sequence[str] | None = None) -> Path:
+    """Plot validation pass@1 per data source and the mean training reward of every run."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise PlotUnavailableError(
+            "Plotting needs matplotlib: pip install 'rllm[plot]' (metrics stay in metrics.jsonl)."
+        ) from exc
+    labels = list(labels) if labels else [Path(d).name for d in run_dirs]
+    fig, (ax_val, ax_reward) = plt.subplots(1, 2, figsize=(11, 4))
+    for run_dir, label in zip(run_dirs, labels, strict=True):
+        records = read_metrics(Path(run_dir) / METRICS_FILE)
+        if not records:
+            raise RLLMError(f"{str(Path(run_dir) / METRICS_FILE)!r} has no metrics; is this a run directory?")
+        for key, (steps, values) in _series(records, "val", lambda k: k.endswith("/pass@1")).items():
+            source = key.split("/")[1]
+            ax_val.plot(steps, values, marker="o", ms=3, label=f"{label} {source}")
+        rewards = _series(records, "train", lambda k: k.startswith("reward/") and k.endswith("/mean"))
+        for key, (steps, values) in rewards.items():
+            ax_reward.plot(steps, values, label=f"{label} {key.split('/')[1]}")
+    ax_val.set(title="validation pass@1", xlabel="step", ylim=(0, 1.02))
+    ax_reward.set(title="training reward (mean)", xlabel="step")
+    for axis in (ax_val, ax_reward):
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output, dpi=110)
+    plt.close(fig)
+    return output
