@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rllm.errors import ConfigError, EstimatorOutputError, GroupError
-from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout
+from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, Ragged
 from rllm.plugins.registry import EstimatorEntry
 
 
@@ -49,8 +49,12 @@ def run_estimator(
     batch: AdvantageBatch,
     options: Mapping[str, Any] | None = None,
     ambient: Mapping[str, Any] | None = None,
-) -> FloatArray:
-    """One advantage per trajectory of ``batch``, in its order, checked for shape and finiteness."""
+) -> FloatArray | Ragged:
+    """Advantages of ``batch`` in its order, checked for shape and finiteness.
+
+    One advantage per trajectory (a 1-D array), or, from a batch-style estimator that
+    scores steps, a :class:`Ragged` with one row of per-step advantages per trajectory.
+    """
     for name in entry.requires:
         batch.require(name, entry.name)
     kwargs = estimator_kwargs(entry, options or {}, ambient or {})
@@ -58,21 +62,38 @@ def run_estimator(
         return np.zeros(0, dtype=batch.dtype)
     if entry.style == "batch":
         result = entry.target(batch, **kwargs)
-        advantages = _as_flat(entry, result, len(batch))
+        advantages = result if isinstance(result, Ragged) else _as_flat(entry, result, len(batch))
     else:
         kwargs.pop("rewards", None)
         groups = batch.layout.split(batch.rewards)
         result = entry.target(rewards=groups, **kwargs)
         advantages = batch.layout.join(_per_group(entry, result, batch.layout), dtype=batch.dtype)
-    bad = ~np.isfinite(advantages)
-    if bad.any():
-        where = batch.layout.label(int(batch.layout.group_index[int(np.flatnonzero(bad)[0])]))
-        raise EstimatorOutputError(
-            f"Estimator {entry.name!r} ({entry.source.describe()}) returned {int(bad.sum())} non-finite "
-            f"advantage(s), first in group {where!r}. Check the estimator's handling of that group "
-            "(e.g. a division by a zero std or a group of one)."
-        )
+    _check_values(entry, batch, advantages)
     return advantages
+
+
+def _check_values(entry: EstimatorEntry, batch: AdvantageBatch, advantages: FloatArray | Ragged) -> None:
+    """Refuse non-finite advantages (one cheap sum in the common case) and per-step rows of the wrong count."""
+    who = f"Estimator {entry.name!r} ({entry.source.describe()})"
+    values = advantages.values if isinstance(advantages, Ragged) else advantages
+    if isinstance(advantages, Ragged) and len(advantages) != len(batch):
+        raise EstimatorOutputError(
+            f"{who} returned per-step advantages for {len(advantages)} trajectories; the batch has {len(batch)}."
+        )
+    with np.errstate(all="ignore"):
+        if np.isfinite(np.add.reduce(values, dtype=np.float64)):  # a finite sum means every term is finite
+            return
+    bad = ~np.isfinite(values)
+    if not bad.any():
+        return
+    first = int(np.flatnonzero(bad)[0])
+    if isinstance(advantages, Ragged):
+        first = int(np.searchsorted(advantages.offsets, first, side="right")) - 1
+    where = batch.layout.label(int(batch.layout.group_index[first]))
+    raise EstimatorOutputError(
+        f"{who} returned {int(bad.sum())} non-finite advantage(s), first in group {where!r}. Check the "
+        "estimator's handling of that group (e.g. a division by a zero std or a group of one)."
+    )
 
 
 def _as_flat(entry: EstimatorEntry, result: Any, n: int) -> FloatArray:
@@ -133,7 +154,10 @@ def on_groups(
 
 
 def as_list_callable(entry: EstimatorEntry) -> Callable[..., tuple[list[np.ndarray], list[np.ndarray]]]:
-    """The estimator in the documented list-of-arrays convention: per-group reward arrays in, ``(advantages, returns)`` out."""
+    """The estimator in the documented list-of-arrays convention.
+
+    Per-group reward arrays in, ``(advantages, returns)`` out.
+    """
     if entry.style == "grouped":
         return entry.target  # type: ignore[no-any-return]
 

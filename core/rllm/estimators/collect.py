@@ -1,18 +1,19 @@
-"""Advantages for trajectory groups: one estimator call per role, results broadcast to every step."""
+"""Advantages for trajectory groups: one estimator call per role, results written to every step."""
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Sequence
-from itertools import chain
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
 import numpy as np
 
 from rllm.config.algorithm import AlgorithmConfig, estimator_name
-from rllm.errors import RewardError, RLLMWarning
-from rllm.estimators.batch import AdvantageBatch, GroupLayout
+from rllm.errors import EstimatorOutputError, RewardError, RLLMWarning
+from rllm.estimators.batch import AdvantageBatch, FieldSource, GroupLayout, Ragged
 from rllm.estimators.call import run_estimator
 from rllm.estimators.compute import get_estimator
-from rllm.types import Trajectory, TrajectoryGroup
+from rllm.types import Step, Trajectory, TrajectoryGroup
 
 
 def _precomputed_advantages(group: TrajectoryGroup) -> list[float]:
@@ -49,14 +50,58 @@ def _missing_reward(group: TrajectoryGroup) -> None:
             )
 
 
-def _rewards(groups: Sequence[TrajectoryGroup], count: int) -> np.ndarray:
-    trajectories = chain.from_iterable(g.trajectories for g in groups)
+def _rewards(groups: Sequence[TrajectoryGroup], trajectories: list[Trajectory]) -> np.ndarray:
     try:
-        return np.fromiter((t.reward for t in trajectories), dtype=np.float64, count=count)
+        return np.array([t.reward for t in trajectories], dtype=np.float64)
     except TypeError:
         for group in groups:
             _missing_reward(group)
         raise
+
+
+def _steps(trajectories: list[Trajectory], read: Callable[[Step], Any]) -> Ragged | None:
+    """One row per trajectory of ``read(step)``; None when some step has no value."""
+    counts = np.fromiter((len(t.steps) for t in trajectories), dtype=np.intp, count=len(trajectories))
+    values = [read(step) for t in trajectories for step in t.steps]
+    if any(v is None for v in values):
+        return None
+    offsets = np.zeros(len(counts) + 1, dtype=np.intp)
+    np.cumsum(counts, out=offsets[1:])
+    return Ragged(values=np.asarray(values, dtype=np.float64), offsets=offsets)
+
+
+def _per_trajectory(trajectories: list[Trajectory], key: str) -> list[Any] | None:
+    values = [t.info.get(key) for t in trajectories]
+    return None if any(v is None for v in values) else values
+
+
+def _components(trajectories: list[Trajectory]) -> np.ndarray | None:
+    """``info["reward_components"]``: a sequence, or a mapping whose keys follow the first trajectory's order."""
+    values = _per_trajectory(trajectories, "reward_components")
+    if values is None:
+        return None
+    if isinstance(values[0], Mapping):
+        keys = list(values[0])
+        try:
+            return np.array([[v[k] for k in keys] for v in values], dtype=np.float64)
+        except (KeyError, TypeError) as exc:
+            raise RewardError(
+                f"Every trajectory's info['reward_components'] must have the keys {keys}; one lacks {exc}."
+            ) from None
+    return np.array(values, dtype=np.float64)
+
+
+def _sources(groups: Sequence[TrajectoryGroup], trajectories: list[Trajectory], role: str) -> dict[str, FieldSource]:
+    """Where each optional batch field lives on the trajectories; read only if an estimator asks."""
+    return {
+        "response_lengths": lambda: [sum(len(s.response_ids) for s in t.steps) for t in trajectories],
+        "step_rewards": lambda: _steps(trajectories, lambda step: step.reward),
+        "step_values": lambda: _steps(trajectories, lambda step: step.info.get("value")),
+        "baseline_rewards": lambda: _per_trajectory(trajectories, "baseline_reward"),
+        "reward_components": lambda: _components(trajectories),
+        "roles": lambda: [role] * len(trajectories),
+        "task_ids": lambda: [g.group_task_id for g in groups for _ in g.trajectories],
+    }
 
 
 def _nonfinite_groups(
@@ -99,7 +144,7 @@ def _summary(prefix: str, values: np.ndarray, metrics: dict[str, float], zero_fr
         metrics[f"{prefix}/fraction_zero"] = float(np.count_nonzero(np.abs(values) < 1e-8) / len(values))
 
 
-def _broadcast(trajectories: Iterable[Trajectory], advantages: list[float]) -> int:
+def _broadcast(trajectories: list[Trajectory], advantages: list[float]) -> int:
     """Set every step's advantage to its trajectory's; returns how many precomputed values it replaced."""
     replaced = 0
     for traj, advantage in zip(trajectories, advantages, strict=True):
@@ -110,6 +155,23 @@ def _broadcast(trajectories: Iterable[Trajectory], advantages: list[float]) -> i
     return replaced
 
 
+def _per_step(trajectories: list[Trajectory], advantages: Ragged, name: str) -> int:
+    """Give every step its own advantage; returns how many precomputed values it replaced."""
+    counts = np.fromiter((len(t.steps) for t in trajectories), dtype=np.intp, count=len(trajectories))
+    if not np.array_equal(counts, advantages.lengths):
+        raise EstimatorOutputError(
+            f"Estimator {name!r} returned per-step advantages whose rows do not match the trajectories' steps."
+        )
+    values = iter(advantages.values.tolist())
+    replaced = 0
+    for traj in trajectories:
+        for step in traj.steps:
+            if step.advantage is not None:
+                replaced += 1
+            step.advantage = next(values)
+    return replaced
+
+
 def collect_reward_and_advantage_from_trajectory_groups(
     groups: list[TrajectoryGroup],
     algorithm_config: AlgorithmConfig,
@@ -117,7 +179,11 @@ def collect_reward_and_advantage_from_trajectory_groups(
 ) -> dict[str, float]:
     """Compute advantages for ``groups`` (one estimator call per role) and return reward/advantage metrics.
 
-    Each trajectory's advantage is written to every one of its steps. With
+    Each trajectory's advantage is written to every one of its steps; an estimator that
+    scores steps (it returns a :class:`Ragged`, e.g. ``reinforce_plus_plus``) gives every
+    step its own. Optional estimator inputs (step rewards, response lengths,
+    ``trajectory.info["baseline_reward"]``, ...) are read from the trajectories only when
+    the estimator asks for them. With
     ``use_precomputed_advantage``, groups whose steps already carry advantages keep them
     (missing ones become 0). With ``collect_advantage=False`` only reward metrics are made.
     """
@@ -140,9 +206,9 @@ def collect_reward_and_advantage_from_trajectory_groups(
     metrics: dict[str, float] = {}
     advantages_by_role: dict[str, np.ndarray] = {}
     for role, role_groups in by_role.items():
-        sizes = [len(g.trajectories) for g in role_groups]
-        rewards = _rewards(role_groups, sum(sizes))
-        layout = GroupLayout.from_sizes(sizes)
+        trajectories = [t for g in role_groups for t in g.trajectories]
+        layout = GroupLayout.from_sizes([len(g.trajectories) for g in role_groups])
+        rewards = _rewards(role_groups, trajectories)
         bad_groups = _nonfinite_groups(rewards, layout, role_groups, config.nonfinite_rewards)
         good = None if bad_groups is None else ~layout.spread(bad_groups)
         if good is not None:
@@ -152,13 +218,17 @@ def collect_reward_and_advantage_from_trajectory_groups(
             continue
         name = estimator_name(config.estimator_for(role))
         entry = get_estimator(name)
-        batch = AdvantageBatch(rewards, layout)
+        batch = AdvantageBatch(rewards, layout, sources=_sources(role_groups, trajectories, role))
         advantages = run_estimator(entry, batch, config.options_for(name), config.ambient_options())
-        if good is not None:
-            advantages = np.where(good, advantages, 0.0)
-        advantages_by_role[role] = advantages if good is None else advantages[good]
-        values = advantages.tolist()
-        replaced = _broadcast(chain.from_iterable(g.trajectories for g in role_groups), values)
+        if isinstance(advantages, Ragged):
+            step_good = None if good is None else advantages.expand(good)
+            values = advantages.values if step_good is None else np.where(step_good, advantages.values, 0.0)
+            replaced = _per_step(trajectories, advantages.with_values(values), name)
+            advantages_by_role[role] = values if step_good is None else values[step_good]
+        else:
+            values = advantages if good is None else np.where(good, advantages, 0.0)
+            replaced = _broadcast(trajectories, values.tolist())
+            advantages_by_role[role] = values if good is None else values[good]
         if replaced:
             warnings.warn(
                 f"[role={role}] {replaced} step(s) carried precomputed advantages; they were overwritten "
@@ -172,4 +242,3 @@ def collect_reward_and_advantage_from_trajectory_groups(
         for role, values in advantages_by_role.items():
             _summary(f"advantage/{role}", values, metrics, zero_fraction=True)
     return metrics
-

@@ -1,5 +1,33 @@
 """The built-in advantage estimators, as batch-style kernels over flat arrays."""
 
-from rllm_builtin.estimators.group_baselines import grpo, reinforce, reinforce_plus_plus_baseline, rloo
+from rllm_builtin.estimators.baseline_variants import gpg, maxrl, opo, remax
+from rllm_builtin.estimators.composition import mix
+from rllm_builtin.estimators.group_baselines import (
+    dr_grpo,
+    grpo,
+    grpo_batch_std,
+    reinforce,
+    reinforce_plus_plus_baseline,
+    rloo,
+)
+from rllm_builtin.estimators.multi_reward import gdpo
+from rllm_builtin.estimators.passk import grpo_passk
+from rllm_builtin.estimators.returns import gae, reinforce_plus_plus
 
-__all__ = ["grpo", "reinforce", "reinforce_plus_plus_baseline", "rloo"]
+__all__ = [
+    "dr_grpo",
+    "gae",
+    "gdpo",
+    "gpg",
+    "grpo",
+    "grpo_batch_std",
+    "grpo_passk",
+    "maxrl",
+    "mix",
+    "opo",
+    "reinforce",
+    "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline",
+    "remax",
+    "rloo",
+]

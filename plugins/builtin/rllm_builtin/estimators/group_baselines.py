@@ -2,7 +2,8 @@
 
 Every kernel works on the whole batch at once with segment reductions (no loop over
 groups), takes the numerics options of :func:`rllm.estimators.numerics.resolve_numerics`
-and treats groups of one trajectory by the ``single`` policy.
+and treats groups of one trajectory by the ``single`` policy (``"raw"``: baseline 0 and
+std 1, as rLLM and verl do; ``"zero"``: advantage 0; ``"error"``: refused).
 """
 
 from __future__ import annotations
@@ -10,103 +11,87 @@ from __future__ import annotations
 import numpy as np
 
 from rllm.estimators.batch import AdvantageBatch, FloatArray
-from rllm.estimators.numerics import Numerics, SinglePolicy, StdDivisor, resolve_numerics
+from rllm.estimators.numerics import Numerics, with_numerics
+from rllm_builtin.estimators.common import (
+    centre,
+    grouped_rewards,
+    grpo_core,
+    lone_groups,
+    scale_by_group,
+    whiten,
+)
 
 
-def _singles(batch: AdvantageBatch) -> np.ndarray | None:
-    """Per-trajectory mask of groups of one, or None when there are none."""
-    lone = batch.layout.sizes == 1
-    return batch.layout.spread(lone) if lone.any() else None
+@with_numerics("grpo")
+def grpo(batch: AdvantageBatch, *, norm_adv_by_std_in_grpo: bool = True, numerics: Numerics) -> FloatArray:
+    """GRPO (Shao et al. 2024, DeepSeekMath): ``A_i = (r_i - mean_g) / (std_g + eps)``.
 
-
-def _group_std(batch: AdvantageBatch, centred: FloatArray, numerics: Numerics) -> FloatArray:
-    sizes = batch.layout.sizes
-    divisor = np.maximum(sizes - numerics.ddof, 1).astype(centred.dtype)
-    return np.sqrt(batch.layout.sum_sq_dev(centred) / divisor)
-
-
-def grpo(
-    batch: AdvantageBatch,
-    *,
-    norm_adv_by_std_in_grpo: bool = True,
-    preset: str | None = None,
-    std: StdDivisor | None = None,
-    eps: float | None = None,
-    epsilon: float | None = None,
-    episilon: float | None = None,
-    single: SinglePolicy | None = None,
-    dtype: str | None = None,
-) -> FloatArray:
-    """GRPO (Shao et al. 2024, DeepSeekMath): ``(r_i - mean_g) / (std_g + eps)``.
-
-    With ``norm_adv_by_std_in_grpo=False`` only the group mean is subtracted. A group of one
-    uses mean 0 and std 1 (``single="raw"``, rLLM and verl) or gets 0 (``single="zero"``).
+    With ``norm_adv_by_std_in_grpo=False`` only the group mean is subtracted (see ``dr_grpo``).
+    A group of one uses mean 0 and std 1 under ``single="raw"`` (rLLM, verl, SkyRL).
     """
-    numerics = resolve_numerics(preset, std=std, eps=eps, epsilon=epsilon, episilon=episilon, single=single, dtype=dtype)
-    rewards = batch.rewards.astype(numerics.np_dtype, copy=False)
-    centred, _ = batch.layout.centred(rewards)
-    if norm_adv_by_std_in_grpo:
-        scale = _group_std(batch, centred, numerics) + numerics.eps
-        advantages = centred / batch.layout.spread(scale)
-        lone_value = rewards / (1.0 + numerics.eps)
-    else:
-        advantages = centred
-        lone_value = rewards
-    lone = _singles(batch)
-    if lone is not None:
-        advantages[lone] = lone_value[lone] if numerics.single == "raw" else 0.0
-    return advantages
+    xs = grouped_rewards(batch, numerics)
+    return batch.layout.scatter(grpo_core(batch, xs, numerics, "grpo", norm_adv_by_std_in_grpo))
 
 
-def rloo(
-    batch: AdvantageBatch,
-    *,
-    preset: str | None = None,
-    single: SinglePolicy | None = None,
-    dtype: str | None = None,
-) -> FloatArray:
-    """RLOO (Ahmadian et al. 2024): ``r_i`` minus the mean of the other rollouts, ``n/(n-1) (r_i - mean_g)``.
+@with_numerics("dr_grpo")
+def dr_grpo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
+    """Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"): ``A_i = r_i - mean_g``.
 
-    A group of one keeps its raw reward (``single="raw"``) or gets 0 (``single="zero"``).
+    GRPO without the division by the group std, which biases towards low-variance groups.
     """
-    numerics = resolve_numerics(preset, single=single, dtype=dtype)
-    rewards = batch.rewards.astype(numerics.np_dtype, copy=False)
-    centred, _ = batch.layout.centred(rewards)
-    sizes = batch.layout.sizes
-    factor = sizes / np.maximum(sizes - 1, 1)
-    advantages = centred * batch.layout.spread(factor.astype(rewards.dtype))
-    lone = _singles(batch)
-    if lone is not None:
-        advantages[lone] = rewards[lone] if numerics.single == "raw" else 0.0
-    return advantages
+    xs = grouped_rewards(batch, numerics)
+    return batch.layout.scatter(grpo_core(batch, xs, numerics, "dr_grpo", by_std=False))
 
 
-def reinforce(batch: AdvantageBatch, *, dtype: str | None = None) -> FloatArray:
+@with_numerics("grpo_batch_std")
+def grpo_batch_std(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
+    """GRPO with batch std (TRL ``scale_rewards="batch"``): ``A_i = (r_i - mean_g) / (std(r over batch) + eps)``.
+
+    Group means remove the prompt's difficulty; one std over the whole batch keeps the
+    relative scale of groups (Liu et al. 2025 argue against per-group scaling).
+    """
+    xs = grouped_rewards(batch, numerics)
+    centred = grpo_core(batch, xs, numerics, "grpo_batch_std", by_std=False)
+    n = len(xs)
+    spread = float(np.std(xs, ddof=numerics.ddof)) if n > numerics.ddof else 0.0
+    centred *= 1.0 / (spread + numerics.eps) if spread + numerics.eps > 0 else 0.0
+    return batch.layout.scatter(centred)
+
+
+@with_numerics("rloo")
+def rloo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
+    """RLOO (Ahmadian et al. 2024): ``r_i`` minus the mean of the others, ``n/(n-1) (r_i - mean_g)``.
+
+    A group of one keeps its raw reward (``single="raw"``, rLLM and verl's loop) or gets 0.
+    """
+    layout = batch.layout
+    xs = grouped_rewards(batch, numerics)
+    lone = lone_groups(layout, numerics, "rloo")
+    centred, _ = centre(layout, xs, lone, numerics)
+    k = layout.uniform_size
+    if k is not None:
+        if k > 1:
+            centred *= k / (k - 1)
+        return layout.scatter(centred)
+    sizes = layout.sizes
+    factor = (sizes / np.maximum(sizes - 1, 1)).astype(centred.dtype)
+    return layout.scatter(scale_by_group(layout, centred, factor))
+
+
+@with_numerics("reinforce")
+def reinforce(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     """REINFORCE (Williams 1992) without a baseline: the advantage is the reward."""
-    return batch.rewards.astype(dtype or batch.rewards.dtype, copy=True)
+    return batch.rewards.astype(numerics.np_dtype, copy=True)
 
 
-def reinforce_plus_plus_baseline(
-    batch: AdvantageBatch,
-    *,
-    preset: str | None = None,
-    std: StdDivisor | None = None,
-    eps: float | None = None,
-    epsilon: float | None = None,
-    episilon: float | None = None,
-    single: SinglePolicy | None = None,
-    dtype: str | None = None,
-) -> FloatArray:
-    """REINFORCE++ with a group baseline (Hu 2025; verl): ``c_i = r_i - mean_g``, then ``c / (std(c) + eps)``.
+@with_numerics("reinforce_plus_plus_baseline")
+def reinforce_plus_plus_baseline(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
+    """REINFORCE++ with a group baseline (Hu 2025; verl): ``c_i = r_i - mean_g``, then whitened over the batch.
 
-    The std is taken over the whole batch (all groups of a role). A group of one has baseline
-    0 (``single="raw"``) or its advantage is 0 (``single="zero"``).
+    Whitening follows ``numerics.whiten``: ``c / (std(c) + eps)`` for rLLM, ``(c - mean(c)) /
+    sqrt(var(c) + 1e-8)`` for verl. The batch is all groups of one role. A group of one has
+    baseline 0 (``single="raw"``) or advantage 0 (``single="zero"``).
     """
-    numerics = resolve_numerics(preset, std=std, eps=eps, epsilon=epsilon, episilon=episilon, single=single, dtype=dtype)
-    rewards = batch.rewards.astype(numerics.np_dtype, copy=False)
-    centred, _ = batch.layout.centred(rewards)
-    lone = _singles(batch)
-    if lone is not None:
-        centred[lone] = rewards[lone] if numerics.single == "raw" else 0.0
-    spread = float(np.std(centred, ddof=numerics.ddof)) if len(centred) > numerics.ddof else 0.0
-    return centred / (spread + numerics.eps)
+    xs = grouped_rewards(batch, numerics)
+    centred = grpo_core(batch, xs, numerics, "reinforce_plus_plus_baseline", by_std=False)
+    return batch.layout.scatter(whiten(centred, numerics, shift=False))

@@ -1,0 +1,71 @@
+"""Group-baseline estimators with another baseline or scale: OPO, ReMax, GPG and MaxRL."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rllm.estimators.batch import AdvantageBatch, FloatArray
+from rllm.estimators.numerics import Numerics, with_numerics
+from rllm_builtin.estimators.common import centre, grouped_rewards, grpo_core, lone_groups
+
+
+@with_numerics("opo")
+def opo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
+    """OPO (Hao et al. 2025, "On-Policy RL with Optimal Reward Baseline"; verl): length-weighted baseline.
+
+    ``A_i = r_i - sum_j(len_j r_j) / sum_j(len_j)`` over the group, ``len`` the response
+    length in tokens. A group whose lengths sum to 0 falls back to the plain mean; a group
+    of one has baseline 0 under ``single="raw"`` (verl) or advantage 0 under ``"zero"``.
+    """
+    layout = batch.layout
+    xs = grouped_rewards(batch, numerics)
+    lengths = grouped_rewards(batch, numerics, batch.require("response_lengths", "opo"))
+    lone = lone_groups(layout, numerics, "opo")
+    total = layout.group_sum(lengths)
+    weighted = layout.group_sum(lengths * xs)
+    plain = layout.group_sum(xs) / layout.sizes
+    with np.errstate(divide="ignore", invalid="ignore"):
+        baseline = np.where(total > 0, weighted / total, plain)
+    if lone is not None and numerics.single == "raw":
+        baseline[lone] = 0.0
+    return layout.scatter(np.subtract(xs, layout.expand(baseline.astype(xs.dtype, copy=False))))
+
+
+@with_numerics("remax")
+def remax(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
+    """ReMax (Li et al. 2023; verl): ``A_i = r_i - b_i``, ``b_i`` the reward of a greedy rollout of the same prompt.
+
+    The backend supplies ``b`` as ``baseline_rewards`` (``trajectory.info["baseline_reward"]``).
+    """
+    baseline = batch.require("baseline_rewards", "remax").astype(numerics.np_dtype, copy=False)
+    return batch.rewards.astype(numerics.np_dtype, copy=False) - baseline
+
+
+@with_numerics("gpg")
+def gpg(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
+    """GPG (Chu et al. 2025, "Group Policy Gradient"; verl): ``A_i = alpha (r_i - mean_g)``.
+
+    ``alpha = N / max(1, number of non-zero rewards in the batch)`` rescales the gradient
+    so that batches where few rollouts earn a reward are not drowned out.
+    """
+    xs = grouped_rewards(batch, numerics)
+    centred = grpo_core(batch, xs, numerics, "gpg", by_std=False)
+    centred *= len(xs) / max(1, int(np.count_nonzero(xs)))
+    return batch.layout.scatter(centred)
+
+
+@with_numerics("maxrl")
+def maxrl(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
+    """MaxRL (SkyRL): ``A_i = (r_i - mean_g) / (mean_g + eps)``, the relative gain over the group's success rate.
+
+    Meant for rewards in [0, 1]; a group with mean 0 gets 0. A group of one is compared with
+    its own reward (advantage 0) unless ``single="error"``.
+    """
+    layout = batch.layout
+    xs = grouped_rewards(batch, numerics)
+    lone_groups(layout, numerics, "maxrl")
+    centred, means = centre(layout, xs, None, numerics)
+    with np.errstate(divide="ignore"):
+        scale = 1.0 / (means + numerics.eps)
+    scale[means + numerics.eps == 0] = 0.0
+    return layout.scatter(np.multiply(centred, layout.expand(scale.astype(xs.dtype, copy=False)), out=centred))

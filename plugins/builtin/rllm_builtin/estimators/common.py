@@ -1,0 +1,144 @@
+"""Shared steps of the built-in kernels: group centring and scaling, batch whitening, step returns.
+
+Everything works on arrays in group order (see :class:`rllm.estimators.batch.GroupLayout`)
+with segment reductions, so no kernel loops over groups in Python. Variances are always
+computed from centred values (two passes), which keeps tiny spreads exact in float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rllm.errors import GroupError
+from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, Ragged
+from rllm.estimators.numerics import Numerics
+
+
+def grouped_rewards(batch: AdvantageBatch, numerics: Numerics, values: Any = None) -> FloatArray:
+    """``values`` (default: the rewards) in the numerics dtype and in group order. Never write into it."""
+    source = batch.rewards if values is None else values
+    return batch.layout.gather(np.asarray(source).astype(numerics.np_dtype, copy=False))
+
+
+def lone_groups(layout: GroupLayout, numerics: Numerics, estimator: str) -> np.ndarray | None:
+    """Per-group mask of groups of one (None when there are none); refuses them under ``single="error"``."""
+    if layout.uniform_size is not None and layout.uniform_size > 1:
+        return None
+    lone = layout.sizes == 1
+    if not lone.any():
+        return None
+    if numerics.single == "error":
+        first = layout.label(int(np.flatnonzero(lone)[0]))
+        raise GroupError(
+            f"Estimator {estimator!r}: group {first!r} has a single trajectory ({int(lone.sum())} such groups). "
+            "Sample at least two rollouts per task, drop such groups (rejection sampling), or choose "
+            "single='raw' or single='zero'."
+        )
+    return lone
+
+
+def group_means(layout: GroupLayout, xs: FloatArray, lone: np.ndarray | None, numerics: Numerics) -> FloatArray:
+    """Per-group means; a group of one has baseline 0 under ``single="raw"`` (else its own reward)."""
+    k = layout.uniform_size
+    sums = layout.group_sum(xs)
+    means = sums / (k if k is not None else layout.sizes.astype(xs.dtype))
+    if lone is not None and numerics.single == "raw":
+        means[lone] = 0.0
+    return means
+
+
+def centre(
+    layout: GroupLayout, xs: FloatArray, lone: np.ndarray | None, numerics: Numerics
+) -> tuple[FloatArray, FloatArray]:
+    """A fresh array of ``xs`` minus its group baseline, and the per-group baselines."""
+    means = group_means(layout, xs, lone, numerics)
+    return np.subtract(xs, layout.expand(means)), means
+
+
+def group_std(layout: GroupLayout, centred: FloatArray, numerics: Numerics) -> FloatArray:
+    """Per-group std from centred values (population or unbiased by ``numerics.std``)."""
+    k = layout.uniform_size
+    squares = layout.group_sum(np.square(centred))
+    if k is not None:
+        return np.sqrt(squares / max(k - numerics.ddof, 1))
+    return np.sqrt(squares / np.maximum(layout.sizes - numerics.ddof, 1).astype(centred.dtype))
+
+
+def inverse_scale(
+    std: FloatArray, means: FloatArray, layout: GroupLayout, lone: np.ndarray | None, numerics: Numerics
+) -> FloatArray:
+    """``1 / (std + eps)`` per group; std 1 for groups of one, 0 for constant groups under ``zero_variance="zero"``."""
+    if lone is not None:
+        std[lone] = 1.0
+    with np.errstate(divide="ignore"):
+        scale = 1.0 / (std + numerics.eps)
+    if numerics.zero_variance == "zero":
+        scale[constant_groups(std, means, layout)] = 0.0
+    return scale
+
+
+def constant_groups(std: FloatArray, means: FloatArray, layout: GroupLayout) -> np.ndarray:
+    """Groups whose spread is within the rounding of their mean, i.e. all rewards equal."""
+    tolerance = np.finfo(std.dtype).eps * np.abs(means) * layout.sizes
+    return std <= tolerance
+
+
+def scale_by_group(layout: GroupLayout, centred: FloatArray, scale: FloatArray) -> FloatArray:
+    """``centred *= scale`` of each trajectory's group, in place."""
+    return np.multiply(centred, layout.expand(scale), out=centred)
+
+
+def grpo_core(batch: AdvantageBatch, xs: FloatArray, numerics: Numerics, estimator: str, by_std: bool) -> FloatArray:
+    """GRPO on rewards ``xs`` in group order: centred by group mean, optionally scaled by the group std."""
+    layout = batch.layout
+    lone = lone_groups(layout, numerics, estimator)
+    centred, means = centre(layout, xs, lone, numerics)
+    if by_std:
+        scale = inverse_scale(group_std(layout, centred, numerics), means, layout, lone, numerics)
+        scale_by_group(layout, centred, scale)
+    return centred
+
+
+def whiten(values: FloatArray, numerics: Numerics, shift: bool = True) -> FloatArray:
+    """Batch whitening in the style ``numerics.whiten`` names, into ``values`` (which must be fresh).
+
+    ``shift=False`` keeps the batch mean under ``whiten="std"`` (rLLM's REINFORCE++ baseline,
+    whose input is already centred per group); the variance modes always subtract it.
+    """
+    n = len(values)
+    ddof = 1 if (numerics.whiten_std or numerics.std) == "unbiased" else 0
+    if n == 0:
+        return values
+    mean = values.mean()
+    deviations = values - mean
+    var = float(np.einsum("i,i->", deviations, deviations)) / (n - ddof) if n > ddof else 0.0
+    eps = numerics.eps if numerics.whiten_eps is None else numerics.whiten_eps
+    if numerics.whiten == "std":
+        target, denominator = (deviations if shift else values), np.sqrt(var) + eps
+    else:
+        target = deviations
+        denominator = np.sqrt(var + eps) if numerics.whiten == "var_add" else np.sqrt(max(var, eps))
+    target *= 1.0 / denominator if denominator > 0 else 0.0
+    return target
+
+
+def suffix_discounted(rows: Ragged, factor: float) -> FloatArray:
+    """``out_t = x_t + factor * out_{t+1}`` within every row (a discounted return-to-go).
+
+    Vectorized over rows; the loop runs over positions counted from a row's end, so its
+    length is the longest row (steps per trajectory), never the number of rows.
+    """
+    values = rows.values
+    out = values.copy()
+    lengths = rows.lengths
+    if len(out) == 0 or factor == 0:
+        return out
+    to_end = np.repeat(rows.offsets[1:] - 1, lengths) - np.arange(len(out))
+    order = np.argsort(to_end, kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(to_end))))
+    for distance in range(1, len(bounds) - 1):
+        at = order[bounds[distance] : bounds[distance + 1]]
+        out[at] += factor * out[at + 1]
+    return out

@@ -1,0 +1,98 @@
+"""Composition: an estimator that is a weighted sum of registered estimators (``mix``)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rllm.errors import ConfigError
+from rllm.estimators.batch import AdvantageBatch, FloatArray, Ragged
+from rllm.estimators.numerics import numerics_parameters
+
+_NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_TERM = re.compile(rf"\s*([+-])?\s*(?:({_NUMBER})\s*\*\s*)?([A-Za-z_][\w.]*)\s*")
+
+
+def parse_components(components: str | Mapping[str, Any]) -> list[tuple[str, float, dict[str, Any]]]:
+    """``(name, weight, options)`` per component, from ``"0.7*grpo + 0.3*rloo"`` or a mapping.
+
+    A mapping value is a weight, or a mapping with ``weight`` plus options for that
+    component alone, e.g. ``{grpo: {weight: 0.5, preset: verl}, rloo: 0.5}``.
+    """
+    if isinstance(components, str):
+        parsed = []
+        position = 0
+        while position < len(components):
+            match = _TERM.match(components, position)
+            if match is None or match.end() == position or (parsed and match.group(1) is None):
+                raise ConfigError(
+                    f"Cannot read the composition {components!r} at position {position}; write it as "
+                    "'weight*name + weight*name', e.g. '0.7*grpo + 0.3*rloo'."
+                )
+            sign, weight, name = match.groups()
+            value = 1.0 if weight is None else float(weight)
+            parsed.append((name, -value if sign == "-" else value, {}))
+            position = match.end()
+    elif isinstance(components, Mapping):
+        parsed = []
+        for name, spec in components.items():
+            if isinstance(spec, Mapping):
+                options = dict(spec)
+                weight = options.pop("weight", 1.0)
+            else:
+                weight, options = spec, {}
+            if isinstance(weight, bool) or not isinstance(weight, int | float):
+                raise ConfigError(f"Component {name!r} of 'mix' has weight {weight!r}; weights are numbers.")
+            parsed.append((str(name), float(weight), options))
+    else:
+        raise ConfigError(
+            f"'mix' needs components as a mapping {{name: weight}} or a string like '0.7*grpo + 0.3*rloo', "
+            f"got {type(components).__name__}."
+        )
+    if not parsed:
+        raise ConfigError("'mix' needs at least one component, e.g. components='0.7*grpo + 0.3*rloo'.")
+    return parsed
+
+
+def mix(
+    batch: AdvantageBatch, *, components: str | Mapping[str, Any] | None = None, **shared: Any
+) -> FloatArray | Ragged:
+    """Weighted sum of registered estimators: ``A_i = sum_k w_k A_i^(k)`` (e.g. ``0.7*grpo + 0.3*rloo``).
+
+    ``components`` names the estimators and weights (see :func:`parse_components`). The
+    numerics options and ``norm_adv_by_std_in_grpo`` given to ``mix`` reach every component
+    that accepts them; a component's own options override them. When one component gives
+    per-step advantages, the per-trajectory ones are copied to every step before summing.
+    """
+    from rllm.estimators.call import run_estimator  # the registry imports this module
+    from rllm.estimators.compute import get_estimator
+
+    if components is None:
+        raise ConfigError(
+            "Estimator 'mix' needs its components, e.g. estimator_options: {mix: {components: '0.7*grpo + 0.3*rloo'}}."
+        )
+    ambient = {k: v for k, v in shared.items() if v is not None}
+    parts = [
+        (weight, run_estimator(get_estimator(name), batch, options, ambient))
+        for name, weight, options in parse_components(components)
+    ]
+    rows = next((part for _, part in parts if isinstance(part, Ragged)), None)
+    if rows is None:
+        return sum((weight * np.asarray(part, dtype=np.float64) for weight, part in parts), np.zeros(len(batch)))
+    per_step = (part.values if isinstance(part, Ragged) else rows.expand(part) for _, part in parts)
+    return rows.with_values(sum((w * v for (w, _), v in zip(parts, per_step, strict=True)), np.zeros(len(rows.values))))
+
+
+_params = inspect.signature(mix).parameters
+mix.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        _params["batch"],
+        _params["components"],
+        inspect.Parameter("norm_adv_by_std_in_grpo", inspect.Parameter.KEYWORD_ONLY, default=None),
+        *numerics_parameters(),
+    ]
+)

@@ -1,0 +1,42 @@
+"""Estimators for several reward components per trajectory."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rllm.errors import GroupError
+from rllm.estimators.batch import AdvantageBatch, FloatArray
+from rllm.estimators.numerics import Numerics, with_numerics
+from rllm_builtin.estimators.common import grouped_rewards, grpo_core, whiten
+
+
+@with_numerics("gdpo")
+def gdpo(
+    batch: AdvantageBatch,
+    *,
+    component_weights: list[float] | None = None,
+    norm_adv_by_std_in_grpo: bool = True,
+    numerics: Numerics,
+) -> FloatArray:
+    """GDPO (verl; TRL ``multi_objective_aggregation="normalize_then_sum"``): normalise each reward, then sum.
+
+    For every component ``k`` the GRPO advantage ``A_ik`` of that component alone is
+    computed within the groups; ``A_i = sum_k w_k A_ik`` is then whitened over the batch
+    (``numerics.whiten``). Normalising first stops a component with a large scale from
+    dominating. Weights come from the ``component_weights`` option, else the batch field,
+    else all 1.
+    """
+    components = batch.require("reward_components", "gdpo")
+    weights = component_weights if component_weights is not None else batch.component_weights
+    n_components = components.shape[1]
+    weights = np.ones(n_components) if weights is None else np.asarray(weights, dtype=np.float64).reshape(-1)
+    if len(weights) != n_components:
+        raise GroupError(
+            f"Estimator 'gdpo' got {len(weights)} component weights for {n_components} reward components; "
+            "give one weight per component."
+        )
+    total = np.zeros(len(batch), dtype=numerics.np_dtype)
+    for k in range(n_components):  # a loop over reward components, not groups
+        xs = grouped_rewards(batch, numerics, components[:, k])
+        total += weights[k] * grpo_core(batch, xs, numerics, "gdpo", norm_adv_by_std_in_grpo)
+    return batch.layout.scatter(whiten(total, numerics))
