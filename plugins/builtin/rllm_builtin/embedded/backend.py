@@ -94,7 +94,7 @@ class TokenBatch:
             advantage = step.advantage
             if advantage is None:
                 raise TrainerError("A step reached the policy update without an advantage; stage 6 did not run.")
-            values[row] = advantage[index] if isinstance(advantage, list | tuple) else advantage
+            values[row] = advantage[index] if np.ndim(advantage) else advantage
         return values
 
 

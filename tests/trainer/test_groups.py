@@ -1,0 +1,169 @@
+"""Episodes to groups: grouping, compact filtering, rejection sampling, validation metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from rllm import get_plugin_manager
+from rllm.errors import ConfigError, DataError, RLLMWarning
+from rllm.trainer.grouping import (
+    CompactFilteringConfig,
+    group_by_task_and_role,
+    transform_episodes_to_trajectory_groups,
+)
+from rllm.trainer.rejection import (
+    RejectionSamplingConfig,
+    RejectionSamplingState,
+    apply_rejection_sampling_and_filtering,
+)
+from rllm.trainer.validation import pass_at_k_metrics
+from rllm.types import Episode, Step, TerminationReason, Trajectory
+
+
+def _episode(task_id: str, k: int, correct: bool, names=("solver",), reason=TerminationReason.ENV_DONE) -> Episode:
+    trajectories = [Trajectory(name=name, steps=[Step(reward=float(correct))]) for name in names]
+    return Episode(
+        id=f"{task_id}:{k}", termination_reason=reason, is_correct=correct, trajectories=trajectories,
+        info={"data_source": task_id.split("/")[0]},
+    )
+
+
+def _batch(outcomes: dict[str, list[bool]]) -> list[Episode]:
+    return [_episode(task, k, ok) for task, results in outcomes.items() for k, ok in enumerate(results)]
+
+
+NO_FILTER = CompactFilteringConfig()
+
+
+def test_task_ids_with_colons_group_by_task_and_role() -> None:
+    episodes = [
+        _episode("math:v2:7", 0, True, names=("solver", "judge")),
+        _episode("math:v2:7", 1, False, names=("solver", "judge")),
+        _episode("math:v2:8", 0, True, names=("solver", "judge")),
+    ]
+    groups = group_by_task_and_role(episodes)
+    assert sorted(g.group_id for g in groups) == [
+        "math:v2:7:judge", "math:v2:7:solver", "math:v2:8:judge", "math:v2:8:solver",
+    ]
+    solver = next(g for g in groups if g.group_id == "math:v2:7:solver")
+    assert solver.group_task_id == "math:v2:7" and solver.group_role == "solver"
+    assert [m["rollout_idx"] for m in solver.metadata] == [0, 1]
+    assert [m["is_correct"] for m in solver.metadata] == [True, False]
+
+
+def test_unnamed_trajectories_are_named_by_position_and_empty_ones_skipped() -> None:
+    episode = Episode(id="t:0", trajectories=[Trajectory(steps=[Step()]), Trajectory(), Trajectory(steps=[Step()])])
+    assert sorted(g.group_role for g in group_by_task_and_role([episode])) == [
+        "default_traj_name_0", "default_traj_name_2",
+    ]
+
+
+def test_unset_rewards_take_the_last_step_but_mixed_groups_fail() -> None:
+    episodes = _batch({"t": [True, False]})
+    groups, metrics = transform_episodes_to_trajectory_groups(episodes, group_by_task_and_role, NO_FILTER)
+    assert [t.reward for t in groups[0].trajectories] == [1.0, 0.0]
+    assert metrics["grouping/num_groups"] == 1 and metrics["grouping/avg_group_size"] == 2
+
+    mixed = _batch({"t": [True, False]})
+    mixed[0].trajectories[0].reward = 0.5
+    with pytest.raises(DataError, match="Group 't:solver' mixes trajectories with and without a reward"):
+        transform_episodes_to_trajectory_groups(mixed, group_by_task_and_role, NO_FILTER)
+
+
+@pytest.mark.parametrize(("enable", "kept"), [(True, 2), (False, 3)])
+def test_compact_filtering_masks_by_termination_reason_only_when_enabled(enable: bool, kept: int) -> None:
+    episodes = _batch({"t": [True, False, True]})
+    episodes[1].termination_reason = TerminationReason.TIMEOUT
+    section = {"enable": enable, "mask_timeout": True}
+    groups, metrics = transform_episodes_to_trajectory_groups(
+        episodes, group_by_task_and_role, CompactFilteringConfig.from_config(section)
+    )
+    assert len(groups[0].trajectories) == kept and metrics["grouping/episodes_masked"] == 3 - kept
+
+
+def test_default_grouping_hook_is_registered_by_name() -> None:
+    assert get_plugin_manager().grouping_hooks.resolve("task_and_role").target is group_by_task_and_role
+
+
+def _rs(episodes, config, state):
+    groups, _ = transform_episodes_to_trajectory_groups(episodes, group_by_task_and_role, NO_FILTER)
+    return apply_rejection_sampling_and_filtering(episodes, groups, config, state)
+
+
+def test_episode_mode_accumulates_across_batches_until_enough_partial_tasks() -> None:
+    config = RejectionSamplingConfig(mode="episode", min_partial_solve_tasks=3)
+    state = RejectionSamplingState()
+    first = _batch({"a": [True, False], "b": [True, True]})  # 1 partial
+    second = _batch({"c": [False, False], "d": [False, True]})  # 1 more partial: 2 < 3
+    third = _batch({"e": [True, False]})  # 3 partial in total: release
+
+    groups, episodes, metrics = _rs(first, config, state)
+    assert (groups, episodes) == ([], []) and metrics["rejection/accumulated_groups"] == 2
+    assert metrics["rejection/solve_partial"] == 1 and metrics["rejection/solve_all"] == 1
+
+    groups, _, metrics = _rs(second, config, state)
+    assert groups == [] and metrics["rejection/accumulated_partial_tasks"] == 2
+    assert metrics["rejection/accumulated_batches"] == 2
+
+    groups, episodes, metrics = _rs(third, config, state)
+    assert [g.group_task_id for g in groups] == ["a", "b", "c", "d", "e"]
+    assert len(episodes) == 10 and metrics["rejection/released"] == 1.0
+    assert state.groups == [] and state.partial_tasks == 0  # a fresh accumulation starts
+
+
+def test_batch_mode_keeps_partially_solved_tasks_only() -> None:
+    config = RejectionSamplingConfig(mode="batch")
+    groups, episodes, _ = _rs(_batch({"a": [True, False], "b": [True, True], "c": [False, False]}), config,
+                              RejectionSamplingState())
+    assert [g.group_task_id for g in groups] == ["a"]
+    assert [ep.id for ep in episodes] == ["a:0", "a:1"]
+
+
+def test_min_trajs_per_group_dropping_every_group_warns() -> None:
+    config = RejectionSamplingConfig(mode="none", min_trajs_per_group=2)
+    with pytest.warns(RLLMWarning, match="dropped every trajectory group.*largest has 1.*min_trajs_per_group=2"):
+        groups, episodes, metrics = _rs(_batch({"a": [True], "b": [False]}), config, RejectionSamplingState())
+    assert groups == [] and episodes == [] and metrics["rejection/groups_dropped_small"] == 2
+
+
+def test_rejection_config_rejects_bad_settings() -> None:
+    with pytest.raises(ConfigError, match="multiplier is not 1 but rejection sampling is disabled"):
+        RejectionSamplingConfig.from_config({"enable": False, "multiplier": 2})
+    with pytest.raises(ConfigError, match="mode='epsiode' is unknown"):
+        RejectionSamplingConfig.from_config({"enable": True, "mode": "epsiode"})
+
+
+def test_episode_mode_in_the_trainer_skips_updates_until_release(make_config) -> None:
+    from rllm.experimental.unified_trainer import UnifiedTrainer
+    from rllm.trainer.logging import METRICS_FILE, read_metrics
+
+    config = make_config(
+        "rllm.rejection_sample.enable=true",
+        "rllm.rejection_sample.mode=episode",
+        "rllm.rejection_sample.min_partial_solve_tasks=25",
+        "rllm.trainer.total_batches=4",
+        "rllm.trainer.test_freq=0",
+    )
+    trainer = UnifiedTrainer(None, config, progress=False)
+    try:
+        trainer.fit()
+    finally:
+        trainer.shutdown()
+    records = [r for r in read_metrics(trainer.output_dir / METRICS_FILE) if r["kind"] == "train"]
+    updated = [r["batch/updated"] for r in records]
+    partial = [r["rejection/accumulated_partial_tasks"] for r in records]
+    # the untrained policy solves few of 20 tasks per batch partially: it takes several batches
+    assert updated[0] == 0.0 and 1.0 in updated
+    release = updated.index(1.0)
+    assert partial[release] >= 25 > partial[release - 1]
+    assert all(p < 25 for p in partial[:release])
+    assert records[release]["rejection/groups_kept"] == 20 * (release + 1)
+
+
+def test_pass_at_k_uses_the_samples_actually_drawn() -> None:
+    episodes = _batch({"math/1": [True, False, False], "math/2": [False, False], "code/1": [True]})
+    metrics = pass_at_k_metrics(episodes)
+    assert metrics["val/math/pass@1"] == pytest.approx(1 / 5)
+    assert metrics["val/math/pass@2"] == 0.5  # two samples of every math task exist, not three
+    assert "val/math/pass@3" not in metrics
+    assert metrics["val/code/pass@1"] == 1.0 and "val/code/pass@2" not in metrics

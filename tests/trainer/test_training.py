@@ -1,0 +1,104 @@
+"""Real training runs on the embedded backend: the policy gets clearly better, per estimator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rllm import register_rllm_adv_estimator
+from rllm.experimental.unified_trainer import TrainerState, UnifiedTrainer
+from rllm.trainer.logging import METRICS_FILE, read_metrics
+
+
+def _train(config, **kwargs) -> tuple[UnifiedTrainer, list[dict]]:
+    trainer = UnifiedTrainer(None, config, progress=False, **kwargs)
+    try:
+        trainer.fit()
+    finally:
+        trainer.shutdown()
+    return trainer, read_metrics(trainer.output_dir / METRICS_FILE)
+
+
+def _pass_at_1(records: list[dict]) -> list[float]:
+    return [r["val/digit_sum/pass@1"] for r in records if r["kind"] == "val"]
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+def test_short_run_clearly_improves_validation(make_config, estimator: str) -> None:
+    config = make_config(
+        f"rllm.algorithm.adv_estimator={estimator}", "rllm.trainer.total_epochs=6", "rllm.trainer.test_freq=15"
+    )
+    _, records = _train(config)
+    curve = _pass_at_1(records)
+    train_steps = [r["step"] for r in records if r["kind"] == "train"]
+    assert train_steps == list(range(1, 31))
+    assert curve[0] < 0.3
+    assert curve[-1] >= 0.75, curve
+    rewards = [r["reward/solver/mean"] for r in records if r["kind"] == "train"]
+    assert np.mean(rewards[-5:]) > np.mean(rewards[:5]) + 0.4
+
+
+def test_estimator_name_reaches_the_update(make_config, plugin_manager) -> None:
+    """A runtime-registered estimator chosen by name computes the advantages that train the policy."""
+    calls: list[int] = []
+
+    @register_rllm_adv_estimator("centred_for_test")
+    def centred(rewards, **kwargs):
+        calls.append(len(rewards))
+        advantages = [r - r.mean() for r in rewards]
+        return advantages, advantages
+
+    config = make_config("rllm.algorithm.adv_estimator=centred_for_test", "rllm.trainer.total_batches=3")
+    _, records = _train(config)
+    assert calls == [20, 20, 20]  # one call per step, with one reward array per group (task)
+    assert all("advantage/solver/mean" in r for r in records if r["kind"] == "train")
+
+
+def test_estimator_map_per_role_from_config_and_constructor(make_config, plugin_manager) -> None:
+    seen: list[str] = []
+
+    @register_rllm_adv_estimator("tagging_for_test")
+    def tagging(rewards, **kwargs):
+        seen.append("tagging")
+        return [np.zeros_like(r) for r in rewards], [np.zeros_like(r) for r in rewards]
+
+    config = make_config("rllm.algorithm.estimator_map.solver=tagging_for_test", "rllm.trainer.total_batches=2")
+    _, records = _train(config)
+    assert seen == ["tagging", "tagging"]
+    assert all(r["advantage/solver/fraction_zero"] == 1.0 for r in records if r["kind"] == "train")
+
+    seen.clear()
+    plain = make_config("rllm.trainer.total_batches=1", "rllm.trainer.resume_mode=disable")
+    _train(plain, traj_group_adv_estimator_map={"solver": "tagging_for_test"})
+    assert seen == ["tagging"]
+
+
+def test_unknown_estimator_fails_before_any_rollout(make_config) -> None:
+    from rllm.errors import EstimatorNotFoundError
+
+    with pytest.raises(EstimatorNotFoundError, match=r"rlooo.*Did you mean 'rloo'"):
+        UnifiedTrainer(None, make_config("rllm.algorithm.adv_estimator=rlooo"))
+
+
+def test_estimator_map_role_that_never_occurs_warns(make_config) -> None:
+    from rllm.errors import RLLMWarning
+
+    config = make_config("rllm.algorithm.estimator_map.solvr=rloo", "rllm.trainer.total_batches=1")
+    with pytest.warns(RLLMWarning, match="role 'solvr'.*\\['solver'\\]"):
+        _train(config)
+
+
+def test_trainer_state_is_exported_at_the_documented_path() -> None:
+    state = TrainerState(global_step=3)
+    state.metrics["x"] = 1.0
+    state.reset_batch()
+    assert state.global_step == 3 and state.metrics == {} and not state.has_episodes
+
+
+def test_multi_step_task_learns(make_config) -> None:
+    config = make_config("rllm.embedded.tasks=[digit_chain]", "rllm.trainer.total_epochs=6", "rllm.trainer.test_freq=0")
+    _, records = _train(config)
+    rewards = [r["reward/solver/mean"] for r in records if r["kind"] == "train"]
+    assert records[0]["kind"] == "val" and records[0]["val/digit_chain/pass@1"] < 0.05
+    assert np.mean(rewards[-5:]) > 0.3 > np.mean(rewards[:3])
+    assert max(r["batch/turns"] for r in records if r["kind"] == "train") > 1.5
