@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -38,9 +39,7 @@ class Ragged:
         offsets = np.zeros(len(rows) + 1, dtype=np.intp)
         np.cumsum(lengths, out=offsets[1:])
         values = (
-            np.concatenate([np.asarray(row, dtype=dtype) for row in rows])
-            if len(rows)
-            else np.zeros(0, dtype=dtype)
+            np.concatenate([np.asarray(row, dtype=dtype) for row in rows]) if len(rows) else np.zeros(0, dtype=dtype)
         )
         return cls(values=values, offsets=offsets)
 
@@ -182,6 +181,42 @@ class GroupLayout:
     def group_max(self, xs: NDArray[Any]) -> NDArray[Any]:
         return self._reduce(np.maximum, xs)
 
+    def group_sum_sq(self, xs: FloatArray) -> FloatArray:
+        """Per-group sum of squares of ``xs`` (group order) without a full-size temporary."""
+        k = self.uniform_size
+        if k is not None:
+            rows = xs.reshape(-1, k)
+            return np.einsum("ij,ij->i", rows, rows)
+        out = np.empty(self.n_groups, dtype=xs.dtype)
+        buffer = np.empty(min(self.size, 2 * _BLOCK), dtype=xs.dtype)
+        for g0, g1, a, b in self._blocks:
+            squares = np.square(xs[a:b], out=buffer[: b - a])
+            out[g0:g1] = np.add.reduceat(squares, self.starts[g0:g1] - a)
+        return out
+
+    def scale_groups(self, xs: FloatArray, per_group: FloatArray) -> FloatArray:
+        """``xs *= per_group`` of each value's group, in place (``xs`` in group order)."""
+        k = self.uniform_size
+        if k is not None:
+            rows = xs.reshape(-1, k)
+            np.multiply(rows, per_group[:, None], out=rows)
+            return xs
+        for g0, g1, a, b in self._blocks:
+            xs[a:b] *= np.repeat(per_group[g0:g1], self.sizes[g0:g1])
+        return xs
+
+    @cached_property
+    def _blocks(self) -> list[tuple[int, int, int, int]]:
+        """Runs of whole groups of about ``_BLOCK`` values: (first group, end group, first value, end value).
+
+        Blockwise work keeps temporaries small (cache-sized, reused) instead of one per value.
+        """
+        cuts = np.searchsorted(self.starts, np.arange(_BLOCK, self.size, _BLOCK))
+        bounds = np.unique(np.concatenate(([0], cuts, [self.n_groups])))
+        edges = np.append(self.starts, self.size)[bounds].tolist()
+        groups = bounds.tolist()
+        return [(g0, g1, edges[i], edges[i + 1]) for i, (g0, g1) in enumerate(pairwise(groups))]
+
     def _reduce(self, ufunc: np.ufunc, xs: NDArray[Any]) -> NDArray[Any]:
         if self.n_groups == 0:
             return np.zeros(0, dtype=xs.dtype)
@@ -220,6 +255,9 @@ class GroupLayout:
             return np.zeros(0, dtype=dtype)
         return self.scatter(np.concatenate([np.asarray(p, dtype=dtype).reshape(-1) for p in parts]))
 
+
+_BLOCK = 1 << 15
+"""Values per block of the blockwise segment operations (a few hundred kB: stays in cache)."""
 
 _FOLD_COLUMNS = 16
 """Above this many columns a row reduction beats folding column by column."""
@@ -334,9 +372,7 @@ class AdvantageBatch:
         self.layout = group_ids if isinstance(group_ids, GroupLayout) else GroupLayout(group_ids)
         n = len(self.rewards)
         if self.layout.size != n:
-            raise GroupError(
-                f"Got {n} rewards but {self.layout.size} group ids; give exactly one group id per reward."
-            )
+            raise GroupError(f"Got {n} rewards but {self.layout.size} group ids; give exactly one group id per reward.")
         self.dtype = np.dtype(dtype)
         given = {
             "response_lengths": response_lengths,

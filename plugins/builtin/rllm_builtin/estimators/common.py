@@ -54,13 +54,14 @@ def centre(
 ) -> tuple[FloatArray, FloatArray]:
     """A fresh array of ``xs`` minus its group baseline, and the per-group baselines."""
     means = group_means(layout, xs, lone, numerics)
-    return np.subtract(xs, layout.expand(means)), means
+    out = layout.expand(means)  # a fresh array that becomes the result: one large allocation, not two
+    return np.subtract(xs, out, out=out), means
 
 
 def group_std(layout: GroupLayout, centred: FloatArray, numerics: Numerics) -> FloatArray:
     """Per-group std from centred values (population or unbiased by ``numerics.std``)."""
     k = layout.uniform_size
-    squares = layout.group_sum(np.square(centred))
+    squares = layout.group_sum_sq(centred)
     if k is not None:
         return np.sqrt(squares / max(k - numerics.ddof, 1))
     return np.sqrt(squares / np.maximum(layout.sizes - numerics.ddof, 1).astype(centred.dtype))
@@ -85,11 +86,6 @@ def constant_groups(std: FloatArray, means: FloatArray, layout: GroupLayout) -> 
     return std <= tolerance
 
 
-def scale_by_group(layout: GroupLayout, centred: FloatArray, scale: FloatArray) -> FloatArray:
-    """``centred *= scale`` of each trajectory's group, in place."""
-    return np.multiply(centred, layout.expand(scale), out=centred)
-
-
 def grpo_core(batch: AdvantageBatch, xs: FloatArray, numerics: Numerics, estimator: str, by_std: bool) -> FloatArray:
     """GRPO on rewards ``xs`` in group order: centred by group mean, optionally scaled by the group std."""
     layout = batch.layout
@@ -97,12 +93,12 @@ def grpo_core(batch: AdvantageBatch, xs: FloatArray, numerics: Numerics, estimat
     centred, means = centre(layout, xs, lone, numerics)
     if by_std:
         scale = inverse_scale(group_std(layout, centred, numerics), means, layout, lone, numerics)
-        scale_by_group(layout, centred, scale)
+        layout.scale_groups(centred, scale)
     return centred
 
 
 def whiten(values: FloatArray, numerics: Numerics, shift: bool = True) -> FloatArray:
-    """Batch whitening in the style ``numerics.whiten`` names, into ``values`` (which must be fresh).
+    """Batch whitening in the style ``numerics.whiten`` names, in place (``values`` must be fresh).
 
     ``shift=False`` keeps the batch mean under ``whiten="std"`` (rLLM's REINFORCE++ baseline,
     whose input is already centred per group); the variance modes always subtract it.
@@ -112,16 +108,31 @@ def whiten(values: FloatArray, numerics: Numerics, shift: bool = True) -> FloatA
     if n == 0:
         return values
     mean = values.mean()
-    deviations = values - mean
-    var = float(np.einsum("i,i->", deviations, deviations)) / (n - ddof) if n > ddof else 0.0
+    var = sum_sq_dev(values, mean) / (n - ddof) if n > ddof else 0.0
     eps = numerics.eps if numerics.whiten_eps is None else numerics.whiten_eps
     if numerics.whiten == "std":
-        target, denominator = (deviations if shift else values), np.sqrt(var) + eps
+        denominator = np.sqrt(var) + eps
     else:
-        target = deviations
+        shift = True
         denominator = np.sqrt(var + eps) if numerics.whiten == "var_add" else np.sqrt(max(var, eps))
-    target *= 1.0 / denominator if denominator > 0 else 0.0
-    return target
+    if shift:
+        values -= mean
+    values *= 1.0 / denominator if denominator > 0 else 0.0
+    return values
+
+
+_CHUNK = 1 << 15
+
+
+def sum_sq_dev(values: FloatArray, mean: float) -> float:
+    """``sum((values - mean)**2)`` in chunks, so the two-pass variance needs no full-size temporary."""
+    buffer = np.empty(min(len(values), _CHUNK), dtype=values.dtype)
+    total = 0.0
+    for start in range(0, len(values), _CHUNK):  # a loop over fixed-size chunks, not groups
+        part = values[start : start + _CHUNK]
+        deviations = np.subtract(part, mean, out=buffer[: len(part)])
+        total += float(np.einsum("i,i->", deviations, deviations))
+    return total
 
 
 def suffix_discounted(rows: Ragged, factor: float) -> FloatArray:

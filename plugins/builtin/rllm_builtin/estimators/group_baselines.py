@@ -17,7 +17,6 @@ from rllm_builtin.estimators.common import (
     grouped_rewards,
     grpo_core,
     lone_groups,
-    scale_by_group,
     whiten,
 )
 
@@ -75,7 +74,7 @@ def rloo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
         return layout.scatter(centred)
     sizes = layout.sizes
     factor = (sizes / np.maximum(sizes - 1, 1)).astype(centred.dtype)
-    return layout.scatter(scale_by_group(layout, centred, factor))
+    return layout.scatter(layout.scale_groups(centred, factor))
 
 
 @with_numerics("reinforce")
