@@ -156,7 +156,7 @@ class JsonlSink:
         self.handle = path.open("a", encoding="utf-8")
 
     def write(self, record: Mapping[str, Any]) -> None:
-        clean = {k: (_number(v) if not isinstance(v, str) else v) for k, v in record.items()}
+        clean = {k: v if isinstance(v, str | int) else _number(v) for k, v in record.items()}
         self.handle.write(json.dumps(clean) + "\n")
         self.handle.flush()
 
