@@ -82,12 +82,8 @@ class Numerics:
 
 PRESETS: dict[str, Numerics] = {
     "rllm": Numerics(std="population", eps=1e-6, single="raw", dtype="float64"),
-    "verl": Numerics(
-        std="unbiased", eps=1e-6, single="raw", dtype="float32", whiten="var_add", whiten_eps=1e-8
-    ),
-    "skyrl": Numerics(
-        std="unbiased", eps=1e-6, single="raw", dtype="float32", whiten="var_add", whiten_eps=1e-8
-    ),
+    "verl": Numerics(std="unbiased", eps=1e-6, single="raw", dtype="float32", whiten="var_add", whiten_eps=1e-8),
+    "skyrl": Numerics(std="unbiased", eps=1e-6, single="raw", dtype="float32", whiten="var_add", whiten_eps=1e-8),
     "trl": Numerics(std="unbiased", eps=1e-4, single="zero", dtype="float32"),
     "openrlhf": Numerics(
         std="unbiased",
