@@ -171,7 +171,6 @@ class UnifiedTrainer:
             executor=kwargs.get("executor"),
             episode_logger=self.episode_logger,
         )
-        self.tokenizer = getattr(self.backend, "tokenizer", None)
 
     # -- setup ----------------------------------------------------------------------------
     def _validate_and_setup_configs(self) -> None:

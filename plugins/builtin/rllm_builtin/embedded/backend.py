@@ -113,7 +113,6 @@ class EmbeddedBackend(BackendProtocol):
         self.sample_rng = np.random.default_rng(seed)
         self.update_rng = np.random.default_rng(seed + 1)
         self.loss_fn = str(config.rllm.algorithm.loss_fn or "ppo")
-        self.tokenizer = decode
 
     def validate_config(self) -> None:
         if self.loss_fn not in LOSS_FUNCTIONS:
