@@ -167,3 +167,25 @@ def test_pass_at_k_uses_the_samples_actually_drawn() -> None:
     assert metrics["val/math/pass@2"] == 0.5  # two samples of every math task exist, not three
     assert "val/math/pass@3" not in metrics
     assert metrics["val/code/pass@1"] == 1.0 and "val/code/pass@2" not in metrics
+
+
+def test_rejection_multiplier_enlarges_the_training_batch(make_config) -> None:
+    from rllm.experimental.unified_trainer import UnifiedTrainer
+    from rllm.trainer.logging import METRICS_FILE, read_metrics
+
+    config = make_config(
+        "rllm.rejection_sample.enable=true",
+        "rllm.rejection_sample.multiplier=2",
+        "rllm.trainer.total_batches=1",
+        "rllm.trainer.test_freq=0",
+        "rllm.trainer.val_before_train=false",
+    )
+    trainer = UnifiedTrainer(None, config, progress=False)
+    try:
+        trainer.fit()
+    finally:
+        trainer.shutdown()
+    [record] = read_metrics(trainer.output_dir / METRICS_FILE)
+    assert record["batch/num_episodes"] == 2 * 20 * 8
+    kept = record["rejection/groups_kept"]
+    assert kept == record["rejection/solve_partial"] < 40  # batch mode: partially solved tasks only
