@@ -5,7 +5,7 @@ matplotlib is an optional extra (``pip install 'rllm[plot]'``), imported only he
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rllm.errors import RLLMError
@@ -16,7 +16,9 @@ class PlotUnavailableError(RLLMError):
     """matplotlib is not installed."""
 
 
-def _series(records: list[dict], kind: str, predicate) -> dict[str, tuple[list[int], list[float]]]:
+def _series(
+    records: list[dict], kind: str, predicate: Callable[[str], bool]
+) -> dict[str, tuple[list[int], list[float]]]:
     out: dict[str, tuple[list[int], list[float]]] = {}
     for record in records:
         if record.get("kind") != kind:

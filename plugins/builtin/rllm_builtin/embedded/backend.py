@@ -94,7 +94,8 @@ class TokenBatch:
             advantage = step.advantage
             if advantage is None:
                 raise TrainerError("A step reached the policy update without an advantage; stage 6 did not run.")
-            values[row] = advantage[index] if np.ndim(advantage) else advantage
+            per_token = np.ravel(advantage)  # a scalar broadcast to every token, or one value per token
+            values[row] = per_token[index] if per_token.size > 1 else per_token[0]
         return values
 
 
