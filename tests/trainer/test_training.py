@@ -8,6 +8,8 @@ import pytest
 from rllm import register_rllm_adv_estimator
 from rllm.experimental.unified_trainer import TrainerState, UnifiedTrainer
 from rllm.trainer.logging import METRICS_FILE, read_metrics
+from rllm.types import Episode, Step, TerminationReason, Trajectory
+from rllm.workflows.workflow import Workflow
 
 
 def _train(config, **kwargs) -> tuple[UnifiedTrainer, list[dict]]:
@@ -104,3 +106,43 @@ def test_multi_step_task_learns(make_config) -> None:
     assert records[0]["kind"] == "val" and records[0]["val/digit_chain/pass@1"] < 0.05
     assert np.mean(rewards[-5:]) > 0.3 > np.mean(rewards[:3])
     assert max(r["batch/turns"] for r in records if r["kind"] == "train") > 1.5
+
+
+class TwoRoleWorkflow(Workflow):
+    """The built-in sum task answered by a solver, then by a second role on the same prompt."""
+
+    async def run(self, task: dict, uid: str, **kwargs) -> Episode:
+        trajectories = []
+        for role in ("solver", "checker"):
+            reply = await self.rollout_engine.generate([*task["prompt"], len(role)], max_tokens=1)
+            reward = float(reply.response_ids[0] == task["answers"][0])
+            step = Step(prompt_ids=[*task["prompt"], len(role)], response_ids=reply.response_ids,
+                        logprobs=reply.logprobs, reward=reward, done=True)
+            trajectories.append(Trajectory(name=role, steps=[step]))
+        return Episode(termination_reason=TerminationReason.ENV_DONE,
+                       is_correct=trajectories[0].steps[0].reward == 1.0, trajectories=trajectories)
+
+
+def test_each_role_gets_its_own_estimator(make_config, plugin_manager) -> None:
+    calls: list[tuple[str, int]] = []
+
+    def recording(name: str):
+        def estimator(rewards, **kwargs):
+            calls.append((name, len(rewards)))
+            advantages = [r - r.mean() for r in rewards]
+            return advantages, advantages
+
+        return estimator
+
+    register_rllm_adv_estimator("solver_est")(recording("solver_est"))
+    register_rllm_adv_estimator("checker_est")(recording("checker_est"))
+    config = make_config(
+        "rllm.algorithm.adv_estimator=solver_est",
+        "rllm.algorithm.estimator_map.checker=checker_est",
+        "rllm.trainer.total_batches=2",
+        "rllm.trainer.test_freq=0",
+        "rllm.trainer.val_before_train=false",
+    )
+    _, records = _train(config, workflow_class=TwoRoleWorkflow)
+    assert sorted(calls) == [("checker_est", 20)] * 2 + [("solver_est", 20)] * 2
+    assert {"reward/solver/mean", "reward/checker/mean"} <= set(records[0])

@@ -100,7 +100,8 @@ class UnifiedTrainer:
     """Runs RL training against any backend: a class, or the name a plugin registered.
 
     ``backend_cls`` may be a :class:`BackendProtocol` subclass, a registered backend name, or
-    None for ``rllm.backend``. ``workflow_class`` None trains the backend's built-in task.
+    None for ``rllm.backend``. A workflow class or dataset left out comes from the backend's
+    built-in task.
     ``traj_grouping_hook`` (a callable or a registered name) replaces ``rllm.grouping_hook``;
     ``traj_group_adv_estimator_map`` extends ``rllm.algorithm.estimator_map`` (role ->
     estimator name). Extra keywords: ``executor`` (where workflows run, default in-process)
@@ -197,16 +198,20 @@ class UnifiedTrainer:
             )
 
     def _setup_task(self) -> None:
-        if self.workflow_class is not None:
+        """Fill what the caller left out (workflow, datasets) from the backend's built-in task."""
+        if self.workflow_class is not None and self.train_dataset is not None and self.val_dataset is not None:
             return
         setup = self.backend.builtin_task()
         if setup is None:
-            raise ConfigError(
-                f"Backend {type(self.backend).__name__} has no built-in task; pass workflow_class and "
-                "datasets to UnifiedTrainer."
-            )
-        self.workflow_class = setup.workflow_class
-        self.workflow_args = {**setup.workflow_args, **self.workflow_args}
+            if self.workflow_class is None:
+                raise ConfigError(
+                    f"Backend {type(self.backend).__name__} has no built-in task; pass workflow_class and "
+                    "datasets to UnifiedTrainer."
+                )
+            return
+        if self.workflow_class is None:
+            self.workflow_class = setup.workflow_class
+            self.workflow_args = {**setup.workflow_args, **self.workflow_args}
         if self.train_dataset is None:
             self.train_dataset = setup.train_dataset
         if self.val_dataset is None:
@@ -227,6 +232,10 @@ class UnifiedTrainer:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
+            in_event_loop = False
+        else:
+            in_event_loop = True
+        if not in_event_loop:
             asyncio.run(self.fit_async())
             return
         failure: list[BaseException] = []
