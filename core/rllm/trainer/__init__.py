@@ -1,16 +1,29 @@
-"""The training loop: :class:`UnifiedTrainer`, the backend protocol and the workflow engine."""
+"""The training loop: :class:`UnifiedTrainer`, the backend protocol and the workflow engine.
 
-from rllm.trainer.engine import Executor, LocalExecutor, WorkflowCall, WorkflowEngine
-from rllm.trainer.protocol import BackendProtocol, TaskSetup, TrainerState
-from rllm.trainer.unified import UnifiedTrainer
+Names are imported on first use, so ``import rllm`` (which registers the built-in backend
+and grouping hook) does not pay for the trainer and asyncio until a run needs them.
+"""
 
-__all__ = [
-    "BackendProtocol",
-    "Executor",
-    "LocalExecutor",
-    "TaskSetup",
-    "TrainerState",
-    "UnifiedTrainer",
-    "WorkflowCall",
-    "WorkflowEngine",
-]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "BackendProtocol": "rllm.trainer.protocol",
+    "TaskSetup": "rllm.trainer.protocol",
+    "TrainerState": "rllm.trainer.protocol",
+    "Executor": "rllm.trainer.engine",
+    "LocalExecutor": "rllm.trainer.engine",
+    "WorkflowCall": "rllm.trainer.engine",
+    "WorkflowEngine": "rllm.trainer.engine",
+    "UnifiedTrainer": "rllm.trainer.unified",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'rllm.trainer' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)
