@@ -62,6 +62,13 @@ def run(args: argparse.Namespace) -> int:
     trainer = UnifiedTrainer(None, config, progress=not args.no_progress)
     try:
         trainer.fit()
+    except KeyboardInterrupt:
+        print(
+            f"rllm train: interrupted; run the same command again to resume from the last checkpoint in "
+            f"{trainer.output_dir / 'checkpoints'}.",
+            file=sys.stderr,
+        )
+        return 130
     finally:
         trainer.shutdown()
     print(f"rllm train: done in {time.perf_counter() - started:.1f}s; metrics and checkpoints in {trainer.output_dir}")
