@@ -40,6 +40,7 @@ def test_config_file_then_overrides_reach_the_trainer(tmp_path: Path, capsys: py
         ("rllm.algorithm.loss_fn=dro", "loss_fn='dro' is not supported by the embedded backend"),
         ("rllm.trainer.logger=[console,wandb]", "logger lists \\['wandb'\\]"),
         ("rllm.embedded.tasks=[sudoku]", "rllm.embedded.tasks=\\['sudoku'\\].*unknown"),
+        ("rllm.data.train_batch_size=0", "rllm.data.train_batch_size must be at least 1"),
     ],
 )
 def test_bad_settings_exit_2_naming_the_culprit(

@@ -47,6 +47,10 @@ class RejectionSamplingConfig:
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> RejectionSamplingConfig:
         enabled = bool(section.get("enable", False))
+        if int(section.get("multiplier", 1)) < 1:
+            raise ConfigError(
+                f"rllm.rejection_sample.multiplier must be at least 1, got {section.get('multiplier')}."
+            )
         if not enabled and int(section.get("multiplier", 1)) != 1:
             raise ConfigError(
                 "rllm.rejection_sample.multiplier is not 1 but rejection sampling is disabled; set "

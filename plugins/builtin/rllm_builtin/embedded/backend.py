@@ -62,7 +62,7 @@ class TaskLoader:
 
     def __init__(self, tasks: Sequence[Any], batch_size: int, shuffle: bool, seed: int) -> None:
         self.tasks = list(tasks)
-        self.batch_size = max(1, batch_size)
+        self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
 
@@ -127,6 +127,10 @@ class EmbeddedBackend(BackendProtocol):
         for key in ("ppo_epochs", "mini_batches"):
             if int(self.options[key]) < 1:
                 raise ConfigError(f"rllm.embedded.{key} must be at least 1, got {self.options[key]}.")
+        for key in ("train_batch_size", "val_batch_size"):
+            size = self.data[key]
+            if size is not None and int(size) < 1:
+                raise ConfigError(f"rllm.data.{key} must be at least 1 (or null for val_batch_size), got {size}.")
         lr_factor(str(self.config.rllm.algorithm.lr_schedule), 0.0, 1, 1)
 
     def builtin_task(self) -> TaskSetup:
