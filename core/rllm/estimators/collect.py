@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -50,9 +51,9 @@ def _missing_reward(group: TrajectoryGroup) -> None:
             )
 
 
-def _rewards(groups: Sequence[TrajectoryGroup], trajectories: list[Trajectory]) -> np.ndarray:
+def _rewards(groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]]) -> np.ndarray:
     try:
-        return np.array([t.reward for t in trajectories], dtype=np.float64)
+        return np.array([t.reward for trajectories in per_group for t in trajectories], dtype=np.float64)
     except TypeError:
         for group in groups:
             _missing_reward(group)
@@ -91,15 +92,19 @@ def _components(trajectories: list[Trajectory]) -> np.ndarray | None:
     return np.array(values, dtype=np.float64)
 
 
-def _sources(groups: Sequence[TrajectoryGroup], trajectories: list[Trajectory], role: str) -> dict[str, FieldSource]:
+def _sources(groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]], role: str) -> dict[str, FieldSource]:
     """Where each optional batch field lives on the trajectories; read only if an estimator asks."""
+
+    def flat() -> list[Trajectory]:
+        return list(chain.from_iterable(per_group))
+
     return {
-        "response_lengths": lambda: [sum(len(s.response_ids) for s in t.steps) for t in trajectories],
-        "step_rewards": lambda: _steps(trajectories, lambda step: step.reward),
-        "step_values": lambda: _steps(trajectories, lambda step: step.info.get("value")),
-        "baseline_rewards": lambda: _per_trajectory(trajectories, "baseline_reward"),
-        "reward_components": lambda: _components(trajectories),
-        "roles": lambda: [role] * len(trajectories),
+        "response_lengths": lambda: [sum(len(s.response_ids) for s in t.steps) for t in flat()],
+        "step_rewards": lambda: _steps(flat(), lambda step: step.reward),
+        "step_values": lambda: _steps(flat(), lambda step: step.info.get("value")),
+        "baseline_rewards": lambda: _per_trajectory(flat(), "baseline_reward"),
+        "reward_components": lambda: _components(flat()),
+        "roles": lambda: [role] * len(flat()),
         "task_ids": lambda: [g.group_task_id for g in groups for _ in g.trajectories],
     }
 
@@ -144,19 +149,26 @@ def _summary(prefix: str, values: np.ndarray, metrics: dict[str, float], zero_fr
         metrics[f"{prefix}/fraction_zero"] = float(np.count_nonzero(np.abs(values) < 1e-8) / len(values))
 
 
-def _broadcast(trajectories: list[Trajectory], advantages: list[float]) -> int:
-    """Set every step's advantage to its trajectory's; returns how many precomputed values it replaced."""
+def _broadcast(per_group: list[list[Trajectory]], advantages: list[float]) -> int:
+    """Set every step's advantage to its trajectory's; returns how many precomputed values it replaced.
+
+    The nested loops mirror the data (groups, trajectories, steps) so that no flat list of
+    trajectories has to be built: this loop is most of the collection's cost.
+    """
+    values = iter(advantages)
     replaced = 0
-    for traj, advantage in zip(trajectories, advantages, strict=True):
-        for step in traj.steps:
-            if step.advantage is not None:
-                replaced += 1
-            step.advantage = advantage
+    for trajectories in per_group:
+        for traj, advantage in zip(trajectories, values, strict=False):  # values runs on across groups
+            for step in traj.steps:
+                if step.advantage is not None:
+                    replaced += 1
+                step.advantage = advantage
     return replaced
 
 
-def _per_step(trajectories: list[Trajectory], advantages: Ragged, name: str) -> int:
+def _per_step(per_group: list[list[Trajectory]], advantages: Ragged, name: str) -> int:
     """Give every step its own advantage; returns how many precomputed values it replaced."""
+    trajectories = list(chain.from_iterable(per_group))
     counts = np.fromiter((len(t.steps) for t in trajectories), dtype=np.intp, count=len(trajectories))
     if not np.array_equal(counts, advantages.lengths):
         raise EstimatorOutputError(
@@ -188,27 +200,30 @@ def collect_reward_and_advantage_from_trajectory_groups(
     (missing ones become 0). With ``collect_advantage=False`` only reward metrics are made.
     """
     config = algorithm_config
-    by_role: dict[str, list[TrajectoryGroup]] = {}
+    by_role: dict[str, tuple[list[TrajectoryGroup], list[list[Trajectory]]]] = {}
     precomputed: dict[str, list[float]] = {}
+    check_precomputed = config.use_precomputed_advantage
     for group in groups:
         role = group.group_role
-        if config.use_precomputed_advantage and any(
-            step.advantage is not None for traj in group.trajectories for step in traj.steps
-        ):
+        trajectories = group.trajectories
+        if check_precomputed and any(step.advantage is not None for traj in trajectories for step in traj.steps):
             if collect_advantage:
                 precomputed.setdefault(role, []).extend(_precomputed_advantages(group))
             continue
-        if not group.trajectories:
+        if not trajectories:
             warnings.warn(f"Group {group.group_id!r} has no trajectories; skipped.", RLLMWarning, stacklevel=2)
             continue
-        by_role.setdefault(role, []).append(group)
+        if role not in by_role:
+            by_role[role] = ([], [])
+        role_groups, per_group = by_role[role]
+        role_groups.append(group)
+        per_group.append(trajectories)
 
     metrics: dict[str, float] = {}
     advantages_by_role: dict[str, np.ndarray] = {}
-    for role, role_groups in by_role.items():
-        trajectories = [t for g in role_groups for t in g.trajectories]
-        layout = GroupLayout.from_sizes([len(g.trajectories) for g in role_groups])
-        rewards = _rewards(role_groups, trajectories)
+    for role, (role_groups, per_group) in by_role.items():
+        layout = GroupLayout.from_sizes(list(map(len, per_group)))
+        rewards = _rewards(role_groups, per_group)
         bad_groups = _nonfinite_groups(rewards, layout, role_groups, config.nonfinite_rewards)
         good = None if bad_groups is None else ~layout.spread(bad_groups)
         if good is not None:
@@ -218,16 +233,16 @@ def collect_reward_and_advantage_from_trajectory_groups(
             continue
         name = estimator_name(config.estimator_for(role))
         entry = get_estimator(name)
-        batch = AdvantageBatch(rewards, layout, sources=_sources(role_groups, trajectories, role))
+        batch = AdvantageBatch(rewards, layout, sources=_sources(role_groups, per_group, role))
         advantages = run_estimator(entry, batch, config.options_for(name), config.ambient_options())
         if isinstance(advantages, Ragged):
             step_good = None if good is None else advantages.expand(good)
             values = advantages.values if step_good is None else np.where(step_good, advantages.values, 0.0)
-            replaced = _per_step(trajectories, advantages.with_values(values), name)
+            replaced = _per_step(per_group, advantages.with_values(values), name)
             advantages_by_role[role] = values if step_good is None else values[step_good]
         else:
             values = advantages if good is None else np.where(good, advantages, 0.0)
-            replaced = _broadcast(trajectories, values.tolist())
+            replaced = _broadcast(per_group, values.tolist())
             advantages_by_role[role] = values if good is None else values[good]
         if replaced:
             warnings.warn(
