@@ -65,21 +65,24 @@ class Ragged:
 class GroupLayout:
     """Where each trajectory's group is, computed once from arbitrary labels.
 
-    Groups are numbered ``0..n_groups-1`` in *group order*: the order in which every group
-    is one contiguous run. ``order`` is ``None`` when the input already is in group order
-    (rollouts as generated); otherwise it is the stable permutation that makes it so
-    (``x[order]`` is in group order). ``starts`` and ``sizes`` describe the runs.
+    Groups are numbered ``0..n_groups-1`` (ascending label when labels are ordered) and
+    ``labels``, ``sizes`` and ``starts`` describe them. Two layouts cover every input:
 
-    Kernels work in group order (:meth:`gather`, segment reductions, :meth:`expand`,
-    :meth:`scatter`); :meth:`sum`, :meth:`mean`, :meth:`spread` and :meth:`centred` are
-    the same operations on arrays in input order.
+    * contiguous (``codes is None``): every group is one run of the input, as rollouts come
+      out of generation. Segment operations reduce runs in place (``reshape`` folds for
+      equal sizes, ``reduceat`` for ragged ones).
+    * scattered: ``codes`` holds each trajectory's group number and segment operations
+      use ``bincount`` and gathers, so shuffled input is never sorted.
+
+    All operations take and return arrays in input order. ``order`` (the stable
+    permutation that makes groups contiguous, ``None`` for a contiguous layout) and
+    ``starts`` (where each group begins in that order) serve per-group splitting.
     """
 
-    order: IndexArray | None
-    starts: IndexArray
-    sizes: IndexArray
     labels: NDArray[Any]
+    sizes: IndexArray
     size: int
+    codes: IndexArray | None
     uniform_size: int | None
     """The common group size when all groups are equally large, else None."""
 
@@ -88,35 +91,27 @@ class GroupLayout:
         if labels.ndim != 1:
             raise GroupError(f"Group ids must be a 1-D array, got shape {labels.shape}.")
         self.size = n = len(labels)
-        self.order = None
+        self.codes = None
         if n == 0:
-            self._set_runs(np.zeros(0, dtype=np.intp), labels)
+            self._contiguous(np.zeros(0, dtype=np.intp), labels)
         elif labels.dtype.kind in "iub" and _non_decreasing(labels):
-            self._from_sorted(labels)
+            k = _uniform_run(labels)
+            if k is not None:
+                self._contiguous(np.arange(0, n, k, dtype=np.intp), labels[::k], k)
+            else:
+                starts = _run_starts(labels)
+                self._contiguous(starts, labels[starts])
         else:
             starts = _run_starts(labels)
-            if _all_distinct(labels[starts]):
-                self._set_runs(starts, labels[starts])
+            codes, group_labels, sizes = _dense_groups(labels)
+            if len(sizes) == len(starts):  # every group is one run: contiguous after all
+                self._contiguous(starts, labels[starts])
             else:
-                self.order, ordered = _stable_order(labels)
-                grouped = labels[self.order]
-                if ordered:
-                    self._from_sorted(grouped)
-                else:
-                    starts = _run_starts(grouped)
-                    self._set_runs(starts, grouped[starts])
+                self.codes, self.labels, self.sizes = codes, group_labels, sizes
+                self._set_uniform()
 
-    def _from_sorted(self, sorted_labels: NDArray[Any]) -> None:
-        """Runs of non-decreasing labels; equal-length runs are found without a full scan."""
-        k = _uniform_run(sorted_labels)
-        if k is not None:
-            self._set_runs(np.arange(0, len(sorted_labels), k, dtype=np.intp), sorted_labels[::k], k)
-        else:
-            starts = _run_starts(sorted_labels)
-            self._set_runs(starts, sorted_labels[starts])
-
-    def _set_runs(self, starts: IndexArray, labels: NDArray[Any], uniform: int | None = None) -> None:
-        self.starts = starts
+    def _contiguous(self, starts: IndexArray, labels: NDArray[Any], uniform: int | None = None) -> None:
+        self.__dict__["starts"] = starts
         self.labels = labels
         if uniform is not None:
             self.sizes = np.full(len(starts), uniform, dtype=np.intp)
@@ -125,9 +120,11 @@ class GroupLayout:
             np.subtract(starts[1:], starts[:-1], out=self.sizes[:-1])
             if len(starts):
                 self.sizes[-1] = self.size - starts[-1]
-            if len(starts) and self.sizes.min() == self.sizes.max():
-                uniform = int(self.sizes[0])
-        self.uniform_size = uniform
+        self._set_uniform()
+
+    def _set_uniform(self) -> None:
+        sizes = self.sizes
+        self.uniform_size = int(sizes[0]) if len(sizes) and sizes.min() == sizes.max() else None
 
     @classmethod
     def from_sizes(cls, sizes: ArrayLike) -> GroupLayout:
@@ -137,77 +134,124 @@ class GroupLayout:
             raise GroupError("Every group needs at least one trajectory; got a group of size 0.")
         layout = cls.__new__(cls)
         layout.size = int(sizes.sum())
-        layout.order = None
+        layout.codes = None
         starts = np.zeros(len(sizes), dtype=np.intp)
         np.cumsum(sizes[:-1], out=starts[1:])
-        layout._set_runs(starts, np.arange(len(sizes)))
+        layout._contiguous(starts, np.arange(len(sizes)))
         return layout
 
     @property
     def n_groups(self) -> int:
-        return len(self.starts)
+        return len(self.sizes)
+
+    @cached_property
+    def order(self) -> IndexArray | None:
+        """Stable permutation making groups contiguous (``x[order]``); None when they already are."""
+        return None if self.codes is None else np.argsort(self.codes, kind="stable").astype(np.intp, copy=False)
+
+    @cached_property
+    def starts(self) -> IndexArray:
+        """Where each group begins once groups are contiguous (see :attr:`order`)."""
+        starts = np.zeros(self.n_groups, dtype=np.intp)
+        np.cumsum(self.sizes[:-1], out=starts[1:])
+        return starts
 
     @cached_property
     def group_index(self) -> IndexArray:
         """Dense group number of every trajectory, in input order."""
-        return self.scatter(self.expand(np.arange(self.n_groups, dtype=np.intp)))
+        if self.codes is not None:
+            return self.codes
+        return self.spread(np.arange(self.n_groups, dtype=np.intp))
 
     def label(self, group: int) -> Any:
         value = self.labels[group]
         return value.item() if isinstance(value, np.generic) else value
 
-    # Moving between input order and group order.
-    def gather(self, x: NDArray[Any]) -> NDArray[Any]:
-        """``x`` (input order) in group order; ``x`` itself when it already is, so never write into it."""
-        return x if self.order is None else x[self.order]
+    @property
+    def _run_size(self) -> int | None:
+        """The group size when groups are contiguous runs of one size (reshape paths)."""
+        return self.uniform_size if self.codes is None else None
 
-    def scatter(self, y: NDArray[Any]) -> NDArray[Any]:
-        """Inverse of :meth:`gather`: ``y`` (group order) back to input order."""
-        if self.order is None:
-            return y
-        out = np.empty_like(y)
-        out[self.order] = y
-        return out
+    # Segment operations: ``x`` is per trajectory (input order); results are per group.
+    def sum(self, x: FloatArray) -> FloatArray:
+        if self.codes is not None:
+            return np.bincount(self.codes, weights=x, minlength=self.n_groups).astype(x.dtype, copy=False)
+        return self._reduce(np.add, x)
 
-    def expand(self, per_group: NDArray[Any]) -> NDArray[Any]:
-        """Per-group values repeated over each group's trajectories, in group order."""
-        k = self.uniform_size
-        return np.repeat(per_group, k if k is not None else self.sizes)
+    def max(self, x: FloatArray) -> FloatArray:
+        if self.codes is not None:
+            out = np.full(self.n_groups, -np.inf, dtype=x.dtype)
+            np.maximum.at(out, self.codes, x)
+            return out
+        return self._reduce(np.maximum, x)
 
-    # Segment reductions of arrays in group order.
-    def group_sum(self, xs: NDArray[Any]) -> NDArray[Any]:
-        return self._reduce(np.add, xs)
-
-    def group_max(self, xs: NDArray[Any]) -> NDArray[Any]:
-        return self._reduce(np.maximum, xs)
-
-    def group_sum_sq(self, xs: FloatArray) -> FloatArray:
-        """Per-group sum of squares of ``xs`` (group order) without a full-size temporary."""
-        k = self.uniform_size
+    def sum_sq(self, x: FloatArray) -> FloatArray:
+        """Per-group sum of squares, without a full-size temporary where the layout allows."""
+        k = self._run_size
         if k is not None:
-            rows = xs.reshape(-1, k)
+            rows = x.reshape(-1, k)
             return np.einsum("ij,ij->i", rows, rows)
-        out = np.empty(self.n_groups, dtype=xs.dtype)
-        buffer = np.empty(min(self.size, 2 * _BLOCK), dtype=xs.dtype)
+        if self.codes is not None:
+            return self.sum(np.square(x))
+        out = np.empty(self.n_groups, dtype=x.dtype)
+        buffer = np.empty(min(self.size, 2 * _BLOCK), dtype=x.dtype)
         for g0, g1, a, b in self._blocks:
-            squares = np.square(xs[a:b], out=buffer[: b - a])
+            squares = np.square(x[a:b], out=buffer[: b - a])
             out[g0:g1] = np.add.reduceat(squares, self.starts[g0:g1] - a)
         return out
 
-    def scale_groups(self, xs: FloatArray, per_group: FloatArray) -> FloatArray:
-        """``xs *= per_group`` of each value's group, in place (``xs`` in group order)."""
+    def mean(self, x: FloatArray) -> FloatArray:
+        return self.sum(x) / self.sizes
+
+    def spread(self, per_group: NDArray[Any]) -> NDArray[Any]:
+        """Per-group values copied to every trajectory of the group, in input order (a fresh array)."""
+        if self.codes is not None:
+            return per_group.take(self.codes)
         k = self.uniform_size
+        return np.repeat(per_group, k if k is not None else self.sizes)
+
+    def scale(self, x: FloatArray, per_group: FloatArray) -> FloatArray:
+        """``x *= per_group`` of each value's group, in place."""
+        k = self._run_size
         if k is not None:
-            rows = xs.reshape(-1, k)
+            rows = x.reshape(-1, k)
             np.multiply(rows, per_group[:, None], out=rows)
-            return xs
-        for g0, g1, a, b in self._blocks:
-            xs[a:b] *= np.repeat(per_group[g0:g1], self.sizes[g0:g1])
-        return xs
+        elif self.codes is not None:
+            x *= per_group.take(self.codes)
+        else:
+            for g0, g1, a, b in self._blocks:
+                x[a:b] *= np.repeat(per_group[g0:g1], self.sizes[g0:g1])
+        return x
+
+    def centred(self, x: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """``x`` minus its group mean (a fresh array), and the group means."""
+        means = self.mean(x)
+        out = self.spread(means)
+        return np.subtract(x, out, out=out), means
+
+    def sum_sq_dev(self, centred: FloatArray) -> FloatArray:
+        """Per-group sum of squared deviations, from already centred values (two-pass variance)."""
+        return self.sum_sq(centred)
+
+    def split(self, x: NDArray[Any]) -> list[NDArray[Any]]:
+        """Per-group arrays, in group order."""
+        grouped = x if self.order is None else x[self.order]
+        return np.split(grouped, self.starts[1:])
+
+    def join(self, parts: Sequence[ArrayLike], dtype: Any = np.float64) -> FloatArray:
+        """Inverse of :meth:`split`: per-group arrays back to one array in input order."""
+        if not parts:
+            return np.zeros(0, dtype=dtype)
+        flat = np.concatenate([np.asarray(p, dtype=dtype).reshape(-1) for p in parts])
+        if self.order is None:
+            return flat
+        out = np.empty_like(flat)
+        out[self.order] = flat
+        return out
 
     @cached_property
     def _blocks(self) -> list[tuple[int, int, int, int]]:
-        """Runs of whole groups of about ``_BLOCK`` values: (first group, end group, first value, end value).
+        """Runs of whole contiguous groups of about ``_BLOCK`` values: (first group, end group, first value, end value).
 
         Blockwise work keeps temporaries small (cache-sized, reused) instead of one per value.
         """
@@ -217,43 +261,14 @@ class GroupLayout:
         groups = bounds.tolist()
         return [(g0, g1, edges[i], edges[i + 1]) for i, (g0, g1) in enumerate(pairwise(groups))]
 
-    def _reduce(self, ufunc: np.ufunc, xs: NDArray[Any]) -> NDArray[Any]:
+    def _reduce(self, ufunc: np.ufunc, x: NDArray[Any]) -> NDArray[Any]:
+        """Reduce contiguous runs."""
         if self.n_groups == 0:
-            return np.zeros(0, dtype=xs.dtype)
+            return np.zeros(0, dtype=x.dtype)
         k = self.uniform_size
         if k is None:
-            return ufunc.reduceat(xs, self.starts)
-        return _fold(ufunc, xs, k)
-
-    # The same operations on arrays in input order.
-    def sum(self, x: FloatArray) -> FloatArray:
-        return self.group_sum(self.gather(x))
-
-    def mean(self, x: FloatArray) -> FloatArray:
-        return self.sum(x) / self.sizes
-
-    def spread(self, per_group: NDArray[Any]) -> NDArray[Any]:
-        """Per-group values copied to every trajectory of the group, in input order."""
-        return self.scatter(self.expand(per_group))
-
-    def centred(self, x: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """``x`` minus its group mean, and the group means."""
-        means = self.mean(x)
-        return x - self.spread(means), means
-
-    def sum_sq_dev(self, centred: FloatArray) -> FloatArray:
-        """Per-group sum of squared deviations, from already centred values (two-pass variance)."""
-        return self.sum(centred * centred)
-
-    def split(self, x: NDArray[Any]) -> list[NDArray[Any]]:
-        """Per-group arrays, in group order."""
-        return np.split(self.gather(x), self.starts[1:])
-
-    def join(self, parts: Sequence[ArrayLike], dtype: Any = np.float64) -> FloatArray:
-        """Inverse of :meth:`split`: per-group arrays back to one array in input order."""
-        if not parts:
-            return np.zeros(0, dtype=dtype)
-        return self.scatter(np.concatenate([np.asarray(p, dtype=dtype).reshape(-1) for p in parts]))
+            return ufunc.reduceat(x, self.starts)
+        return _fold(ufunc, x, k)
 
 
 _BLOCK = 1 << 15
@@ -315,26 +330,28 @@ def _uniform_run(sorted_labels: NDArray[Any]) -> int | None:
     return k
 
 
-def _stable_order(labels: NDArray[Any]) -> tuple[IndexArray, bool]:
-    """The stable permutation that puts equal labels next to each other, and whether it also sorts them."""
+def _dense_groups(labels: NDArray[Any]) -> tuple[IndexArray, NDArray[Any], IndexArray]:
+    """Group number of every label, the group labels and sizes; no sort for integers in a small range."""
+    if labels.dtype.kind in "iu":
+        low, high = int(labels.min()), int(labels.max())
+        if high - low < 4 * len(labels):
+            offsets = (labels - low).astype(np.intp, copy=False)
+            counts = np.bincount(offsets)
+            present = counts > 0
+            dense = np.cumsum(present, dtype=np.intp)
+            dense -= 1
+            group_labels = (np.flatnonzero(present) + low).astype(labels.dtype, copy=False)
+            return dense[offsets], group_labels, counts[present].astype(np.intp, copy=False)
     try:
-        return np.argsort(labels, kind="stable").astype(np.intp, copy=False), True
-    except TypeError:  # labels of mixed, unorderable types: number them by first appearance
-        codes: dict[Any, int] = {}
-        first_seen = (codes.setdefault(v, len(codes)) for v in labels.tolist())
-        dense = np.fromiter(first_seen, dtype=np.intp, count=len(labels))
-        return np.argsort(dense, kind="stable").astype(np.intp, copy=False), False
-
-
-def _all_distinct(run_labels: NDArray[Any]) -> bool:
-    if len(run_labels) < 2:
-        return True
-    if run_labels.dtype.kind in "iuf" and np.all(run_labels[1:] > run_labels[:-1]):
-        return True
-    try:
-        return len(np.unique(run_labels)) == len(run_labels)
-    except TypeError:  # mixed, unorderable labels
-        return len(set(run_labels.tolist())) == len(run_labels)
+        group_labels, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+        return inverse.reshape(-1).astype(np.intp, copy=False), group_labels, counts.astype(np.intp, copy=False)
+    except TypeError:  # mixed, unorderable labels: number groups by first appearance
+        numbers: dict[Any, int] = {}
+        first_seen = (numbers.setdefault(v, len(numbers)) for v in labels.tolist())
+        codes = np.fromiter(first_seen, dtype=np.intp, count=len(labels))
+        group_labels = np.empty(len(numbers), dtype=object)
+        group_labels[:] = list(numbers)
+        return codes, group_labels, np.bincount(codes).astype(np.intp, copy=False)
 
 
 FieldSource = Callable[[], Any]

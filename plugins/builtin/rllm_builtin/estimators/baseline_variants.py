@@ -6,7 +6,7 @@ import numpy as np
 
 from rllm.estimators.batch import AdvantageBatch, FloatArray
 from rllm.estimators.numerics import Numerics, with_numerics
-from rllm_builtin.estimators.common import centre, grouped_rewards, grpo_core, lone_groups
+from rllm_builtin.estimators.common import centre, grpo_core, lone_groups, rewards_as
 
 
 @with_numerics("opo")
@@ -18,17 +18,17 @@ def opo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     of one has baseline 0 under ``single="raw"`` (verl) or advantage 0 under ``"zero"``.
     """
     layout = batch.layout
-    xs = grouped_rewards(batch, numerics)
-    lengths = grouped_rewards(batch, numerics, batch.require("response_lengths", "opo"))
+    xs = rewards_as(batch, numerics)
+    lengths = rewards_as(batch, numerics, batch.require("response_lengths", "opo"))
     lone = lone_groups(layout, numerics, "opo")
-    total = layout.group_sum(lengths)
-    weighted = layout.group_sum(lengths * xs)
-    plain = layout.group_sum(xs) / layout.sizes
+    total = layout.sum(lengths)
+    weighted = layout.sum(lengths * xs)
+    plain = layout.sum(xs) / layout.sizes
     with np.errstate(divide="ignore", invalid="ignore"):
         baseline = np.where(total > 0, weighted / total, plain)
     if lone is not None and numerics.single == "raw":
         baseline[lone] = 0.0
-    return layout.scatter(np.subtract(xs, layout.expand(baseline.astype(xs.dtype, copy=False))))
+    return np.subtract(xs, layout.spread(baseline.astype(xs.dtype, copy=False)))
 
 
 @with_numerics("remax")
@@ -48,10 +48,10 @@ def gpg(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     ``alpha = N / max(1, number of non-zero rewards in the batch)`` rescales the gradient
     so that batches where few rollouts earn a reward are not drowned out.
     """
-    xs = grouped_rewards(batch, numerics)
+    xs = rewards_as(batch, numerics)
     centred = grpo_core(batch, xs, numerics, "gpg", by_std=False)
     centred *= len(xs) / max(1, int(np.count_nonzero(xs)))
-    return batch.layout.scatter(centred)
+    return centred
 
 
 @with_numerics("maxrl")
@@ -62,10 +62,10 @@ def maxrl(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     its own reward (advantage 0) unless ``single="error"``.
     """
     layout = batch.layout
-    xs = grouped_rewards(batch, numerics)
+    xs = rewards_as(batch, numerics)
     lone_groups(layout, numerics, "maxrl")
     centred, means = centre(layout, xs, None, numerics)
     with np.errstate(divide="ignore"):
         scale = 1.0 / (means + numerics.eps)
     scale[means + numerics.eps == 0] = 0.0
-    return layout.scatter(np.multiply(centred, layout.expand(scale.astype(xs.dtype, copy=False)), out=centred))
+    return np.multiply(centred, layout.spread(scale.astype(xs.dtype, copy=False)), out=centred)

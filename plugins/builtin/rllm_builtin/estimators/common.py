@@ -1,7 +1,7 @@
 """Shared steps of the built-in kernels: group centring and scaling, batch whitening, step returns.
 
-Everything works on arrays in group order (see :class:`rllm.estimators.batch.GroupLayout`)
-with segment reductions, so no kernel loops over groups in Python. Variances are always
+Everything works on flat arrays in input order with the segment operations of
+:class:`rllm.estimators.batch.GroupLayout`, so no kernel loops over groups in Python. Variances are always
 computed from centred values (two passes), which keeps tiny spreads exact in float32.
 """
 
@@ -16,10 +16,10 @@ from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, Ragge
 from rllm.estimators.numerics import Numerics
 
 
-def grouped_rewards(batch: AdvantageBatch, numerics: Numerics, values: Any = None) -> FloatArray:
-    """``values`` (default: the rewards) in the numerics dtype and in group order. Never write into it."""
+def rewards_as(batch: AdvantageBatch, numerics: Numerics, values: Any = None) -> FloatArray:
+    """``values`` (default: the rewards) in the numerics dtype; may be the caller's array, so never write into it."""
     source = batch.rewards if values is None else values
-    return batch.layout.gather(np.asarray(source).astype(numerics.np_dtype, copy=False))
+    return np.asarray(source).astype(numerics.np_dtype, copy=False)
 
 
 def lone_groups(layout: GroupLayout, numerics: Numerics, estimator: str) -> np.ndarray | None:
@@ -42,7 +42,7 @@ def lone_groups(layout: GroupLayout, numerics: Numerics, estimator: str) -> np.n
 def group_means(layout: GroupLayout, xs: FloatArray, lone: np.ndarray | None, numerics: Numerics) -> FloatArray:
     """Per-group means; a group of one has baseline 0 under ``single="raw"`` (else its own reward)."""
     k = layout.uniform_size
-    sums = layout.group_sum(xs)
+    sums = layout.sum(xs)
     means = sums / (k if k is not None else layout.sizes.astype(xs.dtype))
     if lone is not None and numerics.single == "raw":
         means[lone] = 0.0
@@ -54,14 +54,14 @@ def centre(
 ) -> tuple[FloatArray, FloatArray]:
     """A fresh array of ``xs`` minus its group baseline, and the per-group baselines."""
     means = group_means(layout, xs, lone, numerics)
-    out = layout.expand(means)  # a fresh array that becomes the result: one large allocation, not two
+    out = layout.spread(means)  # a fresh array that becomes the result: one large allocation, not two
     return np.subtract(xs, out, out=out), means
 
 
 def group_std(layout: GroupLayout, centred: FloatArray, numerics: Numerics) -> FloatArray:
     """Per-group std from centred values (population or unbiased by ``numerics.std``)."""
     k = layout.uniform_size
-    squares = layout.group_sum_sq(centred)
+    squares = layout.sum_sq(centred)
     if k is not None:
         return np.sqrt(squares / max(k - numerics.ddof, 1))
     return np.sqrt(squares / np.maximum(layout.sizes - numerics.ddof, 1).astype(centred.dtype))
@@ -87,13 +87,13 @@ def constant_groups(std: FloatArray, means: FloatArray, layout: GroupLayout) -> 
 
 
 def grpo_core(batch: AdvantageBatch, xs: FloatArray, numerics: Numerics, estimator: str, by_std: bool) -> FloatArray:
-    """GRPO on rewards ``xs`` in group order: centred by group mean, optionally scaled by the group std."""
+    """GRPO on rewards ``xs``: centred by group mean, optionally scaled by the group std."""
     layout = batch.layout
     lone = lone_groups(layout, numerics, estimator)
     centred, means = centre(layout, xs, lone, numerics)
     if by_std:
         scale = inverse_scale(group_std(layout, centred, numerics), means, layout, lone, numerics)
-        layout.scale_groups(centred, scale)
+        layout.scale(centred, scale)
     return centred
 
 

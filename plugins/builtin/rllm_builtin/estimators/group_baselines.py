@@ -14,9 +14,9 @@ from rllm.estimators.batch import AdvantageBatch, FloatArray
 from rllm.estimators.numerics import Numerics, with_numerics
 from rllm_builtin.estimators.common import (
     centre,
-    grouped_rewards,
     grpo_core,
     lone_groups,
+    rewards_as,
     whiten,
 )
 
@@ -28,8 +28,8 @@ def grpo(batch: AdvantageBatch, *, norm_adv_by_std_in_grpo: bool = True, numeric
     With ``norm_adv_by_std_in_grpo=False`` only the group mean is subtracted (see ``dr_grpo``).
     A group of one uses mean 0 and std 1 under ``single="raw"`` (rLLM, verl, SkyRL).
     """
-    xs = grouped_rewards(batch, numerics)
-    return batch.layout.scatter(grpo_core(batch, xs, numerics, "grpo", norm_adv_by_std_in_grpo))
+    xs = rewards_as(batch, numerics)
+    return grpo_core(batch, xs, numerics, "grpo", norm_adv_by_std_in_grpo)
 
 
 @with_numerics("dr_grpo")
@@ -38,8 +38,8 @@ def dr_grpo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
 
     GRPO without the division by the group std, which biases towards low-variance groups.
     """
-    xs = grouped_rewards(batch, numerics)
-    return batch.layout.scatter(grpo_core(batch, xs, numerics, "dr_grpo", by_std=False))
+    xs = rewards_as(batch, numerics)
+    return grpo_core(batch, xs, numerics, "dr_grpo", by_std=False)
 
 
 @with_numerics("grpo_batch_std")
@@ -49,12 +49,12 @@ def grpo_batch_std(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     Group means remove the prompt's difficulty; one std over the whole batch keeps the
     relative scale of groups (Liu et al. 2025 argue against per-group scaling).
     """
-    xs = grouped_rewards(batch, numerics)
+    xs = rewards_as(batch, numerics)
     centred = grpo_core(batch, xs, numerics, "grpo_batch_std", by_std=False)
     n = len(xs)
     spread = float(np.std(xs, ddof=numerics.ddof)) if n > numerics.ddof else 0.0
     centred *= 1.0 / (spread + numerics.eps) if spread + numerics.eps > 0 else 0.0
-    return batch.layout.scatter(centred)
+    return centred
 
 
 @with_numerics("rloo")
@@ -64,17 +64,17 @@ def rloo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     A group of one keeps its raw reward (``single="raw"``, rLLM and verl's loop) or gets 0.
     """
     layout = batch.layout
-    xs = grouped_rewards(batch, numerics)
+    xs = rewards_as(batch, numerics)
     lone = lone_groups(layout, numerics, "rloo")
     centred, _ = centre(layout, xs, lone, numerics)
     k = layout.uniform_size
     if k is not None:
         if k > 1:
             centred *= k / (k - 1)
-        return layout.scatter(centred)
+        return centred
     sizes = layout.sizes
     factor = (sizes / np.maximum(sizes - 1, 1)).astype(centred.dtype)
-    return layout.scatter(layout.scale_groups(centred, factor))
+    return layout.scale(centred, factor)
 
 
 @with_numerics("reinforce")
@@ -91,6 +91,6 @@ def reinforce_plus_plus_baseline(batch: AdvantageBatch, *, numerics: Numerics) -
     sqrt(var(c) + 1e-8)`` for verl. The batch is all groups of one role. A group of one has
     baseline 0 (``single="raw"``) or advantage 0 (``single="zero"``).
     """
-    xs = grouped_rewards(batch, numerics)
+    xs = rewards_as(batch, numerics)
     centred = grpo_core(batch, xs, numerics, "reinforce_plus_plus_baseline", by_std=False)
-    return batch.layout.scatter(whiten(centred, numerics, shift=False))
+    return whiten(centred, numerics, shift=False)

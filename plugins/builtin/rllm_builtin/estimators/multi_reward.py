@@ -7,7 +7,7 @@ import numpy as np
 from rllm.errors import GroupError
 from rllm.estimators.batch import AdvantageBatch, FloatArray
 from rllm.estimators.numerics import Numerics, with_numerics
-from rllm_builtin.estimators.common import grouped_rewards, grpo_core, whiten
+from rllm_builtin.estimators.common import grpo_core, rewards_as, whiten
 
 
 @with_numerics("gdpo")
@@ -37,6 +37,6 @@ def gdpo(
         )
     total = np.zeros(len(batch), dtype=numerics.np_dtype)
     for k in range(n_components):  # a loop over reward components, not groups
-        xs = grouped_rewards(batch, numerics, components[:, k])
+        xs = rewards_as(batch, numerics, components[:, k])
         total += weights[k] * grpo_core(batch, xs, numerics, "gdpo", norm_adv_by_std_in_grpo)
-    return batch.layout.scatter(whiten(total, numerics))
+    return whiten(total, numerics)

@@ -7,7 +7,7 @@ import numpy as np
 from rllm.errors import GroupError
 from rllm.estimators.batch import AdvantageBatch, FloatArray
 from rllm.estimators.numerics import Numerics, with_numerics
-from rllm_builtin.estimators.common import centre, group_std, grouped_rewards
+from rllm_builtin.estimators.common import centre, group_std, rewards_as
 
 
 @with_numerics("grpo_passk")
@@ -25,14 +25,14 @@ def grpo_passk(batch: AdvantageBatch, *, norm_adv_by_std_in_grpo: bool = True, n
             f"Estimator 'grpo_passk' needs at least two trajectories per group; group {first!r} has one. "
             "Sample more rollouts per task or drop single-rollout groups."
         )
-    xs = grouped_rewards(batch, numerics)
-    best = layout.group_max(xs)
-    is_best = xs == layout.expand(best)
-    n_best = layout.group_sum(is_best.astype(np.intp))
-    runner_up = layout.group_max(np.where(is_best, -np.inf, xs).astype(xs.dtype, copy=False))
+    xs = rewards_as(batch, numerics)
+    best = layout.max(xs)
+    is_best = xs == layout.spread(best)
+    n_best = layout.sum(is_best.astype(np.intp))
+    runner_up = layout.max(np.where(is_best, -np.inf, xs).astype(xs.dtype, copy=False))
     margin = np.where(n_best > 1, 0.0, best - runner_up).astype(xs.dtype, copy=False)
     if norm_adv_by_std_in_grpo:
         centred, _ = centre(layout, xs, None, numerics)
         margin /= group_std(layout, centred, numerics) + numerics.eps
-    advantages = np.where(is_best, layout.expand(margin), 0.0).astype(xs.dtype, copy=False)
-    return layout.scatter(advantages)
+    advantages = np.where(is_best, layout.spread(margin), 0.0).astype(xs.dtype, copy=False)
+    return advantages

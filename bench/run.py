@@ -1,0 +1,194 @@
+"""Advantage-estimation benchmark: vectorized kernels vs a per-group loop vs a plain copy, and collection.
+
+Run ``python bench/run.py`` (about two minutes) or ``python bench/run.py --quick`` (seconds).
+Times are the best of several runs (the per-group loop runs once: it is slow). The machine
+is shared, so expect noise; the ratios are what to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import rllm
+from rllm import AlgorithmConfig, Step, Trajectory, TrajectoryGroup
+from rllm.estimators.batch import AdvantageBatch
+from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory_groups
+from rllm.estimators.compute import get_estimator
+
+ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
+VERL_GRPO_MS = 13.5
+"""verl's vectorized GRPO (torch, CPU) on 131,072 responses, measured once on this machine (recorded figure)."""
+VERL_SIZE = 131_072
+EPS = 1e-6
+
+
+def best_of(fn: Callable[[], Any], repeat: int) -> float:
+    """Best wall time of ``repeat`` runs, in seconds."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+# The per-group loop baseline: group with a dict, then one small numpy computation per group,
+# as the documented list-of-arrays API does (and most peers).
+def loop_group(group_ids: np.ndarray) -> dict[Any, list[int]]:
+    members: dict[Any, list[int]] = defaultdict(list)
+    for position, label in enumerate(group_ids.tolist()):
+        members[label].append(position)
+    return members
+
+
+def loop_grpo(rewards: np.ndarray, group_ids: np.ndarray) -> np.ndarray:
+    out = np.empty_like(rewards)
+    for positions in loop_group(group_ids).values():
+        r = rewards[positions]
+        mean, std = (0.0, 1.0) if len(r) <= 1 else (np.mean(r), np.std(r))
+        out[positions] = (r - mean) / (std + EPS)
+    return out
+
+
+def loop_rloo(rewards: np.ndarray, group_ids: np.ndarray) -> np.ndarray:
+    out = np.empty_like(rewards)
+    for positions in loop_group(group_ids).values():
+        r = rewards[positions]
+        n = len(r)
+        out[positions] = r if n == 1 else r * n / (n - 1) - np.mean(r) * n / (n - 1)
+    return out
+
+
+def loop_reinforce_plus_plus_baseline(rewards: np.ndarray, group_ids: np.ndarray) -> np.ndarray:
+    groups = list(loop_group(group_ids).values())
+    centred = [rewards[p] - (np.mean(rewards[p]) if len(p) > 1 else 0.0) for p in groups]
+    std = np.std(np.concatenate(centred))
+    out = np.empty_like(rewards)
+    for positions, values in zip(groups, centred, strict=True):
+        out[positions] = values / (std + EPS)
+    return out
+
+
+LOOPS = {
+    "grpo": loop_grpo,
+    "rloo": loop_rloo,
+    "reinforce_plus_plus_baseline": loop_reinforce_plus_plus_baseline,
+}
+
+
+def layouts(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Group ids for n trajectories: groups of 8 and ragged groups of 1..16, in group order and shuffled."""
+    eights = np.repeat(np.arange(n // 8), 8)
+    sizes = rng.integers(1, 17, n)
+    sizes = sizes[: int(np.searchsorted(np.cumsum(sizes), n)) + 1]
+    sizes[-1] -= int(sizes.sum()) - n
+    ragged = np.repeat(np.arange(len(sizes)), sizes)
+    out = {}
+    for name, ids in (("groups of 8", eights), ("ragged 1..16", ragged)):
+        out[f"{name}, group order"] = ids
+        out[f"{name}, shuffled"] = ids[rng.permutation(n)]
+    return out
+
+
+def kernels(n: int, repeat: int, rng: np.random.Generator) -> None:
+    rewards = rng.random(n)
+    floor = best_of(rewards.copy, repeat * 3)
+    print(f"\n## Kernels on {n:,} trajectories (copy floor: {floor * 1e3:.3f} ms)")
+    print("ours = rllm.compute_advantages end to end (group layout, checks, kernel); kernel = on a prepared batch")
+    header = f"{'layout':<28} {'estimator':<30} {'ours ms':>9} {'kernel ms':>9} {'loop ms':>9} "
+    header += f"{'loop/ours':>10} {'ours/copy':>10} {'kernel/copy':>11}"
+    print(header)
+    for layout_name, ids in layouts(n, rng).items():
+        batch = AdvantageBatch(rewards, ids)
+        for name in ESTIMATORS:
+            target = get_estimator(name).target
+            ours = best_of(lambda name=name, ids=ids: rllm.compute_advantages(name, rewards, ids), repeat)
+            kernel = best_of(lambda target=target, batch=batch: target(batch), repeat)
+            start = time.perf_counter()
+            expected = LOOPS[name](rewards, ids)
+            loop = time.perf_counter() - start
+            if not np.allclose(rllm.compute_advantages(name, rewards, ids), expected, rtol=1e-9, atol=1e-9):
+                raise SystemExit(f"{name} on {layout_name}: vectorized result differs from the per-group loop")
+            print(
+                f"{layout_name:<28} {name:<30} {ours * 1e3:9.2f} {kernel * 1e3:9.2f} {loop * 1e3:9.0f} "
+                f"{loop / ours:10.0f} {ours / floor:10.1f} {kernel / floor:11.1f}"
+            )
+
+
+def verl_scale(repeat: int, rng: np.random.Generator) -> None:
+    rewards = (rng.random(VERL_SIZE) < 0.5).astype(np.float64)
+    ids = np.repeat(np.arange(VERL_SIZE // 8), 8)
+    ours = best_of(lambda: rllm.compute_advantages("grpo", rewards, ids), repeat * 3)
+    print(f"\n## verl scale: GRPO on {VERL_SIZE:,} responses (groups of 8, group order)")
+    print(f"ours: {ours * 1e3:.2f} ms; verl vectorized GRPO (torch, CPU): {VERL_GRPO_MS} ms (recorded external figure)")
+    print(f"verl / ours: {VERL_GRPO_MS / 1e3 / ours:.1f}x")
+
+
+def make_groups(n_groups: int, rng: np.random.Generator) -> list[TrajectoryGroup]:
+    rewards = rng.random(n_groups * 8).tolist()
+    return [
+        TrajectoryGroup.for_task(
+            f"task{g}",
+            "solver",
+            [
+                Trajectory(uid=f"{g}-{k}", name="solver", steps=[Step(), Step()], reward=rewards[g * 8 + k])
+                for k in range(8)
+            ],
+        )
+        for g in range(n_groups)
+    ]
+
+
+def collection(n_groups: int, repeat: int, rng: np.random.Generator) -> None:
+    start = time.perf_counter()
+    groups = make_groups(n_groups, rng)
+    built = time.perf_counter() - start
+
+    def bare() -> None:
+        for group in groups:
+            for trajectory in group.trajectories:
+                for step in trajectory.steps:
+                    step.advantage = 0.5
+
+    def reset() -> None:
+        for group in groups:
+            for trajectory in group.trajectories:
+                for step in trajectory.steps:
+                    step.advantage = None
+
+    config = AlgorithmConfig()
+    bare_times, collect_times = [], []
+    for _ in range(repeat):  # interleaved, so both see the same machine load
+        reset()
+        bare_times.append(best_of(bare, 1))
+        reset()
+        collect_times.append(best_of(lambda: collect_reward_and_advantage_from_trajectory_groups(groups, config), 1))
+    bare_time, collect_time = min(bare_times), min(collect_times)
+    ratios = [c / b for c, b in zip(collect_times, bare_times, strict=True)]
+    print(f"\n## Collection: {n_groups:,} groups x 8 trajectories x 2 steps (built in {built:.1f} s), grpo")
+    print(f"bare loop setting every step's advantage: {bare_time * 1e3:.0f} ms")
+    print(f"collect_reward_and_advantage_from_trajectory_groups: {collect_time * 1e3:.0f} ms")
+    paired = statistics.median(ratios)
+    print(f"collect / bare: {collect_time / bare_time:.2f}x (best of each); median of paired runs {paired:.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    n, repeat, n_groups = (65_536, 5, 5_000) if args.quick else (1_048_576, 15, 100_000)
+    kernels(n, repeat, rng)
+    verl_scale(repeat, rng)
+    collection(n_groups, 3 if args.quick else 5, rng)
+
+
+if __name__ == "__main__":
+    main()
