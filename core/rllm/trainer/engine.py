@@ -14,7 +14,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rllm.errors import ConfigError, DataError, WorkflowError
@@ -66,7 +66,6 @@ class EngineStats:
     retries: int = 0
     errors: int = 0
     timeouts: int = 0
-    reasons: Counter[str] = field(default_factory=Counter)
 
     def as_metrics(self) -> dict[str, float]:
         return {
@@ -169,8 +168,6 @@ class WorkflowEngine:
                 job.cancel()
             await asyncio.gather(*jobs, return_exceptions=True)
             raise
-        for episode in episodes:
-            stats.reasons[episode.termination_reason.value if episode.termination_reason else "none"] += 1
         self.last_stats = stats
         if self.episode_logger is not None:
             self.episode_logger.log(episodes, step=self.step, mode="val" if is_validation else self.mode)
