@@ -75,7 +75,6 @@ def test_episode_logs_are_whole_files_per_step(tmp_path: Path) -> None:
 
 
 def test_plot_compares_several_runs(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     runs = []
     for estimator in ("grpo", "rloo"):
         run_dir = tmp_path / estimator

@@ -138,7 +138,7 @@ def rllm_register_backends(register: NamedRegistrar) -> None:
     """Register training backends that the trainer can run against.
 
     :param register: ``register(name, backend_cls, *, replace=False)``. ``backend_cls``
-        implements :class:`rllm.BackendProtocol` and is constructed as
+        implements :class:`rllm.trainer.BackendProtocol` and is constructed as
         ``backend_cls(config=config, **backend_args)``. Users select it by name with
         ``rllm.backend``. ``replace`` is needed to take over a built-in name.
 
