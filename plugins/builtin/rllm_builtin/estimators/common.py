@@ -103,12 +103,10 @@ def whiten(values: FloatArray, numerics: Numerics, shift: bool = True) -> FloatA
     ``shift=False`` keeps the batch mean under ``whiten="std"`` (rLLM's REINFORCE++ baseline,
     whose input is already centred per group); the variance modes always subtract it.
     """
-    n = len(values)
-    ddof = 1 if (numerics.whiten_std or numerics.std) == "unbiased" else 0
-    if n == 0:
+    if len(values) == 0:
         return values
     mean = values.mean()
-    var = sum_sq_dev(values, mean) / (n - ddof) if n > ddof else 0.0
+    var = batch_variance(values, mean, 1 if (numerics.whiten_std or numerics.std) == "unbiased" else 0)
     eps = numerics.eps if numerics.whiten_eps is None else numerics.whiten_eps
     if numerics.whiten == "std":
         denominator = np.sqrt(var) + eps
@@ -124,15 +122,20 @@ def whiten(values: FloatArray, numerics: Numerics, shift: bool = True) -> FloatA
 _CHUNK = 1 << 15
 
 
-def sum_sq_dev(values: FloatArray, mean: float) -> float:
-    """``sum((values - mean)**2)`` in chunks, so the two-pass variance needs no full-size temporary."""
+def batch_variance(values: FloatArray, mean: float, ddof: int) -> float:
+    """Variance of all ``values`` about ``mean`` (0 when there are too few), computed in chunks.
+
+    Two passes (the mean is given), and no full-size temporary for the deviations.
+    """
+    if len(values) <= ddof:
+        return 0.0
     buffer = np.empty(min(len(values), _CHUNK), dtype=values.dtype)
     total = 0.0
     for start in range(0, len(values), _CHUNK):  # a loop over fixed-size chunks, not groups
         part = values[start : start + _CHUNK]
         deviations = np.subtract(part, mean, out=buffer[: len(part)])
         total += float(np.einsum("i,i->", deviations, deviations))
-    return total
+    return total / (len(values) - ddof)
 
 
 def suffix_discounted(rows: Ragged, factor: float) -> FloatArray:

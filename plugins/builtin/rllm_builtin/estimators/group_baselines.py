@@ -13,6 +13,7 @@ import numpy as np
 from rllm.estimators.batch import AdvantageBatch, FloatArray
 from rllm.estimators.numerics import Numerics, with_numerics
 from rllm_builtin.estimators.common import (
+    batch_variance,
     centre,
     grpo_core,
     lone_groups,
@@ -51,9 +52,8 @@ def grpo_batch_std(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     """
     xs = rewards_as(batch, numerics)
     centred = grpo_core(batch, xs, numerics, "grpo_batch_std", by_std=False)
-    n = len(xs)
-    spread = float(np.std(xs, ddof=numerics.ddof)) if n > numerics.ddof else 0.0
-    centred *= 1.0 / (spread + numerics.eps) if spread + numerics.eps > 0 else 0.0
+    spread = np.sqrt(batch_variance(xs, float(xs.mean()), numerics.ddof)) + numerics.eps
+    centred *= 1.0 / spread if spread > 0 else 0.0
     return centred
 
 
