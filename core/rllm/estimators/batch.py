@@ -1,9 +1,9 @@
 """The one input every estimator receives: flat per-trajectory arrays plus group structure.
 
 Rewards and optional fields are 1-D arrays in the caller's order (per-step fields are
-:class:`Ragged`, one row per trajectory); the group structure (sizes, run starts, a
-sorting permutation when groups are not contiguous) is computed once here so that every
-estimator can do segment reductions without a Python loop over groups.
+:class:`Ragged`, one row per trajectory); the group structure (sizes, and either the runs
+of contiguous groups or each trajectory's group number) is computed once here so that
+every estimator can do segment reductions without a Python loop over groups.
 """
 
 from __future__ import annotations
