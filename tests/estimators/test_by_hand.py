@@ -168,3 +168,10 @@ def test_large_ragged_batches_agree_with_a_direct_computation(shuffle: bool) -> 
         r = rewards[members]
         expected = r / (1 + 1e-6) if len(r) == 1 else (r - r.mean()) / (r.std() + 1e-6)
         assert got[members] == pytest.approx(expected, rel=1e-9)
+
+
+def test_dense_integer_labels_in_any_order() -> None:
+    # groups 0: [1, 0] -> rloo [1, -1]; 1: [3, 1, 2] -> 3 - 1.5 = 1.5, 1 - 2.5 = -1.5, 2 - 2 = 0; 2: [5] -> 5
+    ids = np.array([1, 0, 2, 1, 0, 1])
+    assert adv("rloo", [3, 1, 5, 1, 0, 2], ids) == pytest.approx([1.5, 1.0, 5.0, -1.5, -1.0, 0.0])
+    assert ids.tolist() == [1, 0, 2, 1, 0, 1]  # the caller's labels are left alone

@@ -102,9 +102,10 @@ class GroupLayout:
                 starts = _run_starts(labels)
                 self._contiguous(starts, labels[starts])
         else:
-            starts = _run_starts(labels)
+            changes = labels[1:] != labels[:-1]
             codes, group_labels, sizes = _dense_groups(labels)
-            if len(sizes) == len(starts):  # every group is one run: contiguous after all
+            if len(sizes) == np.count_nonzero(changes) + 1:  # every group is one run: contiguous after all
+                starts = _run_starts(labels)
                 self._contiguous(starts, labels[starts])
             else:
                 self.codes, self.labels, self.sizes = codes, group_labels, sizes
@@ -335,9 +336,11 @@ def _dense_groups(labels: NDArray[Any]) -> tuple[IndexArray, NDArray[Any], Index
     if labels.dtype.kind in "iu":
         low, high = int(labels.min()), int(labels.max())
         if high - low < 4 * len(labels):
-            offsets = (labels - low).astype(np.intp, copy=False)
+            offsets = labels.astype(np.intp, copy=False) if low == 0 else (labels - low).astype(np.intp, copy=False)
             counts = np.bincount(offsets)
             present = counts > 0
+            if present.all():  # labels are already dense group numbers (they may be the caller's array)
+                return offsets, np.arange(low, high + 1, dtype=labels.dtype), counts.astype(np.intp, copy=False)
             dense = np.cumsum(present, dtype=np.intp)
             dense -= 1
             group_labels = (np.flatnonzero(present) + low).astype(labels.dtype, copy=False)
