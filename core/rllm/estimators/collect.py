@@ -184,6 +184,32 @@ def _per_step(per_group: list[list[Trajectory]], advantages: Ragged, name: str) 
     return replaced
 
 
+RoleBatch = tuple[list[TrajectoryGroup], list[list[Trajectory]]]
+
+
+def _by_role(
+    groups: list[TrajectoryGroup], check_precomputed: bool, collect_advantage: bool, precomputed: dict[str, list[float]]
+) -> dict[str, RoleBatch]:
+    """Groups (and their trajectory lists) per role; precomputed-advantage groups go to ``precomputed``."""
+    roles = [g.group_role for g in groups]
+    per_group = [g.trajectories for g in groups]
+    if roles and not check_precomputed and all(per_group) and roles.count(roles[0]) == len(roles):
+        return {roles[0]: (list(groups), per_group)}  # the common case: one role, no empty group
+    by_role: dict[str, RoleBatch] = {}
+    for group, role, trajectories in zip(groups, roles, per_group, strict=True):
+        if check_precomputed and any(step.advantage is not None for traj in trajectories for step in traj.steps):
+            if collect_advantage:
+                precomputed.setdefault(role, []).extend(_precomputed_advantages(group))
+            continue
+        if not trajectories:
+            warnings.warn(f"Group {group.group_id!r} has no trajectories; skipped.", RLLMWarning, stacklevel=3)
+            continue
+        role_groups, role_trajectories = by_role.setdefault(role, ([], []))
+        role_groups.append(group)
+        role_trajectories.append(trajectories)
+    return by_role
+
+
 def collect_reward_and_advantage_from_trajectory_groups(
     groups: list[TrajectoryGroup],
     algorithm_config: AlgorithmConfig,
@@ -200,24 +226,8 @@ def collect_reward_and_advantage_from_trajectory_groups(
     (missing ones become 0). With ``collect_advantage=False`` only reward metrics are made.
     """
     config = algorithm_config
-    by_role: dict[str, tuple[list[TrajectoryGroup], list[list[Trajectory]]]] = {}
     precomputed: dict[str, list[float]] = {}
-    check_precomputed = config.use_precomputed_advantage
-    for group in groups:
-        role = group.group_role
-        trajectories = group.trajectories
-        if check_precomputed and any(step.advantage is not None for traj in trajectories for step in traj.steps):
-            if collect_advantage:
-                precomputed.setdefault(role, []).extend(_precomputed_advantages(group))
-            continue
-        if not trajectories:
-            warnings.warn(f"Group {group.group_id!r} has no trajectories; skipped.", RLLMWarning, stacklevel=2)
-            continue
-        if role not in by_role:
-            by_role[role] = ([], [])
-        role_groups, per_group = by_role[role]
-        role_groups.append(group)
-        per_group.append(trajectories)
+    by_role = _by_role(groups, config.use_precomputed_advantage, collect_advantage, precomputed)
 
     metrics: dict[str, float] = {}
     advantages_by_role: dict[str, np.ndarray] = {}
