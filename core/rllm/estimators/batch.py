@@ -65,8 +65,9 @@ class Ragged:
 class GroupLayout:
     """Where each trajectory's group is, computed once from arbitrary labels.
 
-    Groups are numbered ``0..n_groups-1`` (ascending label when labels are ordered) and
-    ``labels``, ``sizes`` and ``starts`` describe them. Two layouts cover every input:
+    Groups are numbered ``0..n_groups-1`` (in order of appearance when contiguous, else by
+    ascending label) and ``labels``, ``sizes`` and ``starts`` describe them. Two layouts
+    cover every input:
 
     * contiguous (``codes is None``): every group is one run of the input, as rollouts come
       out of generation. Segment operations reduce runs in place (``reshape`` folds for
@@ -116,11 +117,12 @@ class GroupLayout:
         self.labels = labels
         if uniform is not None:
             self.sizes = np.full(len(starts), uniform, dtype=np.intp)
-        else:
-            self.sizes = np.empty(len(starts), dtype=np.intp)
-            np.subtract(starts[1:], starts[:-1], out=self.sizes[:-1])
-            if len(starts):
-                self.sizes[-1] = self.size - starts[-1]
+            self.uniform_size = uniform
+            return
+        self.sizes = np.empty(len(starts), dtype=np.intp)
+        np.subtract(starts[1:], starts[:-1], out=self.sizes[:-1])
+        if len(starts):
+            self.sizes[-1] = self.size - starts[-1]
         self._set_uniform()
 
     def _set_uniform(self) -> None:
