@@ -130,3 +130,19 @@ def test_custom_estimator_named_in_config_resolves(plugin_manager: object) -> No
     g = group("t", "r", [4.0, 2.0])
     collect([g], config)
     assert advantages(g) == [[2.0, 2.0], [1.0, 1.0]]
+
+
+def test_config_gamma_reaches_per_step_estimators() -> None:
+    from rllm import load_config
+
+    def returns_for(gamma: float) -> list[float]:
+        steps = [Step(reward=0.0), Step(reward=1.0)]
+        g = TrajectoryGroup.for_task("t", "r", [Trajectory(reward=1.0, steps=steps)])
+        overrides = ["rllm.algorithm.adv_estimator=reinforce_plus_plus", f"rllm.algorithm.gamma={gamma}"]
+        collect([g], AlgorithmConfig.from_config(load_config(overrides=overrides)))
+        return [s.advantage for s in steps]  # type: ignore[misc]
+
+    # gamma 1: returns [1, 1], nothing left after centring. gamma 0.5: returns [0.5, 1], centred to -0.25, +0.25.
+    assert returns_for(1.0) == [pytest.approx(0.0), pytest.approx(0.0)]
+    low, high = returns_for(0.5)
+    assert low < 0 < high and low == pytest.approx(-high)

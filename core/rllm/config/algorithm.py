@@ -58,7 +58,8 @@ class AlgorithmConfig:
     """Configuration of the advantage step.
 
     Beyond the documented fields: ``epsilon`` (the std guard; ``None`` keeps the estimator's
-    default), ``estimator_options`` (extra keyword options for the estimators, e.g.
+    default), ``gamma`` and ``lam`` (discount and GAE lambda of the per-step estimators),
+    ``estimator_options`` (extra keyword options for the estimators, e.g.
     ``preset``; a key naming an estimator holds options for it alone) and
     ``nonfinite_rewards`` (``"error"`` rejects NaN/inf rewards naming the group; ``"zero"``
     gives such groups zero advantage, leaves them out of the metrics and warns).
@@ -74,6 +75,8 @@ class AlgorithmConfig:
     lr_schedule: Literal["linear", "cosine", "constant"] = "constant"
     warmup_steps_ratio: float = 0.0
     epsilon: float | None = None
+    gamma: float = 1.0
+    lam: float = 0.95
     estimator_options: dict[str, Any] = field(default_factory=dict)
     nonfinite_rewards: NonFinitePolicy = "error"
 
@@ -106,7 +109,11 @@ class AlgorithmConfig:
 
     def ambient_options(self) -> dict[str, Any]:
         """Config keywords offered to every estimator; each receives only those it accepts."""
-        ambient: dict[str, Any] = {"norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo}
+        ambient: dict[str, Any] = {
+            "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo,
+            "gamma": self.gamma,
+            "lam": self.lam,
+        }
         if self.epsilon is not None:
             ambient["epsilon"] = self.epsilon
         return ambient
@@ -136,6 +143,8 @@ class AlgorithmConfig:
             lr_schedule=algo.get("lr_schedule", "constant"),
             warmup_steps_ratio=algo.get("warmup_steps_ratio", 0.0),
             epsilon=algo.get("epsilon", None),
+            gamma=float(algo.get("gamma", 1.0)),
+            lam=float(algo.get("lam", 0.95)),
             estimator_options=dict(_plain(options)),
             nonfinite_rewards=algo.get("nonfinite_rewards", "error"),
         )

@@ -13,6 +13,7 @@ from functools import cache
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from rllm.errors import ConfigError, EstimatorOutputError, GroupError
 from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, Ragged
@@ -72,6 +73,17 @@ def run_estimator(
     return advantages
 
 
+def first_nonfinite(values: NDArray[Any]) -> tuple[int, int] | None:
+    """Position of the first NaN/inf in ``values`` and how many there are; one cheap sum when all are finite."""
+    with np.errstate(all="ignore"):
+        if np.isfinite(np.add.reduce(values, dtype=np.float64)):  # a finite sum means every term is finite
+            return None
+    bad = ~np.isfinite(values)
+    if not bad.any():
+        return None
+    return int(np.flatnonzero(bad)[0]), int(np.count_nonzero(bad))
+
+
 def _check_values(entry: EstimatorEntry, batch: AdvantageBatch, advantages: FloatArray | Ragged) -> None:
     """Refuse non-finite advantages (one cheap sum in the common case) and per-step rows of the wrong count."""
     who = f"Estimator {entry.name!r} ({entry.source.describe()})"
@@ -80,18 +92,15 @@ def _check_values(entry: EstimatorEntry, batch: AdvantageBatch, advantages: Floa
         raise EstimatorOutputError(
             f"{who} returned per-step advantages for {len(advantages)} trajectories; the batch has {len(batch)}."
         )
-    with np.errstate(all="ignore"):
-        if np.isfinite(np.add.reduce(values, dtype=np.float64)):  # a finite sum means every term is finite
-            return
-    bad = ~np.isfinite(values)
-    if not bad.any():
+    found = first_nonfinite(values)
+    if found is None:
         return
-    first = int(np.flatnonzero(bad)[0])
+    first, count = found
     if isinstance(advantages, Ragged):
         first = int(np.searchsorted(advantages.offsets, first, side="right")) - 1
     where = batch.layout.label(int(batch.layout.group_index[first]))
     raise EstimatorOutputError(
-        f"{who} returned {int(bad.sum())} non-finite advantage(s), first in group {where!r}. Check the "
+        f"{who} returned {count} non-finite advantage(s), first in group {where!r}. Check the "
         "estimator's handling of that group (e.g. a division by a zero std or a group of one)."
     )
 

@@ -9,8 +9,8 @@ from numpy.typing import ArrayLike
 
 from rllm.config.algorithm import EstimatorName, estimator_name, rLLMAdvantageEstimator
 from rllm.errors import EstimatorNotFoundError, RewardError
-from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, FloatArray
-from rllm.estimators.call import run_estimator
+from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, FloatArray, Ragged
+from rllm.estimators.call import first_nonfinite, run_estimator
 from rllm.plugins.manager import get_plugin_manager
 from rllm.plugins.registry import EstimatorEntry
 
@@ -27,12 +27,12 @@ def get_estimator(name: EstimatorName) -> EstimatorEntry:
 
 def check_finite_rewards(batch: AdvantageBatch) -> None:
     """Reject NaN or infinite rewards, naming the first group that has one."""
-    bad = ~np.isfinite(batch.rewards)
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
+    found = first_nonfinite(batch.rewards)
+    if found is not None:
+        first, count = found
         group = batch.layout.label(int(batch.layout.group_index[first]))
         raise RewardError(
-            f"{int(bad.sum())} reward(s) are NaN or infinite; the first, at position {first}, is in group "
+            f"{count} reward(s) are NaN or infinite; the first, at position {first}, is in group "
             f"{group!r} (value {batch.rewards[first]}). Fix the reward function, or drop those rollouts."
         )
 
@@ -42,8 +42,11 @@ def compute_advantages(
     rewards: ArrayLike,
     group_ids: ArrayLike,
     **options: Any,
-) -> FloatArray:
+) -> FloatArray | Ragged:
     """Advantages of ``rewards`` under the named estimator, one per reward, in input order.
+
+    Per-step estimators (``reinforce_plus_plus``, ``gae``) return a :class:`Ragged` with one
+    row of step advantages per reward instead.
 
     ``group_ids`` holds any hashable labels (ints, strings), in any order, with groups of
     any size. Extra batch fields (``response_lengths``, ``baseline_rewards``,

@@ -87,7 +87,8 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
             as ``fn(rewards=list_of_group_arrays, **options)`` and returns one advantage
             array per group, or the pair ``(advantages, returns)``. With ``style="batch"`` it
             is called as ``fn(batch, **options)`` with an :class:`rllm.AdvantageBatch` and
-            returns one advantage per trajectory, in the batch's order, as a 1-D array.
+            returns one advantage per trajectory, in the batch's order, as a 1-D array
+            (or an :class:`rllm.Ragged` with one row of per-step advantages per trajectory).
             Options come from the caller and from the config (``epsilon``,
             ``norm_adv_by_std_in_grpo``, ``estimator_options``); accept ``**kwargs`` to
             ignore the ones you do not use.

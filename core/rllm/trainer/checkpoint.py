@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rllm.errors import CheckpointError
-from rllm.trainer.logging import atomic_write_text
+from rllm.io import write_atomic
 from rllm.trainer.protocol import BackendProtocol, TrainerState
 from rllm.trainer.rejection import RejectionSamplingState
 
@@ -74,11 +74,11 @@ class CheckpointManager:
             "batches_done": state.batches_done,
             "fingerprint": self.fingerprint,
         }
-        atomic_write_text(tmp / TRAINER_FILE, json.dumps(counters, indent=2))
+        write_atomic(tmp / TRAINER_FILE, json.dumps(counters, indent=2))
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-        atomic_write_text(self.root / LATEST, final.name)
+        write_atomic(self.root / LATEST, final.name)
         self._prune()
         return final
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,25 +18,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rllm.errors import ConfigError
+from rllm.io import write_atomic
 from rllm.types import Episode
 
 SUPPORTED_LOGGERS = ("console", "jsonl")
 METRICS_FILE = "metrics.jsonl"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` in one step; readers never see a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _jsonable(value: Any) -> Any:
@@ -168,7 +152,7 @@ def truncate_metrics(path: Path, last_step: int) -> None:
     """Drop records of steps after ``last_step``: those a resumed run is about to train again."""
     records = read_metrics(path)
     kept = [r for r in records if int(r.get("step", 0)) <= last_step]
-    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+    write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
 class MetricsLogger:
@@ -226,5 +210,5 @@ class EpisodeLogger:
         self._parts[(mode, step)] += 1
         path = self.base_dir / mode / f"step_{step:06d}-{part:03d}.jsonl"
         lines = [json.dumps(dataclasses.asdict(ep), default=_jsonable) + "\n" for ep in episodes]
-        atomic_write_text(path, "".join(lines))
+        write_atomic(path, "".join(lines))
         return path
