@@ -219,6 +219,24 @@ def test_example_plugin_runs_from_the_command_line(env: Env) -> None:
     assert "estimator median_baseline" in done.stderr
 
 
+def test_trainer_uses_an_installed_plugins_estimator_by_name(env: Env, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = env.run(
+        [str(env.bin / "rllm"), "train", "--no-progress", "rllm.algorithm.adv_estimator=median_baseline",
+         "rllm.trainer.total_batches=3", f"rllm.trainer.output_dir={out}", "rllm.trainer.logger=[jsonl]"],
+        RLLM_PLUGINS="example",
+    )
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    # Rewards are 0 or 1, so a group's median is 0, 0.5 or 1 and median_baseline's advantages lie in
+    # {-1, -0.5, 0, 0.5, 1}; grpo's would reach sqrt(7) for one success in eight. The plugin's function ran.
+    for record in steps:
+        for key in ("advantage/solver/max", "advantage/solver/min"):
+            assert record[key] in (-1.0, -0.5, 0.0, 0.5, 1.0)
+
+
 def test_plugin_registering_with_the_decorator_while_rllm_imports(env: Env) -> None:
     assert env.plugins(RLLM_PLUGINS="decorated")["decorated"] | {"error": None} == {
         "name": "decorated",
