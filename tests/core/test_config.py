@@ -81,3 +81,14 @@ def test_options_scoped_to_one_estimator() -> None:
     algo = AlgorithmConfig(estimator_options={"preset": "verl", "rloo": {"single": "zero"}})
     assert algo.options_for("rloo") == {"preset": "verl", "single": "zero"}
     assert algo.options_for("grpo") == {"preset": "verl"}
+
+
+def test_plugin_declared_section_accepts_its_own_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rllm.config import loading
+
+    monkeypatch.setattr(loading, "_extra_open_keys", set())
+    with pytest.raises(ConfigError, match="rllm.my_backend"):
+        load_config(overrides=["rllm.my_backend.endpoint=localhost:9000"])
+    loading.register_open_key("rllm.my_backend")
+    config = load_config(overrides=["rllm.my_backend.endpoint=localhost:9000", "rllm.my_backend.retries=2"])
+    assert config.rllm.my_backend.endpoint == "localhost:9000" and config.rllm.my_backend.retries == 2

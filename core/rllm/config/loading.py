@@ -41,7 +41,7 @@ def _leaf_paths(node: Any, prefix: str = "") -> Iterator[str]:
         for key in keys:
             path = f"{prefix}.{key}" if prefix else str(key)
             yield path
-            if path in OPEN_KEYS or path in _extra_open_keys:
+            if _is_open(path):
                 continue
             child = node._get_node(key) if isinstance(node, DictConfig) else node[key]
             if isinstance(child, DictConfig | Mapping):
@@ -59,17 +59,15 @@ def _suggest(path: str, known: Iterable[str]) -> str:
     return f" Did you mean '{close[0]}'?" if close else ""
 
 
+def _is_open(path: str) -> bool:
+    return any(path == key or path.startswith(key + ".") for key in OPEN_KEYS | _extra_open_keys)
+
+
 def check_keys(layer: DictConfig, known: set[str], source: str) -> None:
     """Raise :class:`ConfigError` for the first key of ``layer`` that the schema lacks."""
     for path in _leaf_paths(layer):
-        parent = path.rsplit(".", 1)[0] if "." in path else ""
-        if path in known:
-            continue
-        if any(parent == open_key or parent.startswith(open_key + ".") for open_key in OPEN_KEYS):
-            continue
-        if any(parent == k or parent.startswith(k + ".") for k in _extra_open_keys):
-            continue
-        raise ConfigError(f"Unknown config key '{path}' in {source}.{_suggest(path, known)}")
+        if path not in known and not _is_open(path):
+            raise ConfigError(f"Unknown config key '{path}' in {source}.{_suggest(path, known)}")
 
 
 def _as_layer(source: DictConfig | Mapping[str, Any] | str | Path) -> tuple[DictConfig, str]:

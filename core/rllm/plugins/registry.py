@@ -9,7 +9,7 @@ when it registered with ``replace=True``, and two plugins claiming one name make
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
@@ -63,7 +63,6 @@ class Registry(Generic[E]):
     def __init__(self, what: str) -> None:
         self.what = what
         self._claims: dict[str, list[E]] = {}
-        self.on_change: list[Callable[[], None]] = []
 
     def add(self, entry: E) -> None:
         """Record a claim. User code re-registering a taken name needs ``replace=True``."""
@@ -71,7 +70,6 @@ class Registry(Generic[E]):
         for i, existing in enumerate(claims):
             if existing.same_target(entry):
                 claims[i] = entry
-                self._changed()
                 return
         if entry.source.kind == "runtime" and claims and not entry.replace:
             raise EstimatorConflictError(
@@ -82,7 +80,6 @@ class Registry(Generic[E]):
         if entry.source.kind == "runtime":
             claims[:] = [c for c in claims if c.source.kind != "runtime"]
         claims.append(entry)
-        self._changed()
 
     def discard_source(self, source: Source) -> None:
         """Forget every claim of one source (a plugin that failed half-way or was unregistered)."""
@@ -92,16 +89,6 @@ class Registry(Generic[E]):
                 self._claims[name] = kept
             else:
                 del self._claims[name]
-        self._changed()
-
-    def remove(self, name: str) -> None:
-        """Drop every claim on ``name``."""
-        self._claims.pop(name, None)
-        self._changed()
-
-    def _changed(self) -> None:
-        for callback in self.on_change:
-            callback()
 
     def claims(self, name: str) -> list[E]:
         return list(self._claims.get(name, ()))
