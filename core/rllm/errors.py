@@ -1,7 +1,7 @@
 """One exception hierarchy for everything rllm reports to its users.
 
 Every error derives from :class:`RLLMError`; those caused by bad input also derive from
-:class:`ValueError`, so code written against the reference's ``ValueError`` keeps working.
+:class:`ValueError`, so code that catches ``ValueError`` (as the documented API raised) keeps working.
 Messages name the culprit (estimator, plugin, distribution, group, trajectory, key) and
 say what to do about it.
 """

@@ -1,1 +1,1 @@
-"""The reference's ``rllm.agents`` import path for the data model."""
+"""The documented ``rllm.agents`` import path for the data model."""

@@ -1,4 +1,4 @@
-"""Data-model classes at the reference's ``rllm.agents.agent`` path."""
+"""Data-model classes at their documented ``rllm.agents.agent`` path."""
 
 from rllm.types import Episode, Step, Trajectory, TrajectoryGroup
 
