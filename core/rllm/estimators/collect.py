@@ -262,8 +262,8 @@ def collect_reward_and_advantage_from_trajectory_groups(
                 stacklevel=2,
             )
     if collect_advantage:
-        for role, values in precomputed.items():
-            advantages_by_role[role] = np.concatenate([advantages_by_role.get(role, np.zeros(0)), values])
+        for role, tokens in precomputed.items():
+            advantages_by_role[role] = np.concatenate([advantages_by_role.get(role, np.zeros(0)), tokens])
         for role, values in advantages_by_role.items():
             _summary(f"advantage/{role}", values, metrics, zero_fraction=True)
     return metrics
