@@ -87,7 +87,7 @@ def test_plugin_declared_section_accepts_its_own_keys(monkeypatch: pytest.Monkey
     from rllm.config import loading
 
     monkeypatch.setattr(loading, "_extra_open_keys", set())
-    with pytest.raises(ConfigError, match="rllm.my_backend"):
+    with pytest.raises(ConfigError, match=r"rllm\.my_backend"):
         load_config(overrides=["rllm.my_backend.endpoint=localhost:9000"])
     loading.register_open_key("rllm.my_backend")
     config = load_config(overrides=["rllm.my_backend.endpoint=localhost:9000", "rllm.my_backend.retries=2"])

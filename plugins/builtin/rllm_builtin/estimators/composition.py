@@ -23,8 +23,8 @@ def parse_components(components: str | Mapping[str, Any]) -> list[tuple[str, flo
     A mapping value is a weight, or a mapping with ``weight`` plus options for that
     component alone, e.g. ``{grpo: {weight: 0.5, preset: verl}, rloo: 0.5}``.
     """
+    parsed: list[tuple[str, float, dict[str, Any]]] = []
     if isinstance(components, str):
-        parsed: list[tuple[str, float, dict[str, Any]]] = []
         position = 0
         while position < len(components):
             match = _TERM.match(components, position)
@@ -38,7 +38,6 @@ def parse_components(components: str | Mapping[str, Any]) -> list[tuple[str, flo
             parsed.append((name, -value if sign == "-" else value, {}))
             position = match.end()
     elif isinstance(components, Mapping):
-        parsed: list[tuple[str, float, dict[str, Any]]] = []
         for name, spec in components.items():
             if isinstance(spec, Mapping):
                 options = dict(spec)
