@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 
 from rllm.errors import WorkflowError
-from rllm.experimental.unified_trainer import UnifiedTrainer
 from rllm.trainer.engine import WorkflowEngine
-from rllm.trainer.logging import METRICS_FILE, read_metrics
 from rllm.types import Episode, Step, TerminationReason, Trajectory
 from rllm.workflows.workflow import Workflow
 
@@ -119,7 +117,7 @@ def test_parallelism_is_bounded() -> None:
     assert peak == 3
 
 
-def test_trainer_goes_on_and_counts_failures_when_raise_on_error_is_false(make_config) -> None:
+def test_trainer_goes_on_and_counts_failures_when_raise_on_error_is_false(make_config, train) -> None:
     dataset = [{"uid": f"task:{i}", "kind": "raise" if i == 0 else "ok", "reward": i % 2} for i in range(4)]
     config = make_config(
         "rllm.workflow.raise_on_error=false",
@@ -130,12 +128,8 @@ def test_trainer_goes_on_and_counts_failures_when_raise_on_error_is_false(make_c
         "rllm.trainer.test_freq=0",
     )
     ATTEMPTS.clear()
-    trainer = UnifiedTrainer(None, config, FlakyWorkflow, train_dataset=dataset, val_dataset=dataset, progress=False)
-    try:
-        trainer.fit()
-    finally:
-        trainer.shutdown()
-    records = [r for r in read_metrics(trainer.output_dir / METRICS_FILE) if r["kind"] == "train"]
+    _, metrics = train(config, FlakyWorkflow, train_dataset=dataset, val_dataset=dataset)
+    records = [r for r in metrics if r["kind"] == "train"]
     assert [r["step"] for r in records] == [1, 2]
     for record in records:  # one batch of all four tasks per epoch: 12 episodes, 3 failing twice each
         assert record["batch/num_episodes"] == 12

@@ -133,10 +133,7 @@ def test_rejection_config_rejects_bad_settings() -> None:
         RejectionSamplingConfig.from_config({"enable": True, "mode": "epsiode"})
 
 
-def test_episode_mode_in_the_trainer_skips_updates_until_release(make_config) -> None:
-    from rllm.experimental.unified_trainer import UnifiedTrainer
-    from rllm.trainer.logging import METRICS_FILE, read_metrics
-
+def test_episode_mode_in_the_trainer_skips_updates_until_release(make_config, train) -> None:
     config = make_config(
         "rllm.rejection_sample.enable=true",
         "rllm.rejection_sample.mode=episode",
@@ -144,12 +141,8 @@ def test_episode_mode_in_the_trainer_skips_updates_until_release(make_config) ->
         "rllm.trainer.total_batches=4",
         "rllm.trainer.test_freq=0",
     )
-    trainer = UnifiedTrainer(None, config, progress=False)
-    try:
-        trainer.fit()
-    finally:
-        trainer.shutdown()
-    records = [r for r in read_metrics(trainer.output_dir / METRICS_FILE) if r["kind"] == "train"]
+    _, metrics = train(config)
+    records = [r for r in metrics if r["kind"] == "train"]
     updated = [r["batch/updated"] for r in records]
     partial = [r["rejection/accumulated_partial_tasks"] for r in records]
     # the untrained policy solves few of 20 tasks per batch partially: it takes several batches
@@ -169,10 +162,7 @@ def test_pass_at_k_uses_the_samples_actually_drawn() -> None:
     assert metrics["val/code/pass@1"] == 1.0 and "val/code/pass@2" not in metrics
 
 
-def test_rejection_multiplier_enlarges_the_training_batch(make_config) -> None:
-    from rllm.experimental.unified_trainer import UnifiedTrainer
-    from rllm.trainer.logging import METRICS_FILE, read_metrics
-
+def test_rejection_multiplier_enlarges_the_training_batch(make_config, train) -> None:
     config = make_config(
         "rllm.rejection_sample.enable=true",
         "rllm.rejection_sample.multiplier=2",
@@ -180,12 +170,7 @@ def test_rejection_multiplier_enlarges_the_training_batch(make_config) -> None:
         "rllm.trainer.test_freq=0",
         "rllm.trainer.val_before_train=false",
     )
-    trainer = UnifiedTrainer(None, config, progress=False)
-    try:
-        trainer.fit()
-    finally:
-        trainer.shutdown()
-    [record] = read_metrics(trainer.output_dir / METRICS_FILE)
+    _, [record] = train(config)
     assert record["batch/num_episodes"] == 2 * 20 * 8
     kept = record["rejection/groups_kept"]
     assert kept == record["rejection/solve_partial"] < 40  # batch mode: partially solved tasks only

@@ -7,18 +7,8 @@ import pytest
 
 from rllm import register_rllm_adv_estimator
 from rllm.experimental.unified_trainer import TrainerState, UnifiedTrainer
-from rllm.trainer.logging import METRICS_FILE, read_metrics
 from rllm.types import Episode, Step, TerminationReason, Trajectory
 from rllm.workflows.workflow import Workflow
-
-
-def _train(config, **kwargs) -> tuple[UnifiedTrainer, list[dict]]:
-    trainer = UnifiedTrainer(None, config, progress=False, **kwargs)
-    try:
-        trainer.fit()
-    finally:
-        trainer.shutdown()
-    return trainer, read_metrics(trainer.output_dir / METRICS_FILE)
 
 
 def _pass_at_1(records: list[dict]) -> list[float]:
@@ -26,11 +16,11 @@ def _pass_at_1(records: list[dict]) -> list[float]:
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "rloo"])
-def test_short_run_clearly_improves_validation(make_config, estimator: str) -> None:
+def test_short_run_clearly_improves_validation(make_config, estimator: str, train) -> None:
     config = make_config(
         f"rllm.algorithm.adv_estimator={estimator}", "rllm.trainer.total_epochs=6", "rllm.trainer.test_freq=15"
     )
-    _, records = _train(config)
+    _, records = train(config)
     curve = _pass_at_1(records)
     train_steps = [r["step"] for r in records if r["kind"] == "train"]
     assert train_steps == list(range(1, 31))
@@ -40,7 +30,7 @@ def test_short_run_clearly_improves_validation(make_config, estimator: str) -> N
     assert np.mean(rewards[-5:]) > np.mean(rewards[:5]) + 0.4
 
 
-def test_estimator_name_reaches_the_update(make_config, plugin_manager) -> None:
+def test_estimator_name_reaches_the_update(make_config, plugin_manager, train) -> None:
     """A runtime-registered estimator chosen by name computes the advantages that train the policy."""
     calls: list[int] = []
 
@@ -51,12 +41,12 @@ def test_estimator_name_reaches_the_update(make_config, plugin_manager) -> None:
         return advantages, advantages
 
     config = make_config("rllm.algorithm.adv_estimator=centred_for_test", "rllm.trainer.total_batches=3")
-    _, records = _train(config)
+    _, records = train(config)
     assert calls == [20, 20, 20]  # one call per step, with one reward array per group (task)
     assert all("advantage/solver/mean" in r for r in records if r["kind"] == "train")
 
 
-def test_estimator_map_per_role_from_config_and_constructor(make_config, plugin_manager) -> None:
+def test_estimator_map_per_role_from_config_and_constructor(make_config, plugin_manager, train) -> None:
     seen: list[str] = []
 
     @register_rllm_adv_estimator("tagging_for_test")
@@ -65,15 +55,15 @@ def test_estimator_map_per_role_from_config_and_constructor(make_config, plugin_
         return [np.zeros_like(r) for r in rewards], [np.zeros_like(r) for r in rewards]
 
     config = make_config("rllm.algorithm.estimator_map.solver=tagging_for_test", "rllm.trainer.total_batches=2")
-    _, records = _train(config)
+    _, records = train(config)
     assert seen == ["tagging", "tagging"]
-    train = [r for r in records if r["kind"] == "train"]
-    assert all(r["advantage/solver/fraction_zero"] == 1.0 for r in train)
-    assert all(r["actor/grad_norm"] == 0.0 for r in train)  # the update follows the estimator's advantages
+    steps = [r for r in records if r["kind"] == "train"]
+    assert all(r["advantage/solver/fraction_zero"] == 1.0 for r in steps)
+    assert all(r["actor/grad_norm"] == 0.0 for r in steps)  # the update follows the estimator's advantages
 
     seen.clear()
     plain = make_config("rllm.trainer.total_batches=1", "rllm.trainer.resume_mode=disable")
-    _train(plain, traj_group_adv_estimator_map={"solver": "tagging_for_test"})
+    train(plain, traj_group_adv_estimator_map={"solver": "tagging_for_test"})
     assert seen == ["tagging"]
 
 
@@ -84,12 +74,12 @@ def test_unknown_estimator_fails_before_any_rollout(make_config) -> None:
         UnifiedTrainer(None, make_config("rllm.algorithm.adv_estimator=rlooo"))
 
 
-def test_estimator_map_role_that_never_occurs_warns(make_config) -> None:
+def test_estimator_map_role_that_never_occurs_warns(make_config, train) -> None:
     from rllm.errors import RLLMWarning
 
     config = make_config("rllm.algorithm.estimator_map.solvr=rloo", "rllm.trainer.total_batches=1")
     with pytest.warns(RLLMWarning, match="role 'solvr'.*\\['solver'\\]"):
-        _train(config)
+        train(config)
 
 
 def test_trainer_state_is_exported_at_the_documented_path() -> None:
@@ -99,9 +89,9 @@ def test_trainer_state_is_exported_at_the_documented_path() -> None:
     assert state.global_step == 3 and state.metrics == {} and not state.has_episodes
 
 
-def test_multi_step_task_learns(make_config) -> None:
+def test_multi_step_task_learns(make_config, train) -> None:
     config = make_config("rllm.embedded.tasks=[digit_chain]", "rllm.trainer.total_epochs=6", "rllm.trainer.test_freq=0")
-    _, records = _train(config)
+    _, records = train(config)
     rewards = [r["reward/solver/mean"] for r in records if r["kind"] == "train"]
     assert records[0]["kind"] == "val" and records[0]["val/digit_chain/pass@1"] < 0.05
     assert np.mean(rewards[-5:]) > 0.3 > np.mean(rewards[:3])
@@ -123,7 +113,7 @@ class TwoRoleWorkflow(Workflow):
                        is_correct=trajectories[0].steps[0].reward == 1.0, trajectories=trajectories)
 
 
-def test_each_role_gets_its_own_estimator(make_config, plugin_manager) -> None:
+def test_each_role_gets_its_own_estimator(make_config, plugin_manager, train) -> None:
     calls: list[tuple[str, int]] = []
 
     def recording(name: str):
@@ -143,6 +133,6 @@ def test_each_role_gets_its_own_estimator(make_config, plugin_manager) -> None:
         "rllm.trainer.test_freq=0",
         "rllm.trainer.val_before_train=false",
     )
-    _, records = _train(config, workflow_class=TwoRoleWorkflow)
+    _, records = train(config, workflow_class=TwoRoleWorkflow)
     assert sorted(calls) == [("checker_est", 20)] * 2 + [("solver_est", 20)] * 2
     assert {"reward/solver/mean", "reward/checker/mean"} <= set(records[0])
