@@ -2,22 +2,26 @@
 
 Run ``python bench/run.py`` (about two minutes) or ``python bench/run.py --quick`` (seconds).
 Times are the best of several runs (the per-group loop runs once: it is slow). The machine
-is shared, so expect noise; the ratios are what to read.
+is shared, so expect noise; the ratios are what to read. With numba installed (``rllm[fast]``)
+the kernel table is printed for the fused path and for the numpy path, on the same data.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 import rllm
 from rllm import AlgorithmConfig, Step, Trajectory, TrajectoryGroup
+from rllm.estimators import fused
 from rllm.estimators.batch import AdvantageBatch
 from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm.estimators.compute import get_estimator
@@ -97,10 +101,10 @@ def layouts(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return out
 
 
-def kernels(n: int, repeat: int, rng: np.random.Generator) -> None:
+def kernels(n: int, repeat: int, rng: np.random.Generator, path: str) -> None:
     rewards = rng.random(n)
     floor = best_of(rewards.copy, repeat * 3)
-    print(f"\n## Kernels on {n:,} trajectories (copy floor: {floor * 1e3:.3f} ms)")
+    print(f"\n## Kernels on {n:,} trajectories, {path} path (copy floor: {floor * 1e3:.3f} ms)")
     print("ours = rllm.compute_advantages end to end (group layout, checks, kernel); kernel = on a prepared batch")
     header = f"{'layout':<28} {'estimator':<30} {'ours ms':>9} {'kernel ms':>9} {'loop ms':>9} "
     header += f"{'loop/ours':>10} {'ours/copy':>10} {'kernel/copy':>11}"
@@ -179,13 +183,31 @@ def collection(n_groups: int, repeat: int, rng: np.random.Generator) -> None:
     print(f"collect / bare: {collect_time / bare_time:.2f}x (best of each); median of paired runs {paired:.2f}x")
 
 
+@contextmanager
+def kernel_path(path: str) -> Iterator[None]:
+    """Run the block on the ``"fused"`` or ``"numpy"`` path (through the environment variable rllm reads)."""
+    before = os.environ.get(fused.ENV_VAR)
+    os.environ[fused.ENV_VAR] = "1" if path == "fused" else "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[fused.ENV_VAR]
+        else:
+            os.environ[fused.ENV_VAR] = before
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     args = parser.parse_args()
-    rng = np.random.default_rng(0)
     n, repeat, n_groups = (65_536, 5, 5_000) if args.quick else (1_048_576, 15, 100_000)
-    kernels(n, repeat, rng)
+    active = "fused" if fused.kernels() is not None else "numpy"
+    print(f"Active kernel path: {active} ({fused.ENV_VAR}={os.environ.get(fused.ENV_VAR, 'unset')})")
+    for path in dict.fromkeys((active, "numpy")):  # the numpy path too, when numba is installed
+        with kernel_path(path):
+            kernels(n, repeat, np.random.default_rng(0), path)
+    rng = np.random.default_rng(0)
     verl_scale(repeat, rng)
     collection(n_groups, 3 if args.quick else 5, rng)
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+import rllm.estimators.fused as fused
 from rllm.errors import GroupError, MissingInputError
 from rllm.plugins.hookspecs import OPTIONAL_FIELDS
 
@@ -91,17 +92,12 @@ class GroupLayout:
         labels = np.asarray(labels)
         if labels.ndim != 1:
             raise GroupError(f"Group ids must be a 1-D array, got shape {labels.shape}.")
-        self.size = n = len(labels)
+        self.size = len(labels)
         self.codes = None
-        if n == 0:
+        if self.size == 0:
             self._contiguous(np.zeros(0, dtype=np.intp), labels)
-        elif labels.dtype.kind in "iub" and _non_decreasing(labels):
-            k = _uniform_run(labels)
-            if k is not None:
-                self._contiguous(np.arange(0, n, k, dtype=np.intp), labels[::k], k)
-            else:
-                starts = _run_starts(labels)
-                self._contiguous(starts, labels[starts])
+        elif labels.dtype.kind in "iub" and (runs := _sorted_runs(labels)) is not None:
+            self._contiguous(*runs)
         else:
             changes = labels[1:] != labels[:-1]
             codes, group_labels, sizes = _dense_groups(labels)
@@ -299,8 +295,27 @@ def _fold(ufunc: np.ufunc, xs: NDArray[Any], k: int) -> NDArray[Any]:
     return out
 
 
-def _non_decreasing(labels: NDArray[Any]) -> bool:
-    return bool(np.all(labels[1:] >= labels[:-1]))
+def _sorted_runs(labels: NDArray[Any]) -> tuple[IndexArray, NDArray[Any], int | None] | None:
+    """Run starts, run labels and common run length (if any) of non-decreasing labels; None if they ever decrease.
+
+    The fused kernels (:mod:`rllm.estimators.fused`), when available, check the order and find ragged runs
+    in one compiled pass each.
+    """
+    fast = fused.kernels() if labels.dtype == np.int64 and labels.flags.c_contiguous else None
+    count = None
+    if fast is not None:
+        count = fast.sorted_runs(labels)
+        if count is None:
+            return None
+    elif not np.all(labels[1:] >= labels[:-1]):
+        return None
+    k = _uniform_run(labels)
+    if k is not None:
+        return np.arange(0, len(labels), k, dtype=np.intp), labels[::k], k
+    if fast is not None and count is not None:
+        return (*fast.runs(labels, count), None)
+    starts = _run_starts(labels)
+    return starts, labels[starts], None
 
 
 def _run_starts(labels: NDArray[Any]) -> IndexArray:

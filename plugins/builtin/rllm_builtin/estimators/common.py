@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from rllm.errors import GroupError
+from rllm.estimators import fused
 from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, Ragged
 from rllm.estimators.numerics import Numerics
 
@@ -47,6 +48,17 @@ def group_means(layout: GroupLayout, xs: FloatArray, lone: np.ndarray | None, nu
     if lone is not None and numerics.single == "raw":
         means[lone] = 0.0
     return means
+
+
+def fused_centre(layout: GroupLayout, xs: FloatArray, numerics: Numerics, mode: int) -> FloatArray | None:
+    """The fused kernel's result (see :mod:`rllm.estimators.fused`) for contiguous groups, or None: use numpy.
+
+    Call after :func:`lone_groups`, which enforces ``single="error"``.
+    """
+    fast = fused.kernels()
+    if fast is None or layout.codes is not None:
+        return None
+    return fast.centre(xs, layout, mode, numerics)
 
 
 def centre(
@@ -90,6 +102,9 @@ def grpo_core(batch: AdvantageBatch, xs: FloatArray, numerics: Numerics, estimat
     """GRPO on rewards ``xs``: centred by group mean, optionally scaled by the group std."""
     layout = batch.layout
     lone = lone_groups(layout, numerics, estimator)
+    done = fused_centre(layout, xs, numerics, fused.DIVIDE_BY_STD if by_std else fused.CENTRE)
+    if done is not None:
+        return done
     centred, means = centre(layout, xs, lone, numerics)
     if by_std:
         scale = inverse_scale(group_std(layout, centred, numerics), means, layout, lone, numerics)

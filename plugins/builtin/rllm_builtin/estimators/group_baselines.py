@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from rllm.estimators import fused
 from rllm.estimators.batch import AdvantageBatch, FloatArray
 from rllm.estimators.numerics import Numerics, with_numerics
 from rllm_builtin.estimators.common import (
     batch_variance,
     centre,
+    fused_centre,
     grpo_core,
     lone_groups,
     rewards_as,
@@ -66,6 +68,9 @@ def rloo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     layout = batch.layout
     xs = rewards_as(batch, numerics)
     lone = lone_groups(layout, numerics, "rloo")
+    done = fused_centre(layout, xs, numerics, fused.RLOO_FACTOR)
+    if done is not None:
+        return done
     centred, _ = centre(layout, xs, lone, numerics)
     k = layout.uniform_size
     if k is not None:

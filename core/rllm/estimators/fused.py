@@ -1,0 +1,214 @@
+"""Optional numba kernels (the ``fast`` extra) that fuse the per-group passes of contiguous layouts.
+
+The numpy path reduces ragged runs with ``reduceat``/``repeat`` over every group and scans
+labels several times; one compiled loop over the values does the same work in a single pass
+per step. numba is imported on first use, never by ``import rllm``; when it is missing, fails
+to import or ``RLLM_FUSED_KERNELS=0`` is set, :func:`kernels` returns None and callers keep
+the numpy path. The kernels compute in the input's dtype with the numpy path's formulas, so
+results agree with it up to summation order.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+ENV_VAR = "RLLM_FUSED_KERNELS"
+"""Set to ``0`` to use the numpy path even when numba is installed."""
+
+CENTRE, DIVIDE_BY_STD, RLOO_FACTOR = 0, 1, 2
+"""What :meth:`Kernels.centre` does after subtracting the group mean."""
+
+
+def _group_scale(
+    xs: Any, squares: Any, mean: Any, n: int, mode: int, ddof: int, eps: float, zero_constant: bool
+) -> Any:
+    """What a group's centred values are multiplied by: ``1 / (std + eps)`` or ``n / (n - 1)`` (RLOO), by ``mode``.
+
+    Mirrors ``common.group_std``, ``inverse_scale`` and ``rloo``, in ``xs.dtype``.
+    """
+    t = xs.dtype.type
+    if mode == RLOO_FACTOR:
+        return t(n / (n - 1)) if n > 1 else t(1)
+    std = np.sqrt(squares / t(max(n - ddof, 1))) if n > 1 else t(1)
+    if zero_constant and std <= np.finfo(xs.dtype).eps * abs(mean) * n:
+        return t(0)
+    return t(1) / (std + t(eps))
+
+
+def _centre_equal(
+    xs: Any,
+    size: int,
+    mode: int,
+    ddof: int,
+    eps: float,
+    lone_raw: bool,
+    zero_constant: bool,
+    means: Any,
+    scales: Any,
+    out: Any,
+) -> None:
+    """:func:`_centre_ragged` for groups of one ``size``, in phases over all groups.
+
+    Short loops over groups (rather than one dependency chain per group) let the CPU overlap groups,
+    which pays when the group size is predictable.
+    """
+    t = xs.dtype.type
+    for g in range(len(means)):
+        total = t(0)
+        for i in range(g * size, (g + 1) * size):
+            total += xs[i]
+        means[g] = t(0) if size == 1 and lone_raw else total / t(size)
+    for g in range(len(means)):
+        squares = t(0)
+        for i in range(g * size, (g + 1) * size):
+            out[i] = xs[i] - means[g]
+            squares += out[i] * out[i]
+        scales[g] = squares
+    if mode == CENTRE:
+        return
+    for g in range(len(means)):
+        scales[g] = _group_scale(xs, scales[g], means[g], size, mode, ddof, eps, zero_constant)
+    for g in range(len(means)):
+        for i in range(g * size, (g + 1) * size):
+            out[i] *= scales[g]
+
+
+def _centre_ragged(
+    xs: Any, starts: Any, sizes: Any, mode: int, ddof: int, eps: float, lone_raw: bool, zero_constant: bool, out: Any
+) -> None:
+    """``out = xs - group mean``, then by ``mode`` scaled (see :func:`_group_scale`), one contiguous group at a time.
+
+    Mirrors ``common.centre``. Each group's loops end at an unpredictable size; doing all of a group's
+    work while it is in cache beats separate passes over the batch.
+    """
+    t = xs.dtype.type
+    for g in range(len(starts)):
+        a, n = starts[g], sizes[g]
+        total = t(0)
+        for i in range(a, a + n):
+            total += xs[i]
+        mean = t(0) if n == 1 and lone_raw else total / t(n)
+        squares = t(0)
+        for i in range(a, a + n):
+            out[i] = xs[i] - mean
+            squares += out[i] * out[i]
+        if mode != CENTRE:
+            scale = _group_scale(xs, squares, mean, n, mode, ddof, eps, zero_constant)
+            for i in range(a, a + n):
+                out[i] *= scale
+
+
+def _count_sorted_runs(labels: Any) -> int:
+    """The number of runs of equal labels, or -1 if labels ever decrease (then they are not sorted).
+
+    Branch-free, so random run lengths cost no mispredictions and the loop vectorizes.
+    """
+    count = 1
+    decreases = 0
+    for i in range(1, len(labels)):
+        count += labels[i] != labels[i - 1]
+        decreases += labels[i] < labels[i - 1]
+    return -1 if decreases else count
+
+
+def _fill_run_starts(labels: Any, starts: Any, run_labels: Any) -> None:
+    """Where each run of equal labels begins, and its label; both sized one more than the run count.
+
+    Every position is written to the current slot, which advances at a run start (branch-free).
+    """
+    starts[0], run_labels[0] = 0, labels[0]
+    count = 1
+    for i in range(1, len(labels)):
+        starts[count], run_labels[count] = i, labels[i]
+        count += labels[i] != labels[i - 1]
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The compiled kernels; obtain them with :func:`kernels`."""
+
+    centre_equal: Any
+    centre_ragged: Any
+    count_sorted_runs: Any
+    fill_run_starts: Any
+
+    def centre(self, xs: NDArray[Any], layout: Any, mode: int, numerics: Any) -> NDArray[Any]:
+        """A fresh array of ``xs`` centred per group of a contiguous ``layout`` and scaled by ``mode``."""
+        xs = np.ascontiguousarray(xs)
+        out = np.empty_like(xs)
+        options = (mode, numerics.ddof, float(numerics.eps), numerics.single == "raw", numerics.zero_variance == "zero")
+        if layout.uniform_size is not None:
+            means, scales = np.empty(layout.n_groups, dtype=xs.dtype), np.empty(layout.n_groups, dtype=xs.dtype)
+            self.centre_equal(xs, layout.uniform_size, *options, means, scales, out)
+        else:
+            self.centre_ragged(xs, layout.starts, layout.sizes, *options, out)
+        return out
+
+    def sorted_runs(self, labels: NDArray[np.int64]) -> int | None:
+        """How many runs of equal labels ``labels`` (int64, C-contiguous) has; None if they are not sorted."""
+        count = self.count_sorted_runs(labels)
+        return None if count < 0 else int(count)
+
+    def runs(self, labels: NDArray[np.int64], count: int) -> tuple[NDArray[np.intp], NDArray[np.int64]]:
+        """Start and label of each of the ``count`` runs of sorted ``labels`` (see :meth:`sorted_runs`)."""
+        starts, run_labels = np.empty(count + 1, dtype=np.intp), np.empty(count + 1, dtype=labels.dtype)
+        self.fill_run_starts(labels, starts, run_labels)
+        return starts[:count], run_labels[:count]
+
+
+_UNSET: Any = object()
+_loaded: Kernels | None = _UNSET
+
+
+def kernels() -> Kernels | None:
+    """The fused kernels, or None when disabled by ``RLLM_FUSED_KERNELS=0`` or numba is unavailable.
+
+    numba is imported and the kernels compiled (or loaded from numba's cache) on the first call only.
+    """
+    global _loaded
+    if os.environ.get(ENV_VAR, "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    if _loaded is _UNSET:
+        _loaded = _load()
+    return _loaded
+
+
+def _load() -> Kernels | None:
+    """Compile with numba's on-disk cache, or without it when no cache directory is writable; None on failure."""
+    try:
+        import numba
+    except Exception:  # missing or broken numba: the numpy path is complete
+        return None
+    for cache in (True, False):
+        try:
+            with warnings.catch_warnings():  # numba warns when it cannot write its cache; users need not see it
+                warnings.simplefilter("ignore", numba.NumbaWarning)
+                return _compiled(numba, cache)
+        except Exception:
+            continue
+    return None
+
+
+def _compiled(numba: Any, cache: bool) -> Kernels:
+    """The kernels, compiled now for float64 and float32 values and int64 labels (not in the middle of a call)."""
+    global _group_scale
+
+    def jit(fn: Any) -> Any:
+        return numba.njit(cache=cache, error_model="numpy", nogil=True)(getattr(fn, "py_func", fn))
+
+    _group_scale = jit(_group_scale)  # the kernels call it, so it must be a numba function when they compile
+    built = Kernels(*(jit(fn) for fn in (_centre_equal, _centre_ragged, _count_sorted_runs, _fill_run_starts)))
+    starts, sizes = np.array([0, 1], dtype=np.intp), np.array([1, 2], dtype=np.intp)
+    for dtype in (np.float64, np.float32):
+        xs = np.array([1.0, 2.0, 4.0, 8.0], dtype=dtype)
+        built.centre_equal(xs, 2, DIVIDE_BY_STD, 0, 1e-6, True, False, xs[:2].copy(), xs[:2].copy(), xs.copy())
+        built.centre_ragged(xs[:3], starts, sizes, DIVIDE_BY_STD, 0, 1e-6, True, False, xs[:3].copy())
+    labels = np.array([0, 0, 1], dtype=np.int64)
+    built.runs(labels, built.sorted_runs(labels) or 0)
+    return built

@@ -1,0 +1,161 @@
+"""The optional numba kernels (``rllm[fast]``) agree with the numpy path, which runs whenever numba is unavailable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rllm
+from rllm.errors import GroupError
+from rllm.estimators import fused
+from rllm.estimators.batch import GroupLayout
+from rllm.estimators.numerics import PRESETS
+
+needs_numba = pytest.mark.skipif(fused.kernels() is None, reason="numba is not installed (pip install 'rllm[fast]')")
+
+ESTIMATORS: list[tuple[str, dict[str, Any]]] = [
+    ("grpo", {}),
+    ("grpo", {"norm_adv_by_std_in_grpo": False}),
+    ("dr_grpo", {}),
+    ("grpo_batch_std", {}),
+    ("rloo", {}),
+    ("reinforce_plus_plus_baseline", {}),
+    ("gpg", {}),
+]
+
+
+@contextmanager
+def fused_path(on: bool) -> Iterator[None]:
+    """Force the fused (``on``) or the numpy path through the documented environment variable."""
+    before = os.environ.get(fused.ENV_VAR)
+    os.environ[fused.ENV_VAR] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[fused.ENV_VAR]
+        else:
+            os.environ[fused.ENV_VAR] = before
+
+
+@st.composite
+def grouped(draw: Any) -> tuple[np.ndarray, np.ndarray, str]:
+    """Rewards (multiples of 1/8, so sums are exact in any order) and int64 labels: equal, ragged or shuffled."""
+    kind = draw(st.sampled_from(["equal", "ragged", "shuffled"]))
+    n_groups = draw(st.integers(1, 12))
+    if kind == "equal":
+        sizes = [draw(st.integers(1, 9))] * n_groups
+    else:
+        sizes = draw(st.lists(st.integers(1, 9), min_size=n_groups, max_size=n_groups))
+    first = draw(st.integers(-3, 3))
+    gaps = draw(st.lists(st.integers(1, 3), min_size=n_groups, max_size=n_groups))
+    labels = np.repeat(first + np.cumsum(gaps), sizes).astype(np.int64)
+    if kind == "shuffled":
+        labels = labels[draw(st.permutations(range(len(labels))))]
+    values = draw(st.lists(st.integers(-40, 40), min_size=len(labels), max_size=len(labels)))
+    return np.array(values, dtype=np.float64) / 8, labels, kind
+
+
+numerics_options = st.fixed_dictionaries(
+    {},
+    optional={
+        "preset": st.sampled_from(sorted(PRESETS)),
+        "std": st.sampled_from(["population", "unbiased"]),
+        "eps": st.sampled_from([0.0, 1e-9, 1e-6, 1e-2]),
+        "single": st.sampled_from(["raw", "zero", "error"]),
+        "zero_variance": st.sampled_from(["eps", "zero"]),
+        "dtype": st.sampled_from(["float64", "float32"]),
+    },
+)
+
+
+def advantages_or_error(name: str, rewards: np.ndarray, labels: np.ndarray, options: dict[str, Any]) -> Any:
+    try:
+        return rllm.compute_advantages(name, rewards, labels, **options)
+    except GroupError as error:
+        return str(error)
+
+
+@needs_numba
+@pytest.mark.parametrize(("name", "own"), ESTIMATORS)
+@settings(max_examples=80, deadline=None)
+@given(data=grouped(), options=numerics_options)
+def test_fused_path_equals_numpy_path(
+    name: str, own: dict[str, Any], data: tuple[np.ndarray, np.ndarray, str], options: dict[str, Any]
+) -> None:
+    rewards, labels, _ = data
+    with fused_path(True):
+        fast = advantages_or_error(name, rewards, labels, own | options)
+    with fused_path(False):
+        slow = advantages_or_error(name, rewards, labels, own | options)
+    if isinstance(slow, str):
+        assert fast == slow
+        return
+    assert fast.dtype == slow.dtype
+    rtol = 1e-12 if slow.dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(fast, slow, rtol=rtol, atol=rtol * max(1.0, float(np.nanmax(np.abs(slow)))))
+
+
+@needs_numba
+@settings(max_examples=100, deadline=None)
+@given(data=grouped())
+def test_fused_layout_detection_equals_numpy(data: tuple[np.ndarray, np.ndarray, str]) -> None:
+    _, labels, _ = data
+    with fused_path(True):
+        fast = GroupLayout(labels)
+    with fused_path(False):
+        slow = GroupLayout(labels)
+    assert (fast.codes is None) == (slow.codes is None)
+    assert fast.uniform_size == slow.uniform_size
+    for field in ("labels", "sizes", "starts", "group_index"):
+        np.testing.assert_array_equal(getattr(fast, field), getattr(slow, field))
+        assert getattr(fast, field).dtype == getattr(slow, field).dtype
+
+
+@needs_numba
+@pytest.mark.parametrize("sizes", [[8, 8, 8], [1, 3, 2, 5]])
+def test_kernels_run_for_contiguous_groups(monkeypatch: pytest.MonkeyPatch, sizes: list[int]) -> None:
+    """The equality tests compare two paths only if the fused one actually runs."""
+    calls: list[str] = []
+    real = fused.kernels()
+    assert real is not None
+
+    class Spy:
+        def __getattr__(self, name: str) -> Any:
+            calls.append(name)
+            return getattr(real, name)
+
+    monkeypatch.setattr(fused, "kernels", Spy)
+    rllm.compute_advantages("grpo", np.arange(sum(sizes), dtype=float), np.repeat(np.arange(len(sizes)), sizes))
+    assert "sorted_runs" in calls
+    assert "centre" in calls
+
+
+def test_numpy_path_runs_without_numba(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba now raises ImportError
+    monkeypatch.setattr(fused, "_loaded", fused._UNSET)
+    monkeypatch.delenv(fused.ENV_VAR, raising=False)
+    assert fused.kernels() is None
+    rewards, labels = np.array([1.0, 0.0, 1.0, 0.5, 2.0]), np.array([3, 3, 3, 7, 7])
+    result = rllm.compute_advantages("grpo", rewards, labels)
+    assert result[:3] == pytest.approx([1 / np.sqrt(2), -np.sqrt(2), 1 / np.sqrt(2)], rel=1e-5)
+    assert result[3:] == pytest.approx([-1.0, 1.0], rel=1e-5)
+
+
+def test_environment_variable_disables_the_fused_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(fused.ENV_VAR, "0")
+    assert fused.kernels() is None
+
+
+def test_import_rllm_does_not_import_numba() -> None:
+    code = "import sys, rllm, rllm.estimators.batch; assert 'numba' not in sys.modules, 'numba imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
