@@ -309,7 +309,7 @@ def _sorted_runs(labels: NDArray[Any]) -> tuple[IndexArray, NDArray[Any], int | 
             return None
     elif not np.all(labels[1:] >= labels[:-1]):
         return None
-    k = _uniform_run(labels)
+    k = _uniform_run(labels) if count is None or len(labels) % count == 0 else None
     if k is not None:
         return np.arange(0, len(labels), k, dtype=np.intp), labels[::k], k
     if fast is not None and count is not None:

@@ -117,15 +117,15 @@ def _count_sorted_runs(labels: Any) -> int:
     return -1 if decreases else count
 
 
-def _fill_run_starts(labels: Any, starts: Any, run_labels: Any) -> None:
-    """Where each run of equal labels begins, and its label; both sized one more than the run count.
+def _fill_run_starts(labels: Any, starts: Any) -> None:
+    """Where each run of equal labels begins, into ``starts`` sized one more than the run count.
 
     Every position is written to the current slot, which advances at a run start (branch-free).
     """
-    starts[0], run_labels[0] = 0, labels[0]
+    starts[0] = 0
     count = 1
     for i in range(1, len(labels)):
-        starts[count], run_labels[count] = i, labels[i]
+        starts[count] = i
         count += labels[i] != labels[i - 1]
 
 
@@ -157,9 +157,10 @@ class Kernels:
 
     def runs(self, labels: NDArray[np.int64], count: int) -> tuple[NDArray[np.intp], NDArray[np.int64]]:
         """Start and label of each of the ``count`` runs of sorted ``labels`` (see :meth:`sorted_runs`)."""
-        starts, run_labels = np.empty(count + 1, dtype=np.intp), np.empty(count + 1, dtype=labels.dtype)
-        self.fill_run_starts(labels, starts, run_labels)
-        return starts[:count], run_labels[:count]
+        starts = np.empty(count + 1, dtype=np.intp)
+        self.fill_run_starts(labels, starts)
+        starts = starts[:count]
+        return starts, labels[starts]
 
 
 _UNSET: Any = object()
