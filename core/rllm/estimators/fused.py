@@ -1,11 +1,13 @@
 """Optional numba kernels (the ``fast`` extra) that fuse the per-group passes of contiguous layouts.
 
 The numpy path reduces ragged runs with ``reduceat``/``repeat`` over every group and scans
-labels several times; one compiled loop over the values does the same work in a single pass
-per step. numba is imported on first use, never by ``import rllm``; when it is missing, fails
+labels several times; compiled loops do a group's work while it is in cache and find runs in
+one pass. numba is imported on first use, never by ``import rllm``; when it is missing, fails
 to import or ``RLLM_FUSED_KERNELS=0`` is set, :func:`kernels` returns None and callers keep
 the numpy path. The kernels compute in the input's dtype with the numpy path's formulas, so
-results agree with it up to summation order.
+results agree with it up to summation order. Compiled code is cached by numba next to this
+file or, when that is not writable, in the user's cache directory (``NUMBA_CACHE_DIR``
+overrides); without any writable cache the kernels are compiled per process, silently.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+if TYPE_CHECKING:  # batch.py imports this module
+    from rllm.estimators.batch import GroupLayout
+    from rllm.estimators.numerics import Numerics
 
 ENV_VAR = "RLLM_FUSED_KERNELS"
 """Set to ``0`` to use the numpy path even when numba is installed."""
@@ -138,7 +144,7 @@ class Kernels:
     count_sorted_runs: Any
     fill_run_starts: Any
 
-    def centre(self, xs: NDArray[Any], layout: Any, mode: int, numerics: Any) -> NDArray[Any]:
+    def centre(self, xs: NDArray[Any], layout: GroupLayout, mode: int, numerics: Numerics) -> NDArray[Any]:
         """A fresh array of ``xs`` centred per group of a contiguous ``layout`` and scaled by ``mode``."""
         xs = np.ascontiguousarray(xs)
         out = np.empty_like(xs)
