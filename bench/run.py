@@ -13,8 +13,7 @@ import os
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -183,20 +182,6 @@ def collection(n_groups: int, repeat: int, rng: np.random.Generator) -> None:
     print(f"collect / bare: {collect_time / bare_time:.2f}x (best of each); median of paired runs {paired:.2f}x")
 
 
-@contextmanager
-def kernel_path(path: str) -> Iterator[None]:
-    """Run the block on the ``"fused"`` or ``"numpy"`` path (through the environment variable rllm reads)."""
-    before = os.environ.get(fused.ENV_VAR)
-    os.environ[fused.ENV_VAR] = "1" if path == "fused" else "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[fused.ENV_VAR]
-        else:
-            os.environ[fused.ENV_VAR] = before
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
@@ -205,7 +190,7 @@ def main() -> None:
     active = "fused" if fused.kernels() is not None else "numpy"
     print(f"Active kernel path: {active} ({fused.ENV_VAR}={os.environ.get(fused.ENV_VAR, 'unset')})")
     for path in dict.fromkeys((active, "numpy")):  # the numpy path too, when numba is installed
-        with kernel_path(path):
+        with fused.path(path):
             kernels(n, repeat, np.random.default_rng(0), path)
     rng = np.random.default_rng(0)
     verl_scale(repeat, rng)

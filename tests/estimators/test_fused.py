@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -31,20 +28,6 @@ ESTIMATORS: list[tuple[str, dict[str, Any]]] = [
     ("reinforce_plus_plus_baseline", {}),
     ("gpg", {}),
 ]
-
-
-@contextmanager
-def fused_path(on: bool) -> Iterator[None]:
-    """Force the fused (``on``) or the numpy path through the documented environment variable."""
-    before = os.environ.get(fused.ENV_VAR)
-    os.environ[fused.ENV_VAR] = "1" if on else "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[fused.ENV_VAR]
-        else:
-            os.environ[fused.ENV_VAR] = before
 
 
 @st.composite
@@ -93,9 +76,9 @@ def test_fused_path_equals_numpy_path(
     name: str, own: dict[str, Any], data: tuple[np.ndarray, np.ndarray, str], options: dict[str, Any]
 ) -> None:
     rewards, labels, _ = data
-    with fused_path(True):
+    with fused.path("fused"):
         fast = advantages_or_error(name, rewards, labels, own | options)
-    with fused_path(False):
+    with fused.path("numpy"):
         slow = advantages_or_error(name, rewards, labels, own | options)
     if isinstance(slow, str):
         assert fast == slow
@@ -110,9 +93,9 @@ def test_fused_path_equals_numpy_path(
 @given(data=grouped())
 def test_fused_layout_detection_equals_numpy(data: tuple[np.ndarray, np.ndarray, str]) -> None:
     _, labels, _ = data
-    with fused_path(True):
+    with fused.path("fused"):
         fast = GroupLayout(labels)
-    with fused_path(False):
+    with fused.path("numpy"):
         slow = GroupLayout(labels)
     assert (fast.codes is None) == (slow.codes is None)
     assert fast.uniform_size == slow.uniform_size

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -184,6 +186,20 @@ def kernels() -> Kernels | None:
     if _loaded is _UNSET:
         _loaded = _load()
     return _loaded
+
+
+@contextmanager
+def path(name: str) -> Iterator[None]:
+    """Run a block on the ``"fused"`` or the ``"numpy"`` path (via ``RLLM_FUSED_KERNELS``; benchmarks, tests)."""
+    before = os.environ.get(ENV_VAR)
+    os.environ[ENV_VAR] = "1" if name == "fused" else "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[ENV_VAR]
+        else:
+            os.environ[ENV_VAR] = before
 
 
 def _load() -> Kernels | None:
