@@ -120,3 +120,13 @@ def test_unknown_name_is_a_value_error_with_suggestion() -> None:
 
     with pytest.raises(ValueError, match="Did you mean 'grpo'"):
         get_rllm_adv_estimator("grp")
+
+
+def test_list_api_keeps_a_presets_epsilon_unless_one_is_given() -> None:
+    from rllm.experimental.common.advantage import calculate_grpo_advantages
+
+    # [1, 0] under TRL's numerics: unbiased std sqrt(0.5), eps 1e-4 -> 0.5 / (sqrt(0.5) + 1e-4).
+    advantages, _ = calculate_grpo_advantages([np.array([1.0, 0.0])], preset="trl")
+    assert advantages[0][0] == pytest.approx(0.5 / (math.sqrt(0.5) + 1e-4), rel=1e-6)
+    advantages, _ = calculate_grpo_advantages([np.array([1.0, 0.0])], preset="trl", epsilon=0.5)
+    assert advantages[0][0] == pytest.approx(0.5 / (math.sqrt(0.5) + 0.5), rel=1e-6)

@@ -100,10 +100,10 @@ def _call(
 def calculate_grpo_advantages(
     rewards: Sequence[np.ndarray],
     norm_adv_by_std_in_grpo: bool = True,
-    epsilon: float = 1e-6,
+    epsilon: float | None = None,
     **kwargs: Any,
 ) -> tuple[GroupArrays, GroupArrays]:
-    """GRPO per group: ``(r - mean) / (std + epsilon)`` with population std (see ``preset`` for others)."""
+    """GRPO per group: ``(r - mean) / (std + epsilon)``; population std, epsilon 1e-6 unless a ``preset`` differs."""
     eps = kwargs.pop("episilon", epsilon)
     return _call(kernels.grpo, rewards, {**kwargs, "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo, "eps": eps})
 
@@ -114,7 +114,7 @@ def calculate_reinforce_advantages(rewards: Sequence[np.ndarray], **kwargs: Any)
 
 
 def calculate_reinforce_plus_plus_baseline_advantages(
-    rewards: Sequence[np.ndarray], epsilon: float = 1e-6, **kwargs: Any
+    rewards: Sequence[np.ndarray], epsilon: float | None = None, **kwargs: Any
 ) -> tuple[GroupArrays, GroupArrays]:
     """REINFORCE++ with group-mean baseline, whitened by the std over all groups passed in."""
     eps = kwargs.pop("episilon", epsilon)
