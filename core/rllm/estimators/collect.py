@@ -152,17 +152,15 @@ def _summary(prefix: str, values: np.ndarray, metrics: dict[str, float], zero_fr
 def _broadcast(per_group: list[list[Trajectory]], advantages: list[float]) -> int:
     """Set every step's advantage to its trajectory's; returns how many precomputed values it replaced.
 
-    The nested loops mirror the data (groups, trajectories, steps) so that no flat list of
-    trajectories has to be built: this loop is most of the collection's cost.
+    One flat loop over trajectories (chained in C) with the check and the write on the same
+    step: this loop is most of the collection's cost, so it does no more per step than that.
     """
-    values = iter(advantages)
     replaced = 0
-    for trajectories in per_group:
-        for traj, advantage in zip(trajectories, values, strict=False):  # values runs on across groups
-            for step in traj.steps:
-                if step.advantage is not None:
-                    replaced += 1
-                step.advantage = advantage
+    for traj, advantage in zip(chain.from_iterable(per_group), advantages, strict=True):
+        for step in traj.steps:
+            if step.advantage is not None:
+                replaced += 1
+            step.advantage = advantage
     return replaced
 
 
@@ -191,8 +189,11 @@ def _by_role(
     groups: list[TrajectoryGroup], check_precomputed: bool, collect_advantage: bool, precomputed: dict[str, list[float]]
 ) -> dict[str, RoleBatch]:
     """Groups (and their trajectory lists) per role; precomputed-advantage groups go to ``precomputed``."""
-    roles = [g.group_role for g in groups]
-    per_group = [g.trajectories for g in groups]
+    roles: list[str] = []
+    per_group: list[list[Trajectory]] = []
+    for group in groups:  # one visit per group object: at this scale each visit is a cache miss
+        roles.append(group.group_role)
+        per_group.append(group.trajectories)
     if roles and not check_precomputed and all(per_group) and roles.count(roles[0]) == len(roles):
         return {roles[0]: (list(groups), per_group)}  # the common case: one role, no empty group
     by_role: dict[str, RoleBatch] = {}
