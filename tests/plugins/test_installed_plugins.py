@@ -222,8 +222,15 @@ def test_example_plugin_runs_from_the_command_line(env: Env) -> None:
 def test_trainer_uses_an_installed_plugins_estimator_by_name(env: Env, tmp_path: Path) -> None:
     out = tmp_path / "run"
     done = env.run(
-        [str(env.bin / "rllm"), "train", "--no-progress", "rllm.algorithm.adv_estimator=median_baseline",
-         "rllm.trainer.total_batches=3", f"rllm.trainer.output_dir={out}", "rllm.trainer.logger=[jsonl]"],
+        [
+            str(env.bin / "rllm"),
+            "train",
+            "--no-progress",
+            "rllm.algorithm.adv_estimator=median_baseline",
+            "rllm.trainer.total_batches=3",
+            f"rllm.trainer.output_dir={out}",
+            "rllm.trainer.logger=[jsonl]",
+        ],
         RLLM_PLUGINS="example",
     )
     assert done.returncode == 0, done.stderr

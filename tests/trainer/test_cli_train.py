@@ -20,8 +20,16 @@ def _base(tmp_path: Path) -> list[str]:
 def test_config_file_then_overrides_reach_the_trainer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "exp.yaml"
     config.write_text("rllm:\n  trainer:\n    total_batches: 5\n  algorithm:\n    adv_estimator: grpo\n")
-    code = main(["train", "--no-progress", str(config), *_base(tmp_path),
-                 "rllm.trainer.total_batches=3", "rllm.algorithm.adv_estimator=rloo"])
+    code = main(
+        [
+            "train",
+            "--no-progress",
+            str(config),
+            *_base(tmp_path),
+            "rllm.trainer.total_batches=3",
+            "rllm.algorithm.adv_estimator=rloo",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "[train step 3]" in out and "[train step 4]" not in out  # the override beat the file
@@ -54,8 +62,19 @@ def test_bad_settings_exit_2_naming_the_culprit(
 
 @pytest.mark.parametrize("loss", ["importance_sampling", "ppo", "cispo"])
 def test_each_supported_loss_trains(tmp_path: Path, loss: str) -> None:
-    assert main(["train", "--no-progress", *_base(tmp_path), "rllm.trainer.total_batches=3",
-                 "rllm.trainer.logger=[jsonl]", f"rllm.algorithm.loss_fn={loss}"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--no-progress",
+                *_base(tmp_path),
+                "rllm.trainer.total_batches=3",
+                "rllm.trainer.logger=[jsonl]",
+                f"rllm.algorithm.loss_fn={loss}",
+            ]
+        )
+        == 0
+    )
     records = [r for r in read_metrics(tmp_path / "run" / METRICS_FILE) if r["kind"] == "train"]
     assert all(r["actor/grad_norm"] > 0 for r in records)
     if loss == "importance_sampling":
@@ -64,9 +83,20 @@ def test_each_supported_loss_trains(tmp_path: Path, loss: str) -> None:
 
 def test_episode_logs_are_whole_files_per_step(tmp_path: Path) -> None:
     log_dir = tmp_path / "episodes"
-    assert main(["train", "--no-progress", *_base(tmp_path), "rllm.trainer.total_batches=2",
-                 "rllm.trainer.logger=[jsonl]", "rllm.episode_logging.log_episodes=true",
-                 f"rllm.episode_logging.episode_log_dir={log_dir}"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--no-progress",
+                *_base(tmp_path),
+                "rllm.trainer.total_batches=2",
+                "rllm.trainer.logger=[jsonl]",
+                "rllm.episode_logging.log_episodes=true",
+                f"rllm.episode_logging.episode_log_dir={log_dir}",
+            ]
+        )
+        == 0
+    )
     files = sorted(p.relative_to(log_dir).as_posix() for p in log_dir.rglob("*") if p.is_file())
     assert files == ["train/step_000001-000.jsonl", "train/step_000002-000.jsonl", "val/step_000000-000.jsonl"]
     episodes = [json.loads(line) for line in (log_dir / "train/step_000001-000.jsonl").read_text().splitlines()]
@@ -78,8 +108,19 @@ def test_plot_compares_several_runs(tmp_path: Path) -> None:
     runs = []
     for estimator in ("grpo", "rloo"):
         run_dir = tmp_path / estimator
-        assert main(["train", "--no-progress", f"rllm.trainer.output_dir={run_dir}", "rllm.trainer.total_batches=2",
-                     "rllm.trainer.logger=[jsonl]", f"rllm.algorithm.adv_estimator={estimator}"]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    "--no-progress",
+                    f"rllm.trainer.output_dir={run_dir}",
+                    "rllm.trainer.total_batches=2",
+                    "rllm.trainer.logger=[jsonl]",
+                    f"rllm.algorithm.adv_estimator={estimator}",
+                ]
+            )
+            == 0
+        )
         assert (run_dir / "learning_curve.png").stat().st_size > 0
         runs.append(str(run_dir))
     output = tmp_path / "compare.png"

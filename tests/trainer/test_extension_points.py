@@ -53,14 +53,20 @@ def test_backend_and_grouping_hook_are_chosen_by_registered_name(make_config, pl
     plugin_manager.grouping_hooks.add(Entry("per_task", one_group_per_task, RUNTIME))
     CountingBackend.calls = []
     config = make_config(
-        "rllm.backend=counting", "rllm.grouping_hook=per_task", "rllm.trainer.total_batches=6",
+        "rllm.backend=counting",
+        "rllm.grouping_hook=per_task",
+        "rllm.trainer.total_batches=6",
         "rllm.trainer.test_freq=0",
     )
     trainer = UnifiedTrainer(None, config, progress=False)
     assert isinstance(trainer.backend, CountingBackend)
     _fit(trainer)
     assert CountingBackend.calls == [
-        "validation", "epoch@0", *(f"update@{s}" for s in range(1, 6)), "epoch@1", "update@6",
+        "validation",
+        "epoch@0",
+        *(f"update@{s}" for s in range(1, 6)),
+        "epoch@1",
+        "update@6",
     ]
     assert grouped == [160] * 6
 
@@ -97,8 +103,9 @@ def test_executor_is_pluggable(make_config) -> None:
             self.stopped += 1
 
     executor = RecordingExecutor()
-    config = make_config("rllm.trainer.total_batches=1", "rllm.trainer.val_before_train=false",
-                         "rllm.trainer.test_freq=0")
+    config = make_config(
+        "rllm.trainer.total_batches=1", "rllm.trainer.val_before_train=false", "rllm.trainer.test_freq=0"
+    )
     _fit(UnifiedTrainer(None, config, executor=executor, progress=False))
     assert (executor.started, executor.stopped) == (1, 1)
     assert len(executor.uids) == 160 and len(set(executor.uids)) == 160

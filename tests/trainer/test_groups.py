@@ -23,7 +23,10 @@ from rllm.types import Episode, Step, TerminationReason, Trajectory
 def _episode(task_id: str, k: int, correct: bool, names=("solver",), reason=TerminationReason.ENV_DONE) -> Episode:
     trajectories = [Trajectory(name=name, steps=[Step(reward=float(correct))]) for name in names]
     return Episode(
-        id=f"{task_id}:{k}", termination_reason=reason, is_correct=correct, trajectories=trajectories,
+        id=f"{task_id}:{k}",
+        termination_reason=reason,
+        is_correct=correct,
+        trajectories=trajectories,
         info={"data_source": task_id.split("/")[0]},
     )
 
@@ -43,7 +46,10 @@ def test_task_ids_with_colons_group_by_task_and_role() -> None:
     ]
     groups = group_by_task_and_role(episodes)
     assert sorted(g.group_id for g in groups) == [
-        "math:v2:7:judge", "math:v2:7:solver", "math:v2:8:judge", "math:v2:8:solver",
+        "math:v2:7:judge",
+        "math:v2:7:solver",
+        "math:v2:8:judge",
+        "math:v2:8:solver",
     ]
     solver = next(g for g in groups if g.group_id == "math:v2:7:solver")
     assert solver.group_task_id == "math:v2:7" and solver.group_role == "solver"
@@ -54,7 +60,8 @@ def test_task_ids_with_colons_group_by_task_and_role() -> None:
 def test_unnamed_trajectories_are_named_by_position_and_empty_ones_skipped() -> None:
     episode = Episode(id="t:0", trajectories=[Trajectory(steps=[Step()]), Trajectory(), Trajectory(steps=[Step()])])
     assert sorted(g.group_role for g in group_by_task_and_role([episode])) == [
-        "default_traj_name_0", "default_traj_name_2",
+        "default_traj_name_0",
+        "default_traj_name_2",
     ]
 
 
@@ -113,8 +120,9 @@ def test_episode_mode_accumulates_across_batches_until_enough_partial_tasks() ->
 
 def test_batch_mode_keeps_partially_solved_tasks_only() -> None:
     config = RejectionSamplingConfig(mode="batch")
-    groups, episodes, _ = _rs(_batch({"a": [True, False], "b": [True, True], "c": [False, False]}), config,
-                              RejectionSamplingState())
+    groups, episodes, _ = _rs(
+        _batch({"a": [True, False], "b": [True, True], "c": [False, False]}), config, RejectionSamplingState()
+    )
     assert [g.group_task_id for g in groups] == ["a"]
     assert [ep.id for ep in episodes] == ["a:0", "a:1"]
 

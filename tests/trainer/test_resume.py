@@ -22,7 +22,11 @@ SAVE_FREQ = 7
 
 def _command(run_dir: Path) -> list[str]:
     return [
-        sys.executable, "-m", "rllm.cli.main", "train", "--no-progress",
+        sys.executable,
+        "-m",
+        "rllm.cli.main",
+        "train",
+        "--no-progress",
         f"rllm.trainer.output_dir={run_dir}",
         "rllm.trainer.logger=[jsonl]",
         "rllm.data.train_batch_size=5",
@@ -87,8 +91,9 @@ def test_checkpoint_of_other_settings_is_refused(make_config) -> None:
 
 
 def test_torn_checkpoint_and_torn_metrics_line_are_ignored(make_config, tmp_path: Path) -> None:
-    trainer = UnifiedTrainer(None, make_config("rllm.trainer.total_batches=4", "rllm.trainer.save_freq=2"),
-                             progress=False)
+    trainer = UnifiedTrainer(
+        None, make_config("rllm.trainer.total_batches=4", "rllm.trainer.save_freq=2"), progress=False
+    )
     trainer.fit()
     trainer.shutdown()
     run_dir = trainer.output_dir
@@ -96,8 +101,9 @@ def test_torn_checkpoint_and_torn_metrics_line_are_ignored(make_config, tmp_path
     (run_dir / "checkpoints" / ".step_6.partial-1").mkdir()
     with (run_dir / METRICS_FILE).open("a") as handle:
         handle.write(json.dumps({"kind": "train", "step": 5})[:10])
-    longer = UnifiedTrainer(None, make_config("rllm.trainer.total_batches=6", "rllm.trainer.save_freq=2"),
-                            progress=False)
+    longer = UnifiedTrainer(
+        None, make_config("rllm.trainer.total_batches=6", "rllm.trainer.save_freq=2"), progress=False
+    )
     longer.fit()
     longer.shutdown()
     assert _train_steps(run_dir) == [1, 2, 3, 4, 5, 6]

@@ -106,11 +106,19 @@ class TwoRoleWorkflow(Workflow):
         for role in ("solver", "checker"):
             reply = await self.rollout_engine.generate([*task["prompt"], len(role)], max_tokens=1)
             reward = float(reply.response_ids[0] == task["answers"][0])
-            step = Step(prompt_ids=[*task["prompt"], len(role)], response_ids=reply.response_ids,
-                        logprobs=reply.logprobs, reward=reward, done=True)
+            step = Step(
+                prompt_ids=[*task["prompt"], len(role)],
+                response_ids=reply.response_ids,
+                logprobs=reply.logprobs,
+                reward=reward,
+                done=True,
+            )
             trajectories.append(Trajectory(name=role, steps=[step]))
-        return Episode(termination_reason=TerminationReason.ENV_DONE,
-                       is_correct=trajectories[0].steps[0].reward == 1.0, trajectories=trajectories)
+        return Episode(
+            termination_reason=TerminationReason.ENV_DONE,
+            is_correct=trajectories[0].steps[0].reward == 1.0,
+            trajectories=trajectories,
+        )
 
 
 def test_each_role_gets_its_own_estimator(make_config, plugin_manager, train) -> None:

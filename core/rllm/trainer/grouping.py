@@ -110,8 +110,7 @@ def transform_episodes_to_trajectory_groups(
     if not isinstance(groups, list) or not all(isinstance(g, TrajectoryGroup) for g in groups):
         name = getattr(grouping_hook, "__qualname__", repr(grouping_hook))
         raise TrainerError(
-            f"Grouping hook {name} returned {type(groups).__name__}; it must return a list of "
-            "rllm.TrajectoryGroup."
+            f"Grouping hook {name} returned {type(groups).__name__}; it must return a list of rllm.TrajectoryGroup."
         )
     groups = [g for g in groups if g.trajectories]
     if broadcast:

@@ -153,9 +153,7 @@ class BackendProtocol:
 
     async def compute_advantages(self, trainer_state: TrainerState, algorithm_config: AlgorithmConfig) -> None:
         """Write ``step.advantage`` on every step of the groups, with rllm's estimators."""
-        metrics = collect_reward_and_advantage_from_trajectory_groups(
-            trainer_state.trajectory_groups, algorithm_config
-        )
+        metrics = collect_reward_and_advantage_from_trajectory_groups(trainer_state.trajectory_groups, algorithm_config)
         trainer_state.metrics.update(metrics)
 
     async def update_policy(self, trainer_state: TrainerState) -> None:

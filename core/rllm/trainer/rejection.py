@@ -36,9 +36,7 @@ class RejectionSamplingConfig:
 
     def __post_init__(self) -> None:
         if self.mode not in ("none", "batch", "episode"):
-            raise ConfigError(
-                f"rllm.rejection_sample.mode={self.mode!r} is unknown; use 'batch' or 'episode'."
-            )
+            raise ConfigError(f"rllm.rejection_sample.mode={self.mode!r} is unknown; use 'batch' or 'episode'.")
         if self.min_trajs_per_group < 1:
             raise ConfigError(
                 f"rllm.rejection_sample.min_trajs_per_group must be at least 1, got {self.min_trajs_per_group}."
@@ -48,9 +46,7 @@ class RejectionSamplingConfig:
     def from_config(cls, section: Mapping[str, Any]) -> RejectionSamplingConfig:
         enabled = bool(section.get("enable", False))
         if int(section.get("multiplier", 1)) < 1:
-            raise ConfigError(
-                f"rllm.rejection_sample.multiplier must be at least 1, got {section.get('multiplier')}."
-            )
+            raise ConfigError(f"rllm.rejection_sample.multiplier must be at least 1, got {section.get('multiplier')}.")
         if not enabled and int(section.get("multiplier", 1)) != 1:
             raise ConfigError(
                 "rllm.rejection_sample.multiplier is not 1 but rejection sampling is disabled; set "
@@ -79,8 +75,7 @@ def solve_counts(episodes: Sequence[Episode]) -> dict[str, str]:
     for episode in episodes:
         outcomes[episode.task_id].append(bool(episode.is_correct))
     return {
-        task: "all" if all(results) else "partial" if any(results) else "none"
-        for task, results in outcomes.items()
+        task: "all" if all(results) else "partial" if any(results) else "none" for task, results in outcomes.items()
     }
 
 
