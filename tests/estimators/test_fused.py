@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 import rllm
 from rllm.errors import GroupError
 from rllm.estimators import fused
-from rllm.estimators.batch import GroupLayout
+from rllm.estimators.batch import AdvantageBatch, GroupLayout
+from rllm.estimators.compute import get_estimator
 from rllm.estimators.numerics import PRESETS
 
 needs_numba = pytest.mark.skipif(fused.kernels() is None, reason="numba is not installed (pip install 'rllm[fast]')")
@@ -142,3 +143,35 @@ def test_environment_variable_disables_the_fused_path(monkeypatch: pytest.Monkey
 def test_import_rllm_does_not_import_numba() -> None:
     code = "import sys, rllm, rllm.estimators.batch; assert 'numba' not in sys.modules, 'numba imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@needs_numba
+def test_kernel_locates_the_runs_of_sorted_ragged_labels() -> None:
+    """Sorted ragged labels are only counted up front; the GRPO kernel finds the runs and the layout keeps them."""
+    labels = np.repeat(np.array([-4, 0, 9, 10], dtype=np.int64), [3, 1, 2, 2])
+    rewards = np.array([1.0, 2.0, 3.0, 5.0, 0.0, 4.0, 1.0, 1.0])
+    with fused.path("fused"):
+        batch = AdvantageBatch(rewards, labels)
+        assert batch.layout.unlocated_runs is not None and batch.layout.n_groups == 4
+        advantages = get_estimator("grpo").target(batch)
+    assert batch.layout.unlocated_runs is None
+    np.testing.assert_array_equal(batch.layout.starts, [0, 3, 4, 6])
+    np.testing.assert_array_equal(batch.layout.sizes, [3, 1, 2, 2])
+    np.testing.assert_array_equal(batch.layout.labels, [-4, 0, 9, 10])
+    # By hand: [1, 2, 3] has mean 2 and population std sqrt(2/3); [0, 4] has mean 2 and std 2;
+    # the lone 5 keeps its reward (mean 0, std 1); [1, 1] has std 0, so only eps remains.
+    s = np.sqrt(2 / 3)
+    expected = [-1 / (s + 1e-6), 0.0, 1 / (s + 1e-6), 5 / (1 + 1e-6), -2 / (2 + 1e-6), 2 / (2 + 1e-6), 0.0, 0.0]
+    np.testing.assert_allclose(advantages, expected, rtol=1e-12)
+
+
+@needs_numba
+def test_unlocated_runs_are_found_when_asked() -> None:
+    labels = np.repeat(np.array([2, 5, 7], dtype=np.int64), [2, 3, 1])
+    with fused.path("fused"):
+        layout = GroupLayout(labels)
+        assert layout.unlocated_runs is not None
+        np.testing.assert_array_equal(layout.sizes, [2, 3, 1])
+    assert layout.unlocated_runs is None
+    np.testing.assert_array_equal(layout.labels, [2, 5, 7])
+    np.testing.assert_array_equal(layout.group_index, [0, 0, 1, 1, 1, 2])

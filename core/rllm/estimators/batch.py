@@ -81,12 +81,17 @@ class GroupLayout:
     ``starts`` (where each group begins in that order) serve per-group splitting.
     """
 
-    labels: NDArray[Any]
-    sizes: IndexArray
     size: int
     codes: IndexArray | None
     uniform_size: int | None
     """The common group size when all groups are equally large, else None."""
+
+    _labels: NDArray[Any] | None
+    """Group labels; None until first use when they are gathered from ``_sorted_labels`` at the run starts."""
+    _sizes: IndexArray
+    _sorted_labels: NDArray[np.int64] | None = None
+    _unlocated = False
+    """True while the runs of ``_sorted_labels`` are counted but not located (see :meth:`locate_runs`)."""
 
     def __init__(self, labels: ArrayLike) -> None:
         labels = np.asarray(labels)
@@ -97,7 +102,11 @@ class GroupLayout:
         if self.size == 0:
             self._contiguous(np.zeros(0, dtype=np.intp), labels)
         elif labels.dtype.kind in "iub" and (runs := _sorted_runs(labels)) is not None:
-            self._contiguous(*runs)
+            starts, run_labels, uniform, count = runs
+            if starts is None:  # sorted and ragged: a fused kernel locates the runs while it reduces them
+                self._sorted_labels, self._unlocated, self._n_groups, self.uniform_size = labels, True, count, None
+            else:
+                self._contiguous(starts, run_labels, uniform)
         else:
             changes = labels[1:] != labels[:-1]
             codes, group_labels, sizes = _dense_groups(labels)
@@ -105,25 +114,57 @@ class GroupLayout:
                 starts = _run_starts(labels)
                 self._contiguous(starts, labels[starts])
             else:
-                self.codes, self.labels, self.sizes = codes, group_labels, sizes
+                self.codes, self._labels, self._sizes = codes, group_labels, sizes
+                self._n_groups = len(sizes)
                 self._set_uniform()
 
-    def _contiguous(self, starts: IndexArray, labels: NDArray[Any], uniform: int | None = None) -> None:
+    def _contiguous(self, starts: IndexArray, labels: NDArray[Any] | None, uniform: int | None = None) -> None:
         self.__dict__["starts"] = starts
-        self.labels = labels
+        self._labels = labels
+        self._n_groups = len(starts)
         if uniform is not None:
-            self.sizes = np.full(len(starts), uniform, dtype=np.intp)
+            self._sizes = np.full(len(starts), uniform, dtype=np.intp)
             self.uniform_size = uniform
             return
-        self.sizes = np.empty(len(starts), dtype=np.intp)
-        np.subtract(starts[1:], starts[:-1], out=self.sizes[:-1])
+        self._sizes = np.empty(len(starts), dtype=np.intp)
+        np.subtract(starts[1:], starts[:-1], out=self._sizes[:-1])
         if len(starts):
-            self.sizes[-1] = self.size - starts[-1]
+            self._sizes[-1] = self.size - starts[-1]
         self._set_uniform()
 
     def _set_uniform(self) -> None:
-        sizes = self.sizes
+        sizes = self._sizes
         self.uniform_size = int(sizes[0]) if len(sizes) and sizes.min() == sizes.max() else None
+
+    @property
+    def unlocated_runs(self) -> NDArray[np.int64] | None:
+        """The sorted labels while their runs are not located (a kernel may locate them: :meth:`locate_runs`)."""
+        return self._sorted_labels if self._unlocated else None
+
+    def locate_runs(self, starts: IndexArray | None = None) -> None:
+        """Record where the runs of sorted labels begin: given by a kernel that found them, else found now."""
+        labels = self._sorted_labels
+        if not self._unlocated or labels is None:
+            return
+        if starts is None:
+            fast = fused.kernels()
+            starts = fast.run_starts(labels, self._n_groups) if fast is not None else _run_starts(labels)
+        self._unlocated = False
+        self._contiguous(starts, None)
+
+    @property
+    def labels(self) -> NDArray[Any]:
+        """Each group's label."""
+        self.locate_runs()
+        if self._labels is None:
+            self._labels = self._sorted_labels[self.starts]  # type: ignore[index]
+        return self._labels
+
+    @property
+    def sizes(self) -> IndexArray:
+        """Each group's number of trajectories."""
+        self.locate_runs()
+        return self._sizes
 
     @classmethod
     def from_sizes(cls, sizes: ArrayLike) -> GroupLayout:
@@ -141,7 +182,7 @@ class GroupLayout:
 
     @property
     def n_groups(self) -> int:
-        return len(self.sizes)
+        return self._n_groups
 
     @cached_property
     def order(self) -> IndexArray | None:
@@ -151,6 +192,9 @@ class GroupLayout:
     @cached_property
     def starts(self) -> IndexArray:
         """Where each group begins once groups are contiguous (see :attr:`order`)."""
+        if self._unlocated:
+            self.locate_runs()
+            return self.__dict__["starts"]  # type: ignore[no-any-return]
         starts = np.zeros(self.n_groups, dtype=np.intp)
         np.cumsum(self.sizes[:-1], out=starts[1:])
         return starts
@@ -295,11 +339,15 @@ def _fold(ufunc: np.ufunc, xs: NDArray[Any], k: int) -> NDArray[Any]:
     return out
 
 
-def _sorted_runs(labels: NDArray[Any]) -> tuple[IndexArray, NDArray[Any], int | None] | None:
-    """Run starts, run labels and common run length (if any) of non-decreasing labels; None if they ever decrease.
+SortedRuns = tuple[IndexArray | None, NDArray[Any] | None, int | None, int]
+"""Run starts, run labels, common run length (or None) and run count; starts and labels are None when unlocated."""
 
-    The fused kernels (:mod:`rllm.estimators.fused`), when available, check the order and find ragged runs
-    in one compiled pass each.
+
+def _sorted_runs(labels: NDArray[Any]) -> SortedRuns | None:
+    """The runs of non-decreasing labels; None if labels ever decrease.
+
+    With the fused kernels (:mod:`rllm.estimators.fused`), one compiled pass checks the order and
+    counts the runs, and ragged runs are left unlocated: the kernel that reduces them finds them.
     """
     fast = fused.kernels() if labels.dtype == np.int64 and labels.flags.c_contiguous else None
     count = None
@@ -311,11 +359,11 @@ def _sorted_runs(labels: NDArray[Any]) -> tuple[IndexArray, NDArray[Any], int | 
         return None
     k = _uniform_run(labels) if count is None or len(labels) % count == 0 else None
     if k is not None:
-        return np.arange(0, len(labels), k, dtype=np.intp), labels[::k], k
-    if fast is not None and count is not None:
-        return (*fast.runs(labels, count), None)
+        return np.arange(0, len(labels), k, dtype=np.intp), labels[::k], k, len(labels) // k
+    if count is not None:
+        return None, None, None, count
     starts = _run_starts(labels)
-    return starts, labels[starts], None
+    return starts, labels[starts], None, len(starts)
 
 
 def _run_starts(labels: NDArray[Any]) -> IndexArray:

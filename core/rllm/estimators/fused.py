@@ -63,8 +63,8 @@ def _centre_equal(
 ) -> None:
     """:func:`_centre_ragged` for groups of one ``size``, in phases over all groups.
 
-    Short loops over groups (rather than one dependency chain per group) let the CPU overlap groups,
-    which pays when the group size is predictable.
+    With one size every loop is predictable, so the CPU overlaps groups; the per-group scales
+    (a square root and a division each) are one branch-free loop that the compiler vectorizes.
     """
     t = xs.dtype.type
     for g in range(len(means)):
@@ -72,19 +72,41 @@ def _centre_equal(
         for i in range(g * size, (g + 1) * size):
             total += xs[i]
         means[g] = t(0) if size == 1 and lone_raw else total / t(size)
+    factor = t(size / (size - 1)) if mode == RLOO_FACTOR and size > 1 else t(1)
     for g in range(len(means)):
         squares = t(0)
         for i in range(g * size, (g + 1) * size):
-            out[i] = xs[i] - means[g]
-            squares += out[i] * out[i]
+            deviation = xs[i] - means[g]
+            out[i] = deviation * factor
+            squares += deviation * deviation
         scales[g] = squares
-    if mode == CENTRE:
+    if mode != DIVIDE_BY_STD:
         return
+    denominator = t(max(size - ddof, 1))
+    tiny = np.finfo(xs.dtype).eps
     for g in range(len(means)):
-        scales[g] = _group_scale(xs, scales[g], means[g], size, mode, ddof, eps, zero_constant)
+        std = np.sqrt(scales[g] / denominator) if size > 1 else t(1)
+        constant = zero_constant and std <= tiny * abs(means[g]) * size
+        scales[g] = t(0) if constant else t(1) / (std + t(eps))
     for g in range(len(means)):
         for i in range(g * size, (g + 1) * size):
             out[i] *= scales[g]
+
+
+def _centre_group(
+    xs: Any, a: int, n: int, total: Any, mode: int, ddof: int, eps: float, lone_raw: bool, zero_constant: bool, out: Any
+) -> None:
+    """Centre and scale the contiguous group ``xs[a:a + n]`` whose sum is ``total`` (mirrors ``common.centre``)."""
+    t = xs.dtype.type
+    mean = t(0) if n == 1 and lone_raw else total / t(n)
+    squares = t(0)
+    for i in range(a, a + n):
+        out[i] = xs[i] - mean
+        squares += out[i] * out[i]
+    if mode != CENTRE:
+        scale = _group_scale(xs, squares, mean, n, mode, ddof, eps, zero_constant)
+        for i in range(a, a + n):
+            out[i] *= scale
 
 
 def _centre_ragged(
@@ -92,8 +114,8 @@ def _centre_ragged(
 ) -> None:
     """``out = xs - group mean``, then by ``mode`` scaled (see :func:`_group_scale`), one contiguous group at a time.
 
-    Mirrors ``common.centre``. Each group's loops end at an unpredictable size; doing all of a group's
-    work while it is in cache beats separate passes over the batch.
+    Each group's loops end at an unpredictable size; doing all of a group's work while it is in
+    cache beats separate passes over the batch.
     """
     t = xs.dtype.type
     for g in range(len(starts)):
@@ -101,15 +123,31 @@ def _centre_ragged(
         total = t(0)
         for i in range(a, a + n):
             total += xs[i]
-        mean = t(0) if n == 1 and lone_raw else total / t(n)
-        squares = t(0)
-        for i in range(a, a + n):
-            out[i] = xs[i] - mean
-            squares += out[i] * out[i]
-        if mode != CENTRE:
-            scale = _group_scale(xs, squares, mean, n, mode, ddof, eps, zero_constant)
-            for i in range(a, a + n):
-                out[i] *= scale
+        _centre_group(xs, a, n, total, mode, ddof, eps, lone_raw, zero_constant, out)
+
+
+def _centre_runs(
+    xs: Any, labels: Any, mode: int, ddof: int, eps: float, lone_raw: bool, zero_constant: bool, out: Any, starts: Any
+) -> None:
+    """:func:`_centre_ragged` for sorted ``labels``, finding each run of equal labels while summing it.
+
+    This saves the separate pass that would locate the runs first; their starts are written to
+    ``starts`` (one slot per run) so that the layout need not look for them again.
+    """
+    t = xs.dtype.type
+    count = len(xs)
+    g = 0
+    i = 0
+    while i < count:
+        a = i
+        first = labels[a]
+        total = t(0)
+        while i < count and labels[i] == first:
+            total += xs[i]
+            i += 1
+        starts[g] = a
+        g += 1
+        _centre_group(xs, a, i - a, total, mode, ddof, eps, lone_raw, zero_constant, out)
 
 
 def _count_sorted_runs(labels: Any) -> int:
@@ -143,6 +181,7 @@ class Kernels:
 
     centre_equal: Any
     centre_ragged: Any
+    centre_runs: Any
     count_sorted_runs: Any
     fill_run_starts: Any
 
@@ -154,6 +193,10 @@ class Kernels:
         if layout.uniform_size is not None:
             means, scales = np.empty(layout.n_groups, dtype=xs.dtype), np.empty(layout.n_groups, dtype=xs.dtype)
             self.centre_equal(xs, layout.uniform_size, *options, means, scales, out)
+        elif (labels := layout.unlocated_runs) is not None:
+            starts = np.empty(layout.n_groups, dtype=np.intp)
+            self.centre_runs(xs, labels, *options, out, starts)
+            layout.locate_runs(starts)
         else:
             self.centre_ragged(xs, layout.starts, layout.sizes, *options, out)
         return out
@@ -163,12 +206,11 @@ class Kernels:
         count = self.count_sorted_runs(labels)
         return None if count < 0 else int(count)
 
-    def runs(self, labels: NDArray[np.int64], count: int) -> tuple[NDArray[np.intp], NDArray[np.int64]]:
-        """Start and label of each of the ``count`` runs of sorted ``labels`` (see :meth:`sorted_runs`)."""
+    def run_starts(self, labels: NDArray[np.int64], count: int) -> NDArray[np.intp]:
+        """Where each of the ``count`` runs of sorted ``labels`` begins (see :meth:`sorted_runs`)."""
         starts = np.empty(count + 1, dtype=np.intp)
         self.fill_run_starts(labels, starts)
-        starts = starts[:count]
-        return starts, labels[starts]
+        return starts[:count]
 
 
 _UNSET: Any = object()
@@ -220,18 +262,22 @@ def _load() -> Kernels | None:
 
 def _compiled(numba: Any, cache: bool) -> Kernels:
     """The kernels, compiled now for float64 and float32 values and int64 labels (not in the middle of a call)."""
-    global _group_scale
+    global _group_scale, _centre_group
 
     def jit(fn: Any) -> Any:
         return numba.njit(cache=cache, error_model="numpy", nogil=True)(getattr(fn, "py_func", fn))
 
-    _group_scale = jit(_group_scale)  # the kernels call it, so it must be a numba function when they compile
-    built = Kernels(*(jit(fn) for fn in (_centre_equal, _centre_ragged, _count_sorted_runs, _fill_run_starts)))
+    # The kernels call these helpers, so they must be numba functions when the kernels compile.
+    _group_scale = jit(_group_scale)
+    _centre_group = jit(_centre_group)
+    kernels = (_centre_equal, _centre_ragged, _centre_runs, _count_sorted_runs, _fill_run_starts)
+    built = Kernels(*(jit(fn) for fn in kernels))
     starts, sizes = np.array([0, 1], dtype=np.intp), np.array([1, 2], dtype=np.intp)
+    labels = np.array([0, 1, 1], dtype=np.int64)
     for dtype in (np.float64, np.float32):
         xs = np.array([1.0, 2.0, 4.0, 8.0], dtype=dtype)
         built.centre_equal(xs, 2, DIVIDE_BY_STD, 0, 1e-6, True, False, xs[:2].copy(), xs[:2].copy(), xs.copy())
         built.centre_ragged(xs[:3], starts, sizes, DIVIDE_BY_STD, 0, 1e-6, True, False, xs[:3].copy())
-    labels = np.array([0, 0, 1], dtype=np.int64)
-    built.runs(labels, built.sorted_runs(labels) or 0)
+        built.centre_runs(xs[:3], labels, DIVIDE_BY_STD, 0, 1e-6, True, False, xs[:3].copy(), starts.copy())
+    built.run_starts(labels, built.sorted_runs(labels) or 0)
     return built

@@ -50,14 +50,19 @@ def group_means(layout: GroupLayout, xs: FloatArray, lone: np.ndarray | None, nu
     return means
 
 
-def fused_centre(layout: GroupLayout, xs: FloatArray, numerics: Numerics, mode: int) -> FloatArray | None:
+def fused_centre(
+    layout: GroupLayout, xs: FloatArray, numerics: Numerics, mode: int, estimator: str
+) -> FloatArray | None:
     """The fused kernel's result (see :mod:`rllm.estimators.fused`) for contiguous groups, or None: use numpy.
 
-    Call after :func:`lone_groups`, which enforces ``single="error"``.
+    The kernels apply the ``raw`` and ``zero`` policies for groups of one themselves, so group
+    sizes are only inspected (which may cost a pass over the labels) under ``single="error"``.
     """
     fast = fused.kernels()
     if fast is None or layout.codes is not None:
         return None
+    if numerics.single == "error":
+        lone_groups(layout, numerics, estimator)
     return fast.centre(xs, layout, mode, numerics)
 
 
@@ -101,10 +106,10 @@ def constant_groups(std: FloatArray, means: FloatArray, layout: GroupLayout) -> 
 def grpo_core(batch: AdvantageBatch, xs: FloatArray, numerics: Numerics, estimator: str, by_std: bool) -> FloatArray:
     """GRPO on rewards ``xs``: centred by group mean, optionally scaled by the group std."""
     layout = batch.layout
-    lone = lone_groups(layout, numerics, estimator)
-    done = fused_centre(layout, xs, numerics, fused.DIVIDE_BY_STD if by_std else fused.CENTRE)
+    done = fused_centre(layout, xs, numerics, fused.DIVIDE_BY_STD if by_std else fused.CENTRE, estimator)
     if done is not None:
         return done
+    lone = lone_groups(layout, numerics, estimator)
     centred, means = centre(layout, xs, lone, numerics)
     if by_std:
         scale = inverse_scale(group_std(layout, centred, numerics), means, layout, lone, numerics)

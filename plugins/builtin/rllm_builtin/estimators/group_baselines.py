@@ -67,10 +67,10 @@ def rloo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     """
     layout = batch.layout
     xs = rewards_as(batch, numerics)
-    lone = lone_groups(layout, numerics, "rloo")
-    done = fused_centre(layout, xs, numerics, fused.RLOO_FACTOR)
+    done = fused_centre(layout, xs, numerics, fused.RLOO_FACTOR, "rloo")
     if done is not None:
         return done
+    lone = lone_groups(layout, numerics, "rloo")
     centred, _ = centre(layout, xs, lone, numerics)
     k = layout.uniform_size
     if k is not None:
