@@ -1,10 +1,10 @@
 """Advantage-estimation benchmark: vectorized kernels vs a per-group loop vs a plain copy, and collection.
 
-Run ``python bench/run.py`` (about two minutes) or ``python bench/run.py --quick`` (seconds).
-Times are the best of several runs (the per-group loop runs once: it is slow). The machine
-is shared, so expect noise; the ratios are what to read. With numba installed (``rllm[fast]``)
-the kernel table is printed for the fused path and for the numpy path, on the same data.
-"""
+Run ``python bench/run.py`` (a few minutes) or ``python bench/run.py --quick`` (seconds). Times
+are the best of several runs (the per-group loop runs once: it is slow); ratios to the copy are
+medians of paired runs, each timed right after a copy, because this machine's speed drifts. With
+numba installed (``rllm[fast]``) the kernel table is printed for the fused path, whose kernels
+split large batches across threads, and for the numpy path, on the same data."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import numpy as np
 
 import rllm
 from rllm import AlgorithmConfig, Step, Trajectory, TrajectoryGroup
-from rllm.estimators import fused
+from rllm.estimators import fused, parallel
 from rllm.estimators.batch import AdvantageBatch
 from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm.estimators.compute import get_estimator
@@ -100,28 +100,58 @@ def layouts(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return out
 
 
+def paired_ratio(fn: Callable[[], Any], floor: Callable[[], Any], rounds: int) -> tuple[float, float]:
+    """Median over rounds of ``fn``'s time over the floor's best of 3 measured just before it; and fn's best time.
+
+    The machine's speed drifts (shared cores, memory bandwidth); timing the floor next to each run keeps
+    the ratio honest where a floor measured once, minutes apart, would not.
+    """
+    ratios, best = [], float("inf")
+    for _ in range(rounds):
+        copy = best_of(floor, 3)
+        start = time.perf_counter()
+        fn()
+        took = time.perf_counter() - start
+        ratios.append(took / copy)
+        best = min(best, took)
+    return statistics.median(ratios), best
+
+
 def kernels(n: int, repeat: int, rng: np.random.Generator, path: str) -> None:
     rewards = rng.random(n)
     floor = best_of(rewards.copy, repeat * 3)
+    threads = parallel.part_count(n) if path == "fused" else 1  # the numpy path runs on the calling thread
     print(f"\n## Kernels on {n:,} trajectories, {path} path (copy floor: {floor * 1e3:.3f} ms)")
     print("ours = rllm.compute_advantages end to end (group layout, checks, kernel); kernel = on a prepared batch")
-    header = f"{'layout':<28} {'estimator':<30} {'ours ms':>9} {'kernel ms':>9} {'loop ms':>9} "
-    header += f"{'loop/ours':>10} {'ours/copy':>10} {'kernel/copy':>11}"
+    print(
+        "x/copy = median of paired runs (each timed right after a copy); "
+        f"ours uses {threads} thread{'s' if threads > 1 else ''}; '1 thread' sets {parallel.THREADS_VAR}=1"
+    )
+    header = f"{'layout':<28} {'estimator':<30} {'ours ms':>8} {'loop ms':>8} {'loop/ours':>9} "
+    header += f"{'ours/copy':>9} {'1 thread/copy':>13} {'kernel/copy':>11}"
     print(header)
     for layout_name, ids in layouts(n, rng).items():
         batch = AdvantageBatch(rewards, ids)
         for name in ESTIMATORS:
             target = get_estimator(name).target
-            ours = best_of(lambda name=name, ids=ids: rllm.compute_advantages(name, rewards, ids), repeat)
-            kernel = best_of(lambda target=target, batch=batch: target(batch), repeat)
+
+            def ours_call(name: str = name, ids: np.ndarray = ids) -> Any:
+                return rllm.compute_advantages(name, rewards, ids)
+
+            ours_ratio, ours = paired_ratio(ours_call, rewards.copy, repeat)
+            one_ratio = ours_ratio
+            if threads > 1:
+                with parallel.threads(1):
+                    one_ratio, _ = paired_ratio(ours_call, rewards.copy, repeat)
+            kernel_ratio, _ = paired_ratio(lambda target=target, batch=batch: target(batch), rewards.copy, repeat)
             start = time.perf_counter()
             expected = LOOPS[name](rewards, ids)
             loop = time.perf_counter() - start
             if not np.allclose(rllm.compute_advantages(name, rewards, ids), expected, rtol=1e-9, atol=1e-9):
                 raise SystemExit(f"{name} on {layout_name}: vectorized result differs from the per-group loop")
             print(
-                f"{layout_name:<28} {name:<30} {ours * 1e3:9.2f} {kernel * 1e3:9.2f} {loop * 1e3:9.0f} "
-                f"{loop / ours:10.0f} {ours / floor:10.1f} {kernel / floor:11.1f}"
+                f"{layout_name:<28} {name:<30} {ours * 1e3:8.2f} {loop * 1e3:8.0f} {loop / ours:9.0f} "
+                f"{ours_ratio:9.1f} {one_ratio:13.1f} {kernel_ratio:11.1f}"
             )
 
 

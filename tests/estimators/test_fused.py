@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import subprocess
 import sys
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -12,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rllm
-from rllm.errors import GroupError
-from rllm.estimators import fused
+from rllm.errors import ConfigError, GroupError
+from rllm.estimators import fused, parallel
 from rllm.estimators.batch import AdvantageBatch, GroupLayout
 from rllm.estimators.compute import get_estimator
 from rllm.estimators.numerics import PRESETS
@@ -62,6 +65,11 @@ numerics_options = st.fixed_dictionaries(
 )
 
 
+def threads(count: int) -> AbstractContextManager[None]:
+    """Cut even the smallest batch into up to ``count`` parts, so that tiny examples exercise the parallel split."""
+    return parallel.threads(count, min_part=1)
+
+
 def advantages_or_error(name: str, rewards: np.ndarray, labels: np.ndarray, options: dict[str, Any]) -> Any:
     try:
         return rllm.compute_advantages(name, rewards, labels, **options)
@@ -70,14 +78,15 @@ def advantages_or_error(name: str, rewards: np.ndarray, labels: np.ndarray, opti
 
 
 @needs_numba
+@pytest.mark.parametrize("parts", [1, 3])
 @pytest.mark.parametrize(("name", "own"), ESTIMATORS)
 @settings(max_examples=80, deadline=None)
 @given(data=grouped(), options=numerics_options)
 def test_fused_path_equals_numpy_path(
-    name: str, own: dict[str, Any], data: tuple[np.ndarray, np.ndarray, str], options: dict[str, Any]
+    name: str, own: dict[str, Any], parts: int, data: tuple[np.ndarray, np.ndarray, str], options: dict[str, Any]
 ) -> None:
     rewards, labels, _ = data
-    with fused.path("fused"):
+    with fused.path("fused"), threads(parts):
         fast = advantages_or_error(name, rewards, labels, own | options)
     with fused.path("numpy"):
         slow = advantages_or_error(name, rewards, labels, own | options)
@@ -146,11 +155,12 @@ def test_import_rllm_does_not_import_numba() -> None:
 
 
 @needs_numba
-def test_kernel_locates_the_runs_of_sorted_ragged_labels() -> None:
+@pytest.mark.parametrize("parts", [1, 2, 3, 8])
+def test_kernel_locates_the_runs_of_sorted_ragged_labels(parts: int) -> None:
     """Sorted ragged labels are only counted up front; the GRPO kernel finds the runs and the layout keeps them."""
     labels = np.repeat(np.array([-4, 0, 9, 10], dtype=np.int64), [3, 1, 2, 2])
     rewards = np.array([1.0, 2.0, 3.0, 5.0, 0.0, 4.0, 1.0, 1.0])
-    with fused.path("fused"):
+    with fused.path("fused"), threads(parts):
         batch = AdvantageBatch(rewards, labels)
         assert batch.layout.unlocated_runs is not None and batch.layout.n_groups == 4
         advantages = get_estimator("grpo").target(batch)
@@ -175,3 +185,44 @@ def test_unlocated_runs_are_found_when_asked() -> None:
     assert layout.unlocated_runs is None
     np.testing.assert_array_equal(layout.labels, [2, 5, 7])
     np.testing.assert_array_equal(layout.group_index, [0, 0, 1, 1, 1, 2])
+
+
+def test_parallel_parts_keep_order_and_raise_errors() -> None:
+    with threads(4):
+        assert parallel.part_count(10) == 4
+        assert parallel.run_all([lambda i=i: i * i for i in range(6)]) == [0, 1, 4, 9, 16, 25]
+
+        def broken() -> int:
+            raise ValueError("part 2 failed")
+
+        with pytest.raises(ValueError, match="part 2 failed"):
+            parallel.run_all([lambda: 1, broken])
+    assert parallel.part_count(parallel.MIN_PART - 1) == 1
+
+
+def test_thread_count_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(parallel.THREADS_VAR, "two")
+    with pytest.raises(ConfigError, match="RLLM_KERNEL_THREADS='two'"):
+        parallel.thread_count()
+    monkeypatch.setenv(parallel.THREADS_VAR, "1")
+    assert parallel.part_count(10 * parallel.MIN_PART) == 1
+
+
+def _grpo_in_child(queue: Any) -> None:
+    with threads(2):
+        queue.put(rllm.compute_advantages("grpo", [1.0, 0.0, 2.0, 2.0], [0, 0, 1, 1]).tolist())
+
+
+@needs_numba
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_a_forked_child_gets_its_own_threads() -> None:
+    """A forked child inherits the pool object but not its threads; it must not wait on them forever."""
+    with threads(2):
+        rllm.compute_advantages("grpo", [1.0, 0.0, 2.0, 2.0], [0, 0, 1, 1])  # the parent's pool now exists
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_grpo_in_child, args=(queue,))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert queue.get(timeout=5) == pytest.approx([1 / (0.5 + 1e-6) * 0.5, -0.5 / (0.5 + 1e-6), 0.0, 0.0])

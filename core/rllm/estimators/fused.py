@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from functools import partial
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+from rllm.estimators import parallel
+from rllm.estimators.switches import override
 
 if TYPE_CHECKING:  # batch.py imports this module
     from rllm.estimators.batch import GroupLayout
@@ -128,11 +132,11 @@ def _centre_ragged(
 
 def _centre_runs(
     xs: Any, labels: Any, mode: int, ddof: int, eps: float, lone_raw: bool, zero_constant: bool, out: Any, starts: Any
-) -> None:
+) -> int:
     """:func:`_centre_ragged` for sorted ``labels``, finding each run of equal labels while summing it.
 
     This saves the separate pass that would locate the runs first; their starts are written to
-    ``starts`` (one slot per run) so that the layout need not look for them again.
+    ``starts`` (one slot per run) so that the layout need not look for them again. Returns the run count.
     """
     t = xs.dtype.type
     count = len(xs)
@@ -148,6 +152,7 @@ def _centre_runs(
         starts[g] = a
         g += 1
         _centre_group(xs, a, i - a, total, mode, ddof, eps, lone_raw, zero_constant, out)
+    return g
 
 
 def _count_sorted_runs(labels: Any) -> int:
@@ -175,6 +180,13 @@ def _fill_run_starts(labels: Any, starts: Any) -> None:
         count += labels[i] != labels[i - 1]
 
 
+def _next_run_start(labels: Any, position: int) -> int:
+    """The first run start of sorted ``labels`` at or after ``position`` (``len(labels)`` if none): a place to cut."""
+    while 0 < position < len(labels) and labels[position] == labels[position - 1]:
+        position += 1
+    return position
+
+
 @dataclass(frozen=True)
 class Kernels:
     """The compiled kernels; obtain them with :func:`kernels`."""
@@ -184,22 +196,59 @@ class Kernels:
     centre_runs: Any
     count_sorted_runs: Any
     fill_run_starts: Any
+    next_run_start: Any
 
     def centre(self, xs: NDArray[Any], layout: GroupLayout, mode: int, numerics: Numerics) -> NDArray[Any]:
-        """A fresh array of ``xs`` centred per group of a contiguous ``layout`` and scaled by ``mode``."""
+        """A fresh array of ``xs`` centred per group of a contiguous ``layout`` and scaled by ``mode``.
+
+        Large batches are cut at group boundaries into parts that run in parallel (:mod:`.parallel`).
+        """
         xs = np.ascontiguousarray(xs)
         out = np.empty_like(xs)
         options = (mode, numerics.ddof, float(numerics.eps), numerics.single == "raw", numerics.zero_variance == "zero")
+        parts = parallel.part_count(len(xs))
         if layout.uniform_size is not None:
-            means, scales = np.empty(layout.n_groups, dtype=xs.dtype), np.empty(layout.n_groups, dtype=xs.dtype)
-            self.centre_equal(xs, layout.uniform_size, *options, means, scales, out)
+            self._centre_equal_parts(xs, layout.uniform_size, options, out, parts)
         elif (labels := layout.unlocated_runs) is not None:
-            starts = np.empty(layout.n_groups, dtype=np.intp)
-            self.centre_runs(xs, labels, *options, out, starts)
-            layout.locate_runs(starts)
+            layout.locate_runs(self._centre_runs_parts(xs, labels, layout.n_groups, options, out, parts))
         else:
-            self.centre_ragged(xs, layout.starts, layout.sizes, *options, out)
+            starts, sizes = layout.starts, layout.sizes
+            cuts = [*np.searchsorted(starts, [len(xs) * j // parts for j in range(parts)]).tolist(), len(starts)]
+            tasks = [partial(self.centre_ragged, xs, starts[a:b], sizes[a:b], *options, out) for a, b in pairwise(cuts)]
+            parallel.run_all(tasks)
         return out
+
+    def _centre_equal_parts(
+        self, xs: NDArray[Any], k: int, options: tuple[Any, ...], out: NDArray[Any], parts: int
+    ) -> None:
+        n_groups = len(xs) // k
+        means, scales = np.empty(n_groups, dtype=xs.dtype), np.empty(n_groups, dtype=xs.dtype)
+        cuts = [n_groups * j // parts * k for j in range(parts + 1)]  # value positions at group boundaries
+        tasks = [
+            partial(self.centre_equal, xs[a:b], k, *options, means[a // k : b // k], scales[a // k : b // k], out[a:b])
+            for a, b in pairwise(cuts)
+        ]
+        parallel.run_all(tasks)
+
+    def _centre_runs_parts(
+        self,
+        xs: NDArray[Any],
+        labels: NDArray[np.int64],
+        n_groups: int,
+        options: tuple[Any, ...],
+        out: NDArray[Any],
+        parts: int,
+    ) -> NDArray[np.intp]:
+        """Centre groups given by sorted ``labels``, cut at run starts; returns where the runs start."""
+        size = len(xs)
+        cuts = sorted({0, size, *(self.next_run_start(labels, size * j // parts) for j in range(1, parts))})
+        found = [np.empty(min(n_groups, b - a), dtype=np.intp) for a, b in pairwise(cuts)]
+        tasks = [
+            partial(self.centre_runs, xs[a:b], labels[a:b], *options, out[a:b], starts)
+            for (a, b), starts in zip(pairwise(cuts), found, strict=True)
+        ]
+        counts = parallel.run_all(tasks)
+        return np.concatenate([starts[:count] + a for starts, count, a in zip(found, counts, cuts, strict=False)])
 
     def sorted_runs(self, labels: NDArray[np.int64]) -> int | None:
         """How many runs of equal labels ``labels`` (int64, C-contiguous) has; None if they are not sorted."""
@@ -230,18 +279,9 @@ def kernels() -> Kernels | None:
     return _loaded
 
 
-@contextmanager
-def path(name: str) -> Iterator[None]:
+def path(name: str) -> AbstractContextManager[None]:
     """Run a block on the ``"fused"`` or the ``"numpy"`` path (via ``RLLM_FUSED_KERNELS``; benchmarks, tests)."""
-    before = os.environ.get(ENV_VAR)
-    os.environ[ENV_VAR] = "1" if name == "fused" else "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[ENV_VAR]
-        else:
-            os.environ[ENV_VAR] = before
+    return override(ENV_VAR, "1" if name == "fused" else "0")
 
 
 def _load() -> Kernels | None:
@@ -270,7 +310,7 @@ def _compiled(numba: Any, cache: bool) -> Kernels:
     # The kernels call these helpers, so they must be numba functions when the kernels compile.
     _group_scale = jit(_group_scale)
     _centre_group = jit(_centre_group)
-    kernels = (_centre_equal, _centre_ragged, _centre_runs, _count_sorted_runs, _fill_run_starts)
+    kernels = (_centre_equal, _centre_ragged, _centre_runs, _count_sorted_runs, _fill_run_starts, _next_run_start)
     built = Kernels(*(jit(fn) for fn in kernels))
     starts, sizes = np.array([0, 1], dtype=np.intp), np.array([1, 2], dtype=np.intp)
     labels = np.array([0, 1, 1], dtype=np.int64)
@@ -280,4 +320,5 @@ def _compiled(numba: Any, cache: bool) -> Kernels:
         built.centre_ragged(xs[:3], starts, sizes, DIVIDE_BY_STD, 0, 1e-6, True, False, xs[:3].copy())
         built.centre_runs(xs[:3], labels, DIVIDE_BY_STD, 0, 1e-6, True, False, xs[:3].copy(), starts.copy())
     built.run_starts(labels, built.sorted_runs(labels) or 0)
+    built.next_run_start(labels, 1)
     return built
