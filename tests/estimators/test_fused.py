@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import rllm
-from rllm.errors import ConfigError, GroupError
+from rllm.errors import ConfigError, EstimatorOutputError, GroupError
 from rllm.estimators import fused, parallel
 from rllm.estimators.batch import AdvantageBatch, GroupLayout
 from rllm.estimators.compute import get_estimator
@@ -73,8 +73,8 @@ def threads(count: int) -> AbstractContextManager[None]:
 def advantages_or_error(name: str, rewards: np.ndarray, labels: np.ndarray, options: dict[str, Any]) -> Any:
     try:
         return rllm.compute_advantages(name, rewards, labels, **options)
-    except GroupError as error:
-        return str(error)
+    except (GroupError, EstimatorOutputError) as error:  # e.g. single="error", or 0/0 with eps=0
+        return f"{type(error).__name__}: {error}"
 
 
 @needs_numba
@@ -82,6 +82,9 @@ def advantages_or_error(name: str, rewards: np.ndarray, labels: np.ndarray, opti
 @pytest.mark.parametrize(("name", "own"), ESTIMATORS)
 @settings(max_examples=80, deadline=None)
 @given(data=grouped(), options=numerics_options)
+@example(  # constant groups with eps=0: both paths must refuse the 0/0 alike
+    data=(np.zeros(12), np.repeat(np.arange(4, dtype=np.int64), [1, 4, 2, 5]), "ragged"), options={"eps": 0.0}
+)
 def test_fused_path_equals_numpy_path(
     name: str, own: dict[str, Any], parts: int, data: tuple[np.ndarray, np.ndarray, str], options: dict[str, Any]
 ) -> None:
