@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from rllm.errors import ConfigError
 from rllm.estimators.switches import override
+
+if TYPE_CHECKING:  # imported on first use: most processes never start the pool
+    from concurrent.futures import ThreadPoolExecutor
 
 THREADS_VAR = "RLLM_KERNEL_THREADS"
 """Most threads one kernel call may use; default: the CPUs this process may run on, at most 8."""
@@ -70,6 +72,8 @@ def run_all(tasks: Sequence[Callable[[], T]]) -> list[T]:
 
 
 def _executor(workers: int) -> ThreadPoolExecutor:
+    from concurrent.futures import ThreadPoolExecutor
+
     global _pool
     with _lock:
         if _pool is None or _pool[0] != os.getpid() or _pool[1] < workers:
