@@ -86,6 +86,19 @@ def test_overwriting_precomputed_advantages_warns_and_names_estimator() -> None:
     assert advantages(g)[0][0] == pytest.approx(1 / (1 + 2e-6))
 
 
+def test_precomputed_values_are_counted_wherever_they_sit_and_values_follow_their_trajectory() -> None:
+    """Groups of different sizes and step counts: every step gets its own trajectory's advantage."""
+    groups = [group("a", "solver", [1.0, 3.0], steps=1), group("b", "solver", [2.0, 2.0, 5.0], steps=3)]
+    groups[0].trajectories[1].steps[0].advantage = 0.5  # the last step of the first group
+    groups[1].trajectories[2].steps[2].advantage = [0.1]  # a per-token list on the very last step
+    with pytest.warns(RLLMWarning, match=r"\[role=solver\] 2 step\(s\) carried precomputed"):
+        collect(groups, AlgorithmConfig(), collect_advantage=True)
+    # Group a: mean 2, std 1. Group b: mean 3, std sqrt(2).
+    assert advantages(groups[0]) == [[pytest.approx(-1 / (1 + 1e-6))], [pytest.approx(1 / (1 + 1e-6))]]
+    low, high = -1 / (math.sqrt(2) + 1e-6), 2 / (math.sqrt(2) + 1e-6)
+    assert advantages(groups[1]) == [[pytest.approx(low)] * 3, [pytest.approx(low)] * 3, [pytest.approx(high)] * 3]
+
+
 def test_missing_reward_names_group_and_trajectory() -> None:
     g = group("task:7", "solver", [1.0, None])
     with pytest.raises(RewardError, match=rf"{g.trajectories[1].uid}.*position 1.*'task:7:solver'"):
