@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 import rllm
-from rllm.errors import GroupError
+from rllm.errors import EstimatorOutputError, GroupError
+from rllm.estimators import fused
 from rllm.estimators.numerics import PRESETS, resolve_numerics
 
 
@@ -60,6 +63,15 @@ def test_zero_variance_policy() -> None:
     assert grpo([0.1, 0.1, 0.1], eps=0.0, zero_variance="zero") == [0.0, 0.0, 0.0]
     # a real spread is not mistaken for a constant group: [1, 1.5] -> +-1
     assert grpo([1.0, 1.5], eps=0.0, zero_variance="zero") == pytest.approx([-1.0, 1.0])
+
+
+@pytest.mark.parametrize("path", ["fused", "numpy"])
+def test_zero_over_zero_is_refused_naming_the_group_without_numpy_warnings(path: str) -> None:
+    """Exactly equal rewards with eps=0 leave 0/0: a clear error naming the group, on either kernel path."""
+    with fused.path(path), warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning from numpy would fail the test
+        with pytest.raises(EstimatorOutputError, match=r"2 non-finite advantage\(s\), first in group 'b'"):
+            grpo([1.0, 0.0, 2.0, 2.0], ["a", "a", "b", "b"], eps=0.0)
 
 
 def test_float32_keeps_tiny_spreads_by_centring_first() -> None:

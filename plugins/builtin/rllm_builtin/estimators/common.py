@@ -113,7 +113,8 @@ def grpo_core(batch: AdvantageBatch, xs: FloatArray, numerics: Numerics, estimat
     centred, means = centre(layout, xs, lone, numerics)
     if by_std:
         scale = inverse_scale(group_std(layout, centred, numerics), means, layout, lone, numerics)
-        layout.scale(centred, scale)
+        with np.errstate(invalid="ignore"):  # 0 * inf (eps=0, constant group) is NaN; the output check names it
+            layout.scale(centred, scale)
     return centred
 
 
