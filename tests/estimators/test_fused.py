@@ -203,6 +203,13 @@ def test_parallel_parts_keep_order_and_raise_errors() -> None:
     assert parallel.part_count(parallel.MIN_PART - 1) == 1
 
 
+def test_a_growing_pool_leaves_the_smaller_one_usable() -> None:
+    """A caller that fetched the pool just before another call enlarged it can still submit to it."""
+    earlier = parallel._executor(1)
+    parallel._executor(5)
+    assert earlier.submit(lambda: 7).result(timeout=10) == 7
+
+
 def test_thread_count_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(parallel.THREADS_VAR, "two")
     with pytest.raises(ConfigError, match="RLLM_KERNEL_THREADS='two'"):

@@ -77,7 +77,7 @@ def _executor(workers: int) -> ThreadPoolExecutor:
     global _pool
     with _lock:
         if _pool is None or _pool[0] != os.getpid() or _pool[1] < workers:
-            if _pool is not None and _pool[0] == os.getpid():
-                _pool[2].shutdown(wait=False)
+            # A smaller pool is dropped, not shut down: another thread may be about to submit to it;
+            # its idle workers exit once it is garbage-collected.
             _pool = (os.getpid(), workers, ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rllm-kernel"))
         return _pool[2]
