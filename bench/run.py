@@ -225,7 +225,7 @@ def main() -> None:
             kernels(n, repeat, np.random.default_rng(0), path)
     rng = np.random.default_rng(0)
     verl_scale(repeat, rng)
-    collection(n_groups, 3 if args.quick else 5, rng)
+    collection(n_groups, 3 if args.quick else 7, rng)
 
 
 if __name__ == "__main__":

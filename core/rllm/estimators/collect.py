@@ -191,9 +191,11 @@ def _by_role(
     """Groups (and their trajectory lists) per role; precomputed-advantage groups go to ``precomputed``."""
     roles: list[str] = []
     per_group: list[list[Trajectory]] = []
+    add_role, add_trajectories = roles.append, per_group.append
     for group in groups:  # one visit per group object: at this scale each visit is a cache miss
-        roles.append(group.group_role)
-        per_group.append(group.trajectories)
+        role = group.role  # set by TrajectoryGroup.for_task; the property parses group_id otherwise
+        add_role(group.group_role if role is None else role)
+        add_trajectories(group.trajectories)
     if roles and not check_precomputed and all(per_group) and roles.count(roles[0]) == len(roles):
         return {roles[0]: (list(groups), per_group)}  # the common case: one role, no empty group
     by_role: dict[str, RoleBatch] = {}
