@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-import rllm.estimators.fused as fused
 from rllm.errors import GroupError, MissingInputError
+from rllm.estimators import acceleration
 from rllm.plugins.hookspecs import OPTIONAL_FIELDS
 
 __all__ = ["OPTIONAL_FIELDS", "AdvantageBatch", "GroupLayout", "Ragged"]
@@ -147,8 +147,8 @@ class GroupLayout:
         if not self._unlocated or labels is None:
             return
         if starts is None:
-            fast = fused.kernels()
-            starts = fast.run_starts(labels, self._n_groups) if fast is not None else _run_starts(labels)
+            fast = acceleration.kernel(acceleration.RUN_STARTS)
+            starts = fast(labels, self._n_groups) if fast is not None else _run_starts(labels)
         self._unlocated = False
         self._contiguous(starts, None)
 
@@ -346,13 +346,15 @@ SortedRuns = tuple[IndexArray | None, NDArray[Any] | None, int | None, int]
 def _sorted_runs(labels: NDArray[Any]) -> SortedRuns | None:
     """The runs of non-decreasing labels; None if labels ever decrease.
 
-    With the fused kernels (:mod:`rllm.estimators.fused`), one compiled pass checks the order and
-    counts the runs, and ragged runs are left unlocated: the kernel that reduces them finds them.
+    With a registered ``sorted_runs`` kernel (:mod:`rllm.estimators.acceleration`), one compiled
+    pass checks the order and counts the runs, and ragged runs are left unlocated: the
+    ``group_centre`` kernel that reduces them finds them.
     """
-    fast = fused.kernels() if labels.dtype == np.int64 and labels.flags.c_contiguous else None
+    contiguous_ints = labels.dtype == np.int64 and labels.flags.c_contiguous
+    fast = acceleration.kernel(acceleration.SORTED_RUNS) if contiguous_ints else None
     count = None
     if fast is not None:
-        count = fast.sorted_runs(labels)
+        count = fast(labels)
         if count is None:
             return None
     elif not np.all(labels[1:] >= labels[:-1]):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from rllm.estimators.batch import AdvantageBatch, FloatArray
 from rllm.estimators.numerics import Numerics, with_numerics
-from rllm_builtin.estimators.common import centre, grpo_core, lone_groups, rewards_as
+from rllm.toolkit import AdvantageBatch, FloatArray, centre, lone_groups, normalise_groups, rewards_as
 
 
 @with_numerics("opo")
@@ -49,7 +48,7 @@ def gpg(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     so that batches where few rollouts earn a reward are not drowned out.
     """
     xs = rewards_as(batch, numerics)
-    centred = grpo_core(batch, xs, numerics, "gpg", by_std=False)
+    centred = normalise_groups(batch, xs, numerics, "gpg", by_std=False)
     centred *= len(xs) / max(1, int(np.count_nonzero(xs)))
     return centred
 

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from rllm.estimators import fused
-from rllm.estimators.batch import AdvantageBatch, FloatArray
 from rllm.estimators.numerics import Numerics, with_numerics
-from rllm_builtin.estimators.common import (
+from rllm.toolkit import (
+    RLOO_FACTOR,
+    AdvantageBatch,
+    FloatArray,
+    accelerated_centre,
     batch_variance,
     centre,
-    fused_centre,
-    grpo_core,
     lone_groups,
+    normalise_groups,
     rewards_as,
     whiten,
 )
@@ -32,7 +33,7 @@ def grpo(batch: AdvantageBatch, *, norm_adv_by_std_in_grpo: bool = True, numeric
     A group of one uses mean 0 and std 1 under ``single="raw"`` (rLLM, verl, SkyRL).
     """
     xs = rewards_as(batch, numerics)
-    return grpo_core(batch, xs, numerics, "grpo", norm_adv_by_std_in_grpo)
+    return normalise_groups(batch, xs, numerics, "grpo", norm_adv_by_std_in_grpo)
 
 
 @with_numerics("dr_grpo")
@@ -42,7 +43,7 @@ def dr_grpo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     GRPO without the division by the group std, which biases towards low-variance groups.
     """
     xs = rewards_as(batch, numerics)
-    return grpo_core(batch, xs, numerics, "dr_grpo", by_std=False)
+    return normalise_groups(batch, xs, numerics, "dr_grpo", by_std=False)
 
 
 @with_numerics("grpo_batch_std")
@@ -53,7 +54,7 @@ def grpo_batch_std(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     relative scale of groups (Liu et al. 2025 argue against per-group scaling).
     """
     xs = rewards_as(batch, numerics)
-    centred = grpo_core(batch, xs, numerics, "grpo_batch_std", by_std=False)
+    centred = normalise_groups(batch, xs, numerics, "grpo_batch_std", by_std=False)
     spread = np.sqrt(batch_variance(xs, float(xs.mean()), numerics.ddof)) + numerics.eps
     centred *= 1.0 / spread if spread > 0 else 0.0
     return centred
@@ -67,7 +68,7 @@ def rloo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     """
     layout = batch.layout
     xs = rewards_as(batch, numerics)
-    done = fused_centre(layout, xs, numerics, fused.RLOO_FACTOR, "rloo")
+    done = accelerated_centre(layout, xs, numerics, RLOO_FACTOR, "rloo")
     if done is not None:
         return done
     lone = lone_groups(layout, numerics, "rloo")
@@ -97,5 +98,5 @@ def reinforce_plus_plus_baseline(batch: AdvantageBatch, *, numerics: Numerics) -
     baseline 0 (``single="raw"``) or advantage 0 (``single="zero"``).
     """
     xs = rewards_as(batch, numerics)
-    centred = grpo_core(batch, xs, numerics, "reinforce_plus_plus_baseline", by_std=False)
+    centred = normalise_groups(batch, xs, numerics, "reinforce_plus_plus_baseline", by_std=False)
     return whiten(centred, numerics, shift=False)

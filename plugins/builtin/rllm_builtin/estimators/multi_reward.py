@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from rllm.errors import GroupError
-from rllm.estimators.batch import AdvantageBatch, FloatArray
 from rllm.estimators.numerics import Numerics, with_numerics
-from rllm_builtin.estimators.common import grpo_core, rewards_as, whiten
+from rllm.toolkit import AdvantageBatch, FloatArray, normalise_groups, rewards_as, whiten
 
 
 @with_numerics("gdpo")
@@ -38,5 +37,5 @@ def gdpo(
     total = np.zeros(len(batch), dtype=numerics.np_dtype)
     for k in range(n_components):  # a loop over reward components, not groups
         xs = rewards_as(batch, numerics, components[:, k])
-        total += weights[k] * grpo_core(batch, xs, numerics, "gdpo", norm_adv_by_std_in_grpo)
+        total += weights[k] * normalise_groups(batch, xs, numerics, "gdpo", norm_adv_by_std_in_grpo)
     return whiten(total, numerics)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from rllm.errors import GroupError
-from rllm.estimators.batch import AdvantageBatch, FloatArray
 from rllm.estimators.numerics import Numerics, with_numerics
-from rllm_builtin.estimators.common import centre, group_std, rewards_as
+from rllm.toolkit import AdvantageBatch, FloatArray, centre, group_std, rewards_as
 
 
 @with_numerics("grpo_passk")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from rllm.errors import GroupError
 from rllm.estimators.batch import AdvantageBatch, Ragged
 from rllm.estimators.numerics import Numerics, with_numerics
-from rllm_builtin.estimators.common import suffix_discounted, whiten
+from rllm.toolkit import suffix_discounted, whiten
 
 
 @with_numerics("reinforce_plus_plus")

@@ -1,8 +1,9 @@
-"""Shared steps of the built-in kernels: group centring and scaling, batch whitening, step returns.
+"""Statistics estimators are built from: group centring and scaling, batch whitening, step returns.
 
 Everything works on flat arrays in input order with the segment operations of
-:class:`rllm.estimators.batch.GroupLayout`, so no kernel loops over groups in Python. Variances are always
-computed from centred values (two passes), which keeps tiny spreads exact in float32.
+:class:`rllm.estimators.batch.GroupLayout`, so no estimator loops over groups in Python. Variances are
+always computed from centred values (two passes), which keeps tiny spreads exact in float32.
+Estimator authors reach these through :mod:`rllm.toolkit`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from rllm.errors import GroupError
-from rllm.estimators import fused
+from rllm.estimators import acceleration
 from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, Ragged
 from rllm.estimators.numerics import Numerics
 
@@ -50,20 +51,23 @@ def group_means(layout: GroupLayout, xs: FloatArray, lone: np.ndarray | None, nu
     return means
 
 
-def fused_centre(
+def accelerated_centre(
     layout: GroupLayout, xs: FloatArray, numerics: Numerics, mode: int, estimator: str
 ) -> FloatArray | None:
-    """The fused kernel's result (see :mod:`rllm.estimators.fused`) for contiguous groups, or None: use numpy.
+    """A kernel plugin's ``group_centre`` result for contiguous groups, or None: use numpy.
 
     The kernels apply the ``raw`` and ``zero`` policies for groups of one themselves, so group
     sizes are only inspected (which may cost a pass over the labels) under ``single="error"``.
     """
-    fast = fused.kernels()
-    if fast is None or layout.codes is not None:
+    if layout.codes is not None:
+        return None
+    fast = acceleration.kernel(acceleration.GROUP_CENTRE)
+    if fast is None:
         return None
     if numerics.single == "error":
         lone_groups(layout, numerics, estimator)
-    return fast.centre(xs, layout, mode, numerics)
+    result: FloatArray | None = fast(xs, layout, mode, numerics)
+    return result
 
 
 def centre(
@@ -103,10 +107,13 @@ def constant_groups(std: FloatArray, means: FloatArray, layout: GroupLayout) -> 
     return std <= tolerance
 
 
-def grpo_core(batch: AdvantageBatch, xs: FloatArray, numerics: Numerics, estimator: str, by_std: bool) -> FloatArray:
-    """GRPO on rewards ``xs``: centred by group mean, optionally scaled by the group std."""
+def normalise_groups(
+    batch: AdvantageBatch, xs: FloatArray, numerics: Numerics, estimator: str, by_std: bool
+) -> FloatArray:
+    """``xs`` centred by group mean and, with ``by_std``, divided by ``std + eps`` per group (GRPO's core)."""
     layout = batch.layout
-    done = fused_centre(layout, xs, numerics, fused.DIVIDE_BY_STD if by_std else fused.CENTRE, estimator)
+    mode = acceleration.DIVIDE_BY_STD if by_std else acceleration.CENTRE
+    done = accelerated_centre(layout, xs, numerics, mode, estimator)
     if done is not None:
         return done
     lone = lone_groups(layout, numerics, estimator)

@@ -1,0 +1,60 @@
+"""Faster implementations of toolkit primitives, supplied by plugins through ``rllm_register_kernels``.
+
+The toolkit's numpy code is complete on its own. A plugin (such as ``rllm_fast``, the
+``rllm[fast]`` extra) may register a compiled version of a primitive under one of the names
+below; the toolkit then calls it and falls back to numpy when it returns None. Each primitive
+must give the numpy path's results up to summation order.
+
+``"group_centre"``: ``fn(xs, layout, mode, numerics) -> array | None``
+    A fresh array of ``xs`` minus its group mean, then scaled per group by ``mode``
+    (:data:`CENTRE`: not scaled; :data:`DIVIDE_BY_STD`: ``1 / (std + eps)``;
+    :data:`RLOO_FACTOR`: ``n / (n - 1)``), honouring ``numerics.single`` ("raw"/"zero"),
+    ``numerics.zero_variance``, ``numerics.ddof`` and ``numerics.eps``. Called only for
+    contiguous layouts (``layout.codes is None``); it may locate unlocated runs
+    (``layout.unlocated_runs``, then ``layout.locate_runs(starts)``).
+``"sorted_runs"``: ``fn(labels) -> int | None``
+    For int64 C-contiguous ``labels``: how many runs of equal labels there are, or None if
+    the labels ever decrease.
+``"run_starts"``: ``fn(labels, count) -> array``
+    Where each of the ``count`` runs of sorted ``labels`` begins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+GROUP_CENTRE = "group_centre"
+SORTED_RUNS = "sorted_runs"
+RUN_STARTS = "run_starts"
+PRIMITIVES = (GROUP_CENTRE, SORTED_RUNS, RUN_STARTS)
+"""The names a kernel plugin may register."""
+
+CENTRE, DIVIDE_BY_STD, RLOO_FACTOR = 0, 1, 2
+"""What ``group_centre`` does after subtracting the group mean."""
+
+_enabled: ContextVar[bool] = ContextVar("rllm_kernels_enabled", default=True)
+
+
+def kernel(name: str) -> Callable[..., Any] | None:
+    """The registered implementation of primitive ``name``, or None (use numpy)."""
+    if not _enabled.get():
+        return None
+    from rllm.plugins.manager import get_plugin_manager
+
+    registry = getattr(get_plugin_manager(), "kernels", None)
+    if registry is None or name not in registry:
+        return None
+    return registry.resolve(name).target  # type: ignore[no-any-return]
+
+
+@contextmanager
+def numpy_only() -> Iterator[None]:
+    """Use the numpy path inside the block, whatever kernels are registered (comparisons, benchmarks)."""
+    token = _enabled.set(False)
+    try:
+        yield
+    finally:
+        _enabled.reset(token)

@@ -1,0 +1,56 @@
+"""The public toolkit for estimator authors: what the built-in estimators are made of.
+
+A plugin's estimator receives an :class:`AdvantageBatch` (flat rewards, optional per-trajectory
+fields, and the :class:`GroupLayout` of its groups) and, when it registers with
+``numerics=True``, one resolved :class:`Numerics` (std divisor, eps, policy for groups of one,
+dtype, whitening; presets reproduce other frameworks). The statistics below do segment
+reductions over all groups at once, and pick up compiled kernels from any installed kernel
+plugin (``rllm[fast]``). Everything here is stable API; the modules behind it are not.
+"""
+
+from rllm.estimators.acceleration import CENTRE, DIVIDE_BY_STD, PRIMITIVES, RLOO_FACTOR, kernel, numpy_only
+from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, IndexArray, Ragged
+from rllm.estimators.numerics import PRESETS, Numerics, resolve_numerics
+from rllm.estimators.statistics import (
+    accelerated_centre,
+    batch_variance,
+    centre,
+    constant_groups,
+    group_means,
+    group_std,
+    inverse_scale,
+    lone_groups,
+    normalise_groups,
+    rewards_as,
+    suffix_discounted,
+    whiten,
+)
+
+__all__ = [
+    "CENTRE",
+    "DIVIDE_BY_STD",
+    "PRESETS",
+    "PRIMITIVES",
+    "RLOO_FACTOR",
+    "AdvantageBatch",
+    "FloatArray",
+    "GroupLayout",
+    "IndexArray",
+    "Numerics",
+    "Ragged",
+    "accelerated_centre",
+    "batch_variance",
+    "centre",
+    "constant_groups",
+    "group_means",
+    "group_std",
+    "inverse_scale",
+    "kernel",
+    "lone_groups",
+    "normalise_groups",
+    "numpy_only",
+    "resolve_numerics",
+    "rewards_as",
+    "suffix_discounted",
+    "whiten",
+]
