@@ -25,6 +25,10 @@ class ConfigError(RLLMError, ValueError):
     """A configuration key or value is invalid."""
 
 
+class EstimatorOptionError(ConfigError):
+    """An estimator option is unknown to that estimator, or of the wrong type or value."""
+
+
 class PluginError(RLLMError):
     """A plugin could not be loaded or registered something invalid."""
 
@@ -43,6 +47,10 @@ class EstimatorConflictError(PluginError, ValueError):
 
 class EstimatorOutputError(RLLMError, ValueError):
     """An estimator returned advantages of the wrong shape or with non-finite values."""
+
+
+class EstimatorFailedError(RLLMError):
+    """An estimator raised an exception of its own (or wrote into its read-only inputs)."""
 
 
 class MissingInputError(RLLMError, ValueError):

@@ -10,6 +10,7 @@ plugin (``rllm[fast]``). Everything here is stable API; the modules behind it ar
 
 from rllm.estimators.acceleration import CENTRE, DIVIDE_BY_STD, PRIMITIVES, RLOO_FACTOR, kernel, numpy_only
 from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, IndexArray, Ragged
+from rllm.estimators.compute import run_estimator
 from rllm.estimators.numerics import PRESETS, Numerics, resolve_numerics
 from rllm.estimators.statistics import (
     accelerated_centre,
@@ -25,10 +26,13 @@ from rllm.estimators.statistics import (
     suffix_discounted,
     whiten,
 )
+from rllm.plugins.options import CONFIG_OPTIONS, NUMERICS_OPTIONS, Option
 
 __all__ = [
     "CENTRE",
+    "CONFIG_OPTIONS",
     "DIVIDE_BY_STD",
+    "NUMERICS_OPTIONS",
     "PRESETS",
     "PRIMITIVES",
     "RLOO_FACTOR",
@@ -37,6 +41,7 @@ __all__ = [
     "GroupLayout",
     "IndexArray",
     "Numerics",
+    "Option",
     "Ragged",
     "accelerated_centre",
     "batch_variance",
@@ -51,6 +56,7 @@ __all__ = [
     "numpy_only",
     "resolve_numerics",
     "rewards_as",
+    "run_estimator",
     "suffix_discounted",
     "whiten",
 ]

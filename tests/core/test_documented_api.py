@@ -87,7 +87,7 @@ def test_empty_input_gives_empty_lists() -> None:
         assert fn([]) == ([], [])
 
 
-def test_decorator_registers_at_run_time_and_lookup_returns_it(plugin_manager: object) -> None:
+def test_decorator_registers_at_run_time_and_lookup_runs_it(plugin_manager: object) -> None:
     from rllm.experimental.common.advantage import (
         RLLM_ADV_ESTIMATOR_REGISTRY,
         get_rllm_adv_estimator,
@@ -99,9 +99,12 @@ def test_decorator_registers_at_run_time_and_lookup_returns_it(plugin_manager: o
         shifted = [r + 1 for r in rewards]
         return shifted, shifted
 
-    assert get_rllm_adv_estimator("plus_one") is plus_one
+    rewards = [np.array([1.0, 2.0]), np.array([5.0])]
+    advantages, returns = get_rllm_adv_estimator("plus_one")(rewards=rewards)
+    assert [a.tolist() for a in advantages] == [[2.0, 3.0], [6.0]]
+    assert [r.tolist() for r in returns] == [[2.0, 3.0], [6.0]]
     assert "plus_one" in RLLM_ADV_ESTIMATOR_REGISTRY
-    assert RLLM_ADV_ESTIMATOR_REGISTRY["plus_one"] is plus_one
+    assert RLLM_ADV_ESTIMATOR_REGISTRY["plus_one"](rewards)[0][1].tolist() == [6.0]
 
 
 def test_builtin_lookup_returns_documented_convention() -> None:

@@ -106,7 +106,8 @@ def test_registry_view_assignment_and_deletion(plugin_manager: PluginManager) ->
     from rllm.experimental.common.advantage import RLLM_ADV_ESTIMATOR_REGISTRY
 
     RLLM_ADV_ESTIMATOR_REGISTRY["assigned"] = constant(7)
-    assert RLLM_ADV_ESTIMATOR_REGISTRY["assigned"](rewards=[np.zeros(2)])[0].tolist() == [7.0, 7.0]
+    advantages, returns = RLLM_ADV_ESTIMATOR_REGISTRY["assigned"](rewards=[np.zeros(2)])
+    assert advantages[0].tolist() == returns[0].tolist() == [7.0, 7.0]
     del RLLM_ADV_ESTIMATOR_REGISTRY["assigned"]
     assert "assigned" not in RLLM_ADV_ESTIMATOR_REGISTRY
     with pytest.raises(KeyError):

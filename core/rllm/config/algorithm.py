@@ -5,42 +5,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 
 from rllm.errors import ConfigError
-
-
-class rLLMAdvantageEstimator(str, Enum):
-    """Names of the estimators every backend understands.
-
-    Unknown values map to ``OTHER``; a custom estimator is therefore named by its plain
-    string in :class:`AlgorithmConfig` (``from_config`` keeps that string).
-    """
-
-    GRPO = "grpo"
-    REINFORCE = "reinforce"
-    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
-    RLOO = "rloo"
-    OTHER = "other"
-
-    @classmethod
-    def _missing_(cls, value: object) -> rLLMAdvantageEstimator:
-        return cls.OTHER
-
-
-EstimatorName = rLLMAdvantageEstimator | str
-
-
-def estimator_name(name: EstimatorName) -> str:
-    """The registry key for an enum member or a plain string."""
-    if isinstance(name, Enum):
-        return str(name.value)
-    if not isinstance(name, str):
-        raise ConfigError(f"An estimator name must be a string, got {type(name).__name__}: {name!r}.")
-    return name
+from rllm.estimators.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
 
 
 def _as_estimator(name: EstimatorName) -> EstimatorName:

@@ -8,7 +8,7 @@ every estimator can do segment reductions without a Python loop over groups.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import pairwise
@@ -94,7 +94,7 @@ class GroupLayout:
     """True while the runs of ``_sorted_labels`` are counted but not located (see :meth:`locate_runs`)."""
 
     def __init__(self, labels: ArrayLike) -> None:
-        labels = np.asarray(labels)
+        labels = labels if isinstance(labels, np.ndarray) else _label_array(labels)
         if labels.ndim != 1:
             raise GroupError(f"Group ids must be a 1-D array, got shape {labels.shape}.")
         self.size = len(labels)
@@ -167,8 +167,8 @@ class GroupLayout:
         return self._sizes
 
     @classmethod
-    def from_sizes(cls, sizes: ArrayLike) -> GroupLayout:
-        """Contiguous groups of the given sizes (group ``g`` is labelled ``g``); sizes must be >= 1."""
+    def from_sizes(cls, sizes: ArrayLike, labels: Sequence[Any] | None = None) -> GroupLayout:
+        """Contiguous groups of the given sizes, labelled ``labels`` (default: ``0..n-1``); sizes must be >= 1."""
         sizes = np.asarray(sizes, dtype=np.intp).reshape(-1)
         if len(sizes) and sizes.min() < 1:
             raise GroupError("Every group needs at least one trajectory; got a group of size 0.")
@@ -177,7 +177,8 @@ class GroupLayout:
         layout.codes = None
         starts = np.zeros(len(sizes), dtype=np.intp)
         np.cumsum(sizes[:-1], out=starts[1:])
-        layout._contiguous(starts, np.arange(len(sizes)))
+        names = np.arange(len(sizes)) if labels is None else _label_array(labels)
+        layout._contiguous(starts, names)
         return layout
 
     @property
@@ -412,16 +413,44 @@ def _dense_groups(labels: NDArray[Any]) -> tuple[IndexArray, NDArray[Any], Index
             dense -= 1
             group_labels = (np.flatnonzero(present) + low).astype(labels.dtype, copy=False)
             return dense[offsets], group_labels, counts[present].astype(np.intp, copy=False)
-    try:
+    if labels.dtype.kind != "O":
         group_labels, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
         return inverse.reshape(-1).astype(np.intp, copy=False), group_labels, counts.astype(np.intp, copy=False)
-    except TypeError:  # mixed, unorderable labels: number groups by first appearance
-        numbers: dict[Any, int] = {}
-        first_seen = (numbers.setdefault(v, len(numbers)) for v in labels.tolist())
-        codes = np.fromiter(first_seen, dtype=np.intp, count=len(labels))
-        group_labels = np.empty(len(numbers), dtype=object)
-        group_labels[:] = list(numbers)
-        return codes, group_labels, np.bincount(codes).astype(np.intp, copy=False)
+    # Python objects (mixed types, tuples, frozensets): equal by Python's ==, numbered by first appearance.
+    numbers: dict[Any, int] = {}
+    try:
+        codes = np.fromiter((numbers.setdefault(v, len(numbers)) for v in labels), dtype=np.intp, count=len(labels))
+    except TypeError:
+        bad = next(v for v in labels if not isinstance(v, Hashable))
+        raise GroupError(
+            f"Group label {bad!r} is not hashable; use strings, numbers, tuples or frozensets as group ids."
+        ) from None
+    group_labels = np.empty(len(numbers), dtype=object)
+    group_labels[:] = list(numbers)
+    return codes, group_labels, np.bincount(codes).astype(np.intp, copy=False)
+
+
+def _label_array(values: ArrayLike) -> NDArray[Any]:
+    """Group labels as an array without merging labels that Python tells apart.
+
+    numpy would turn ``[1, "1"]`` into two equal strings and ``[("a", 1)]`` into a 2-D array;
+    such inputs become an object array, whose labels compare as Python objects.
+    """
+    items = list(values)  # type: ignore[arg-type]
+    try:
+        array = np.asarray(items) if items else np.zeros(0, dtype=np.intp)
+    except ValueError:  # ragged nesting, e.g. tuples of different lengths
+        array = np.zeros((0, 0))
+    if array.dtype.kind in "iufb" and array.ndim == 1:
+        return array
+    if array.ndim == 1 and array.dtype.kind in "US":
+        kind = type(items[0])
+        if all(type(v) is kind for v in items):
+            return array
+    out = np.empty(len(items), dtype=object)
+    for i, value in enumerate(items):
+        out[i] = value
+    return out
 
 
 FieldSource = Callable[[], Any]
@@ -452,6 +481,7 @@ class AdvantageBatch:
         roles: ArrayLike | None = None,
         task_ids: ArrayLike | None = None,
         sources: Mapping[str, FieldSource] | None = None,
+        describe: Callable[[int], str] | None = None,
     ) -> None:
         self.rewards: FloatArray = np.asarray(rewards, dtype=dtype)
         if self.rewards.ndim != 1:
@@ -461,6 +491,8 @@ class AdvantageBatch:
         if self.layout.size != n:
             raise GroupError(f"Got {n} rewards but {self.layout.size} group ids; give exactly one group id per reward.")
         self.dtype = np.dtype(dtype)
+        self.describe = describe
+        """Names the trajectory at a position in error messages (the collection step knows its uid)."""
         given = {
             "response_lengths": response_lengths,
             "baseline_rewards": baseline_rewards,
@@ -497,8 +529,17 @@ class AdvantageBatch:
         if name not in sources:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         value = self._checked(name, sources.pop(name)())
+        if self.__dict__.get("_frozen"):
+            value = _read_only(value)
         setattr(self, name, value)
         return value
+
+    def freeze(self) -> None:
+        """Make the rewards and every field read-only views: an estimator cannot change the caller's arrays."""
+        self._frozen = True
+        for name in ("rewards", *OPTIONAL_FIELDS):
+            if name in self.__dict__:
+                setattr(self, name, _read_only(self.__dict__[name]))
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -516,6 +557,16 @@ class AdvantageBatch:
                 "(see docs/estimators.md)."
             )
         return value
+
+
+def _read_only(value: Any) -> Any:
+    if isinstance(value, Ragged):
+        return Ragged(values=_read_only(value.values), offsets=_read_only(value.offsets))
+    if isinstance(value, np.ndarray) and value.flags.writeable:
+        view = value.view()
+        view.flags.writeable = False
+        return view
+    return value
 
 
 def _per_item(values: ArrayLike, n: int, name: str, dtype: Any) -> NDArray[Any]:

@@ -5,16 +5,19 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rllm.config.algorithm import AlgorithmConfig, estimator_name
 from rllm.errors import EstimatorOutputError, RewardError, RLLMWarning
 from rllm.estimators.batch import AdvantageBatch, FieldSource, GroupLayout, Ragged
-from rllm.estimators.call import run_estimator
 from rllm.estimators.compute import get_estimator
+from rllm.estimators.names import estimator_name
+from rllm.estimators.pipeline import check_rewards, invoke
 from rllm.types import Step, Trajectory, TrajectoryGroup
+
+if TYPE_CHECKING:
+    from rllm.config.algorithm import AlgorithmConfig
 
 
 def _precomputed_advantages(group: TrajectoryGroup) -> list[float]:
@@ -109,33 +112,18 @@ def _sources(groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]
     }
 
 
-def _nonfinite_groups(
-    rewards: np.ndarray, layout: GroupLayout, groups: Sequence[TrajectoryGroup], policy: str
-) -> np.ndarray | None:
-    """Groups holding NaN/inf rewards: an error naming the first, or (policy 'zero') a mask of them."""
-    bad = ~np.isfinite(rewards)
-    if not bad.any():
-        return None
-    bad_groups = np.zeros(layout.n_groups, dtype=bool)
-    bad_groups[layout.group_index[bad]] = True
-    first = int(np.flatnonzero(bad_groups)[0])
-    group = groups[first]
-    position = int(np.flatnonzero(bad[layout.starts[first] : layout.starts[first] + layout.sizes[first]])[0])
-    traj = group.trajectories[position]
-    if policy == "error":
-        raise RewardError(
-            f"Trajectory {traj.uid!r} (position {position}) in group {group.group_id!r} has reward "
-            f"{traj.reward!r}; rewards must be finite. Fix the reward function, or set "
-            "rllm.algorithm.nonfinite_rewards=zero to give such groups zero advantage."
-        )
-    names = ", ".join(repr(groups[g].group_id) for g in np.flatnonzero(bad_groups)[:5])
-    warnings.warn(
-        f"{int(bad_groups.sum())} group(s) have NaN or infinite rewards and get zero advantage "
-        f"(nonfinite_rewards=zero): {names}.",
-        RLLMWarning,
-        stacklevel=4,
-    )
-    return bad_groups
+def _describer(per_group: list[list[Trajectory]]) -> Callable[[int], str]:
+    """Names the trajectory at a batch position (only called to word an error)."""
+
+    def describe(position: int) -> str:
+        for trajectories in per_group:
+            if position < len(trajectories):
+                traj = trajectories[position]
+                return f"trajectory {traj.uid!r} (name {traj.name!r}, position {position}, reward {traj.reward!r})"
+            position -= len(trajectories)
+        return f"position {position}"
+
+    return describe
 
 
 def _summary(prefix: str, values: np.ndarray, metrics: dict[str, float], zero_fraction: bool = False) -> None:
@@ -235,28 +223,34 @@ def collect_reward_and_advantage_from_trajectory_groups(
     metrics: dict[str, float] = {}
     advantages_by_role: dict[str, np.ndarray] = {}
     for role, (role_groups, per_group) in by_role.items():
-        layout = GroupLayout.from_sizes(list(map(len, per_group)))
+        layout = GroupLayout.from_sizes(list(map(len, per_group)), [g.group_id for g in role_groups])
         rewards = _rewards(role_groups, per_group)
-        bad_groups = _nonfinite_groups(rewards, layout, role_groups, config.nonfinite_rewards)
-        good = None if bad_groups is None else ~layout.spread(bad_groups)
-        if good is not None:
-            rewards = np.where(good, rewards, 0.0)
-        _summary(f"reward/{role}", rewards if good is None else rewards[good], metrics)
+        batch = AdvantageBatch(
+            rewards, layout, sources=_sources(role_groups, per_group, role), describe=_describer(per_group)
+        )
         if not collect_advantage:
+            zeroed = check_rewards(batch, config.nonfinite_rewards)
+            good = None if zeroed is None else ~layout.spread(zeroed)
+            _summary(f"reward/{role}", rewards if good is None else rewards[good], metrics)
             continue
         name = estimator_name(config.estimator_for(role))
-        entry = get_estimator(name)
-        batch = AdvantageBatch(rewards, layout, sources=_sources(role_groups, per_group, role))
-        advantages = run_estimator(entry, batch, config.options_for(name), config.ambient_options())
+        outcome = invoke(
+            get_estimator(name),
+            batch,
+            config.options_for(name),
+            ambient=config.ambient_options(),
+            nonfinite_rewards=config.nonfinite_rewards,
+        )
+        advantages = outcome.advantages
+        good = None if outcome.zeroed_groups is None else ~layout.spread(outcome.zeroed_groups)
+        _summary(f"reward/{role}", rewards if good is None else rewards[good], metrics)
         if isinstance(advantages, Ragged):
-            step_good = None if good is None else advantages.expand(good)
-            values = advantages.values if step_good is None else np.where(step_good, advantages.values, 0.0)
-            replaced = _per_step(per_group, advantages.with_values(values), name)
-            advantages_by_role[role] = values if step_good is None else values[step_good]
+            replaced = _per_step(per_group, advantages, name)
+            values = advantages.values if good is None else advantages.values[advantages.expand(good)]
         else:
-            values = advantages if good is None else np.where(good, advantages, 0.0)
-            replaced = _broadcast(per_group, values.tolist())
-            advantages_by_role[role] = values if good is None else values[good]
+            replaced = _broadcast(per_group, advantages.tolist())
+            values = advantages if good is None else advantages[good]
+        advantages_by_role[role] = values
         if replaced:
             warnings.warn(
                 f"[role={role}] {replaced} step(s) carried precomputed advantages; they were overwritten "

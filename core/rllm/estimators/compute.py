@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from rllm.config.algorithm import EstimatorName, estimator_name, rLLMAdvantageEstimator
-from rllm.errors import EstimatorNotFoundError, RewardError
+from rllm.errors import EstimatorNotFoundError
 from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, FloatArray, Ragged
-from rllm.estimators.call import first_nonfinite, run_estimator
+from rllm.estimators.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
+from rllm.estimators.pipeline import invoke
 from rllm.plugins.manager import get_plugin_manager
 from rllm.plugins.registry import EstimatorEntry
 
@@ -25,22 +26,27 @@ def get_estimator(name: EstimatorName) -> EstimatorEntry:
     return get_plugin_manager().estimators.resolve(estimator_name(name))
 
 
-def check_finite_rewards(batch: AdvantageBatch) -> None:
-    """Reject NaN or infinite rewards, naming the first group that has one."""
-    found = first_nonfinite(batch.rewards)
-    if found is not None:
-        first, count = found
-        group = batch.layout.label(int(batch.layout.group_index[first]))
-        raise RewardError(
-            f"{count} reward(s) are NaN or infinite; the first, at position {first}, is in group "
-            f"{group!r} (value {batch.rewards[first]}). Fix the reward function, or drop those rollouts."
-        )
+def run_estimator(
+    name: EstimatorName,
+    batch: AdvantageBatch,
+    options: Mapping[str, Any] | None = None,
+    *,
+    ambient: Mapping[str, Any] | None = None,
+) -> FloatArray | Ragged:
+    """Run the estimator registered as ``name`` on ``batch``, through the same checks as every other door.
+
+    For composite estimators: ``options`` are checked strictly against ``name``'s declaration;
+    ``ambient`` settings reach it only where it declares them.
+    """
+    return invoke(get_estimator(name), batch, options, ambient=ambient).advantages
 
 
 def compute_advantages(
     estimator: EstimatorName,
     rewards: ArrayLike,
     group_ids: ArrayLike,
+    *,
+    nonfinite_rewards: str = "error",
     **options: Any,
 ) -> FloatArray | Ragged:
     """Advantages of ``rewards`` under the named estimator, one per reward, in input order.
@@ -48,17 +54,18 @@ def compute_advantages(
     Per-step estimators (``reinforce_plus_plus``, ``gae``) return a :class:`Ragged` with one
     row of step advantages per reward instead.
 
-    ``group_ids`` holds any hashable labels (ints, strings), in any order, with groups of
-    any size. Extra batch fields (``response_lengths``, ``baseline_rewards``,
-    ``reward_components``, ``step_rewards``, ...) and estimator options (``preset``,
-    ``std``, ``eps``, ...) are keyword arguments.
+    ``group_ids`` holds any hashable labels (ints, strings, tuples), in any order, with groups
+    of any size; labels of different types never merge. Extra batch fields
+    (``response_lengths``, ``baseline_rewards``, ``reward_components``, ``step_rewards``, ...)
+    and estimator options (``preset``, ``std``, ``eps``, ...; see ``rllm estimators NAME``) are
+    keyword arguments. ``nonfinite_rewards="zero"`` gives groups with a NaN or infinite reward
+    zero advantage instead of raising :class:`rllm.RewardError`.
 
     >>> compute_advantages("grpo", [1.0, 0.0, 0.0, 0.0], [0, 0, 0, 0]).round(3).tolist()
     [1.732, -0.577, -0.577, -0.577]
     """
     entry = get_estimator(estimator)
     fields = {name: options.pop(name) for name in OPTIONAL_FIELDS if name in options}
-    dtype = options.get("dtype") or np.float64
-    batch = AdvantageBatch(rewards, group_ids, dtype=dtype, **fields)
-    check_finite_rewards(batch)
-    return run_estimator(entry, batch, options)
+    dtype = options.get("dtype") if options.get("dtype") in ("float32", "float64", np.float32, np.float64) else None
+    batch = AdvantageBatch(rewards, group_ids, dtype=dtype or np.float64, **fields)
+    return invoke(entry, batch, options, nonfinite_rewards=nonfinite_rewards).advantages

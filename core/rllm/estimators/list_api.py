@@ -12,13 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from rllm.config.algorithm import EstimatorName, estimator_name
-from rllm.errors import EstimatorNotFoundError
-from rllm.estimators.call import _accepted, as_list_callable, on_groups
+from rllm.errors import EstimatorNotFoundError, GroupError
+from rllm.estimators.batch import AdvantageBatch, GroupLayout
 from rllm.estimators.compute import get_estimator
+from rllm.estimators.names import EstimatorName, estimator_name
+from rllm.estimators.pipeline import invoke
 from rllm.plugins.hookspecs import EstimatorStyle
 from rllm.plugins.manager import get_plugin_manager
-from rllm_builtin import estimators as kernels
+from rllm.plugins.options import Option
+from rllm.plugins.registry import EstimatorEntry
 
 GroupArrays = list[np.ndarray]
 
@@ -28,28 +30,67 @@ def register_rllm_adv_estimator(
     *,
     style: EstimatorStyle = "grouped",
     requires: Sequence[str] = (),
+    options: Sequence[Option] | None = None,
+    numerics: bool = False,
     replace: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator registering an estimator at run time under ``name``.
 
     Taking a name that is already registered (a built-in or a plugin's) needs
     ``replace=True``; re-running the same definition (a notebook cell) just updates it.
+    ``options`` and ``numerics`` declare what the estimator accepts, as for plugins.
     """
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
         manager = get_plugin_manager()
         where = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
         manager.add_estimator(
-            estimator_name(name), fn, manager.runtime_source(where), style=style, requires=requires, replace=replace
+            estimator_name(name),
+            fn,
+            manager.runtime_source(where),
+            style=style,
+            requires=requires,
+            options=options,
+            numerics=numerics,
+            replace=replace,
         )
         return fn
 
     return decorator
 
 
+def run_on_groups(
+    entry: EstimatorEntry, rewards: Sequence[Any], options: dict[str, Any]
+) -> tuple[GroupArrays, GroupArrays]:
+    """The list-of-arrays door: per-group reward arrays in, ``(advantages, returns)`` per group out."""
+    arrays = [np.asarray(r, dtype=np.float64).reshape(-1) for r in rewards]
+    empty = [g for g, a in enumerate(arrays) if len(a) == 0]
+    if empty:
+        raise GroupError(f"Reward group(s) at position {empty} are empty; every group needs at least one reward.")
+    layout = GroupLayout.from_sizes([len(a) for a in arrays])
+    batch = AdvantageBatch(np.concatenate(arrays) if arrays else np.zeros(0), layout)
+    nonfinite = options.pop("nonfinite_rewards", "error")
+    advantages = invoke(entry, batch, options, nonfinite_rewards=nonfinite).advantages
+    parts = layout.split(np.asarray(advantages)) if len(arrays) else []
+    return parts, [part.copy() for part in parts]
+
+
+def _list_callable(entry: EstimatorEntry, label: str) -> Callable[..., tuple[GroupArrays, GroupArrays]]:
+    def estimator(rewards: Sequence[Any], **options: Any) -> tuple[GroupArrays, GroupArrays]:
+        return run_on_groups(entry, rewards, options)
+
+    estimator.__name__ = f"{label}_advantages"
+    estimator.__doc__ = entry.target.__doc__
+    return estimator
+
+
 def get_rllm_adv_estimator(name: EstimatorName) -> Callable[..., tuple[GroupArrays, GroupArrays]]:
-    """The estimator registered as ``name``, callable as ``fn(rewards=[group arrays], **options)``."""
-    return as_list_callable(get_estimator(name))
+    """The estimator registered as ``name``, callable as ``fn(rewards=[group arrays], **options)``.
+
+    Whatever its style, it returns the pair ``(advantages, returns)``, one array per group.
+    """
+    entry = get_estimator(name)
+    return _list_callable(entry, entry.name)
 
 
 class EstimatorRegistryView(MutableMapping[str, Callable[..., Any]]):
@@ -90,11 +131,11 @@ class EstimatorRegistryView(MutableMapping[str, Callable[..., Any]]):
 RLLM_ADV_ESTIMATOR_REGISTRY = EstimatorRegistryView()
 
 
-def _call(
-    kernel: Callable[..., Any], rewards: Sequence[Any], options: dict[str, Any]
-) -> tuple[GroupArrays, GroupArrays]:
-    names, _ = _accepted(kernel)
-    return on_groups(kernel, rewards, **{k: v for k, v in options.items() if k in names and v is not None})
+def _builtin(name: str) -> EstimatorEntry:
+    """The built-in plugin's estimator ``name``, even when a plugin or user code took the name over."""
+    claims = get_plugin_manager().estimators.claims(name)
+    builtin = [claim for claim in claims if claim.source.kind == "builtin"]
+    return builtin[0] if builtin else get_estimator(name)
 
 
 def calculate_grpo_advantages(
@@ -104,32 +145,32 @@ def calculate_grpo_advantages(
     **kwargs: Any,
 ) -> tuple[GroupArrays, GroupArrays]:
     """GRPO per group: ``(r - mean) / (std + epsilon)``; population std, epsilon 1e-6 unless a ``preset`` differs."""
-    eps = kwargs.pop("episilon", epsilon)
-    return _call(kernels.grpo, rewards, {**kwargs, "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo, "eps": eps})
+    options = {"norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo, **kwargs}
+    if epsilon is not None:
+        options["epsilon"] = epsilon
+    return run_on_groups(_builtin("grpo"), rewards, options)
 
 
 def calculate_reinforce_advantages(rewards: Sequence[np.ndarray], **kwargs: Any) -> tuple[GroupArrays, GroupArrays]:
     """REINFORCE: the advantage is the reward (no baseline)."""
-    return _call(kernels.reinforce, rewards, kwargs)
+    return run_on_groups(_builtin("reinforce"), rewards, kwargs)
 
 
 def calculate_reinforce_plus_plus_baseline_advantages(
     rewards: Sequence[np.ndarray], epsilon: float | None = None, **kwargs: Any
 ) -> tuple[GroupArrays, GroupArrays]:
     """REINFORCE++ with group-mean baseline, whitened by the std over all groups passed in."""
-    eps = kwargs.pop("episilon", epsilon)
-    return _call(kernels.reinforce_plus_plus_baseline, rewards, {**kwargs, "eps": eps})
+    options = dict(kwargs) if epsilon is None else {**kwargs, "epsilon": epsilon}
+    return run_on_groups(_builtin("reinforce_plus_plus_baseline"), rewards, options)
 
 
 def calculate_rloo_advantages(rewards: Sequence[np.ndarray], **kwargs: Any) -> tuple[GroupArrays, GroupArrays]:
     """RLOO (https://arxiv.org/abs/2402.14740): each reward minus the mean of the others in its group."""
-    return _call(kernels.rloo, rewards, kwargs)
+    return run_on_groups(_builtin("rloo"), rewards, kwargs)
 
 
-def _one_group(
-    kernel: Callable[..., Any], rewards: np.ndarray, options: dict[str, Any]
-) -> tuple[np.ndarray, np.ndarray]:
-    advantages, returns = _call(kernel, [rewards], options)
+def _one_group(name: str, rewards: np.ndarray, options: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    advantages, returns = run_on_groups(_builtin(name), [rewards], options)
     return advantages[0], returns[0]
 
 
@@ -142,9 +183,9 @@ def calculate_grpo_advantages_per_group(
 ) -> tuple[np.ndarray, np.ndarray]:
     """GRPO for one group; ``epsilon`` (or the documented spelling ``episilon``) guards the std."""
     eps = episilon if epsilon is None else epsilon
-    return _one_group(kernels.grpo, rewards, {"norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo, "eps": eps})
+    return _one_group("grpo", rewards, {"norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo, "eps": eps})
 
 
 def calculate_rloo_advantages_per_group(rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """RLOO for one group; a group of one keeps its raw reward. Always returns the pair."""
-    return _one_group(kernels.rloo, rewards, {})
+    return _one_group("rloo", rewards, {})

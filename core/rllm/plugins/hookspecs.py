@@ -32,6 +32,8 @@ from typing import Any, Literal, Protocol
 
 import pluggy
 
+from rllm.plugins.options import Option
+
 PROJECT_NAME = "rllm"
 ENTRY_POINT_GROUP = "rllm.estimators"
 
@@ -63,6 +65,8 @@ class EstimatorRegistrar(Protocol):
         *,
         style: EstimatorStyle = "grouped",
         requires: Sequence[str] = (),
+        options: Sequence[Option] | None = None,
+        numerics: bool = False,
         replace: bool = False,
     ) -> None: ...
 

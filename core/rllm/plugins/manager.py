@@ -30,6 +30,7 @@ import pluggy
 
 from rllm.errors import PluginError, PluginLoadError, PluginWarning, RLLMError
 from rllm.plugins import hookspecs
+from rllm.plugins.options import Option, declare
 from rllm.plugins.registry import Entry, EstimatorEntry, Registry, Source
 
 if sys.version_info >= (3, 12):
@@ -148,9 +149,13 @@ class PluginManager:
             *,
             style: hookspecs.EstimatorStyle = "grouped",
             requires: Sequence[str] = (),
+            options: Sequence[Option] | None = None,
+            numerics: bool = False,
             replace: bool = False,
         ) -> None:
-            self.add_estimator(name, fn, source, style=style, requires=requires, replace=replace)
+            self.add_estimator(
+                name, fn, source, style=style, requires=requires, options=options, numerics=numerics, replace=replace
+            )
             names.append(str(name))
 
         return register
@@ -172,6 +177,8 @@ class PluginManager:
         *,
         style: str = "grouped",
         requires: Iterable[str] = (),
+        options: Sequence[Option] | None = None,
+        numerics: bool = False,
         replace: bool = False,
     ) -> None:
         """Validate and record one estimator claim."""
@@ -189,7 +196,19 @@ class PluginManager:
                 f"{who} registered estimator {name!r} requiring unknown batch fields {unknown}; "
                 f"known fields: {', '.join(hookspecs.OPTIONAL_FIELDS)}."
             )
-        entry = EstimatorEntry(name=name, target=fn, source=source, replace=replace, style=style, requires=requires)  # type: ignore[arg-type]
+        try:
+            declaration = declare(fn, options, bool(numerics))
+        except TypeError as exc:
+            raise PluginError(f"{who} registered estimator {name!r} with invalid options: {exc}.") from None
+        entry = EstimatorEntry(
+            name=name,
+            target=fn,
+            source=source,
+            replace=replace,
+            style=style,  # type: ignore[arg-type]
+            requires=requires,
+            declaration=declaration,
+        )
         self.estimators.add(entry)
         if source == self._importing:  # a decorator run while the plugin's module was imported
             self._registered_on_import.setdefault(source.plugin, []).append(name)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 from rllm.errors import EstimatorConflictError, EstimatorNotFoundError
+from rllm.plugins.options import UNDECLARED, Declaration
 
 SourceKind = Literal["builtin", "plugin", "runtime"]
 
@@ -149,3 +150,10 @@ class EstimatorEntry(Entry):
 
     style: Literal["grouped", "batch"] = "grouped"
     requires: tuple[str, ...] = ()
+    declaration: Declaration = UNDECLARED
+
+    @property
+    def doc(self) -> str:
+        """The first line of the estimator's docstring."""
+        text = (getattr(self.target, "__doc__", None) or "").strip()
+        return text.splitlines()[0] if text else ""

@@ -1,28 +1,59 @@
-"""Hook implementations of the built-in plugin."""
+"""Hook implementations of the built-in plugin: each estimator with its declared options."""
 
 from __future__ import annotations
 
-from rllm.plugins.hookspecs import EstimatorRegistrar, NamedRegistrar, hookimpl
+from collections.abc import Mapping
+
+from rllm import hookimpl
+from rllm.plugins import EstimatorRegistrar, NamedRegistrar
+from rllm.toolkit import NUMERICS_OPTIONS, Option
 from rllm_builtin import estimators
+
+NORM_BY_STD = Option("norm_adv_by_std_in_grpo", (bool,), True, "divide by the group standard deviation")
+GAMMA = Option("gamma", (float,), 1.0, "discount of the return-to-go over steps", minimum=0.0)
 
 
 @hookimpl
 def rllm_register_estimators(register: EstimatorRegistrar) -> None:
-    register("grpo", estimators.grpo, style="batch")
-    register("rloo", estimators.rloo, style="batch")
-    register("reinforce", estimators.reinforce, style="batch")
-    register("reinforce_plus_plus_baseline", estimators.reinforce_plus_plus_baseline, style="batch")
-    register("dr_grpo", estimators.dr_grpo, style="batch")
-    register("grpo_batch_std", estimators.grpo_batch_std, style="batch")
-    register("grpo_passk", estimators.grpo_passk, style="batch")
-    register("opo", estimators.opo, style="batch", requires=("response_lengths",))
-    register("remax", estimators.remax, style="batch", requires=("baseline_rewards",))
-    register("gpg", estimators.gpg, style="batch")
-    register("maxrl", estimators.maxrl, style="batch")
-    register("gdpo", estimators.gdpo, style="batch", requires=("reward_components",))
-    register("reinforce_plus_plus", estimators.reinforce_plus_plus, style="batch", requires=("step_rewards",))
-    register("gae", estimators.gae, style="batch", requires=("step_rewards", "step_values"))
-    register("mix", estimators.mix, style="batch")
+    plain = ("rloo", "reinforce", "reinforce_plus_plus_baseline", "dr_grpo", "grpo_batch_std", "gpg", "maxrl")
+    for name in plain:
+        register(name, getattr(estimators, name), style="batch", options=(), numerics=True)
+    register("grpo", estimators.grpo, style="batch", options=[NORM_BY_STD], numerics=True)
+    register("grpo_passk", estimators.grpo_passk, style="batch", options=[NORM_BY_STD], numerics=True)
+    register("opo", estimators.opo, style="batch", requires=["response_lengths"], options=(), numerics=True)
+    register("remax", estimators.remax, style="batch", requires=["baseline_rewards"], options=(), numerics=True)
+    weights = Option("component_weights", (list,), None, "weight of each reward component (default: all 1)")
+    register(
+        "gdpo",
+        estimators.gdpo,
+        style="batch",
+        requires=["reward_components"],
+        options=[weights, NORM_BY_STD],
+        numerics=True,
+    )
+    register(
+        "reinforce_plus_plus",
+        estimators.reinforce_plus_plus,
+        style="batch",
+        requires=["step_rewards"],
+        options=[GAMMA],
+        numerics=True,
+    )
+    gae_options = [
+        GAMMA,
+        Option("lam", (float,), 0.95, "GAE lambda: how far credit reaches back", minimum=0.0),
+        Option("normalize", (bool,), True, "whiten the advantages over all steps"),
+    ]
+    register(
+        "gae",
+        estimators.gae,
+        style="batch",
+        requires=["step_rewards", "step_values"],
+        options=gae_options,
+        numerics=True,
+    )
+    components = Option("components", (str, Mapping), None, "estimators and weights, e.g. '0.7*grpo + 0.3*rloo'")
+    register("mix", estimators.mix, style="batch", options=[components, NORM_BY_STD, *NUMERICS_OPTIONS])
 
 
 @hookimpl

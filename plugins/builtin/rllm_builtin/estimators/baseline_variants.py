@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from rllm.estimators.numerics import Numerics, with_numerics
-from rllm.toolkit import AdvantageBatch, FloatArray, centre, lone_groups, normalise_groups, rewards_as
+from rllm.toolkit import AdvantageBatch, FloatArray, Numerics, centre, lone_groups, normalise_groups, rewards_as
 
 
-@with_numerics("opo")
 def opo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     """OPO (Hao et al. 2025, "On-Policy RL with Optimal Reward Baseline"; verl): length-weighted baseline.
 
@@ -30,7 +28,6 @@ def opo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     return np.subtract(xs, layout.spread(baseline.astype(xs.dtype, copy=False)))
 
 
-@with_numerics("remax")
 def remax(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     """ReMax (Li et al. 2023; verl): ``A_i = r_i - b_i``, ``b_i`` the reward of a greedy rollout of the same prompt.
 
@@ -40,7 +37,6 @@ def remax(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     return batch.rewards.astype(numerics.np_dtype, copy=False) - baseline
 
 
-@with_numerics("gpg")
 def gpg(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     """GPG (Chu et al. 2025, "Group Policy Gradient"; verl): ``A_i = alpha (r_i - mean_g)``.
 
@@ -53,7 +49,6 @@ def gpg(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     return centred
 
 
-@with_numerics("maxrl")
 def maxrl(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     """MaxRL (SkyRL): ``A_i = (r_i - mean_g) / (mean_g + eps)``, the relative gain over the group's success rate.
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -10,8 +9,7 @@ from typing import Any
 import numpy as np
 
 from rllm.errors import ConfigError
-from rllm.estimators.batch import AdvantageBatch, FloatArray, Ragged
-from rllm.estimators.numerics import numerics_parameters
+from rllm.toolkit import AdvantageBatch, FloatArray, Ragged, run_estimator
 
 _NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _TERM = re.compile(rf"\s*([+-])?\s*(?:({_NUMBER})\s*\*\s*)?([A-Za-z_][\w.]*)\s*")
@@ -64,19 +62,16 @@ def mix(
 
     ``components`` names the estimators and weights (see :func:`parse_components`). The
     numerics options and ``norm_adv_by_std_in_grpo`` given to ``mix`` reach every component
-    that accepts them; a component's own options override them. When one component gives
+    that declares them; a component's own options override them. When one component gives
     per-step advantages, the per-trajectory ones are copied to every step before summing.
     """
-    from rllm.estimators.call import run_estimator  # the registry imports this module
-    from rllm.estimators.compute import get_estimator
-
     if components is None:
         raise ConfigError(
             "Estimator 'mix' needs its components, e.g. estimator_options: {mix: {components: '0.7*grpo + 0.3*rloo'}}."
         )
     ambient = {k: v for k, v in shared.items() if v is not None}
     parts = [
-        (weight, run_estimator(get_estimator(name), batch, options, ambient))
+        (weight, run_estimator(name, batch, options, ambient=ambient))
         for name, weight, options in parse_components(components)
     ]
     rows = next((part for _, part in parts if isinstance(part, Ragged)), None)
@@ -84,14 +79,3 @@ def mix(
         return sum((weight * np.asarray(part, dtype=np.float64) for weight, part in parts), np.zeros(len(batch)))
     per_step = (part.values if isinstance(part, Ragged) else rows.expand(part) for _, part in parts)
     return rows.with_values(sum((w * v for (w, _), v in zip(parts, per_step, strict=True)), np.zeros(len(rows.values))))
-
-
-_params = inspect.signature(mix).parameters
-mix.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [
-        _params["batch"],
-        _params["components"],
-        inspect.Parameter("norm_adv_by_std_in_grpo", inspect.Parameter.KEYWORD_ONLY, default=None),
-        *numerics_parameters(),
-    ]
-)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from rllm.estimators.numerics import Numerics, with_numerics
 from rllm.toolkit import (
     RLOO_FACTOR,
     AdvantageBatch,
     FloatArray,
+    Numerics,
     accelerated_centre,
     batch_variance,
     centre,
@@ -25,7 +25,6 @@ from rllm.toolkit import (
 )
 
 
-@with_numerics("grpo")
 def grpo(batch: AdvantageBatch, *, norm_adv_by_std_in_grpo: bool = True, numerics: Numerics) -> FloatArray:
     """GRPO (Shao et al. 2024, DeepSeekMath): ``A_i = (r_i - mean_g) / (std_g + eps)``.
 
@@ -36,7 +35,6 @@ def grpo(batch: AdvantageBatch, *, norm_adv_by_std_in_grpo: bool = True, numeric
     return normalise_groups(batch, xs, numerics, "grpo", norm_adv_by_std_in_grpo)
 
 
-@with_numerics("dr_grpo")
 def dr_grpo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     """Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"): ``A_i = r_i - mean_g``.
 
@@ -46,7 +44,6 @@ def dr_grpo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     return normalise_groups(batch, xs, numerics, "dr_grpo", by_std=False)
 
 
-@with_numerics("grpo_batch_std")
 def grpo_batch_std(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     """GRPO with batch std (TRL ``scale_rewards="batch"``): ``A_i = (r_i - mean_g) / (std(r over batch) + eps)``.
 
@@ -60,7 +57,6 @@ def grpo_batch_std(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     return centred
 
 
-@with_numerics("rloo")
 def rloo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     """RLOO (Ahmadian et al. 2024): ``r_i`` minus the mean of the others, ``n/(n-1) (r_i - mean_g)``.
 
@@ -83,13 +79,11 @@ def rloo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     return layout.scale(centred, factor)
 
 
-@with_numerics("reinforce")
 def reinforce(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     """REINFORCE (Williams 1992) without a baseline: the advantage is the reward."""
     return batch.rewards.astype(numerics.np_dtype, copy=True)
 
 
-@with_numerics("reinforce_plus_plus_baseline")
 def reinforce_plus_plus_baseline(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     """REINFORCE++ with a group baseline (Hu 2025; verl): ``c_i = r_i - mean_g``, then whitened over the batch.
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from rllm.errors import GroupError
-from rllm.estimators.numerics import Numerics, with_numerics
-from rllm.toolkit import AdvantageBatch, FloatArray, normalise_groups, rewards_as, whiten
+from rllm.toolkit import AdvantageBatch, FloatArray, Numerics, normalise_groups, rewards_as, whiten
 
 
-@with_numerics("gdpo")
 def gdpo(
     batch: AdvantageBatch,
     *,

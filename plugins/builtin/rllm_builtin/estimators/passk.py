@@ -5,11 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from rllm.errors import GroupError
-from rllm.estimators.numerics import Numerics, with_numerics
-from rllm.toolkit import AdvantageBatch, FloatArray, centre, group_std, rewards_as
+from rllm.toolkit import AdvantageBatch, FloatArray, Numerics, centre, group_std, rewards_as
 
 
-@with_numerics("grpo_passk")
 def grpo_passk(batch: AdvantageBatch, *, norm_adv_by_std_in_grpo: bool = True, numerics: Numerics) -> FloatArray:
     """Pass@k GRPO (verl ``grpo_passk``; Chen et al. 2025, "Pass@k Training"): credit only the best rollout.
 

@@ -7,12 +7,9 @@ per trajectory); the collection step writes each step its own value.
 from __future__ import annotations
 
 from rllm.errors import GroupError
-from rllm.estimators.batch import AdvantageBatch, Ragged
-from rllm.estimators.numerics import Numerics, with_numerics
-from rllm.toolkit import suffix_discounted, whiten
+from rllm.toolkit import AdvantageBatch, Numerics, Ragged, suffix_discounted, whiten
 
 
-@with_numerics("reinforce_plus_plus")
 def reinforce_plus_plus(batch: AdvantageBatch, *, gamma: float = 1.0, numerics: Numerics) -> Ragged:
     """REINFORCE++ (Hu 2025; verl, OpenRLHF): discounted return-to-go per step, whitened over all steps.
 
@@ -26,7 +23,6 @@ def reinforce_plus_plus(batch: AdvantageBatch, *, gamma: float = 1.0, numerics: 
     return steps.with_values(whiten(returns, numerics))
 
 
-@with_numerics("gae")
 def gae(
     batch: AdvantageBatch, *, gamma: float = 1.0, lam: float = 0.95, normalize: bool = True, numerics: Numerics
 ) -> Ragged:

@@ -1,0 +1,224 @@
+"""The one way an estimator is run, whichever door the caller came through.
+
+``compute_advantages``, the collection step, the list-of-arrays API (``get_rllm_adv_estimator``
+and the ``calculate_*`` functions) and ``mix`` components all call :func:`invoke`, so every
+door applies the same input check (non-finite rewards: an error naming the group, or the
+``nonfinite_rewards`` policy), the same option policy (declared options, see
+:mod:`rllm.plugins.options`), read-only inputs, and the same output check.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rllm.errors import (
+    EstimatorFailedError,
+    EstimatorOptionError,
+    EstimatorOutputError,
+    RewardError,
+    RLLMError,
+    RLLMWarning,
+)
+from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, Ragged
+from rllm.estimators.numerics import resolve_numerics
+from rllm.plugins.options import NUMERICS_NAMES, resolve_options
+from rllm.plugins.registry import EstimatorEntry
+
+NonFinitePolicy = Literal["error", "zero"]
+NONFINITE_POLICIES: tuple[str, ...] = ("error", "zero")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Advantages in the batch's order, and the groups the non-finite policy set to zero (or None)."""
+
+    advantages: FloatArray | Ragged
+    zeroed_groups: NDArray[np.bool_] | None = None
+
+
+def invoke(
+    entry: EstimatorEntry,
+    batch: AdvantageBatch,
+    options: Mapping[str, Any] | None = None,
+    *,
+    ambient: Mapping[str, Any] | None = None,
+    nonfinite_rewards: str = "error",
+) -> Outcome:
+    """Run ``entry`` on ``batch``: checked rewards, checked options, read-only inputs, checked output.
+
+    ``options`` are what the caller named (an option the estimator does not declare is an
+    error); ``ambient`` are run-configuration settings, passed only to estimators that declare them.
+    """
+    for name in entry.requires:
+        batch.require(name, entry.name)
+    zeroed = check_rewards(batch, nonfinite_rewards)
+    kwargs = _keyword_arguments(entry, options or {}, ambient or {})
+    if len(batch) == 0:
+        return Outcome(np.zeros(0, dtype=batch.dtype))
+    batch.freeze()
+    advantages = _call(entry, batch, kwargs)
+    _check_values(entry, batch, advantages)
+    if zeroed is not None:
+        advantages = _zero_groups(advantages, batch.layout, zeroed)
+    return Outcome(advantages, zeroed)
+
+
+def _keyword_arguments(entry: EstimatorEntry, options: Mapping[str, Any], ambient: Mapping[str, Any]) -> dict[str, Any]:
+    declaration = entry.declaration
+    kwargs = resolve_options(entry.name, declaration, options, ambient, entry.source.describe())
+    if declaration.numerics:
+        chosen = {k: kwargs.pop(k) for k in list(kwargs) if k in NUMERICS_NAMES}
+        kwargs["numerics"] = resolve_numerics(chosen.pop("preset", None), estimator=entry.name, **chosen)
+    return kwargs
+
+
+def first_nonfinite(values: NDArray[Any]) -> tuple[int, int] | None:
+    """Position of the first NaN/inf in ``values`` and how many there are; one cheap sum when all are finite."""
+    with np.errstate(all="ignore"):
+        if np.isfinite(np.add.reduce(values, dtype=np.float64)):  # a finite sum means every term is finite
+            return None
+    bad = ~np.isfinite(values)
+    if not bad.any():
+        return None
+    return int(np.flatnonzero(bad)[0]), int(np.count_nonzero(bad))
+
+
+def check_rewards(batch: AdvantageBatch, policy: str) -> NDArray[np.bool_] | None:
+    """None when every reward is finite; else the error naming the group, or (``zero``) a mask of such groups.
+
+    Under ``zero`` the batch's non-finite rewards become 0 and a warning names the groups.
+    """
+    if policy not in NONFINITE_POLICIES:
+        raise EstimatorOptionError(
+            f"nonfinite_rewards must be one of {', '.join(map(repr, NONFINITE_POLICIES))}; got {policy!r}."
+        )
+    found = first_nonfinite(batch.rewards)
+    if found is None:
+        return None
+    first, count = found
+    layout = batch.layout
+    if policy == "error":
+        group = layout.label(int(layout.group_index[first]))
+        where = batch.describe(first) if batch.describe else f"position {first} (value {batch.rewards[first]})"
+        raise RewardError(
+            f"{count} reward(s) are missing, NaN or infinite; the first is {where} in group {group!r}. "
+            "Fix the reward function, drop those rollouts, or set nonfinite_rewards='zero' to give such "
+            "groups zero advantage."
+        )
+    bad = ~np.isfinite(batch.rewards)
+    zeroed = np.zeros(layout.n_groups, dtype=bool)
+    zeroed[layout.group_index[bad]] = True
+    names = ", ".join(repr(layout.label(int(g))) for g in np.flatnonzero(zeroed)[:5])
+    warnings.warn(
+        f"{int(zeroed.sum())} group(s) have NaN or infinite rewards and get zero advantage "
+        f"(nonfinite_rewards=zero): {names}.",
+        RLLMWarning,
+        stacklevel=3,
+    )
+    batch.rewards = np.where(layout.spread(zeroed), 0.0, batch.rewards).astype(batch.dtype, copy=False)
+    return zeroed
+
+
+def _zero_groups(
+    advantages: FloatArray | Ragged, layout: GroupLayout, zeroed: NDArray[np.bool_]
+) -> FloatArray | Ragged:
+    keep = ~layout.spread(zeroed)
+    if isinstance(advantages, Ragged):
+        return advantages.with_values(np.where(advantages.expand(keep), advantages.values, 0.0))
+    return np.where(keep, advantages, 0.0).astype(advantages.dtype, copy=False)
+
+
+def _call(entry: EstimatorEntry, batch: AdvantageBatch, kwargs: dict[str, Any]) -> FloatArray | Ragged:
+    who = f"Estimator {entry.name!r} ({entry.source.describe()})"
+    try:
+        if entry.style == "batch":
+            result = entry.target(batch, **kwargs)
+        else:
+            result = entry.target(rewards=batch.layout.split(batch.rewards), **kwargs)
+    except RLLMError:
+        raise
+    except ValueError as exc:
+        if "read-only" in str(exc):
+            raise EstimatorFailedError(
+                f"{who} wrote into its input arrays, which are read-only so that callers' data stays intact. "
+                "Copy them first (e.g. rewards.astype(float, copy=True))."
+            ) from exc
+        raise EstimatorFailedError(f"{who} raised ValueError: {exc}") from exc
+    except TypeError as exc:
+        if "unexpected keyword argument" in str(exc):
+            raise EstimatorOptionError(f"{who} does not accept an option it was given: {exc}.") from exc
+        raise EstimatorFailedError(f"{who} raised TypeError: {exc}") from exc
+    except Exception as exc:
+        raise EstimatorFailedError(f"{who} raised {type(exc).__name__}: {exc}") from exc
+    if entry.style == "batch":
+        return result if isinstance(result, Ragged) else _as_flat(entry, result, len(batch))
+    return batch.layout.join(_per_group(entry, result, batch.layout), dtype=batch.dtype)
+
+
+def _check_values(entry: EstimatorEntry, batch: AdvantageBatch, advantages: FloatArray | Ragged) -> None:
+    """Refuse non-finite advantages (one cheap sum in the common case) and per-step rows of the wrong count."""
+    who = f"Estimator {entry.name!r} ({entry.source.describe()})"
+    values = advantages.values if isinstance(advantages, Ragged) else advantages
+    if isinstance(advantages, Ragged) and len(advantages) != len(batch):
+        raise EstimatorOutputError(
+            f"{who} returned per-step advantages for {len(advantages)} trajectories; the batch has {len(batch)}."
+        )
+    found = first_nonfinite(values)
+    if found is None:
+        return
+    first, count = found
+    if isinstance(advantages, Ragged):
+        first = int(np.searchsorted(advantages.offsets, first, side="right")) - 1
+    where = batch.layout.label(int(batch.layout.group_index[first]))
+    raise EstimatorOutputError(
+        f"{who} returned {count} non-finite advantage(s), first in group {where!r}. Check the "
+        "estimator's handling of that group (e.g. a division by a zero std or a group of one)."
+    )
+
+
+def _as_flat(entry: EstimatorEntry, result: Any, n: int) -> FloatArray:
+    advantages = np.asarray(result) if isinstance(result, np.ndarray | Sequence) else None
+    if advantages is None or advantages.shape != (n,) or advantages.dtype.kind not in "fiub":
+        got = f"shape {advantages.shape}, dtype {advantages.dtype}" if advantages is not None else type(result).__name__
+        raise EstimatorOutputError(
+            f"Estimator {entry.name!r} ({entry.source.describe()}) returned {got}; a batch-style estimator "
+            f"must return one number per trajectory, an array of shape ({n},)."
+        )
+    return advantages
+
+
+def _per_group(entry: EstimatorEntry, result: Any, layout: GroupLayout) -> list[NDArray[Any]]:
+    """Accept ``advantages`` or ``(advantages, returns)`` from a grouped estimator and check sizes."""
+    who = f"Estimator {entry.name!r} ({entry.source.describe()})"
+    n_groups = layout.n_groups
+    per_group = result
+    if isinstance(result, tuple) and len(result) == 2 and _looks_like_groups(result[0], layout):
+        per_group = result[0]
+    if not isinstance(per_group, Sequence | np.ndarray) or len(per_group) != n_groups:
+        got = len(per_group) if isinstance(per_group, Sequence | np.ndarray) else type(per_group).__name__
+        raise EstimatorOutputError(
+            f"{who} returned {got} advantage arrays for {n_groups} groups; a grouped estimator returns "
+            "one array per group (or the pair (advantages, returns))."
+        )
+    out = []
+    for g, values in enumerate(per_group):
+        array = np.asarray(values, dtype=np.float64).reshape(-1) if np.ndim(values) <= 1 else np.asarray(values)
+        if array.shape != (int(layout.sizes[g]),):
+            raise EstimatorOutputError(
+                f"{who} returned {array.shape} advantages for group {layout.label(g)!r}, which has "
+                f"{int(layout.sizes[g])} trajectories; return one advantage per trajectory."
+            )
+        out.append(array)
+    return out
+
+
+def _looks_like_groups(candidate: Any, layout: GroupLayout) -> bool:
+    if not isinstance(candidate, Sequence | np.ndarray) or len(candidate) != layout.n_groups:
+        return False
+    return all(np.ndim(v) == 1 and len(v) == int(s) for v, s in zip(candidate, layout.sizes, strict=True))
