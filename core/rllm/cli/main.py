@@ -11,9 +11,9 @@ from rllm.errors import RLLMError
 
 
 def _commands() -> list[ModuleType]:
-    from rllm.cli import advantages, plugins, train
+    from rllm.cli import advantages, estimators, plugins, train
 
-    return [advantages, plugins, train]
+    return [advantages, estimators, plugins, train]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -48,8 +48,12 @@ class Option:
     choices: tuple[str, ...] | None = None
     minimum: float | None = None
 
-    def check(self, value: Any, estimator: str) -> Any:
-        """``value`` if it fits this option (numbers as Python floats/ints), else a named error."""
+    def check(self, value: Any, estimator: str, who: str = "") -> Any:
+        """``value`` if it fits this option (numbers as Python floats/ints), else a named error.
+
+        ``who`` (the plugin and distribution) is added to the message.
+        """
+        estimator = f"{estimator!r} ({who})" if who else repr(estimator)
         if value is None and self.default is None:
             return None
         for kind in self.types:
@@ -58,19 +62,19 @@ class Option:
                 break
         else:
             raise EstimatorOptionError(
-                f"Option {self.name!r} of estimator {estimator!r} must be {self.expected()}; got "
+                f"Option {self.name!r} of estimator {estimator} must be {self.expected()}; got "
                 f"{type(value).__name__} {value!r}."
             )
         if self.choices is not None and accepted not in self.choices:
             close = difflib.get_close_matches(str(accepted), self.choices, n=1, cutoff=0.5)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise EstimatorOptionError(
-                f"Option {self.name!r} of estimator {estimator!r} must be one of "
+                f"Option {self.name!r} of estimator {estimator} must be one of "
                 f"{', '.join(map(repr, self.choices))}; got {accepted!r}.{hint}"
             )
         if self.minimum is not None and isinstance(accepted, int | float) and not accepted >= self.minimum:
             raise EstimatorOptionError(
-                f"Option {self.name!r} of estimator {estimator!r} must be at least {self.minimum}; got {accepted!r}."
+                f"Option {self.name!r} of estimator {estimator} must be at least {self.minimum}; got {accepted!r}."
             )
         return accepted
 
@@ -235,18 +239,18 @@ def resolve_options(
     for name, value in {**ambient, **run_level}.items():
         setting = _CONFIG_BY_NAME.get(name)
         if setting is not None:
-            value = setting.check(value, estimator)
+            value = setting.check(value, estimator, who)
         if value is None:
             continue
         option = declaration.find(name)
         if option is not None:
-            kwargs[name] = option.check(value, estimator)
+            kwargs[name] = option.check(value, estimator, who)
         elif declaration.open:
             kwargs[name] = value
     for name, value in options.items():
         option = declaration.find(name)
         if option is not None:
-            kwargs[name] = option.check(value, estimator)
+            kwargs[name] = option.check(value, estimator, who)
         elif declaration.open:
             kwargs[name] = value
         else:
@@ -257,4 +261,7 @@ def resolve_options(
                 f"Estimator {estimator!r} ({who}) has no option {name!r}.{hint} Its options: "
                 f"{', '.join(known) or 'none'} (see `rllm estimators {estimator}`)."
             )
+    if declaration.declared:  # every declared option arrives, with its declared default when not given
+        for option in declaration.options:
+            kwargs.setdefault(option.name, option.default)
     return kwargs
