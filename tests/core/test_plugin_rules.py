@@ -84,11 +84,14 @@ def test_same_plugin_object_twice_is_not_a_conflict(plugin_manager: PluginManage
     assert [i.status for i in plugin_manager.plugin_infos()] == ["ok", "ok"]
 
 
-def test_runtime_registration_of_taken_name_needs_replace(plugin_manager: PluginManager) -> None:
-    with pytest.raises(EstimatorConflictError, match="already registered by built-in plugin 'builtin'"):
+def test_runtime_registration_of_taken_name_replaces_it_with_a_warning(plugin_manager: PluginManager) -> None:
+    with pytest.warns(rllm.RLLMWarning, match="replaces estimator 'rloo' of built-in plugin 'builtin'"):
         rllm.register_rllm_adv_estimator("rloo")(constant(1))
+    np.testing.assert_array_equal(rllm.compute_advantages("rloo", [1.0, 2.0], [0, 0]), [1.0, 1.0])
 
-    rllm.register_rllm_adv_estimator("rloo", replace=True)(constant(5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # replace=True says it is on purpose: no warning
+        rllm.register_rllm_adv_estimator("rloo", replace=True)(constant(5))
     np.testing.assert_array_equal(rllm.compute_advantages("rloo", [1.0, 2.0], [0, 0]), [5.0, 5.0])
 
 

@@ -1,7 +1,8 @@
 """Named registries (estimators, grouping hooks, backends) that remember who registered what.
 
 A name may be claimed by the built-in plugin, by installed plugins and by user code at run
-time. Lookup resolves the claims: user code beats plugins, a plugin beats a built-in only
+time. Lookup resolves the claims: user code beats plugins (and warns when it takes a name
+without ``replace=True``), a plugin beats a built-in only
 when it registered with ``replace=True``, and two plugins claiming one name make that name
 (and only that name) an error that names both.
 """
@@ -9,11 +10,12 @@ when it registered with ``replace=True``, and two plugins claiming one name make
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from rllm.errors import EstimatorConflictError, EstimatorNotFoundError
+from rllm.errors import EstimatorConflictError, EstimatorNotFoundError, RLLMWarning
 from rllm.plugins.options import UNDECLARED, Declaration
 
 SourceKind = Literal["builtin", "plugin", "runtime"]
@@ -66,17 +68,18 @@ class Registry(Generic[E]):
         self._claims: dict[str, list[E]] = {}
 
     def add(self, entry: E) -> None:
-        """Record a claim. User code re-registering a taken name needs ``replace=True``."""
+        """Record a claim. User code taking a name replaces its holder, with a warning unless ``replace=True``."""
         claims = self._claims.setdefault(entry.name, [])
         for i, existing in enumerate(claims):
             if existing.same_target(entry):
                 claims[i] = entry
                 return
         if entry.source.kind == "runtime" and claims and not entry.replace:
-            raise EstimatorConflictError(
-                f"{self.what.capitalize()} name {entry.name!r} is already registered by "
-                f"{claims[-1].source.describe()}. Pass replace=True to replace it on purpose, "
-                "or choose another name."
+            warnings.warn(
+                f"{entry.source.describe()} replaces {self.what} {entry.name!r} of {claims[-1].source.describe()}. "
+                "Pass replace=True to say it is on purpose, or choose another name.",
+                RLLMWarning,
+                stacklevel=4,
             )
         if entry.source.kind == "runtime":
             claims[:] = [c for c in claims if c.source.kind != "runtime"]
