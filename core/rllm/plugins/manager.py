@@ -18,6 +18,7 @@ its entry point, distribution and version (``RLLM_STRICT_PLUGINS=1`` turns that 
 from __future__ import annotations
 
 import difflib
+import importlib
 import os
 import sys
 import traceback
@@ -323,7 +324,8 @@ def get_plugin_manager() -> PluginManager:
     if _manager is None:
         _manager = PluginManager()
         from rllm.version import __version__
-        from rllm_builtin import plugin as builtin_plugin
+
+        builtin_plugin = importlib.import_module("rllm_builtin.plugin")
 
         _manager.register(builtin_plugin, Source("builtin", BUILTIN_PLUGIN, "rllm", __version__))
         _manager.load_entry_points()

@@ -18,6 +18,7 @@ _EXPORTS = {
     "WorkflowCall": "rllm.trainer.engine",
     "WorkflowEngine": "rllm.trainer.engine",
     "UnifiedTrainer": "rllm.trainer.unified",
+    "group_by_task_and_role": "rllm.trainer.grouping",
 }
 
 __all__ = sorted(_EXPORTS)

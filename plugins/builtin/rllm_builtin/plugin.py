@@ -58,7 +58,7 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
 
 @hookimpl
 def rllm_register_grouping_hooks(register: NamedRegistrar) -> None:
-    from rllm.trainer.grouping import group_by_task_and_role
+    from rllm.trainer import group_by_task_and_role
 
     register("task_and_role", group_by_task_and_role)
 

@@ -18,7 +18,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from rllm.errors import CheckpointError, ConfigError, TrainerError
-from rllm.trainer.protocol import BackendProtocol, TaskSetup, TrainerState
+from rllm.trainer import BackendProtocol, TaskSetup, TrainerState
 from rllm.types import Step
 from rllm_builtin.embedded.policy import LOSS_FUNCTIONS, SoftmaxPolicy, lr_factor, policy_loss
 from rllm_builtin.embedded.tasks import EOS, VOCAB, ArithmeticWorkflow, build_tasks, decode

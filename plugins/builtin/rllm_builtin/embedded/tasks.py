@@ -13,7 +13,7 @@ from typing import Any
 
 from rllm.errors import ConfigError
 from rllm.types import Episode, Step, TerminationReason, Trajectory
-from rllm.workflows.workflow import Workflow
+from rllm.workflows import Workflow
 
 VOCAB = [*(str(d) for d in range(10)), "+", "=", ">", "<eos>"]
 PLUS, EQUALS, ARROW, EOS = 10, 11, 12, 13

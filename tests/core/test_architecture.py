@@ -1,0 +1,83 @@
+"""The house's import rules: layers run one way, and shipped plugins use only rllm's public names.
+
+The layers are declared in pyproject.toml (``[tool.importlinter]``) and explained in
+docs/architecture.md. Plugins shipped in this repository must be writable by a third party,
+so they may import only names that rllm's public modules list in ``__all__``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PUBLIC_MODULES = (  # a name is public if the module's __all__ lists it (or, without __all__, has no leading _)
+    "rllm",
+    "rllm.toolkit",
+    "rllm.errors",
+    "rllm.types",
+    "rllm.plugins",
+    "rllm.trainer",
+    "rllm.workflows",
+)
+SHIPPED_PLUGINS = sorted(
+    path for path in (ROOT / "plugins").glob("*/*") if path.is_dir() and (path / "__init__.py").exists()
+)
+
+
+def test_layers_and_forbidden_imports_hold() -> None:
+    lint = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Contracts: 2 kept, 0 broken" in result.stdout
+
+
+def rllm_imports(package: Path) -> list[tuple[str, int, str, str]]:
+    """``(file, line, module, name)`` of every ``from rllm... import name`` in a package."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        where = str(path.relative_to(package.parent))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "rllm":
+                found += [
+                    (str(path.relative_to(package.parent)), node.lineno, node.module, alias.name)
+                    for alias in node.names
+                ]
+            elif isinstance(node, ast.Import):
+                found += [
+                    (where, node.lineno, alias.name, "") for alias in node.names if alias.name.split(".")[0] == "rllm"
+                ]
+    return found
+
+
+@pytest.mark.parametrize("package", SHIPPED_PLUGINS, ids=lambda p: p.name)
+def test_shipped_plugins_use_only_public_names(package: Path) -> None:
+    imports = rllm_imports(package)
+    assert imports, f"{package} imports nothing from rllm: is the scan looking at the right folder?"
+    private = []
+    for where, line, module, name in imports:
+        if module not in PUBLIC_MODULES:
+            private.append(f"{where}:{line}: module {module} is not public (use one of {', '.join(PUBLIC_MODULES)})")
+            continue
+        loaded = importlib.import_module(module)
+        exported = getattr(loaded, "__all__", None)
+        public = name.startswith("_") is False and (exported is None or name in exported)
+        if name and not public:
+            private.append(f"{where}:{line}: {module}.{name} is not a public name of {module}")
+    assert not private, "\n".join(private)
+
+
+def test_the_public_names_check_catches_a_private_import(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from rllm.estimators.batch import GroupLayout\nfrom rllm import _private\n")
+    found = rllm_imports(package)
+    assert [(module, name) for _, _, module, name in found] == [
+        ("rllm.estimators.batch", "GroupLayout"),
+        ("rllm", "_private"),
+    ]
