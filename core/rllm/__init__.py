@@ -4,7 +4,10 @@ Importing rllm registers the built-in estimators and discovers installed plugins
 (``rllm.estimators`` entry points); see :mod:`rllm.plugins.manager` for the switches.
 """
 
-from rllm.config import AlgorithmConfig, default_config, load_config, rLLMAdvantageEstimator
+from importlib import import_module
+from typing import Any
+
+from rllm.config import AlgorithmConfig, rLLMAdvantageEstimator
 from rllm.errors import (
     ConfigError,
     DataError,
@@ -71,6 +74,16 @@ __all__ = [
     "rLLMAdvantageEstimator",
     "register_rllm_adv_estimator",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The configuration loader pulls in omegaconf: load it when a run configuration is read.
+    if name in ("default_config", "load_config"):
+        return getattr(import_module("rllm.config.loading"), name)
+    if name == "toolkit":
+        return import_module("rllm.toolkit")
+    raise AttributeError(f"module 'rllm' has no attribute {name!r}")
+
 
 # Last, so that a plugin importing rllm while it loads sees every name above.
 get_plugin_manager()

@@ -41,3 +41,11 @@ def test_plugin_guide_covers_each_hook_and_argument(hook: object) -> None:
     assert f"`{hook.__name__}" in guide  # type: ignore[attr-defined]
     for name in inspect.signature(hook).parameters:  # type: ignore[arg-type]
         assert f"`{name}`" in guide
+
+
+def test_every_keyword_of_the_estimator_registrar_is_documented() -> None:
+    doc = inspect.getdoc(hookspecs.rllm_register_estimators) or ""
+    keywords = inspect.signature(hookspecs.EstimatorRegistrar.__call__).parameters
+    for name in keywords:
+        if name != "self":
+            assert f"``{name}``" in doc, f"register(..., {name}=...) is not documented"

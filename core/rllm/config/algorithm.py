@@ -5,12 +5,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-from omegaconf import DictConfig, OmegaConf
+from typing import TYPE_CHECKING, Any, Literal
 
 from rllm.errors import ConfigError
 from rllm.estimators.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
+
+if TYPE_CHECKING:  # omegaconf loads only when a run configuration is read
+    from omegaconf import DictConfig
 
 
 def _as_estimator(name: EstimatorName) -> EstimatorName:
@@ -121,6 +122,8 @@ class AlgorithmConfig:
 
 
 def _plain(node: Any) -> dict[str, Any]:
+    from omegaconf import DictConfig, OmegaConf
+
     if isinstance(node, DictConfig):
         return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
     return dict(node)

@@ -81,7 +81,8 @@ class NamedRegistrar(Protocol):
 def rllm_register_estimators(register: EstimatorRegistrar) -> None:
     """Register advantage estimators under names users put in their config.
 
-    :param register: ``register(name, fn, *, style="grouped", requires=(), replace=False)``.
+    :param register: ``register(name, fn, *, style="grouped", requires=(), options=None,
+        numerics=False, replace=False)``.
 
         ``name`` (str)
             What users write as ``rllm.algorithm.adv_estimator`` or pass to
@@ -93,26 +94,44 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
             is called as ``fn(batch, **options)`` with an :class:`rllm.AdvantageBatch` and
             returns one advantage per trajectory, in the batch's order, as a 1-D array
             (or an :class:`rllm.Ragged` with one row of per-step advantages per trajectory).
-            Options come from the caller and from the config (``epsilon``,
-            ``norm_adv_by_std_in_grpo``, ``estimator_options``); accept ``**kwargs`` to
-            ignore the ones you do not use.
+            Its inputs are read-only: copy before writing. Build it from :mod:`rllm.toolkit`.
         ``style`` ("grouped" | "batch")
             The calling convention of ``fn``.
         ``requires`` (sequence of str)
             Batch fields beyond rewards that ``fn`` needs (``"response_lengths"``,
             ``"baseline_rewards"``, ``"reward_components"``, ``"step_rewards"``,
             ``"step_values"``, ...); a call without them fails naming the field.
+        ``options`` (sequence of :class:`rllm.toolkit.Option`, or None)
+            The keyword options ``fn`` takes: name, accepted types, default and a one-line
+            doc. Every door checks callers' options against them (an unknown or ill-typed
+            option is a named error with a close-match suggestion) and passes each declared
+            option, with its default when the caller gives none. Run-level settings
+            (``norm_adv_by_std_in_grpo``, ``gamma``, ``lam``, ``epsilon``, ``preset``) reach
+            ``fn`` only if declared. ``None`` (the default) derives the options from ``fn``'s
+            signature, as for code written before declarations; ``rllm estimators`` lists
+            them either way.
+        ``numerics`` (bool)
+            ``True`` gives ``fn`` the numerics options of the built-ins (``preset``, ``std``,
+            ``eps``, ``single``, ``zero_variance``, ``dtype``, ``whiten``, ...), resolved
+            into one :class:`rllm.toolkit.Numerics` passed as ``numerics=``.
         ``replace`` (bool)
             Required to take over a name the built-in plugin already provides; without
             it your registration is ignored with a warning.
 
     Example::
 
+        from rllm.toolkit import Option, normalise_groups, rewards_as
+
+        def scaled(batch, *, by_std, numerics):
+            return normalise_groups(batch, rewards_as(batch, numerics), numerics, "scaled", by_std)
+
         @rllm.hookimpl
         def rllm_register_estimators(register):
             register("centred", centred)
+            register("scaled", scaled, style="batch", numerics=True,
+                     options=[Option("by_std", (bool,), True, "divide by the group std")])
             register("length_weighted", length_weighted, style="batch",
-                     requires=["response_lengths"])
+                     requires=["response_lengths"], options=[])
     """
 
 
