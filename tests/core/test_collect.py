@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
+import rllm
 from rllm import AlgorithmConfig, RewardError, RLLMWarning, Step, Trajectory, TrajectoryGroup
 from rllm.experimental.common.advantage import collect_reward_and_advantage_from_trajectory_groups as collect
 
@@ -159,3 +160,33 @@ def test_config_gamma_reaches_per_step_estimators() -> None:
     assert returns_for(1.0) == [pytest.approx(0.0), pytest.approx(0.0)]
     low, high = returns_for(0.5)
     assert low < 0 < high and low == pytest.approx(-high)
+
+
+def test_array_path_gives_advantages_without_touching_steps() -> None:
+    solver = group("t1", "solver", [1.0, 3.0], steps=2)
+    judge = group("t1", "judge", [0.0, 4.0, 8.0], steps=1)
+    config = AlgorithmConfig(estimator="rloo")
+    collected = rllm.collect_advantages([solver, judge], config, write_steps=False)
+    assert advantages(solver) == [[None, None], [None, None]]  # nothing written
+    # RLOO by hand: [1, 3] -> [-2, 2]; [0, 4, 8] -> [-6, 0, 6].
+    np.testing.assert_allclose(collected.roles["solver"].advantages, [-2.0, 2.0])
+    values, index = collected.roles["solver"].per_step()
+    np.testing.assert_allclose(values, [-2.0, -2.0, 2.0, 2.0])
+    assert index.tolist() == [0, 0, 1, 1]
+    assert collected.roles["judge"].trajectories == judge.trajectories
+    assert collected.metrics == collect([solver, judge], config)  # same metrics as the documented function
+    assert advantages(judge) == [[-6.0], [0.0], [6.0]]  # ...which writes the steps
+
+
+def test_array_path_keeps_per_step_rows() -> None:
+    g = group("t1", "solver", [0.0, 0.0], steps=2)
+    for traj, step_rewards in zip(g.trajectories, ([1.0, 0.0], [0.0, 3.0]), strict=True):
+        for step, r in zip(traj.steps, step_rewards, strict=True):
+            step.reward = r
+    config = AlgorithmConfig(estimator="reinforce_plus_plus", estimator_options={"whiten": "var_add"})
+    collected = rllm.collect_advantages([g], config, write_steps=False)
+    values, index = collected.roles["solver"].per_step()
+    # returns-to-go (gamma 1): [1, 0] and [3, 3]; whitened with mean 7/4 and population var 27/16 (+1e-6 eps).
+    returns = np.array([1.0, 0.0, 3.0, 3.0])
+    np.testing.assert_allclose(values, (returns - 1.75) / np.sqrt(27 / 16 + 1e-6))
+    assert index.tolist() == [0, 0, 1, 1]

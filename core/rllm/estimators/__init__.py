@@ -1,7 +1,12 @@
 """Estimator inputs, numerics, dispatch, and the advantage entry points."""
 
 from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, GroupLayout, Ragged
-from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory_groups
+from rllm.estimators.collect import (
+    Collected,
+    RoleAdvantages,
+    collect_advantages,
+    collect_reward_and_advantage_from_trajectory_groups,
+)
 from rllm.estimators.compute import compute_advantages, get_estimator
 from rllm.estimators.numerics import PRESETS, Numerics, resolve_numerics
 
@@ -9,9 +14,12 @@ __all__ = [
     "OPTIONAL_FIELDS",
     "PRESETS",
     "AdvantageBatch",
+    "Collected",
     "GroupLayout",
     "Numerics",
     "Ragged",
+    "RoleAdvantages",
+    "collect_advantages",
     "collect_reward_and_advantage_from_trajectory_groups",
     "compute_advantages",
     "get_estimator",

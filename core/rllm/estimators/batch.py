@@ -91,6 +91,8 @@ class GroupLayout:
     _sizes: IndexArray
     _sorted_labels: NDArray[np.int64] | None = None
     _unlocated = False
+    _label_source: Callable[[], Sequence[Any]] | None = None
+    """Gives the labels on first use (see :meth:`from_sizes`)."""
     """True while the runs of ``_sorted_labels`` are counted but not located (see :meth:`locate_runs`)."""
 
     def __init__(self, labels: ArrayLike) -> None:
@@ -157,7 +159,8 @@ class GroupLayout:
         """Each group's label."""
         self.locate_runs()
         if self._labels is None:
-            self._labels = self._sorted_labels[self.starts]  # type: ignore[index]
+            source = self._label_source
+            self._labels = _label_array(source()) if source is not None else self._sorted_labels[self.starts]  # type: ignore[index]
         return self._labels
 
     @property
@@ -167,8 +170,13 @@ class GroupLayout:
         return self._sizes
 
     @classmethod
-    def from_sizes(cls, sizes: ArrayLike, labels: Sequence[Any] | None = None) -> GroupLayout:
-        """Contiguous groups of the given sizes, labelled ``labels`` (default: ``0..n-1``); sizes must be >= 1."""
+    def from_sizes(
+        cls, sizes: ArrayLike, labels: Sequence[Any] | Callable[[], Sequence[Any]] | None = None
+    ) -> GroupLayout:
+        """Contiguous groups of the given sizes, labelled ``labels`` (default: ``0..n-1``); sizes must be >= 1.
+
+        ``labels`` may be a function that gives them, called only if a label is needed (an error message).
+        """
         sizes = np.asarray(sizes, dtype=np.intp).reshape(-1)
         if len(sizes) and sizes.min() < 1:
             raise GroupError("Every group needs at least one trajectory; got a group of size 0.")
@@ -177,8 +185,11 @@ class GroupLayout:
         layout.codes = None
         starts = np.zeros(len(sizes), dtype=np.intp)
         np.cumsum(sizes[:-1], out=starts[1:])
-        names = np.arange(len(sizes)) if labels is None else _label_array(labels)
-        layout._contiguous(starts, names)
+        if callable(labels):
+            layout._contiguous(starts, None)
+            layout._label_source = labels
+        else:
+            layout._contiguous(starts, np.arange(len(sizes)) if labels is None else _label_array(labels))
         return layout
 
     @property

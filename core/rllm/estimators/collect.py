@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rllm.errors import EstimatorOutputError, RewardError, RLLMWarning
-from rllm.estimators.batch import AdvantageBatch, FieldSource, GroupLayout, Ragged
+from rllm.estimators.batch import AdvantageBatch, FieldSource, FloatArray, GroupLayout, IndexArray, Ragged
 from rllm.estimators.compute import get_estimator
 from rllm.estimators.names import estimator_name
 from rllm.estimators.pipeline import check_rewards, invoke
@@ -112,6 +114,11 @@ def _sources(groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]
     }
 
 
+def _group_ids(groups: list[TrajectoryGroup]) -> list[str]:
+    """Group labels for messages (read only when an error names a group)."""
+    return [g.group_id for g in groups]
+
+
 def _describer(per_group: list[list[Trajectory]]) -> Callable[[int], str]:
     """Names the trajectory at a batch position (only called to word an error)."""
 
@@ -201,29 +208,66 @@ def _by_role(
     return by_role
 
 
-def collect_reward_and_advantage_from_trajectory_groups(
+@dataclass
+class RoleAdvantages:
+    """One role's advantages in batch order, for backends that take arrays rather than Step objects."""
+
+    per_group: list[list[Trajectory]]
+    """The role's trajectories, group by group, in batch order."""
+    advantages: FloatArray | Ragged
+    """One per trajectory, or (per-step estimators) one row of step advantages per trajectory."""
+
+    @cached_property
+    def trajectories(self) -> list[Trajectory]:
+        """The trajectories in batch order: ``advantages[i]`` belongs to ``trajectories[i]``."""
+        return list(chain.from_iterable(self.per_group))
+
+    def per_step(self) -> tuple[FloatArray, IndexArray]:
+        """Every step's advantage, trajectory by trajectory, and the index of each step's trajectory."""
+        if isinstance(self.advantages, Ragged):
+            counts = self.advantages.lengths
+            values = self.advantages.values
+        else:
+            trajectories = self.trajectories
+            counts = np.fromiter((len(t.steps) for t in trajectories), dtype=np.intp, count=len(trajectories))
+            values = np.repeat(self.advantages, counts)
+        return values, np.repeat(np.arange(len(counts)), counts)
+
+
+@dataclass
+class Collected:
+    """What the collection step produced: metrics, and each role's advantages as arrays."""
+
+    metrics: dict[str, float]
+    roles: dict[str, RoleAdvantages] = field(default_factory=dict)
+
+
+def collect_advantages(
     groups: list[TrajectoryGroup],
     algorithm_config: AlgorithmConfig,
+    *,
+    write_steps: bool = True,
     collect_advantage: bool = True,
-) -> dict[str, float]:
-    """Compute advantages for ``groups`` (one estimator call per role) and return reward/advantage metrics.
+) -> Collected:
+    """Advantages for ``groups`` (one estimator call per role) as arrays, plus reward/advantage metrics.
 
-    Each trajectory's advantage is written to every one of its steps; an estimator that
-    scores steps (it returns a :class:`Ragged`, e.g. ``reinforce_plus_plus``) gives every
-    step its own. Optional estimator inputs (step rewards, response lengths,
-    ``trajectory.info["baseline_reward"]``, ...) are read from the trajectories only when
-    the estimator asks for them. With
-    ``use_precomputed_advantage``, groups whose steps already carry advantages keep them
-    (missing ones become 0). With ``collect_advantage=False`` only reward metrics are made.
+    With ``write_steps`` (what :func:`collect_reward_and_advantage_from_trajectory_groups`
+    does) every step also gets its advantage in ``step.advantage``; a backend that reads
+    :attr:`Collected.roles` instead can skip that, which is most of the step's cost.
+    Groups whose advantages were precomputed (``use_precomputed_advantage``) keep them on
+    their steps and are not in ``roles``.
     """
     config = algorithm_config
     precomputed: dict[str, list[float]] = {}
     by_role = _by_role(groups, config.use_precomputed_advantage, collect_advantage, precomputed)
 
-    metrics: dict[str, float] = {}
+    collected = Collected(metrics={})
+    metrics = collected.metrics
     advantages_by_role: dict[str, np.ndarray] = {}
     for role, (role_groups, per_group) in by_role.items():
-        layout = GroupLayout.from_sizes(list(map(len, per_group)), [g.group_id for g in role_groups])
+        layout = GroupLayout.from_sizes(
+            list(map(len, per_group)), lambda groups=role_groups: [g.group_id for g in groups]
+        )
         rewards = _rewards(role_groups, per_group)
         batch = AdvantageBatch(
             rewards, layout, sources=_sources(role_groups, per_group, role), describe=_describer(per_group)
@@ -242,13 +286,17 @@ def collect_reward_and_advantage_from_trajectory_groups(
             nonfinite_rewards=config.nonfinite_rewards,
         )
         advantages = outcome.advantages
+        collected.roles[role] = RoleAdvantages(per_group, advantages)
         good = None if outcome.zeroed_groups is None else ~layout.spread(outcome.zeroed_groups)
         _summary(f"reward/{role}", rewards if good is None else rewards[good], metrics)
+        replaced = 0
         if isinstance(advantages, Ragged):
-            replaced = _per_step(per_group, advantages, name)
+            if write_steps:
+                replaced = _per_step(per_group, advantages, name)
             values = advantages.values if good is None else advantages.values[advantages.expand(good)]
         else:
-            replaced = _broadcast(per_group, advantages.tolist())
+            if write_steps:
+                replaced = _broadcast(per_group, advantages.tolist())
             values = advantages if good is None else advantages[good]
         advantages_by_role[role] = values
         if replaced:
@@ -263,4 +311,23 @@ def collect_reward_and_advantage_from_trajectory_groups(
             advantages_by_role[role] = np.concatenate([advantages_by_role.get(role, np.zeros(0)), tokens])
         for role, values in advantages_by_role.items():
             _summary(f"advantage/{role}", values, metrics, zero_fraction=True)
-    return metrics
+    return collected
+
+
+def collect_reward_and_advantage_from_trajectory_groups(
+    groups: list[TrajectoryGroup],
+    algorithm_config: AlgorithmConfig,
+    collect_advantage: bool = True,
+) -> dict[str, float]:
+    """Compute advantages for ``groups`` (one estimator call per role) and return reward/advantage metrics.
+
+    Each trajectory's advantage is written to every one of its steps; an estimator that
+    scores steps (it returns a :class:`Ragged`, e.g. ``reinforce_plus_plus``) gives every
+    step its own. Optional estimator inputs (step rewards, response lengths,
+    ``trajectory.info["baseline_reward"]``, ...) are read from the trajectories only when
+    the estimator asks for them. With
+    ``use_precomputed_advantage``, groups whose steps already carry advantages keep them
+    (missing ones become 0). With ``collect_advantage=False`` only reward metrics are made.
+    :func:`collect_advantages` returns the same advantages as arrays as well.
+    """
+    return collect_advantages(groups, algorithm_config, collect_advantage=collect_advantage).metrics
