@@ -14,7 +14,7 @@ from rllm.estimators.compute import run_estimator
 from rllm.estimators.numerics import PRESETS, Numerics, resolve_numerics
 from rllm.estimators.statistics import (
     accelerated_centre,
-    batch_variance,
+    batch_std,
     centre,
     constant_groups,
     group_means,
@@ -44,7 +44,7 @@ __all__ = [
     "Option",
     "Ragged",
     "accelerated_centre",
-    "batch_variance",
+    "batch_std",
     "centre",
     "constant_groups",
     "group_means",

@@ -190,3 +190,11 @@ def test_array_path_keeps_per_step_rows() -> None:
     returns = np.array([1.0, 0.0, 3.0, 3.0])
     np.testing.assert_allclose(values, (returns - 1.75) / np.sqrt(27 / 16 + 1e-6))
     assert index.tolist() == [0, 0, 1, 1]
+
+
+def test_a_trajectory_in_two_groups_is_refused_naming_both() -> None:
+    a = group("t1", "solver", [1.0, 0.0])
+    b = TrajectoryGroup.for_task("t2", "solver", [a.trajectories[0], Trajectory(reward=1.0, steps=[Step()])])
+    with pytest.raises(rllm.DataError, match=r"is in two groups, 't1:solver' and 't2:solver'"):
+        collect([a, b], AlgorithmConfig())
+    assert advantages(a) == [[None, None], [None, None]]  # refused before anything was written

@@ -502,6 +502,8 @@ class AdvantageBatch:
         if self.layout.size != n:
             raise GroupError(f"Got {n} rewards but {self.layout.size} group ids; give exactly one group id per reward.")
         self.dtype = np.dtype(dtype)
+        self.large_values = False
+        """True when squaring the rewards overflows; compiled kernels then leave the work to numpy's scaled path."""
         self.describe = describe
         """Names the trajectory at a position in error messages (the collection step knows its uid)."""
         given = {

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rllm.errors import EstimatorOutputError, RewardError, RLLMWarning
+from rllm.errors import DataError, EstimatorOutputError, RewardError, RLLMWarning
 from rllm.estimators.batch import AdvantageBatch, FieldSource, FloatArray, GroupLayout, IndexArray, Ragged
 from rllm.estimators.compute import get_estimator
 from rllm.estimators.names import estimator_name
@@ -208,6 +208,28 @@ def _by_role(
     return by_role
 
 
+def _check_distinct(by_role: dict[str, RoleBatch]) -> None:
+    """Refuse a trajectory object that sits in two groups: its reward would count twice, its steps be written twice."""
+    seen: set[int] = set()
+    total = 0
+    for _, per_group in by_role.values():
+        for trajectories in per_group:
+            seen.update(map(id, trajectories))
+            total += len(trajectories)
+    if len(seen) == total:
+        return
+    owner: dict[int, str] = {}
+    for groups, per_group in by_role.values():
+        for group, trajectories in zip(groups, per_group, strict=True):
+            for traj in trajectories:
+                first = owner.setdefault(id(traj), group.group_id)
+                if first is not group.group_id:
+                    raise DataError(
+                        f"Trajectory {traj.uid!r} is in two groups, {first!r} and {group.group_id!r}; its reward "
+                        "would count twice. Put each trajectory object in one group (copy it if you mean two)."
+                    )
+
+
 @dataclass
 class RoleAdvantages:
     """One role's advantages in batch order, for backends that take arrays rather than Step objects."""
@@ -261,6 +283,7 @@ def collect_advantages(
     precomputed: dict[str, list[float]] = {}
     by_role = _by_role(groups, config.use_precomputed_advantage, collect_advantage, precomputed)
 
+    _check_distinct(by_role)
     collected = Collected(metrics={})
     metrics = collected.metrics
     advantages_by_role: dict[str, np.ndarray] = {}

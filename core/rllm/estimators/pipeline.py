@@ -32,6 +32,8 @@ from rllm.plugins.registry import EstimatorEntry
 
 NonFinitePolicy = Literal["error", "zero"]
 NONFINITE_POLICIES: tuple[str, ...] = ("error", "zero")
+_SAFE_SQUARES = 1e300
+"""Below this sum of squared rewards no statistic can overflow (one dot product checks finiteness too)."""
 
 
 @dataclass(frozen=True)
@@ -98,8 +100,13 @@ def check_rewards(batch: AdvantageBatch, policy: str) -> NDArray[np.bool_] | Non
         raise EstimatorOptionError(
             f"nonfinite_rewards must be one of {', '.join(map(repr, NONFINITE_POLICIES))}; got {policy!r}."
         )
+    with np.errstate(all="ignore"):
+        squares = float(np.dot(batch.rewards, batch.rewards))
+    if squares < _SAFE_SQUARES:
+        return None
     found = first_nonfinite(batch.rewards)
-    if found is None:
+    if found is None:  # finite, but squaring overflows: statistics must scale first
+        batch.large_values = True
         return None
     first, count = found
     layout = batch.layout

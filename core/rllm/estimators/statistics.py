@@ -8,11 +8,12 @@ Estimator authors reach these through :mod:`rllm.toolkit`.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from rllm.errors import GroupError
+from rllm.errors import GroupError, RewardError
 from rllm.estimators import acceleration
 from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, Ragged
 from rllm.estimators.numerics import Numerics
@@ -20,8 +21,18 @@ from rllm.estimators.numerics import Numerics
 
 def rewards_as(batch: AdvantageBatch, numerics: Numerics, values: Any = None) -> FloatArray:
     """``values`` (default: the rewards) in the numerics dtype; may be the caller's array, so never write into it."""
-    source = batch.rewards if values is None else values
-    return np.asarray(source).astype(numerics.np_dtype, copy=False)
+    source = np.asarray(batch.rewards if values is None else values)
+    if source.dtype.itemsize <= numerics.np_dtype.itemsize:
+        return source.astype(numerics.np_dtype, copy=False)
+    with np.errstate(over="ignore"):
+        narrowed = source.astype(numerics.np_dtype)
+        if np.isfinite(np.add.reduce(narrowed, dtype=np.float64)) or not np.isfinite(source).all():
+            return narrowed
+    limit = np.finfo(numerics.np_dtype).max
+    raise RewardError(
+        f"Some values exceed {numerics.dtype}'s range (about {limit:.1e}) and would become infinite; "
+        "rescale the rewards or use dtype='float64'."
+    )
 
 
 def lone_groups(layout: GroupLayout, numerics: Numerics, estimator: str) -> np.ndarray | None:
@@ -44,7 +55,11 @@ def lone_groups(layout: GroupLayout, numerics: Numerics, estimator: str) -> np.n
 def group_means(layout: GroupLayout, xs: FloatArray, lone: np.ndarray | None, numerics: Numerics) -> FloatArray:
     """Per-group means; a group of one has baseline 0 under ``single="raw"`` (else its own reward)."""
     k = layout.uniform_size
-    sums = layout.sum(xs)
+    with np.errstate(over="ignore"):
+        sums = layout.sum(xs)
+    if not np.isfinite(sums).all():  # the sum overflowed: average scaled values (a power of two, exact)
+        scale = _power_of_two_above(float(np.max(np.abs(xs))))
+        return group_means(layout, xs / scale, lone, numerics) * scale
     means = sums / (k if k is not None else layout.sizes.astype(xs.dtype))
     if lone is not None and numerics.single == "raw":
         means[lone] = 0.0
@@ -52,14 +67,17 @@ def group_means(layout: GroupLayout, xs: FloatArray, lone: np.ndarray | None, nu
 
 
 def accelerated_centre(
-    layout: GroupLayout, xs: FloatArray, numerics: Numerics, mode: int, estimator: str
+    batch: AdvantageBatch, xs: FloatArray, numerics: Numerics, mode: int, estimator: str
 ) -> FloatArray | None:
-    """A kernel plugin's ``group_centre`` result for contiguous groups, or None: use numpy.
+    """A kernel plugin's ``group_centre`` result for the batch's contiguous groups, or None: use numpy.
 
     The kernels apply the ``raw`` and ``zero`` policies for groups of one themselves, so group
     sizes are only inspected (which may cost a pass over the labels) under ``single="error"``.
+    Rewards so large that squaring them overflows (``batch.large_values``) take the numpy
+    path, which scales before squaring.
     """
-    if layout.codes is not None:
+    layout = batch.layout
+    if layout.codes is not None or batch.large_values:
         return None
     fast = acceleration.kernel(acceleration.GROUP_CENTRE)
     if fast is None:
@@ -83,6 +101,9 @@ def group_std(layout: GroupLayout, centred: FloatArray, numerics: Numerics) -> F
     """Per-group std from centred values (population or unbiased by ``numerics.std``)."""
     k = layout.uniform_size
     squares = layout.sum_sq(centred)
+    if not np.isfinite(squares).all():  # squaring overflowed: scale by a power of two first (exact)
+        scale = _power_of_two_above(float(np.max(np.abs(centred))))
+        return group_std(layout, centred / scale, numerics) * scale
     if k is not None:
         return np.sqrt(squares / max(k - numerics.ddof, 1))
     return np.sqrt(squares / np.maximum(layout.sizes - numerics.ddof, 1).astype(centred.dtype))
@@ -113,7 +134,7 @@ def normalise_groups(
     """``xs`` centred by group mean and, with ``by_std``, divided by ``std + eps`` per group (GRPO's core)."""
     layout = batch.layout
     mode = acceleration.DIVIDE_BY_STD if by_std else acceleration.CENTRE
-    done = accelerated_centre(layout, xs, numerics, mode, estimator)
+    done = accelerated_centre(batch, xs, numerics, mode, estimator)
     if done is not None:
         return done
     lone = lone_groups(layout, numerics, estimator)
@@ -134,13 +155,17 @@ def whiten(values: FloatArray, numerics: Numerics, shift: bool = True) -> FloatA
     if len(values) == 0:
         return values
     mean = values.mean()
-    var = batch_variance(values, mean, 1 if (numerics.whiten_std or numerics.std) == "unbiased" else 0)
+    std = batch_std(values, mean, 1 if (numerics.whiten_std or numerics.std) == "unbiased" else 0)
     eps = numerics.eps if numerics.whiten_eps is None else numerics.whiten_eps
     if numerics.whiten == "std":
-        denominator = np.sqrt(var) + eps
+        denominator = std + eps
     else:
         shift = True
-        denominator = np.sqrt(var + eps) if numerics.whiten == "var_add" else np.sqrt(max(var, eps))
+        # sqrt(var + eps) or sqrt(max(var, eps)), without squaring a std so large that its square overflows
+        if std > 1e150:
+            denominator = std
+        else:
+            denominator = np.sqrt(std * std + eps) if numerics.whiten == "var_add" else np.sqrt(max(std * std, eps))
     if shift:
         values -= mean
     values *= 1.0 / denominator if denominator > 0 else 0.0
@@ -150,20 +175,32 @@ def whiten(values: FloatArray, numerics: Numerics, shift: bool = True) -> FloatA
 _CHUNK = 1 << 15
 
 
-def batch_variance(values: FloatArray, mean: float, ddof: int) -> float:
-    """Variance of all ``values`` about ``mean`` (0 when there are too few), computed in chunks.
+def batch_std(values: FloatArray, mean: float, ddof: int) -> float:
+    """Standard deviation of all ``values`` about ``mean`` (0 when there are too few), computed in chunks.
 
-    Two passes (the mean is given), and no full-size temporary for the deviations.
+    Two passes (the mean is given), no full-size temporary for the deviations, and values so
+    large that their squares overflow are scaled by a power of two first (exact).
     """
     if len(values) <= ddof:
         return 0.0
     buffer = np.empty(min(len(values), _CHUNK), dtype=values.dtype)
     total = 0.0
-    for start in range(0, len(values), _CHUNK):  # a loop over fixed-size chunks, not groups
-        part = values[start : start + _CHUNK]
-        deviations = np.subtract(part, mean, out=buffer[: len(part)])
-        total += float(np.einsum("i,i->", deviations, deviations))
-    return total / (len(values) - ddof)
+    with np.errstate(over="ignore"):
+        for start in range(0, len(values), _CHUNK):  # a loop over fixed-size chunks, not groups
+            part = values[start : start + _CHUNK]
+            deviations = np.subtract(part, mean, out=buffer[: len(part)])
+            total += float(np.einsum("i,i->", deviations, deviations))
+    if not np.isfinite(total) and np.isfinite(mean):
+        scale = _power_of_two_above(float(np.max(np.abs(values - mean))))
+        return batch_std(values / scale, mean / scale, ddof) * scale
+    return float(np.sqrt(total / (len(values) - ddof)))
+
+
+def _power_of_two_above(value: float) -> float:
+    """A power of two near ``value`` (dividing by it is exact and brings ``value`` into [1, 2))."""
+    if not value > 0 or not math.isfinite(value):
+        return 1.0
+    return math.ldexp(1.0, math.frexp(value)[1] - 1)
 
 
 def suffix_discounted(rows: Ragged, factor: float) -> FloatArray:

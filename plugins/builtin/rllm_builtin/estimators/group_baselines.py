@@ -16,7 +16,7 @@ from rllm.toolkit import (
     FloatArray,
     Numerics,
     accelerated_centre,
-    batch_variance,
+    batch_std,
     centre,
     lone_groups,
     normalise_groups,
@@ -52,7 +52,7 @@ def grpo_batch_std(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     """
     xs = rewards_as(batch, numerics)
     centred = normalise_groups(batch, xs, numerics, "grpo_batch_std", by_std=False)
-    spread = np.sqrt(batch_variance(xs, float(xs.mean()), numerics.ddof)) + numerics.eps
+    spread = batch_std(xs, float(xs.mean()), numerics.ddof) + numerics.eps
     centred *= 1.0 / spread if spread > 0 else 0.0
     return centred
 
@@ -64,7 +64,7 @@ def rloo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     """
     layout = batch.layout
     xs = rewards_as(batch, numerics)
-    done = accelerated_centre(layout, xs, numerics, RLOO_FACTOR, "rloo")
+    done = accelerated_centre(batch, xs, numerics, RLOO_FACTOR, "rloo")
     if done is not None:
         return done
     lone = lone_groups(layout, numerics, "rloo")
