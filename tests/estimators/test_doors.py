@@ -187,3 +187,24 @@ def test_batch_plugin_estimator_gives_the_same_numbers_and_checks_at_every_door(
         DOORS[door]("doubled", REWARDS, {"factor": "3"})
     with pytest.raises(EstimatorOptionError, match=r"no option 'facter'.*Did you mean 'factor'"):
         DOORS[door]("doubled", REWARDS, {"facter": 3})
+
+
+@pytest.mark.parametrize("door", [d for d in BUILTIN_DOORS if d not in ("collection", "mix component")])
+def test_nonfinite_exclude_policy_is_honoured_at_every_door(door: str) -> None:
+    # Group [1, 3, NaN] is RLOO over [1, 3] -> [-2, 2] and 0 for the unscorable rollout.
+    got = BUILTIN_DOORS[door]("rloo", [[1.0, 3.0, math.nan], [0.0, 4.0]], {"nonfinite_rewards": "exclude"})
+    assert got == [[-2.0, 2.0, 0.0], [-4.0, 4.0]]
+
+
+def test_nonfinite_exclude_policy_through_mix_and_collection() -> None:
+    values = rllm.compute_advantages(
+        "mix", [1.0, 3.0, math.nan], [0, 0, 0], components="rloo", nonfinite_rewards="exclude"
+    )
+    assert np.asarray(values).tolist() == [-2.0, 2.0, 0.0]
+    group = TrajectoryGroup.for_task("a", "r", [Trajectory(reward=x, steps=[Step()]) for x in (1.0, 3.0, math.nan)])
+    metrics = rllm.collect_reward_and_advantage_from_trajectory_groups(
+        [group], AlgorithmConfig(estimator="rloo", nonfinite_rewards="exclude")
+    )
+    assert [t.steps[0].advantage for t in group.trajectories] == [-2.0, 2.0, 0.0]
+    assert metrics["reward/r/left_out"] == 1.0
+    assert metrics["reward/r/mean"] == 2.0  # over the scorable rollouts only

@@ -21,7 +21,7 @@ def _as_estimator(name: EstimatorName) -> EstimatorName:
     return member if member.value == name else name
 
 
-NonFinitePolicy = Literal["error", "zero"]
+NonFinitePolicy = Literal["error", "zero", "exclude"]
 
 
 @dataclass
@@ -33,7 +33,8 @@ class AlgorithmConfig:
     ``estimator_options`` (extra keyword options for the estimators, e.g.
     ``preset``; a key naming an estimator holds options for it alone) and
     ``nonfinite_rewards`` (``"error"`` rejects NaN/inf rewards naming the group; ``"zero"``
-    gives such groups zero advantage, leaves them out of the metrics and warns).
+    gives such groups zero advantage, leaves them out of the metrics and warns; ``"exclude"``
+    leaves only the unscorable rollouts out of every statistic and gives them advantage 0).
     """
 
     use_rllm: bool = False
@@ -66,8 +67,10 @@ class AlgorithmConfig:
             raise ConfigError(f"stepwise_advantage_mode={self.stepwise_advantage_mode!r} is unknown; use 'broadcast'.")
         if self.epsilon is not None and not self.epsilon >= 0:
             raise ConfigError(f"epsilon must be a non-negative number, got {self.epsilon!r}.")
-        if self.nonfinite_rewards not in ("error", "zero"):
-            raise ConfigError(f"nonfinite_rewards must be 'error' or 'zero', got {self.nonfinite_rewards!r}.")
+        if self.nonfinite_rewards not in ("error", "zero", "exclude"):
+            raise ConfigError(
+                f"nonfinite_rewards must be 'error', 'zero' or 'exclude', got {self.nonfinite_rewards!r}."
+            )
 
     def estimator_for(self, role: str) -> EstimatorName:
         return self.estimator_map.get(role, self.estimator)

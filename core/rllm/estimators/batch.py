@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from itertools import pairwise
 from typing import Any
 
@@ -502,6 +502,8 @@ class AdvantageBatch:
         if self.layout.size != n:
             raise GroupError(f"Got {n} rewards but {self.layout.size} group ids; give exactly one group id per reward.")
         self.dtype = np.dtype(dtype)
+        self.nonfinite_rewards = "error"
+        """The caller's policy for NaN/inf values (estimators with extra reward inputs follow it too)."""
         self.large_values = False
         """True when squaring the rewards overflows; compiled kernels then leave the work to numpy's scaled path."""
         self.describe = describe
@@ -561,6 +563,24 @@ class AdvantageBatch:
     def n_groups(self) -> int:
         return self.layout.n_groups
 
+    def subset(self, keep: NDArray[np.bool_]) -> AdvantageBatch:
+        """The trajectories where ``keep`` is True, with their groups and fields (read on first use).
+
+        Groups keep their labels; a group with no kept trajectory is absent.
+        """
+        labels = np.asarray(self.layout.labels, dtype=object)[self.layout.group_index[keep]]
+        given = {"component_weights": self.__dict__.get("component_weights")}
+        sources = {
+            name: partial(_take, self, name, keep)
+            for name in OPTIONAL_FIELDS
+            if name != "component_weights" and (name in self.__dict__ or name in self._sources)
+        }
+        sub = AdvantageBatch(
+            self.rewards[keep], _label_array(labels.tolist()), dtype=self.dtype, sources=sources, **given
+        )
+        sub.large_values = self.large_values
+        return sub
+
     def require(self, name: str, estimator: str) -> Any:
         value = getattr(self, name, None)
         if value is None:
@@ -570,6 +590,19 @@ class AdvantageBatch:
                 "(see docs/estimators.md)."
             )
         return value
+
+
+def _take(batch: AdvantageBatch, name: str, keep: NDArray[np.bool_]) -> Any:
+    """Field ``name`` of ``batch`` for the kept trajectories only."""
+    value = getattr(batch, name)
+    if value is None:
+        return None
+    if isinstance(value, Ragged):
+        lengths = value.lengths[keep]
+        offsets = np.zeros(len(lengths) + 1, dtype=np.intp)
+        np.cumsum(lengths, out=offsets[1:])
+        return Ragged(values=value.values[np.repeat(keep, value.lengths)], offsets=offsets)
+    return np.asarray(value)[keep]
 
 
 def _read_only(value: Any) -> Any:

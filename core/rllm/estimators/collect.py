@@ -133,6 +133,13 @@ def _describer(per_group: list[list[Trajectory]]) -> Callable[[int], str]:
     return describe
 
 
+def _reward_metrics(role: str, rewards: np.ndarray, good: np.ndarray | None, metrics: dict[str, float]) -> None:
+    """Reward statistics over the rollouts that count; how many did not, when some did not."""
+    _summary(f"reward/{role}", rewards if good is None else rewards[good], metrics)
+    if good is not None:
+        metrics[f"reward/{role}/left_out"] = float(len(good) - np.count_nonzero(good))
+
+
 def _summary(prefix: str, values: np.ndarray, metrics: dict[str, float], zero_fraction: bool = False) -> None:
     if len(values) == 0:
         return
@@ -297,8 +304,8 @@ def collect_advantages(
         )
         if not collect_advantage:
             zeroed = check_rewards(batch, config.nonfinite_rewards)
-            good = None if zeroed is None else ~layout.spread(zeroed)
-            _summary(f"reward/{role}", rewards if good is None else rewards[good], metrics)
+            good = None if zeroed is None else np.isfinite(rewards)
+            _reward_metrics(role, rewards, good, metrics)
             continue
         name = estimator_name(config.estimator_for(role))
         outcome = invoke(
@@ -311,7 +318,9 @@ def collect_advantages(
         advantages = outcome.advantages
         collected.roles[role] = RoleAdvantages(per_group, advantages)
         good = None if outcome.zeroed_groups is None else ~layout.spread(outcome.zeroed_groups)
-        _summary(f"reward/{role}", rewards if good is None else rewards[good], metrics)
+        if outcome.excluded is not None:
+            good = ~outcome.excluded
+        _reward_metrics(role, rewards, good, metrics)
         replaced = 0
         if isinstance(advantages, Ragged):
             if write_steps:

@@ -31,7 +31,7 @@ def register_rllm_adv_estimator(
     style: EstimatorStyle = "grouped",
     requires: Sequence[str] = (),
     options: Sequence[Option] | None = None,
-    numerics: bool = False,
+    numerics: bool | str = False,
     replace: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator registering an estimator at run time under ``name``.

@@ -99,6 +99,7 @@ PRESETS: dict[str, Numerics] = {
 
 ESTIMATOR_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("skyrl", "rloo"): {"single": "zero"},
+    ("verl", "rloo_vectorized"): {"single": "zero"},  # verl's vectorized RLOO gives groups of one 0, its loop r
 }
 """Where a framework treats one estimator differently from its others: (preset, estimator) -> fields."""
 

@@ -30,18 +30,21 @@ from rllm.estimators.numerics import resolve_numerics
 from rllm.plugins.options import NUMERICS_NAMES, resolve_options
 from rllm.plugins.registry import EstimatorEntry
 
-NonFinitePolicy = Literal["error", "zero"]
-NONFINITE_POLICIES: tuple[str, ...] = ("error", "zero")
+NonFinitePolicy = Literal["error", "zero", "exclude"]
+NONFINITE_POLICIES: tuple[str, ...] = ("error", "zero", "exclude")
 _SAFE_SQUARES = 1e300
 """Below this sum of squared rewards no statistic can overflow (one dot product checks finiteness too)."""
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """Advantages in the batch's order, and the groups the non-finite policy set to zero (or None)."""
+    """Advantages in the batch's order, and what the non-finite policy left out (None: nothing)."""
 
     advantages: FloatArray | Ragged
     zeroed_groups: NDArray[np.bool_] | None = None
+    """``nonfinite_rewards="zero"``: groups that got zero advantage."""
+    excluded: NDArray[np.bool_] | None = None
+    """``nonfinite_rewards="exclude"``: trajectories left out of every statistic, with advantage 0."""
 
 
 def invoke(
@@ -59,8 +62,11 @@ def invoke(
     """
     for name in entry.requires:
         batch.require(name, entry.name)
+    batch.nonfinite_rewards = nonfinite_rewards
     zeroed = check_rewards(batch, nonfinite_rewards)
     kwargs = _keyword_arguments(entry, options or {}, ambient or {})
+    if nonfinite_rewards == "exclude" and zeroed is not None:
+        return _without_unscorable(entry, batch, kwargs)
     if len(batch) == 0:
         return Outcome(np.zeros(0, dtype=batch.dtype))
     batch.freeze()
@@ -76,7 +82,8 @@ def _keyword_arguments(entry: EstimatorEntry, options: Mapping[str, Any], ambien
     kwargs = resolve_options(entry.name, declaration, options, ambient, entry.source.describe())
     if declaration.numerics:
         chosen = {k: kwargs.pop(k) for k in list(kwargs) if k in NUMERICS_NAMES}
-        kwargs["numerics"] = resolve_numerics(chosen.pop("preset", None), estimator=entry.name, **chosen)
+        preset = chosen.pop("preset", None) or declaration.default_preset
+        kwargs["numerics"] = resolve_numerics(preset, estimator=entry.name, **chosen)
     return kwargs
 
 
@@ -91,10 +98,32 @@ def first_nonfinite(values: NDArray[Any]) -> tuple[int, int] | None:
     return int(np.flatnonzero(bad)[0]), int(np.count_nonzero(bad))
 
 
-def check_rewards(batch: AdvantageBatch, policy: str) -> NDArray[np.bool_] | None:
-    """None when every reward is finite; else the error naming the group, or (``zero``) a mask of such groups.
+def _without_unscorable(entry: EstimatorEntry, batch: AdvantageBatch, kwargs: dict[str, Any]) -> Outcome:
+    """Run the estimator on the rollouts with finite rewards only; the others get advantage 0.
 
-    Under ``zero`` the batch's non-finite rewards become 0 and a warning names the groups.
+    Left out of the batch, unscorable rollouts cannot move any group or batch statistic.
+    """
+    excluded = ~np.isfinite(batch.rewards)
+    keep = ~excluded
+    sub = batch.subset(keep)
+    sub.freeze()
+    partial_advantages = _call(entry, sub, kwargs) if len(sub) else np.zeros(0, dtype=batch.dtype)
+    _check_values(entry, sub, partial_advantages)
+    if isinstance(partial_advantages, Ragged):
+        rows = batch.require("step_rewards", entry.name)
+        values = np.zeros(len(rows.values), dtype=partial_advantages.values.dtype)
+        values[np.repeat(keep, rows.lengths)] = partial_advantages.values
+        return Outcome(rows.with_values(values), excluded=excluded)
+    advantages = np.zeros(len(batch), dtype=np.asarray(partial_advantages).dtype)
+    advantages[keep] = partial_advantages
+    return Outcome(advantages, excluded=excluded)
+
+
+def check_rewards(batch: AdvantageBatch, policy: str) -> NDArray[np.bool_] | None:
+    """None when every reward is finite; else the error naming the group, or a mask of such groups.
+
+    Under ``zero`` the batch's non-finite rewards become 0 and a warning names the groups;
+    under ``exclude`` the mask is returned and the rewards stay as they are.
     """
     if policy not in NONFINITE_POLICIES:
         raise EstimatorOptionError(
@@ -121,6 +150,8 @@ def check_rewards(batch: AdvantageBatch, policy: str) -> NDArray[np.bool_] | Non
     bad = ~np.isfinite(batch.rewards)
     zeroed = np.zeros(layout.n_groups, dtype=bool)
     zeroed[layout.group_index[bad]] = True
+    if policy == "exclude":
+        return zeroed
     names = ", ".join(repr(layout.label(int(g))) for g in np.flatnonzero(zeroed)[:5])
     warnings.warn(
         f"{int(zeroed.sum())} group(s) have NaN or infinite rewards and get zero advantage "

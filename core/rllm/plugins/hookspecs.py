@@ -66,7 +66,7 @@ class EstimatorRegistrar(Protocol):
         style: EstimatorStyle = "grouped",
         requires: Sequence[str] = (),
         options: Sequence[Option] | None = None,
-        numerics: bool = False,
+        numerics: bool | str = False,
         replace: bool = False,
     ) -> None: ...
 
@@ -110,10 +110,12 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
             ``fn`` only if declared. ``None`` (the default) derives the options from ``fn``'s
             signature, as for code written before declarations; ``rllm estimators`` lists
             them either way.
-        ``numerics`` (bool)
+        ``numerics`` (bool or str)
             ``True`` gives ``fn`` the numerics options of the built-ins (``preset``, ``std``,
             ``eps``, ``single``, ``zero_variance``, ``dtype``, ``whiten``, ...), resolved
-            into one :class:`rllm.toolkit.Numerics` passed as ``numerics=``.
+            into one :class:`rllm.toolkit.Numerics` passed as ``numerics=``. A preset name
+            (``"verl"``) does the same with that preset as the default, for an estimator
+            that reproduces one framework.
         ``replace`` (bool)
             Required to take over a name the built-in plugin already provides; without
             it your registration is ignored with a warning.

@@ -151,7 +151,7 @@ class PluginManager:
             style: hookspecs.EstimatorStyle = "grouped",
             requires: Sequence[str] = (),
             options: Sequence[Option] | None = None,
-            numerics: bool = False,
+            numerics: bool | str = False,
             replace: bool = False,
         ) -> None:
             self.add_estimator(
@@ -179,7 +179,7 @@ class PluginManager:
         style: str = "grouped",
         requires: Iterable[str] = (),
         options: Sequence[Option] | None = None,
-        numerics: bool = False,
+        numerics: bool | str = False,
         replace: bool = False,
     ) -> None:
         """Validate and record one estimator claim."""
@@ -198,7 +198,7 @@ class PluginManager:
                 f"known fields: {', '.join(hookspecs.OPTIONAL_FIELDS)}."
             )
         try:
-            declaration = declare(fn, options, bool(numerics))
+            declaration = declare(fn, options, numerics if isinstance(numerics, str) else bool(numerics))
         except TypeError as exc:
             raise PluginError(f"{who} registered estimator {name!r} with invalid options: {exc}.") from None
         entry = EstimatorEntry(

@@ -14,7 +14,7 @@ import difflib
 import inspect
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -178,6 +178,8 @@ class Declaration:
 
     options: tuple[Option, ...]
     numerics: bool = False
+    default_preset: str | None = None
+    """The numerics preset used when the caller names none (an estimator that reproduces one framework)."""
     open: bool = False
     """True for an undeclared estimator whose signature takes ``**kwargs``: any option passes through."""
     declared: bool = True
@@ -201,8 +203,13 @@ UNDECLARED = Declaration(options=(), open=True, declared=False)
 _POSITIONAL = frozenset({"rewards", "batch", "algorithm_config", "traj_groups"})
 
 
-def declare(fn: Callable[..., Any], options: Sequence[Option] | None, numerics: bool) -> Declaration:
-    """The declaration of an estimator; without ``options``, derived from ``fn``'s signature."""
+def declare(fn: Callable[..., Any], options: Sequence[Option] | None, numerics: bool | str) -> Declaration:
+    """The declaration of an estimator; without ``options``, derived from ``fn``'s signature.
+
+    ``numerics`` is True, or the name of the preset the estimator uses by default.
+    """
+    if isinstance(numerics, str):
+        return replace(declare(fn, options, True), default_preset=numerics)
     if options is not None:
         options = tuple(options)
         for option in options:

@@ -15,9 +15,11 @@ GAMMA = Option("gamma", (float,), 1.0, "discount of the return-to-go over steps"
 
 @hookimpl
 def rllm_register_estimators(register: EstimatorRegistrar) -> None:
-    plain = ("rloo", "reinforce", "reinforce_plus_plus_baseline", "dr_grpo", "grpo_batch_std", "gpg", "maxrl")
+    plain = ("rloo", "reinforce", "reinforce_plus_plus_baseline", "dr_grpo", "grpo_batch_std", "maxrl")
     for name in plain:
         register(name, getattr(estimators, name), style="batch", options=(), numerics=True)
+    f_norm = Option("f_norm", (float,), 1.0, "divides the advantages (verl's GPG option)", minimum=1e-12)
+    register("gpg", estimators.gpg, style="batch", options=[f_norm], numerics=True)
     register("grpo", estimators.grpo, style="batch", options=[NORM_BY_STD], numerics=True)
     register("grpo_passk", estimators.grpo_passk, style="batch", options=[NORM_BY_STD], numerics=True)
     register("opo", estimators.opo, style="batch", requires=["response_lengths"], options=(), numerics=True)
@@ -52,6 +54,17 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
         options=gae_options,
         numerics=True,
     )
+    # Peers' names, each with its peer's numerics by default (docs/estimators.md, "Peers' names").
+    register("group_norm", estimators.grpo, style="batch", options=[NORM_BY_STD], numerics="openrlhf")
+    register(
+        "reinforce_baseline", estimators.reinforce_plus_plus_baseline, style="batch", options=(), numerics="openrlhf"
+    )
+    steps = ["step_rewards"]
+    register(
+        "reinforce++", estimators.reinforce_plus_plus, style="batch", requires=steps, options=[GAMMA], numerics="skyrl"
+    )
+    register("grpo_vectorized", estimators.grpo, style="batch", options=[NORM_BY_STD], numerics="verl")
+    register("rloo_vectorized", estimators.rloo, style="batch", options=(), numerics="verl")
     components = Option("components", (str, Mapping), None, "estimators and weights, e.g. '0.7*grpo + 0.3*rloo'")
     register("mix", estimators.mix, style="batch", options=[components, NORM_BY_STD, *NUMERICS_OPTIONS])
 

@@ -37,15 +37,16 @@ def remax(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
     return batch.rewards.astype(numerics.np_dtype, copy=False) - baseline
 
 
-def gpg(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
-    """GPG (Chu et al. 2025, "Group Policy Gradient"; verl): ``A_i = alpha (r_i - mean_g)``.
+def gpg(batch: AdvantageBatch, *, f_norm: float, numerics: Numerics) -> FloatArray:
+    """GPG (Chu et al. 2025, "Group Policy Gradient"; verl): ``A_i = alpha (r_i - mean_g) / f_norm``.
 
     ``alpha = N / max(1, number of non-zero rewards in the batch)`` rescales the gradient
-    so that batches where few rollouts earn a reward are not drowned out.
+    so that batches where few rollouts earn a reward are not drowned out; ``f_norm`` (verl's
+    option, default 1) divides the result.
     """
     xs = rewards_as(batch, numerics)
     centred = normalise_groups(batch, xs, numerics, "gpg", by_std=False)
-    centred *= len(xs) / max(1, int(np.count_nonzero(xs)))
+    centred *= len(xs) / max(1, int(np.count_nonzero(xs))) / f_norm
     return centred
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rllm.errors import GroupError
+from rllm.errors import GroupError, RewardError
 from rllm.toolkit import AdvantageBatch, FloatArray, Numerics, normalise_groups, rewards_as, whiten
 
 
@@ -35,5 +35,19 @@ def gdpo(
     total = np.zeros(len(batch), dtype=numerics.np_dtype)
     for k in range(n_components):  # a loop over reward components, not groups
         xs = rewards_as(batch, numerics, components[:, k])
-        total += weights[k] * normalise_groups(batch, xs, numerics, "gdpo", norm_adv_by_std_in_grpo)
+        scored = np.isfinite(xs)
+        if scored.all():
+            total += weights[k] * normalise_groups(batch, xs, numerics, "gdpo", norm_adv_by_std_in_grpo)
+            continue
+        if batch.nonfinite_rewards != "exclude":
+            first = int(np.flatnonzero(~scored)[0])
+            group = batch.layout.label(int(batch.layout.group_index[first]))
+            raise RewardError(
+                f"Estimator 'gdpo': reward component {k} is NaN or infinite at position {first} (group {group!r}). "
+                "Fix that reward function, or set nonfinite_rewards='exclude' to leave such values out of "
+                "that component's statistics."
+            )
+        # Unscorable for this component only: left out of its statistics, contributing 0.
+        part = batch.subset(scored)
+        total[scored] += weights[k] * normalise_groups(part, xs[scored], numerics, "gdpo", norm_adv_by_std_in_grpo)
     return whiten(total, numerics)
