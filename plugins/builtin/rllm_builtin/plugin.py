@@ -22,6 +22,8 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
     register("gpg", estimators.gpg, style="batch", options=[f_norm], numerics=True)
     register("grpo", estimators.grpo, style="batch", options=[NORM_BY_STD], numerics=True)
     register("grpo_passk", estimators.grpo_passk, style="batch", options=[NORM_BY_STD], numerics=True)
+    k = Option("pass_at_k", (int,), 1, "the k of pass@k to optimise (every group needs k rollouts)", minimum=1)
+    register("pkpo", estimators.pkpo, style="batch", options=[k], numerics=True)
     register("opo", estimators.opo, style="batch", requires=["response_lengths"], options=(), numerics=True)
     register("remax", estimators.remax, style="batch", requires=["baseline_rewards"], options=(), numerics=True)
     weights = Option("component_weights", (list,), None, "weight of each reward component (default: all 1)")

@@ -11,6 +11,7 @@ from rllm_builtin.estimators.group_baselines import (
     rloo,
 )
 from rllm_builtin.estimators.multi_reward import gdpo
+from rllm_builtin.estimators.pass_at_k import pkpo
 from rllm_builtin.estimators.passk import grpo_passk
 from rllm_builtin.estimators.returns import gae, reinforce_plus_plus
 
@@ -25,6 +26,7 @@ __all__ = [
     "maxrl",
     "mix",
     "opo",
+    "pkpo",
     "reinforce",
     "reinforce_plus_plus",
     "reinforce_plus_plus_baseline",
