@@ -37,7 +37,7 @@ def test_a_locked_run_directory_is_refused_naming_the_holder(tmp_path: Path, cap
     holder = RunDirectory(run_dir, [])
     holder.acquire()  # stands in for a training process (the reliability suite uses two real ones)
     try:
-        assert (run_dir / LOCK_FILE).read_text() == f"{os.getpid()}\n"
+        assert (run_dir / LOCK_FILE).read_text().strip() == str(os.getpid())
         assert main(["train", *SMALL, f"rllm.trainer.output_dir={run_dir}"]) == 2
         line = _one_error_line(capsys.readouterr().err)
         assert f"is in use by another rllm run (pid {os.getpid()})" in line

@@ -33,8 +33,8 @@ TRAINER_FILE = "trainer.json"
 RS_FILE = "rejection_state.json"
 LATEST = "latest"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
-_SCRATCH = re.compile(r"^\.step_\d+\.(partial|discard)-\d+$")
-"""Hidden directories of a checkpoint being written or removed; left behind only by a killed run."""
+_SCRATCH = re.compile(r"^(\.step_\d+\.(partial|discard)-\d+|\.latest\..+\.tmp)$")
+"""Checkpoints being written or removed, and ``latest`` being replaced; left behind only by a killed run."""
 
 
 def _sha256(path: Path) -> str:
@@ -170,9 +170,18 @@ class CheckpointManager:
             for step, path in self.steps():
                 if step < oldest_kept:
                     _remove(path)
+        self.remove_scratch()
+
+    def remove_scratch(self) -> None:
+        """Delete what a killed run left half-written or half-removed (only one run holds the directory)."""
+        if not self.root.is_dir():
+            return
         for child in self.root.iterdir():
             if _SCRATCH.match(child.name):
-                shutil.rmtree(child, ignore_errors=True)
+                if child.is_dir():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
 
     def discard_all(self) -> None:
         """Remove what rllm writes here (``step_N``, ``latest``, scratch); any other file stays."""
@@ -180,9 +189,7 @@ class CheckpointManager:
             return
         for _, path in self.steps():
             _remove(path)
-        for child in self.root.iterdir():
-            if _SCRATCH.match(child.name):
-                shutil.rmtree(child, ignore_errors=True)
+        self.remove_scratch()
         (self.root / LATEST).unlink(missing_ok=True)
         if not any(self.root.iterdir()):
             self.root.rmdir()
@@ -220,6 +227,7 @@ class CheckpointManager:
 
         If checkpoints exist but none is intact, the newest one's error is raised.
         """
+        self.remove_scratch()
         skipped: list[str] = []
         for _, path in reversed(self.steps()):
             try:

@@ -221,20 +221,22 @@ class EpisodeLogger:
     """
 
     MODES = ("train", "val")
-    _FILE = re.compile(r"^(step_\d{6}-\d{3}\.jsonl|\.step_\d{6}-\d{3}\.jsonl\..*\.tmp)$")
+    _LOG = re.compile(r"^step_\d{6}-\d{3}\.jsonl$")
+    _SCRATCH = re.compile(r"^\.step_\d{6}-\d{3}\.jsonl\..+\.tmp$")
+    """The temporary file of a write that a killed run left unfinished."""
 
     def __init__(self, base_dir: Path) -> None:
         self.base_dir = Path(base_dir)
         self._parts: Counter[tuple[str, int]] = Counter()
 
-    def discard(self) -> None:
-        """Delete the episode files this logger writes (and folders left empty); other files stay."""
+    def discard(self, logs: bool = True) -> None:
+        """Delete unfinished writes and, with ``logs``, the episode files (and folders left empty); other files stay."""
         for mode in self.MODES:
             folder = self.base_dir / mode
             if not folder.is_dir():
                 continue
             for child in folder.iterdir():
-                if self._FILE.match(child.name) and child.is_file():
+                if (self._SCRATCH.match(child.name) or (logs and self._LOG.match(child.name))) and child.is_file():
                     child.unlink()
             if not any(folder.iterdir()):
                 folder.rmdir()

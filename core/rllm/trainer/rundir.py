@@ -13,6 +13,7 @@ that record, i.e. a file rllm did not write: it neither appends to it nor delete
 from __future__ import annotations
 
 import fcntl
+import glob
 import json
 import os
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from rllm.io import write_atomic
 LOCK_FILE = ".rllm.lock"
 OWNED_FILE = ".rllm-run.json"
 FORMAT = "rllm-run"
+_PID_WIDTH = 24
 
 
 def check_run_name(key: str, value: object) -> str:
@@ -66,21 +68,23 @@ class RunDirectory:
         lock_path = self.path / LOCK_FILE
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise _failure(f"create the run directory {str(self.path)!r}", exc) from exc
         try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise _failure(f"open the lock file {str(lock_path)!r}", exc) from exc
+        try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 64).decode("ascii", "replace").strip()
+            holder = os.read(fd, _PID_WIDTH).decode("ascii", "replace").strip()
             os.close(fd)
             raise RunDirLockedError(
                 f"Run directory {str(self.path)!r} is in use by another rllm run (pid {holder or 'unknown'}); "
                 "wait for it to finish, or choose another rllm.trainer.experiment_name or output_dir."
             ) from None
-        try:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
+        try:  # a fixed-width record rewritten in place: no new block, so it works on a full disk too
+            os.pwrite(fd, f"{os.getpid()}\n".ljust(_PID_WIDTH).encode(), 0)
         except OSError as exc:
             os.close(fd)
             raise _failure(f"write the lock file {str(lock_path)!r}", exc) from exc
@@ -110,6 +114,9 @@ class RunDirectory:
                 f"{OWNED_FILE}); rllm neither overwrites nor deletes such files. Move them away, or choose another "
                 "rllm.trainer.output_dir (or experiment_name)."
             )
+        for name in [*self.names, OWNED_FILE]:  # unfinished atomic writes of a killed run
+            for scratch in self.path.glob(f".{glob.escape(name)}.*.tmp"):
+                scratch.unlink(missing_ok=True)
         if set(self.names) - set(owned):
             try:
                 write_atomic(record, json.dumps({"format": FORMAT, "names": sorted(set(owned) | set(self.names))}))

@@ -316,6 +316,8 @@ class UnifiedTrainer:
         if latest is None:
             self._start_over()
             return False
+        if self.episode_logger is not None and self._episodes_entry():
+            self.episode_logger.discard(logs=False)
         if skipped:
             more = f" ({len(skipped) - 1} more newer checkpoint(s) unusable)" if len(skipped) > 1 else ""
             print(f"rllm: warning: {skipped[0]}{more} Resuming from it.", file=sys.stderr)
