@@ -322,6 +322,11 @@ def test_a_full_or_read_only_disk_is_one_line_and_keeps_the_last_checkpoint(smal
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["latest", "step_2", "step_4"]
     assert _intact(run_dir, 4)
 
+    # no checkpoint before the end: the disk fills up while metric lines are appended
+    line = _error_line(_train(run_dir, "rllm.trainer.total_batches=60", "rllm.trainer.save_freq=100"))
+    assert "metrics.jsonl': No space left on device; the last checkpoint is intact" in line
+    assert _intact(run_dir, 4) and 6 < max(_steps(run_dir)) < 60
+
     filler.unlink()
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
     try:
