@@ -1,24 +1,27 @@
 """Reliability probes of ``rllm train``: real processes, real files, real signals, a real full disk.
 
-Each probe fails on an rllm whose checkpoints hold pickles, whose run directories have no
-owner, or whose write errors surface as tracebacks. Probes per class (14 in all):
+They guard against checkpoints that can run code, run directories without a single owner,
+and write errors that surface as tracebacks or lose data. Probes per class (19 in all):
 
-- data loss (6): two trainers on one run directory, the second refused while the first
-  keeps every step (also with ``resume_mode=disable``); ten SIGKILLs at seeded random
-  points, then resume: metrics and episode logs hold every step exactly once and match an
-  uninterrupted run; a full disk while writing metrics and while writing a checkpoint, and
-  a read-only file system, each leaving the previous checkpoint intact and the run
-  resumable; a damaged checkpoint skipped for the newest intact one.
-- security (4): a pickle planted as ``rejection_state.pkl`` in the newest checkpoint, an
-  old-format checkpoint carrying one, and an object array behind a consistent manifest
-  never run their payload; no module under ``core/`` or ``plugins/`` imports pickle,
-  cloudpickle or dill.
-- traceback (4): the refused second trainer, the full disk (twice) and the read-only
-  file system each end with one ``rllm train: error:`` line and exit status 2.
+- data loss (8): a second trainer on a busy run directory is refused while the first keeps
+  every step, with ``resume_mode=auto`` and with ``disable`` (2); ten SIGKILLs at seeded
+  random points, then a resume whose metrics and episode logs hold every step exactly once
+  and equal an uninterrupted run's, with no scratch left behind (1); an old-format
+  checkpoint skipped for the newest intact one (1); a full disk while metrics are rewritten,
+  while a checkpoint is written and while metric lines are appended, and a read-only file
+  system, each keeping the previous checkpoint intact and the run resumable (4).
+- security (4): a pickle planted as ``rejection_state.pkl`` in the newest checkpoint, and
+  one in an old-format checkpoint, never run; an object array behind a consistent manifest
+  is refused, not unpickled; no module under ``core/`` or ``plugins/`` imports pickle,
+  cloudpickle or dill or loads arrays with ``allow_pickle``.
+- traceback (7): the refused second trainer (2), the refused object array (1), the three
+  full-disk failures and the read-only file system (4) each end with exactly one
+  ``rllm train: error:`` line and exit status 2.
 
-Runtime: about 35 s on two idle cores (each ``rllm train`` process starts in about 0.5 s;
-completed runs also draw their learning curve). The full-disk probes need to mount a
-tmpfs (root); elsewhere they are skipped, saying why.
+Runtime: about 35 s of CPU for some 25 ``rllm train`` processes (each starts in about
+0.5 s; completed runs also draw their learning curve); 63 s wall time on two cores under a
+load average of 4. The disk probes mount a 1 MiB tmpfs, which needs root; elsewhere they
+are skipped, saying why.
 """
 
 from __future__ import annotations
