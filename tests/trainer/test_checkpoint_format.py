@@ -214,3 +214,19 @@ def test_a_write_failure_names_the_checkpoint_and_keeps_the_previous_one(make_co
     assert "step_4' is intact" in str(info.value) and "\n" not in str(info.value)
     assert sorted(p.name for p in manager.root.iterdir()) == ["latest", "step_2", "step_3", "step_4"]
     assert manager.problem(manager.root / "step_4") is None
+
+
+def test_several_damaged_checkpoints_are_skipped_in_one_warning_line(make_config, capsys) -> None:
+    run_dir = _fit(make_config(*FOUR_STEPS)).output_dir
+    _flip(run_dir / "checkpoints" / "step_4" / "policy.npz")
+    (run_dir / "checkpoints" / "step_3" / "trainer.json").unlink()
+    capsys.readouterr()
+    _fit(make_config(*FOUR_STEPS[1:], "rllm.trainer.total_batches=5"))
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("rllm: warning: Checkpoint file") and "step_4/policy.npz' is corrupt" in err[0]
+    assert err[0].endswith(
+        "earlier checkpoint is "
+        + repr(str(run_dir / "checkpoints" / "step_2"))
+        + ". Resuming from it (1 more unusable)."
+    )
+    assert _steps(run_dir) == [1, 2, 3, 4, 5]

@@ -191,6 +191,10 @@ class UnifiedTrainer:
         self.algorithm_config = algorithm
         for key in ("project_name", "experiment_name"):
             check_run_name(f"rllm.trainer.{key}", rllm.trainer[key])
+        if str(rllm.trainer.resume_mode) not in ("auto", "disable"):
+            raise ConfigError(
+                f"rllm.trainer.resume_mode={rllm.trainer.resume_mode!r} is unknown; use 'auto' or 'disable'."
+            )
         self.cf_config = CompactFilteringConfig.from_config(rllm.compact_filtering)
         self.rs_config = RejectionSamplingConfig.from_config(rllm.rejection_sample)
         for key in ("n", "n_val"):
@@ -310,8 +314,6 @@ class UnifiedTrainer:
 
     def _restore(self, state: TrainerState) -> bool:
         mode = str(self.rllm_config.trainer.resume_mode)
-        if mode not in ("auto", "disable"):
-            raise ConfigError(f"rllm.trainer.resume_mode={mode!r} is unknown; use 'auto' or 'disable'.")
         latest, skipped = (None, []) if mode == "disable" else self.checkpoints.resume(state, self.backend)
         if latest is None:
             self._start_over()
@@ -319,8 +321,8 @@ class UnifiedTrainer:
         if self.episode_logger is not None and self._episodes_entry():
             self.episode_logger.discard(logs=False)
         if skipped:
-            more = f" ({len(skipped) - 1} more newer checkpoint(s) unusable)" if len(skipped) > 1 else ""
-            print(f"rllm: warning: {skipped[0]}{more} Resuming from it.", file=sys.stderr)
+            more = f" ({len(skipped) - 1} more unusable)" if len(skipped) > 1 else ""
+            print(f"rllm: warning: {skipped[0]} Resuming from it{more}.", file=sys.stderr)
         truncate_metrics(self.output_dir / METRICS_FILE, state.global_step)
         print(f"rllm: resumed from {latest} (step {state.global_step}).", file=sys.stderr)
         return True
