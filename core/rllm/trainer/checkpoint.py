@@ -37,12 +37,14 @@ _SCRATCH = re.compile(r"^(\.step_\d+\.(partial|discard)-\d+|\.latest\..+\.tmp)$"
 """Checkpoints being written or removed, and ``latest`` being replaced; left behind only by a killed run."""
 
 
-def _sha256(path: Path) -> str:
+def _sha256(path: Path, sync: bool = False) -> str:
+    """The file's sha256; with ``sync``, also flushed to disk (the manifest is about to vouch for it)."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-        os.fsync(handle.fileno())  # the manifest vouches for these bytes: make them durable first
+        if sync:
+            os.fsync(handle.fileno())
     return digest.hexdigest()
 
 
@@ -97,10 +99,13 @@ class CheckpointManager:
                 return f"checkpoint file {str(manifest_file)!r} lists {name!r}, which is not a file of the checkpoint"
             if not target.is_file():
                 return f"checkpoint file {str(target)!r} is missing"
-            size = target.stat().st_size
+            try:
+                size, digest = target.stat().st_size, _sha256(target)
+            except OSError as exc:
+                return f"checkpoint file {str(target)!r} is unreadable ({exc.strerror or exc})"
             if size != expected.get("size"):
                 return f"checkpoint file {str(target)!r} has {size} bytes where {expected.get('size')} were written"
-            if _sha256(target) != expected.get("sha256"):
+            if digest != expected.get("sha256"):
                 return f"checkpoint file {str(target)!r} is corrupt (its sha256 differs from {MANIFEST})"
         return None
 
@@ -141,7 +146,7 @@ class CheckpointManager:
             write_atomic(tmp / TRAINER_FILE, json.dumps(counters, indent=2))
             write_atomic(tmp / RS_FILE, json.dumps(rs_data))
             files = {
-                p.relative_to(tmp).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)}
+                p.relative_to(tmp).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p, sync=True)}
                 for p in sorted(tmp.rglob("*"))
                 if p.is_file()
             }
@@ -159,7 +164,13 @@ class CheckpointManager:
                 f"{f' ({exc.filename})' if exc.filename else ''}; {kept}. Free space or fix permissions, "
                 "then run the same command again to resume."
             ) from exc
-        self._prune()
+        try:
+            self._prune()
+        except OSError as exc:
+            raise CheckpointError(
+                f"Checkpoint {str(final)!r} is written, but an older one cannot be removed: {exc.strerror or exc}"
+                f"{f' ({exc.filename})' if exc.filename else ''}. Fix the permissions of {str(self.root)!r}."
+            ) from exc
         return final
 
     def _prune(self) -> None:

@@ -114,11 +114,11 @@ class RunDirectory:
                 f"{OWNED_FILE}); rllm neither overwrites nor deletes such files. Move them away, or choose another "
                 "rllm.trainer.output_dir (or experiment_name)."
             )
-        for name in [*self.names, OWNED_FILE]:  # unfinished atomic writes of a killed run
-            for scratch in self.path.glob(f".{glob.escape(name)}.*.tmp"):
-                scratch.unlink(missing_ok=True)
-        if set(self.names) - set(owned):
-            try:
+        try:
+            for name in [*self.names, OWNED_FILE]:  # unfinished atomic writes of a killed run
+                for scratch in self.path.glob(f".{glob.escape(name)}.*.tmp"):
+                    scratch.unlink(missing_ok=True)
+            if set(self.names) - set(owned):
                 write_atomic(record, json.dumps({"format": FORMAT, "names": sorted(set(owned) | set(self.names))}))
-            except OSError as exc:
-                raise _failure(f"write {str(record)!r}", exc) from exc
+        except OSError as exc:
+            raise _failure(f"claim the run directory {str(self.path)!r}", exc) from exc

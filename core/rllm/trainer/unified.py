@@ -315,11 +315,9 @@ class UnifiedTrainer:
     def _restore(self, state: TrainerState) -> bool:
         mode = str(self.rllm_config.trainer.resume_mode)
         latest, skipped = (None, []) if mode == "disable" else self.checkpoints.resume(state, self.backend)
+        self._clear(everything=latest is None)
         if latest is None:
-            self._start_over()
             return False
-        if self.episode_logger is not None and self._episodes_entry():
-            self.episode_logger.discard(logs=False)
         if skipped:
             more = f" ({len(skipped) - 1} more unusable)" if len(skipped) > 1 else ""
             print(f"rllm: warning: {skipped[0]} Resuming from it{more}.", file=sys.stderr)
@@ -327,14 +325,18 @@ class UnifiedTrainer:
         print(f"rllm: resumed from {latest} (step {state.global_step}).", file=sys.stderr)
         return True
 
-    def _start_over(self) -> None:
-        """Delete what earlier runs wrote in the run directory: rllm's own files, nothing else."""
+    def _clear(self, everything: bool) -> None:
+        """Delete killed writes' scratch and, with ``everything`` (starting over), all that rllm wrote here before.
+
+        Only rllm's own files go: see :mod:`rllm.trainer.rundir`.
+        """
         try:
-            self.checkpoints.discard_all()
-            (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
-            (self.output_dir / LEARNING_CURVE).unlink(missing_ok=True)
+            if everything:
+                self.checkpoints.discard_all()
+                (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
+                (self.output_dir / LEARNING_CURVE).unlink(missing_ok=True)
             if self.episode_logger is not None and self._episodes_entry():
-                self.episode_logger.discard()
+                self.episode_logger.discard(logs=everything)
         except OSError as exc:
             raise RunDirError(
                 f"Cannot clear the earlier run in {str(self.output_dir)!r}: {exc.strerror or exc}"
