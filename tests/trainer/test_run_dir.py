@@ -84,7 +84,7 @@ def test_files_rllm_did_not_write_are_refused_and_kept(
     assert "already holds 'checkpoints', 'metrics.jsonl', which rllm did not write" in line
     assert (tmp_path / "checkpoints" / "notes.txt").read_text() == "my notes\n"
     assert (tmp_path / METRICS_FILE).read_text() == '{"my": "metrics"}\n'
-    assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_FILE, "checkpoints", METRICS_FILE]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints", METRICS_FILE]  # not even a lock file
 
 
 def test_disable_removes_only_what_rllm_wrote(tmp_path: Path) -> None:

@@ -64,7 +64,11 @@ class RunDirectory:
         self._lock_fd: int | None = None
 
     def acquire(self) -> None:
-        """Lock the directory for this process, or raise :class:`RunDirLockedError` naming the holder."""
+        """Lock the directory for this process, or raise :class:`RunDirLockedError` naming the holder.
+
+        A directory holding files rllm did not write is refused first, before the lock file is made.
+        """
+        self._owned()
         lock_path = self.path / LOCK_FILE
         try:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -96,8 +100,8 @@ class RunDirectory:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def claim(self) -> None:
-        """Record ``names`` as rllm's, refusing if one exists that rllm did not write."""
+    def _owned(self) -> list[str]:
+        """The names recorded as rllm's; raises :class:`RunDirError` if one of ``names`` exists unrecorded."""
         record = self.path / OWNED_FILE
         owned: list[str] = []
         if record.is_file():
@@ -114,6 +118,12 @@ class RunDirectory:
                 f"{OWNED_FILE}); rllm neither overwrites nor deletes such files. Move them away, or choose another "
                 "rllm.trainer.output_dir (or experiment_name)."
             )
+        return owned
+
+    def claim(self) -> None:
+        """Record ``names`` as rllm's (the lock held), refusing if one exists that rllm did not write."""
+        owned = self._owned()
+        record = self.path / OWNED_FILE
         try:
             for name in [*self.names, OWNED_FILE]:  # unfinished atomic writes of a killed run
                 for scratch in self.path.glob(f".{glob.escape(name)}.*.tmp"):
