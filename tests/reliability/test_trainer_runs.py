@@ -18,9 +18,10 @@ and write errors that surface as tracebacks or lose data. Probes per class (19 i
   full-disk failures and the read-only file system (4) each end with exactly one
   ``rllm train: error:`` line and exit status 2.
 
-Runtime: about 35 s of CPU for some 25 ``rllm train`` processes (each starts in about
-0.5 s; completed runs also draw their learning curve); 63 s wall time on two cores under a
-load average of 4. The disk probes mount a 1 MiB tmpfs, which needs root; elsewhere they
+Runtime: 27 s of CPU time for some 26 ``rllm train`` processes (each starts in about
+0.5 s; completed runs also draw their learning curve), measured at 63-76 s wall time on two
+cores shared at a load average of 4-6; the processes run one at a time (two at most), so
+an idle machine needs about the CPU time. The disk probes mount a 1 MiB tmpfs, which needs root; elsewhere they
 are skipped, saying why.
 """
 
