@@ -21,8 +21,8 @@ and write errors that surface as tracebacks or lose data. Probes per class (19 i
 Runtime: 27 s of CPU time for some 26 ``rllm train`` processes (each starts in about
 0.5 s; completed runs also draw their learning curve), measured at 63-76 s wall time on two
 cores shared at a load average of 4-6; the processes run one at a time (two at most), so
-an idle machine needs about the CPU time. The disk probes mount a 1 MiB tmpfs, which needs root; elsewhere they
-are skipped, saying why.
+an idle machine needs about the CPU time. The disk probes mount a 1 MiB tmpfs, which needs
+root; elsewhere they are skipped, saying why.
 """
 
 from __future__ import annotations
