@@ -83,3 +83,15 @@ class TrainerError(RLLMError):
 
 class CheckpointError(TrainerError):
     """A checkpoint is missing, incomplete or belongs to a different run configuration."""
+
+
+class RunDirError(TrainerError):
+    """A run directory holds files rllm did not write, has an unusable name, or cannot be written."""
+
+
+class RunDirLockedError(RunDirError):
+    """Another process is training in the same run directory."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint's file is missing, truncated, altered, or of a format this rllm does not read."""

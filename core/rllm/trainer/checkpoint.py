@@ -1,29 +1,58 @@
-"""Checkpoints: ``{output_dir}/checkpoints/step_{N}`` directories that appear whole or not at all.
+"""Checkpoints: ``{output_dir}/checkpoints/step_{N}`` directories of data, checked before use.
 
-A checkpoint is first written to a hidden temporary directory and renamed into place, then
-the ``latest`` pointer file is replaced atomically. A run killed at any moment therefore
-resumes from the last complete checkpoint; half-written directories are ignored and removed.
+A checkpoint holds JSON and the backend's array files, never code: nothing in it is
+unpickled or imported, so a planted file cannot run. It is written into a hidden temporary
+directory, closed by ``MANIFEST.json`` (format, version, and each file's size and sha256,
+written last), then renamed into place; ``latest`` then names it. Before a checkpoint is
+used every file is checked against its manifest, so a truncated, altered or foreign-format
+one is reported naming the file, and resuming falls back to the newest intact checkpoint.
+Files a manifest does not list are never read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import pickle
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-from rllm.errors import CheckpointError
+from rllm.errors import CheckpointError, CorruptCheckpointError
 from rllm.io import write_atomic
+from rllm.trainer.jsondata import decode_rejection_state, encode_rejection_state
 from rllm.trainer.protocol import BackendProtocol, TrainerState
 from rllm.trainer.rejection import RejectionSamplingState
 
+FORMAT = "rllm-checkpoint"
+VERSION = 1
+"""Checkpoint layout version, checked on load; bumped when the layout changes incompatibly."""
+MANIFEST = "MANIFEST.json"
 TRAINER_FILE = "trainer.json"
-RS_FILE = "rejection_state.pkl"
+RS_FILE = "rejection_state.json"
 LATEST = "latest"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+_SCRATCH = re.compile(r"^(\.step_\d+\.(partial|discard)-\d+|\.latest\..+\.tmp)$")
+"""Checkpoints being written or removed, and ``latest`` being replaced; left behind only by a killed run."""
+
+
+def _sha256(path: Path, sync: bool = False) -> str:
+    """The file's sha256; with ``sync``, also flushed to disk (the manifest is about to vouch for it)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+        if sync:
+            os.fsync(handle.fileno())
+    return digest.hexdigest()
+
+
+def _remove(path: Path) -> None:
+    """Rename ``path`` out of the checkpoint namespace, then delete it: a kill midway leaves only scratch."""
+    scratch = path.with_name(f".{path.name}.discard-{os.getpid()}")
+    os.replace(path, scratch)
+    shutil.rmtree(scratch)
 
 
 class CheckpointManager:
@@ -38,64 +67,161 @@ class CheckpointManager:
         self.fingerprint = fingerprint
         self.keep = max(int(keep), 1)
 
-    def _complete(self) -> list[tuple[int, Path]]:
+    def steps(self) -> list[tuple[int, Path]]:
+        """Every ``step_N`` directory, intact or not, oldest first."""
         found = []
         if self.root.is_dir():
             for child in self.root.iterdir():
                 match = _STEP_DIR.match(child.name)
-                if match and (child / TRAINER_FILE).is_file():
+                if match and child.is_dir():
                     found.append((int(match.group(1)), child))
         return sorted(found)
 
-    def latest(self) -> Path | None:
-        """The newest complete checkpoint, by the pointer file or, if that is stale, by scanning."""
-        pointer = self.root / LATEST
-        if pointer.is_file():
-            candidate = self.root / pointer.read_text(encoding="utf-8").strip()
-            if (candidate / TRAINER_FILE).is_file():
-                return candidate
-        complete = self._complete()
-        return complete[-1][1] if complete else None
+    # -- validation ---------------------------------------------------------------------------
+    def problem(self, path: Path) -> str | None:
+        """Why the checkpoint at ``path`` cannot be used (naming the file), or None if it is intact."""
+        manifest_file = path / MANIFEST
+        try:
+            manifest = json.loads(manifest_file.read_bytes())
+        except FileNotFoundError:
+            return f"checkpoint {str(path)!r} has no {MANIFEST}: it was not written whole by this version of rllm"
+        except (OSError, ValueError) as exc:
+            return f"checkpoint file {str(manifest_file)!r} is unreadable or truncated ({exc})"
+        if not isinstance(manifest, dict) or (manifest.get("format"), manifest.get("version")) != (FORMAT, VERSION):
+            found = (manifest.get("format"), manifest.get("version")) if isinstance(manifest, dict) else manifest
+            return f"checkpoint file {str(manifest_file)!r} describes {found!r}; this rllm reads {FORMAT!r} {VERSION}"
+        files = manifest.get("files")
+        if not isinstance(files, dict) or not {TRAINER_FILE, RS_FILE} <= set(files):
+            return f"checkpoint file {str(manifest_file)!r} does not list {TRAINER_FILE} and {RS_FILE}"
+        for name, expected in sorted(files.items()):
+            target = path / name
+            if Path(name).is_absolute() or ".." in Path(name).parts or not isinstance(expected, dict):
+                return f"checkpoint file {str(manifest_file)!r} lists {name!r}, which is not a file of the checkpoint"
+            if not target.is_file():
+                return f"checkpoint file {str(target)!r} is missing"
+            try:
+                size, digest = target.stat().st_size, _sha256(target)
+            except OSError as exc:
+                return f"checkpoint file {str(target)!r} is unreadable ({exc.strerror or exc})"
+            if size != expected.get("size"):
+                return f"checkpoint file {str(target)!r} has {size} bytes where {expected.get('size')} were written"
+            if digest != expected.get("sha256"):
+                return f"checkpoint file {str(target)!r} is corrupt (its sha256 differs from {MANIFEST})"
+        return None
 
+    def _intact_before(self, step: int) -> Path | None:
+        for earlier_step, earlier in reversed(self.steps()):
+            if earlier_step < step and self.problem(earlier) is None:
+                return earlier
+        return None
+
+    def _unusable(self, path: Path, reason: str) -> CorruptCheckpointError:
+        match = _STEP_DIR.match(path.name)
+        earlier = self._intact_before(int(match.group(1))) if match else None
+        where = (
+            f"the newest intact earlier checkpoint is {str(earlier)!r}"
+            if earlier is not None
+            else "no earlier checkpoint is intact; set rllm.trainer.resume_mode=disable to start over"
+        )
+        return CorruptCheckpointError(f"{reason[0].upper()}{reason[1:]}; {where}.")
+
+    # -- writing ------------------------------------------------------------------------------
     def save(self, state: TrainerState, backend: BackendProtocol) -> Path:
-        self.root.mkdir(parents=True, exist_ok=True)
-        final = self.root / f"step_{state.global_step}"
-        tmp = self.root / f".step_{state.global_step}.partial-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        backend.save_checkpoint(tmp)
-        rs_state = state.rs_state
-        if isinstance(rs_state, RejectionSamplingState) and (rs_state.groups or rs_state.batches):
-            with (tmp / RS_FILE).open("wb") as handle:
-                pickle.dump(rs_state, handle)
+        """Write a checkpoint of ``state`` and ``backend``; a write failure leaves the earlier ones as they were."""
+        rs_state = state.rs_state if isinstance(state.rs_state, RejectionSamplingState) else RejectionSamplingState()
+        rs_data = encode_rejection_state(rs_state)  # an unstorable value fails here, before any file is touched
         counters = {
             "global_step": state.global_step,
             "epoch": state.epoch,
             "batches_done": state.batches_done,
             "fingerprint": self.fingerprint,
         }
-        write_atomic(tmp / TRAINER_FILE, json.dumps(counters, indent=2))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        write_atomic(self.root / LATEST, final.name)
-        self._prune()
+        final = self.root / f"step_{state.global_step}"
+        tmp = self.root / f".step_{state.global_step}.partial-{os.getpid()}"
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            backend.save_checkpoint(tmp)
+            write_atomic(tmp / TRAINER_FILE, json.dumps(counters, indent=2))
+            write_atomic(tmp / RS_FILE, json.dumps(rs_data))
+            files = {
+                p.relative_to(tmp).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p, sync=True)}
+                for p in sorted(tmp.rglob("*"))
+                if p.is_file()
+            }
+            write_atomic(tmp / MANIFEST, json.dumps({"format": FORMAT, "version": VERSION, "files": files}, indent=1))
+            if final.exists():
+                _remove(final)
+            os.replace(tmp, final)
+            write_atomic(self.root / LATEST, final.name)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            intact = [p for _, p in self.steps() if (p / MANIFEST).is_file()]
+            kept = f"{str(intact[-1])!r} is intact" if intact else "no earlier checkpoint exists"
+            raise CheckpointError(
+                f"Cannot write checkpoint {str(final)!r}: {exc.strerror or exc}"
+                f"{f' ({exc.filename})' if exc.filename else ''}; {kept}. Free space or fix permissions, "
+                "then run the same command again to resume."
+            ) from exc
+        try:
+            self._prune()
+        except OSError as exc:
+            raise CheckpointError(
+                f"Checkpoint {str(final)!r} is written, but an older one cannot be removed: {exc.strerror or exc}"
+                f"{f' ({exc.filename})' if exc.filename else ''}. Fix the permissions of {str(self.root)!r}."
+            ) from exc
         return final
 
     def _prune(self) -> None:
-        for _, old in self._complete()[: -self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
-        for child in self.root.iterdir():
-            if child.name.startswith(".step_") and ".partial-" in child.name:
-                shutil.rmtree(child, ignore_errors=True)
+        """Keep the newest ``keep`` complete checkpoints; remove older ones and killed runs' scratch."""
+        complete = [step for step, path in self.steps() if (path / MANIFEST).is_file()]
+        if len(complete) > self.keep:
+            oldest_kept = complete[-self.keep]
+            for step, path in self.steps():
+                if step < oldest_kept:
+                    _remove(path)
+        self.remove_scratch()
 
+    def remove_scratch(self) -> None:
+        """Delete what a killed run left half-written or half-removed (only one run holds the directory)."""
+        if not self.root.is_dir():
+            return
+        for child in self.root.iterdir():
+            if _SCRATCH.match(child.name):
+                if child.is_dir():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+
+    def discard_all(self) -> None:
+        """Remove what rllm writes here (``step_N``, ``latest``, scratch); any other file stays."""
+        if not self.root.is_dir():
+            return
+        for _, path in self.steps():
+            _remove(path)
+        self.remove_scratch()
+        (self.root / LATEST).unlink(missing_ok=True)
+        if not any(self.root.iterdir()):
+            self.root.rmdir()
+
+    # -- reading ------------------------------------------------------------------------------
     def load(self, path: Path, state: TrainerState, backend: BackendProtocol) -> None:
-        """Restore ``state`` and ``backend`` from the checkpoint at ``path``."""
+        """Restore ``state`` and ``backend`` from the checkpoint at ``path``, after checking every file.
+
+        Raises :class:`CorruptCheckpointError` naming the bad file and the newest intact earlier
+        checkpoint, and :class:`CheckpointError` if it was written with other settings.
+        """
+        reason = self.problem(path)
+        if reason is not None:
+            raise self._unusable(path, reason)
         try:
-            counters = json.loads((path / TRAINER_FILE).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise CheckpointError(f"Checkpoint {str(path)!r} cannot be read: {exc}. Delete it to start over.") from exc
-        saved = counters.get("fingerprint", {})
+            counters = json.loads((path / TRAINER_FILE).read_bytes())
+            saved = counters["fingerprint"]
+            step, epoch, batches = (int(counters[k]) for k in ("global_step", "epoch", "batches_done"))
+            rs_state = decode_rejection_state(json.loads((path / RS_FILE).read_bytes()))
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+            raise self._unusable(path, f"checkpoint {str(path)!r} holds data this rllm cannot read ({exc!r})") from exc
         if saved != self.fingerprint:
             changed = sorted(k for k in set(saved) | set(self.fingerprint) if saved.get(k) != self.fingerprint.get(k))
             raise CheckpointError(
@@ -104,15 +230,23 @@ class CheckpointManager:
                 "Use another rllm.trainer.experiment_name or output_dir for the new settings, or set "
                 "rllm.trainer.resume_mode=disable to start over in place."
             )
-        state.global_step = int(counters["global_step"])
-        state.epoch = int(counters["epoch"])
-        state.batches_done = int(counters["batches_done"])
-        rs_file = path / RS_FILE
-        if rs_file.is_file():
-            with rs_file.open("rb") as handle:
-                state.rs_state = pickle.load(handle)
         backend.load_checkpoint(path)
+        state.global_step, state.epoch, state.batches_done, state.rs_state = step, epoch, batches, rs_state
 
-    def clear(self) -> None:
-        """Forget every checkpoint (``resume_mode=disable`` starts a run over in place)."""
-        shutil.rmtree(self.root, ignore_errors=True)
+    def resume(self, state: TrainerState, backend: BackendProtocol) -> tuple[Path | None, list[str]]:
+        """Load the newest intact checkpoint; returns it (None if there is none) and why newer ones were skipped.
+
+        If checkpoints exist but none is intact, the newest one's error is raised.
+        """
+        self.remove_scratch()
+        skipped: list[str] = []
+        for _, path in reversed(self.steps()):
+            try:
+                self.load(path, state, backend)
+            except CorruptCheckpointError as exc:
+                skipped.append(str(exc))
+                continue
+            return path, skipped
+        if skipped:
+            raise CorruptCheckpointError(skipped[0])
+        return None, skipped

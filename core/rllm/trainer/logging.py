@@ -6,9 +6,11 @@ so a process killed at any moment leaves either the old file or the new one, nev
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
+import re
 import sys
 import time
 from collections import Counter
@@ -17,12 +19,18 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TextIO
 
-from rllm.errors import ConfigError
+from rllm.errors import ConfigError, RunDirError
 from rllm.io import write_atomic
 from rllm.types import Episode
 
 SUPPORTED_LOGGERS = ("console", "jsonl")
 METRICS_FILE = "metrics.jsonl"
+_RESUME_HINT = "the last checkpoint is intact: free space or fix permissions, then run the same command again to resume"
+
+
+def write_failure(path: Path, exc: OSError) -> RunDirError:
+    """A one-line error for a run file that cannot be written (full disk, permissions)."""
+    return RunDirError(f"Cannot write {str(path)!r}: {exc.strerror or exc}; {_RESUME_HINT}.")
 
 
 def _jsonable(value: Any) -> Any:
@@ -136,23 +144,34 @@ class JsonlSink:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.handle = path.open("a", encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.handle = path.open("a", encoding="utf-8")
+        except OSError as exc:
+            raise write_failure(path, exc) from exc
 
     def write(self, record: Mapping[str, Any]) -> None:
         clean = {k: v if isinstance(v, str | int) else _number(v) for k, v in record.items()}
-        self.handle.write(json.dumps(clean) + "\n")
-        self.handle.flush()
+        try:
+            self.handle.write(json.dumps(clean) + "\n")
+            self.handle.flush()
+        except OSError as exc:
+            raise write_failure(self.path, exc) from exc
 
     def close(self) -> None:
-        self.handle.close()
+        """Close the file; a line a full disk refused is already reported, so a failing flush is not raised again."""
+        with contextlib.suppress(OSError):
+            self.handle.close()
 
 
 def truncate_metrics(path: Path, last_step: int) -> None:
     """Drop records of steps after ``last_step``: those a resumed run is about to train again."""
     records = read_metrics(path)
     kept = [r for r in records if int(r.get("step", 0)) <= last_step]
-    write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+    try:
+        write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+    except OSError as exc:
+        raise write_failure(path, exc) from exc
 
 
 class MetricsLogger:
@@ -201,14 +220,36 @@ class EpisodeLogger:
     overwrites another's file; a resumed run that repeats a step replaces that step's files.
     """
 
+    MODES = ("train", "val")
+    _LOG = re.compile(r"^step_\d{6}-\d{3}\.jsonl$")
+    _SCRATCH = re.compile(r"^\.step_\d{6}-\d{3}\.jsonl\..+\.tmp$")
+    """The temporary file of a write that a killed run left unfinished."""
+
     def __init__(self, base_dir: Path) -> None:
         self.base_dir = Path(base_dir)
         self._parts: Counter[tuple[str, int]] = Counter()
+
+    def discard(self, logs: bool = True) -> None:
+        """Delete unfinished writes and, with ``logs``, the episode files (and folders left empty); other files stay."""
+        for mode in self.MODES:
+            folder = self.base_dir / mode
+            if not folder.is_dir():
+                continue
+            for child in folder.iterdir():
+                if (self._SCRATCH.match(child.name) or (logs and self._LOG.match(child.name))) and child.is_file():
+                    child.unlink()
+            if not any(folder.iterdir()):
+                folder.rmdir()
+        if self.base_dir.is_dir() and not any(self.base_dir.iterdir()):
+            self.base_dir.rmdir()
 
     def log(self, episodes: Sequence[Episode], step: int, mode: str) -> Path:
         part = self._parts[(mode, step)]
         self._parts[(mode, step)] += 1
         path = self.base_dir / mode / f"step_{step:06d}-{part:03d}.jsonl"
         lines = [json.dumps(dataclasses.asdict(ep), default=_jsonable) + "\n" for ep in episodes]
-        write_atomic(path, "".join(lines))
+        try:
+            write_atomic(path, "".join(lines))
+        except OSError as exc:
+            raise write_failure(path, exc) from exc
         return path

@@ -58,7 +58,8 @@ def plot_runs(run_dirs: Sequence[Path], output: Path, labels: Sequence[str] | No
     ax_reward.set(title="training reward (mean)", xlabel="step")
     for axis in (ax_val, ax_reward):
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
+        if axis.get_legend_handles_labels()[0]:  # a run without validation has no val curve
+            axis.legend(fontsize=8)
     fig.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output, dpi=110)

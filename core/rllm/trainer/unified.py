@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import sys
 import threading
 import time
@@ -26,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rllm.config.algorithm import AlgorithmConfig, estimator_name
 from rllm.config.loading import default_config
-from rllm.errors import ConfigError, RLLMWarning, TrainerError
+from rllm.errors import ConfigError, RLLMWarning, RunDirError, TrainerError
 from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm.estimators.compute import get_estimator
 from rllm.plugins.manager import get_plugin_manager
@@ -45,12 +46,15 @@ from rllm.trainer.rejection import (
     RejectionSamplingState,
     apply_rejection_sampling_and_filtering,
 )
+from rllm.trainer.rundir import RunDirectory, check_run_name
 from rllm.trainer.validation import pass_at_k_metrics
 from rllm.types import Episode, TerminationReason
 from rllm.workflows.workflow import Workflow
 
 TRAINER_OPTIONS = ("executor", "progress")
 """Keyword arguments accepted beyond the documented ones."""
+LEARNING_CURVE = "learning_curve.png"
+"""Written into the run directory by ``rllm train`` after training."""
 
 
 @contextmanager
@@ -155,6 +159,7 @@ class UnifiedTrainer:
         self.episode_logger = (
             EpisodeLogger(Path(str(episode_logging.episode_log_dir))) if episode_logging.log_episodes else None
         )
+        self.run_dir = RunDirectory(self.output_dir, self._run_names())
         rollout_engine = self.backend.init_rollout_engine(
             cf_config=self.cf_config,
             rs_config=self.rs_config,
@@ -184,6 +189,12 @@ class UnifiedTrainer:
         for name in {algorithm.estimator, *algorithm.estimator_map.values()}:
             get_estimator(name)  # unknown names fail now, with suggestions, not after the first rollouts
         self.algorithm_config = algorithm
+        for key in ("project_name", "experiment_name"):
+            check_run_name(f"rllm.trainer.{key}", rllm.trainer[key])
+        if str(rllm.trainer.resume_mode) not in ("auto", "disable"):
+            raise ConfigError(
+                f"rllm.trainer.resume_mode={rllm.trainer.resume_mode!r} is unknown; use 'auto' or 'disable'."
+            )
         self.cf_config = CompactFilteringConfig.from_config(rllm.compact_filtering)
         self.rs_config = RejectionSamplingConfig.from_config(rllm.rejection_sample)
         for key in ("n", "n_val"):
@@ -252,8 +263,35 @@ class UnifiedTrainer:
         if failure:
             raise failure[0]
 
+    def _episodes_entry(self) -> str | None:
+        """The run-directory entry holding the episode files, if they go under the run directory."""
+        if self.episode_logger is None:
+            return None
+        base = Path(os.path.abspath(self.episode_logger.base_dir))
+        run = Path(os.path.abspath(self.output_dir))
+        return base.relative_to(run).parts[0] if base != run and base.is_relative_to(run) else None
+
+    def _run_names(self) -> list[str]:
+        """The entries rllm writes directly inside the run directory."""
+        episodes = self._episodes_entry()
+        return [METRICS_FILE, self.checkpoints.root.name, LEARNING_CURVE, *([episodes] if episodes else [])]
+
     async def fit_async(self) -> None:
-        """Train to the end: resume if a checkpoint exists, validate, run the steps, validate again."""
+        """Train to the end: resume if a checkpoint exists, validate, run the steps, validate again.
+
+        The run directory is locked for the duration (a second run into it fails with
+        :class:`RunDirLockedError`), and a directory holding files rllm did not write is refused.
+        """
+        self.run_dir.acquire()
+        try:
+            self.run_dir.claim()
+            await self._fit_locked()
+        finally:
+            if self.logger is not None:
+                self.logger.finish()
+            self.run_dir.release()
+
+    async def _fit_locked(self) -> None:
         await self.agent_workflow_engine.initialize_pool()
         state = TrainerState(rs_state=RejectionSamplingState())
         resumed = self._restore(state)
@@ -276,20 +314,34 @@ class UnifiedTrainer:
 
     def _restore(self, state: TrainerState) -> bool:
         mode = str(self.rllm_config.trainer.resume_mode)
-        if mode not in ("auto", "disable"):
-            raise ConfigError(f"rllm.trainer.resume_mode={mode!r} is unknown; use 'auto' or 'disable'.")
-        if mode == "disable":
-            self.checkpoints.clear()
-            (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
-            return False
-        latest = self.checkpoints.latest()
+        latest, skipped = (None, []) if mode == "disable" else self.checkpoints.resume(state, self.backend)
+        self._clear(everything=latest is None)
         if latest is None:
-            (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
             return False
-        self.checkpoints.load(latest, state, self.backend)
+        if skipped:
+            more = f" ({len(skipped) - 1} more unusable)" if len(skipped) > 1 else ""
+            print(f"rllm: warning: {skipped[0]} Resuming from it{more}.", file=sys.stderr)
         truncate_metrics(self.output_dir / METRICS_FILE, state.global_step)
         print(f"rllm: resumed from {latest} (step {state.global_step}).", file=sys.stderr)
         return True
+
+    def _clear(self, everything: bool) -> None:
+        """Delete killed writes' scratch and, with ``everything`` (starting over), all that rllm wrote here before.
+
+        Only rllm's own files go: see :mod:`rllm.trainer.rundir`.
+        """
+        try:
+            if everything:
+                self.checkpoints.discard_all()
+                (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
+                (self.output_dir / LEARNING_CURVE).unlink(missing_ok=True)
+            if self.episode_logger is not None and self._episodes_entry():
+                self.episode_logger.discard(logs=everything)
+        except OSError as exc:
+            raise RunDirError(
+                f"Cannot clear the earlier run in {str(self.output_dir)!r}: {exc.strerror or exc}"
+                f"{f' ({exc.filename})' if exc.filename else ''}."
+            ) from exc
 
     def _total_steps(self, state: TrainerState) -> int:
         trainer_cfg = self.rllm_config.trainer

@@ -241,7 +241,7 @@ class EmbeddedBackend(BackendProtocol):
 
     def load_checkpoint(self, directory: Path) -> None:
         try:
-            with np.load(directory / POLICY_FILE) as arrays:
+            with np.load(directory / POLICY_FILE, allow_pickle=False) as arrays:  # arrays only, never objects
                 weights = arrays["weights"]
             state = json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))
         except (OSError, KeyError, ValueError) as exc:

@@ -1,0 +1,134 @@
+"""A run directory has one owner, and rllm deletes only what it wrote there.
+
+``rllm.trainer.output_dir`` is locked with ``fcntl.flock`` on ``.rllm.lock`` for the whole
+run, so a second process training into it stops at once, naming the holder's pid, instead of
+deleting the first one's metrics and checkpoints. The lock goes with the process, so a
+killed run never leaves a stale lock behind.
+
+``.rllm-run.json`` records the names rllm writes in the directory (``metrics.jsonl``,
+``checkpoints``, ...). A run refuses a directory where one of those names exists without
+that record, i.e. a file rllm did not write: it neither appends to it nor deletes it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from rllm.errors import ConfigError, RunDirError, RunDirLockedError
+from rllm.io import write_atomic
+
+LOCK_FILE = ".rllm.lock"
+OWNED_FILE = ".rllm-run.json"
+FORMAT = "rllm-run"
+_PID_WIDTH = 24
+
+
+def check_run_name(key: str, value: object) -> str:
+    """``value`` as a single directory name, so ``runs/{project}/{experiment}`` stays inside ``runs/``."""
+    name = str(value)
+    bad = (
+        not name
+        or name in (".", "..")
+        or "/" in name
+        or "\\" in name
+        or "\0" in name
+        or (os.altsep is not None and os.altsep in name)
+    )
+    if bad:
+        raise ConfigError(
+            f"{key}={name!r} is not a plain name: it may not be empty, '.' or '..', nor contain '/', '\\' or NUL, "
+            "so the run stays inside runs/. Use a name like 'grpo-lr1e-3', or set rllm.trainer.output_dir "
+            "to put the run elsewhere."
+        )
+    return name
+
+
+def _failure(what: str, exc: OSError) -> RunDirError:
+    return RunDirError(f"Cannot {what}: {exc.strerror or exc}{f' ({exc.filename})' if exc.filename else ''}.")
+
+
+class RunDirectory:
+    """The lock and the record of rllm's names in one run directory.
+
+    ``names`` are the entries (relative to ``path``, first component only) rllm writes there.
+    """
+
+    def __init__(self, path: Path, names: Sequence[str]) -> None:
+        self.path = Path(path)
+        self.names = sorted(set(names))
+        self._lock_fd: int | None = None
+
+    def acquire(self) -> None:
+        """Lock the directory for this process, or raise :class:`RunDirLockedError` naming the holder.
+
+        A directory holding files rllm did not write is refused first, before the lock file is made.
+        """
+        self._owned()
+        lock_path = self.path / LOCK_FILE
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _failure(f"create the run directory {str(self.path)!r}", exc) from exc
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise _failure(f"open the lock file {str(lock_path)!r}", exc) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, _PID_WIDTH).decode("ascii", "replace").strip()
+            os.close(fd)
+            raise RunDirLockedError(
+                f"Run directory {str(self.path)!r} is in use by another rllm run (pid {holder or 'unknown'}); "
+                "wait for it to finish, or choose another rllm.trainer.experiment_name or output_dir."
+            ) from None
+        try:  # a fixed-width record rewritten in place: no new block, so it works on a full disk too
+            os.pwrite(fd, f"{os.getpid()}\n".ljust(_PID_WIDTH).encode(), 0)
+        except OSError as exc:
+            os.close(fd)
+            raise _failure(f"write the lock file {str(lock_path)!r}", exc) from exc
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        """Give the directory up (also happens when the process ends, however it ends)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _owned(self) -> list[str]:
+        """The names recorded as rllm's; raises :class:`RunDirError` if one of ``names`` exists unrecorded."""
+        record = self.path / OWNED_FILE
+        owned: list[str] = []
+        if record.is_file():
+            try:
+                data = json.loads(record.read_bytes())
+                owned = [str(name) for name in data["names"]] if data.get("format") == FORMAT else []
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                owned = []
+        foreign = [name for name in self.names if name not in owned and os.path.lexists(self.path / name)]
+        if foreign:
+            listed = ", ".join(repr(name) for name in foreign)
+            raise RunDirError(
+                f"Run directory {str(self.path)!r} already holds {listed}, which rllm did not write (no record in "
+                f"{OWNED_FILE}); rllm neither overwrites nor deletes such files. Move them away, or choose another "
+                "rllm.trainer.output_dir (or experiment_name)."
+            )
+        return owned
+
+    def claim(self) -> None:
+        """Record ``names`` as rllm's (the lock held), refusing if one exists that rllm did not write."""
+        owned = self._owned()
+        record = self.path / OWNED_FILE
+        try:
+            for name in [*self.names, OWNED_FILE]:  # unfinished atomic writes of a killed run
+                for scratch in self.path.glob(f".{glob.escape(name)}.*.tmp"):
+                    scratch.unlink(missing_ok=True)
+            if set(self.names) - set(owned):
+                write_atomic(record, json.dumps({"format": FORMAT, "names": sorted(set(owned) | set(self.names))}))
+        except OSError as exc:
+            raise _failure(f"claim the run directory {str(self.path)!r}", exc) from exc
