@@ -15,8 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
+from rllm.cli.args import add_config_arguments, command_parser, split_words
 from rllm.config.algorithm import AlgorithmConfig, estimator_name
-from rllm.config.loading import load_config
 from rllm.errors import RolloutFileError
 from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm.io import write_atomic
@@ -27,20 +27,17 @@ GROUP_FIELDS = ("group_id", "task_id")
 
 
 def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
+    parser = command_parser(
+        sub,
         "advantages",
-        help="compute advantages for rollouts in a JSON Lines file",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "compute advantages for rollouts in a JSON Lines file",
+        __doc__ or "",
+        ["rllm advantages rollouts.jsonl -e rloo -o scored.jsonl"],
     )
-    parser.add_argument("input", nargs="?", help=f"rollouts (.jsonl); '-' for stdin; default: the bundled {SAMPLE}")
+    add_config_arguments(parser, "the rollout file (.jsonl, '-' for stdin), config files and key=value overrides")
     parser.add_argument("-o", "--output", help="write the rollouts with advantages here (default: stdout)")
     parser.add_argument("-e", "--estimator", help="estimator name (overrides the config), e.g. grpo, rloo")
-    parser.add_argument("-c", "--config", action="append", default=[], help="YAML config file(s), merged in order")
     parser.add_argument("--field", default="advantage", help="name of the field to add (default: advantage)")
-    parser.add_argument(
-        "overrides", nargs="*", metavar="key=value", help="config overrides, e.g. rllm.algorithm.epsilon=1e-4"
-    )
     parser.set_defaults(run=run)
 
 
@@ -93,14 +90,11 @@ def _open_input(path: str | None) -> tuple[IO[str], str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    overrides = list(args.overrides)
-    if args.input and "=" in args.input and not Path(args.input).exists():
-        overrides.insert(0, args.input)  # `rllm advantages key=value` on the bundled sample
-        args.input = None
+    words = split_words(args, others_allowed=1)
     if args.estimator:
-        overrides.append(f"algorithm.adv_estimator={args.estimator}")
-    config = AlgorithmConfig.from_config(load_config(*args.config, overrides=overrides))
-    handle, source = _open_input(args.input)
+        words.overrides.append(f"algorithm.adv_estimator={args.estimator}")
+    config = AlgorithmConfig.from_config(words.load())
+    handle, source = _open_input(words.others[0] if words.others else None)
     with handle:
         records = _read_lines(handle, source)
     groups = _groups(records, source)
