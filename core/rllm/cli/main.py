@@ -27,12 +27,15 @@ _DESCRIPTION = """Pluggable advantage estimation for LLM reinforcement learning.
 Every command takes config files (-c FILE or FILE.yaml, repeatable) and overrides
 (key=value, +key=value, ++key=value, ~key); `rllm config --keys` lists the keys."""
 
-_EXAMPLES = """Examples:
+_EXAMPLES = (
+    """Examples:
   rllm train rllm.trainer.total_batches=20
   rllm advantages rollouts.jsonl -e rloo -o scored.jsonl
   rllm config --keys
 
-""" + DOCS
+"""
+    + DOCS
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -335,4 +335,3 @@ def save_config(config: DictConfig, run_dir: Path) -> Path:
     )
     write_atomic(path, header + OmegaConf.to_yaml(config))
     return path
-

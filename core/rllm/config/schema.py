@@ -210,9 +210,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("rllm.algorithm.lam", "float", 0.95, "GAE lambda.", minimum=0, maximum=1),
     _bool_key("rllm.algorithm.norm_adv_by_std_in_grpo", True, "GRPO divides by the group's std."),
     _bool_key("rllm.algorithm.use_rllm", False, "Compute advantages with rllm's estimators (verl switch)."),
-    _bool_key(
-        "rllm.algorithm.use_precomputed_advantage", False, "Groups whose steps carry advantages keep them."
-    ),
+    _bool_key("rllm.algorithm.use_precomputed_advantage", False, "Groups whose steps carry advantages keep them."),
     ConfigKey(
         "rllm.algorithm.loss_fn",
         "str",
@@ -268,10 +266,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
     ),
     _bool_key("rllm.stepwise_advantage.normalize_by_steps", False, "Divide step advantages by the step count."),
     _bool_key("rllm.compact_filtering.enable", False, "Mask trajectories by how their episode ended."),
-    *(
-        _bool_key(f"rllm.compact_filtering.mask_{name}", False, f"Mask episodes ending with {name}.")
-        for name in _MASKS
-    ),
+    *(_bool_key(f"rllm.compact_filtering.mask_{name}", False, f"Mask episodes ending with {name}.") for name in _MASKS),
     _bool_key("rllm.rejection_sample.enable", False, "Drop groups with no signal (all solved or all failed)."),
     ConfigKey(
         "rllm.rejection_sample.mode",
@@ -281,9 +276,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         choices=("batch", "episode"),
     ),
     _count("rllm.rejection_sample.multiplier", 1, "Tasks sampled per batch slot, to make up for rejected ones."),
-    _count(
-        "rllm.rejection_sample.min_partial_solve_tasks", 1, "Partly solved tasks to gather before training.", 0
-    ),
+    _count("rllm.rejection_sample.min_partial_solve_tasks", 1, "Partly solved tasks to gather before training.", 0),
     _count("rllm.rejection_sample.min_trajs_per_group", 2, "Smaller groups are dropped (no baseline)."),
     _count("rllm.workflow.n_parallel_tasks", 256, "Workflows run at once."),
     _count("rllm.workflow.retry_limit", 3, "Extra attempts for a workflow that raised.", 0),
