@@ -75,3 +75,7 @@ class TrainerError(RLLMError):
 
 class CheckpointError(TrainerError):
     """A checkpoint is missing, incomplete or belongs to a different run configuration."""
+
+
+class OutputFileError(RLLMError, OSError):
+    """An output file cannot be written; whatever was there before is left as it was."""

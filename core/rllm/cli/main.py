@@ -67,12 +67,11 @@ def _show_warning(
 
 @contextmanager
 def _terminal_warnings() -> Iterator[None]:
-    saved = warnings.showwarning
-    warnings.showwarning = _show_warning
-    try:
+    """Show warnings as single lines, including rllm's deprecation notices about the user's config."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("default", category=DeprecationWarning, module=r"rllm(\.|$)")
+        warnings.showwarning = _show_warning
         yield
-    finally:
-        warnings.showwarning = saved
 
 
 def main(argv: Sequence[str] | None = None) -> int:
