@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -172,3 +174,38 @@ def test_input_that_is_a_folder_is_named(tmp_path: Path, capsys: pytest.CaptureF
         capsys.readouterr().err
         == f"rllm advantages: error: Rollout file {str(tmp_path)!r} is a folder; give a .jsonl file.\n"
     )
+
+
+def _run_with_stderr(tmp_path: Path, stderr: int) -> None:
+    source = write_lines(tmp_path / "big.jsonl", [{"task_id": i // 4, "reward": i % 3} for i in range(20_000)])
+    with (tmp_path / "out.jsonl").open("wb") as out:
+        code = subprocess.run(
+            [sys.executable, "-m", "rllm.cli.main", "advantages", str(source)], stdout=out, stderr=stderr, check=False
+        ).returncode
+    assert code == 0
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 20_000
+
+
+def test_progress_is_shown_on_a_terminal_only(tmp_path: Path) -> None:
+    leader, follower = pty.openpty()
+    try:
+        _run_with_stderr(tmp_path, follower)
+        os.close(follower)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal is closed once everything is read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(leader)
+    assert b"\rrllm advantages: reading" in shown and b"\rrllm advantages: writing" in shown
+    assert b"20000 rollouts in 5000 groups" in shown
+
+    log = tmp_path / "stderr.txt"
+    with log.open("wb") as handle:
+        _run_with_stderr(tmp_path, handle.fileno())
+    assert b"\r" not in log.read_bytes() and log.read_bytes().startswith(b"20000 rollouts in 5000 groups")
