@@ -94,3 +94,24 @@ def test_real_process_exit_2_without_traceback(command: str, tmp_path: Path) -> 
         f"rllm {command}: error: rllm.algorithm.gamma must be a number >= 0 and <= 1; got 'abc' (str).\n"
     )
     assert result.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"rllm:\n  trainer: {total_epochs: 3\n", "is not valid YAML"),
+        (b"rllm:\n  trainer:\n    experiment_name: caf\xe9\n", "is not UTF-8 text (invalid continuation byte at byte"),
+        (b"- a\n- b\n", "holds a list; it must hold a mapping of keys."),
+        (b"rllm:\n  trainer: 5\n", "rllm.trainer must be a mapping of keys; got 5."),
+        (b"rllm:\n  rollout:\n    n: '8'\n", "rllm.rollout.n must be an integer >= 1; got '8' (str)."),
+    ],
+)
+def test_bad_config_file_is_one_line(
+    content: bytes, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("bad.yaml").write_bytes(content)
+    assert main(["train", "-c", "bad.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]

@@ -26,7 +26,7 @@ import numpy as np
 
 from rllm.cli.args import add_config_arguments, command_parser, split_words
 from rllm.config.algorithm import AlgorithmConfig, estimator_name
-from rllm.errors import RLLMWarning, RolloutFileError
+from rllm.errors import RLLMError, RLLMWarning, RolloutFileError
 from rllm.estimators import fused
 from rllm.estimators.batch import AdvantageBatch, Ragged
 from rllm.estimators.call import run_estimator
@@ -63,14 +63,20 @@ file is replaced atomically, keeping its permissions; a FIFO, device or '-' is s
 
 
 def _fields_help() -> str:
+    """The per-line fields, and which registered estimators need them (help must work even if plugins fail)."""
     lines = [f"  {name:<18} {doc}" for name, doc in LINE_FIELDS.values()]
-    needs = []
     from rllm.plugins.manager import get_plugin_manager
 
-    for name in get_plugin_manager().estimators.names():
+    try:
+        names = get_plugin_manager().estimators.names()
+    except RLLMError as exc:  # a broken plugin in strict mode is reported when the command runs
+        names, needs = [], [f"(not available: {exc})"]
+    else:
+        needs = []
+    for name in names:
         try:
             requires = get_estimator(name).requires
-        except Exception:  # a conflicted name is reported when used, not in help
+        except RLLMError:  # a name two plugins claim is reported when it is used
             continue
         if requires:
             needs.append(f"{name} ({', '.join(LINE_FIELDS.get(r, (r,))[0] for r in requires)})")
