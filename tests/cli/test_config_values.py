@@ -1,6 +1,7 @@
 """Every numeric, boolean and choice key of the schema refuses a wrong value before anything runs.
 
-Table-driven from :data:`rllm.config.CORE_KEYS`: for each key, each wrong value gives exit
+Table-driven from the schema in force (rllm's keys and the built-in plugin's ``rllm.embedded``
+section, declared through the config hook): for each key, each wrong value gives exit
 code 2, exactly one line on stderr naming the key, no traceback, and no file written.
 """
 
@@ -13,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from rllm.cli.main import main
-from rllm.config import CORE_KEYS, ConfigKey
+from rllm.config import ConfigKey, current_schema
+
+KEYS = current_schema().keys
 
 
 def _wrong_values(key: ConfigKey) -> list[str]:
@@ -39,7 +42,7 @@ def _wrong_values(key: ConfigKey) -> list[str]:
 
 CASES = [
     pytest.param(key.path, value, id=f"{key.path}={value}")
-    for key in CORE_KEYS
+    for key in KEYS
     if key.type != "mapping"
     for value in _wrong_values(key)
 ]
@@ -47,9 +50,9 @@ CASES = [
 
 def test_the_table_covers_every_checked_key() -> None:
     covered = {case.values[0] for case in CASES}
-    checked = {k.path for k in CORE_KEYS if k.type in ("int", "float", "bool") or k.allowed() is not None}
+    checked = {k.path for k in KEYS if k.type in ("int", "float", "bool") or k.allowed() is not None}
     assert covered == checked
-    assert len(checked) >= 50
+    assert len(checked) >= 50 and "rllm.embedded.lr" in checked
 
 
 @pytest.mark.parametrize(("path", "value"), CASES)

@@ -326,21 +326,6 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
     _count("rllm.data.train_batch_size", 20, "Tasks per training step."),
     _count("rllm.data.val_batch_size", None, "Tasks per validation batch; null: all at once.", nullable=True),
     _bool_key("rllm.data.shuffle", True, "Shuffle the training tasks each epoch."),
-    ConfigKey(
-        "rllm.embedded.tasks",
-        "list[str]",
-        ["digit_sum"],
-        "Built-in task families of the embedded backend: digit_sum (single turn), digit_chain (three turns).",
-        choices=("digit_sum", "digit_chain"),
-    ),
-    _count("rllm.embedded.seed", 0, "Seed of the embedded backend's policy and sampling.", 0),
-    _count("rllm.embedded.n_features", 16384, "Rows of the hashed context table (the policy's size)."),
-    ConfigKey("rllm.embedded.lr", "float", 1.0, "Learning rate of the embedded policy.", minimum=0, above=True),
-    ConfigKey("rllm.embedded.temperature", "float", 1.0, "Sampling temperature.", minimum=0, above=True),
-    _count("rllm.embedded.ppo_epochs", 2, "Passes over each batch."),
-    _count("rllm.embedded.mini_batches", 2, "Minibatches per pass (later ones are off-policy)."),
-    ConfigKey("rllm.embedded.clip_ratio_low", "float", 0.2, "PPO clip below 1.", minimum=0),
-    ConfigKey("rllm.embedded.clip_ratio_high", "float", 0.2, "PPO clip above 1.", minimum=0),
 )
 """rllm's own keys; plugins add sections through ``rllm_register_config_sections``."""
 
