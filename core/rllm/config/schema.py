@@ -56,6 +56,8 @@ class ConfigKey:
     def describe(self) -> str:
         """The expected value in words, e.g. ``an integer >= 1 (or -1)``."""
         choices = self.allowed()
+        if self.type == "bool" and choices is not None:
+            return " or ".join("true" if choice else "false" for choice in choices)
         words = "" if choices is not None and self.type == "str" else _TYPE_WORDS[self.type]
         if self.minimum is not None:
             words += f" {'>' if self.above else '>='} {self.minimum:g}"
@@ -93,14 +95,21 @@ class ConfigKey:
             if unknown:
                 close = difflib.get_close_matches(str(unknown[0]), [str(a) for a in allowed], n=1, cutoff=0.6)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise ConfigError(f"{self.path} must be {self.describe()}; got {value!r}.{hint}")
+                raise ConfigError(f"{self.path} must be {self.describe()}; got {_show(value)}.{hint}")
         return checked
 
     def error(self, value: Any) -> ConfigError:
-        return ConfigError(f"{self.path} must be {self.describe()}; got {value!r} ({_type_name(value)}).")
+        return ConfigError(f"{self.path} must be {self.describe()}; got {_show(value)} ({_type_name(value)}).")
 
 
 _BAD = object()
+
+
+def _show(value: Any) -> str:
+    """A value as the user wrote it in YAML: true/false/null, strings quoted."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else repr(value)
 
 
 def _type_name(value: Any) -> str:
@@ -264,7 +273,13 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "broadcast: every step gets its trajectory's advantage (per_step is switched to it with a warning).",
         choices=("broadcast", "per_step"),
     ),
-    _bool_key("rllm.stepwise_advantage.normalize_by_steps", False, "Divide step advantages by the step count."),
+    ConfigKey(
+        "rllm.stepwise_advantage.normalize_by_steps",
+        "bool",
+        False,
+        "rLLM's division of step advantages by the step count; not supported, so only false is accepted.",
+        choices=(False,),
+    ),
     _bool_key("rllm.compact_filtering.enable", False, "Mask trajectories by how their episode ended."),
     *(_bool_key(f"rllm.compact_filtering.mask_{name}", False, f"Mask episodes ending with {name}.") for name in _MASKS),
     _bool_key("rllm.rejection_sample.enable", False, "Drop groups with no signal (all solved or all failed)."),
