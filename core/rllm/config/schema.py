@@ -99,7 +99,8 @@ class ConfigKey:
         return checked
 
     def error(self, value: Any) -> ConfigError:
-        return ConfigError(f"{self.path} must be {self.describe()}; got {_show(value)} ({_type_name(value)}).")
+        kind = "" if value is None else f" ({type(value).__name__})"
+        return ConfigError(f"{self.path} must be {self.describe()}; got {_show(value)}{kind}.")
 
 
 _BAD = object()
@@ -110,10 +111,6 @@ def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return "null" if value is None else repr(value)
-
-
-def _type_name(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
 
 
 def _int(value: Any) -> Any:
