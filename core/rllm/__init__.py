@@ -7,7 +7,7 @@ Importing rllm registers the built-in estimators and discovers installed plugins
 from importlib import import_module
 from typing import Any
 
-from rllm.config import AlgorithmConfig, rLLMAdvantageEstimator
+from rllm.config import AlgorithmConfig, ConfigKey, rLLMAdvantageEstimator
 from rllm.errors import (
     ConfigError,
     DataError,
@@ -42,6 +42,7 @@ __all__ = [
     "AdvantageBatch",
     "AlgorithmConfig",
     "ConfigError",
+    "ConfigKey",
     "DataError",
     "Episode",
     "EstimatorConflictError",

@@ -95,3 +95,7 @@ class RunDirLockedError(RunDirError):
 
 class CorruptCheckpointError(CheckpointError):
     """A checkpoint's file is missing, truncated, altered, or of a format this rllm does not read."""
+
+
+class OutputFileError(RLLMError, OSError):
+    """An output file cannot be written; whatever was there before is left as it was."""

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from rllm.config.schema import CORE_KEYS
 from rllm.errors import ConfigError
 from rllm.estimators.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
 
@@ -22,6 +23,13 @@ def _as_estimator(name: EstimatorName) -> EstimatorName:
 
 
 NonFinitePolicy = Literal["error", "zero", "exclude"]
+
+_FIELD_KEYS = {
+    key.path.rsplit(".", 1)[-1]: key
+    for key in CORE_KEYS
+    if key.path.startswith("rllm.algorithm.") and key.type not in ("mapping",) and key.names is None
+}
+"""Schema keys of the fields that are checked the same way as in a config file."""
 
 
 @dataclass
@@ -53,6 +61,8 @@ class AlgorithmConfig:
     nonfinite_rewards: NonFinitePolicy = "error"
 
     def __post_init__(self) -> None:
+        for name, key in _FIELD_KEYS.items():
+            key.check(getattr(self, name))
         self.estimator = _as_estimator(self.estimator)
         self.estimator_map = {str(role): _as_estimator(name) for role, name in self.estimator_map.items()}
         if self.stepwise_advantage_mode == "per_step":
@@ -65,12 +75,6 @@ class AlgorithmConfig:
             self.stepwise_advantage_mode = "broadcast"
         if self.stepwise_advantage_mode != "broadcast":
             raise ConfigError(f"stepwise_advantage_mode={self.stepwise_advantage_mode!r} is unknown; use 'broadcast'.")
-        if self.epsilon is not None and not self.epsilon >= 0:
-            raise ConfigError(f"epsilon must be a non-negative number, got {self.epsilon!r}.")
-        if self.nonfinite_rewards not in ("error", "zero", "exclude"):
-            raise ConfigError(
-                f"nonfinite_rewards must be 'error', 'zero' or 'exclude', got {self.nonfinite_rewards!r}."
-            )
 
     def estimator_for(self, role: str) -> EstimatorName:
         return self.estimator_map.get(role, self.estimator)
@@ -106,21 +110,13 @@ class AlgorithmConfig:
         name = top.get("adv_estimator", None) or algo.get("adv_estimator", "grpo")
         estimator_map = algo.get("estimator_map", None) or {}
         options = algo.get("estimator_options", None) or {}
+        fields = {key: algo[key] for key in _FIELD_KEYS if key in algo}
         return cls(
             estimator=str(name),
             estimator_map={str(k): str(v) for k, v in _plain(estimator_map).items()},
             stepwise_advantage_mode=stepwise.get("mode", "broadcast"),
-            norm_adv_by_std_in_grpo=stepwise.get("norm_adv_by_std_in_grpo", algo.get("norm_adv_by_std_in_grpo", True)),
-            use_rllm=stepwise.get("use_rllm", algo.get("use_rllm", False)),
-            use_precomputed_advantage=algo.get("use_precomputed_advantage", False),
-            loss_fn=algo.get("loss_fn", None),
-            lr_schedule=algo.get("lr_schedule", "constant"),
-            warmup_steps_ratio=algo.get("warmup_steps_ratio", 0.0),
-            epsilon=algo.get("epsilon", None),
-            gamma=float(algo.get("gamma", 1.0)),
-            lam=float(algo.get("lam", 0.95)),
             estimator_options=dict(_plain(options)),
-            nonfinite_rewards=algo.get("nonfinite_rewards", "error"),
+            **fields,
         )
 
 

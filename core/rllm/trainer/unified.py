@@ -26,7 +26,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from rllm.config.algorithm import AlgorithmConfig, estimator_name
-from rllm.config.loading import default_config
+from rllm.config.loading import CONFIG_FILE, default_config, save_config, validate_config
 from rllm.errors import ConfigError, RLLMWarning, RunDirError, TrainerError
 from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm.estimators.compute import get_estimator
@@ -132,7 +132,8 @@ class UnifiedTrainer:
                 f"UnifiedTrainer got unknown keyword argument(s) {unknown}; accepted extras: "
                 f"{', '.join(TRAINER_OPTIONS)}."
             )
-        self.config: DictConfig = OmegaConf.merge(default_config(), config)  # type: ignore[assignment]
+        merged: DictConfig = OmegaConf.merge(default_config(), config)  # type: ignore[assignment]
+        self.config = validate_config(merged)  # programmatic configs get the checks `rllm train` applies
         self.rllm_config = self.config.rllm
         self.workflow_class = workflow_class
         self.workflow_args = dict(workflow_args or {})
@@ -191,10 +192,6 @@ class UnifiedTrainer:
         self.algorithm_config = algorithm
         for key in ("project_name", "experiment_name"):
             check_run_name(f"rllm.trainer.{key}", rllm.trainer[key])
-        if str(rllm.trainer.resume_mode) not in ("auto", "disable"):
-            raise ConfigError(
-                f"rllm.trainer.resume_mode={rllm.trainer.resume_mode!r} is unknown; use 'auto' or 'disable'."
-            )
         self.cf_config = CompactFilteringConfig.from_config(rllm.compact_filtering)
         self.rs_config = RejectionSamplingConfig.from_config(rllm.rejection_sample)
         for key in ("n", "n_val"):
@@ -274,17 +271,25 @@ class UnifiedTrainer:
     def _run_names(self) -> list[str]:
         """The entries rllm writes directly inside the run directory."""
         episodes = self._episodes_entry()
-        return [METRICS_FILE, self.checkpoints.root.name, LEARNING_CURVE, *([episodes] if episodes else [])]
+        return [
+            METRICS_FILE,
+            CONFIG_FILE,
+            self.checkpoints.root.name,
+            LEARNING_CURVE,
+            *([episodes] if episodes else []),
+        ]
 
     async def fit_async(self) -> None:
         """Train to the end: resume if a checkpoint exists, validate, run the steps, validate again.
 
         The run directory is locked for the duration (a second run into it fails with
-        :class:`RunDirLockedError`), and a directory holding files rllm did not write is refused.
+        :class:`RunDirLockedError`), and a directory holding files rllm did not write is refused;
+        only then is the run's configuration written to ``config.yaml``.
         """
         self.run_dir.acquire()
         try:
             self.run_dir.claim()
+            save_config(self.config, self.output_dir)
             await self._fit_locked()
         finally:
             if self.logger is not None:
