@@ -12,6 +12,7 @@ from rllm.estimators.acceleration import CENTRE, DIVIDE_BY_STD, PRIMITIVES, RLOO
 from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, IndexArray, Ragged
 from rllm.estimators.compute import run_estimator
 from rllm.estimators.numerics import PRESETS, Numerics, resolve_numerics
+from rllm.estimators.state import EstimatorState, EstimatorStates, stateful
 from rllm.estimators.statistics import (
     accelerated_centre,
     batch_std,
@@ -37,6 +38,8 @@ __all__ = [
     "PRIMITIVES",
     "RLOO_FACTOR",
     "AdvantageBatch",
+    "EstimatorState",
+    "EstimatorStates",
     "FloatArray",
     "GroupLayout",
     "IndexArray",
@@ -57,6 +60,7 @@ __all__ = [
     "resolve_numerics",
     "rewards_as",
     "run_estimator",
+    "stateful",
     "suffix_discounted",
     "whiten",
 ]

@@ -51,10 +51,17 @@ def test_a_checkpoint_is_json_and_arrays_listed_in_its_manifest(make_config) -> 
     run_dir = _fit(make_config(*FOUR_STEPS)).output_dir
     step = run_dir / "checkpoints" / "step_4"
     manifest = json.loads((step / MANIFEST).read_text())
-    assert (manifest["format"], manifest["version"]) == ("rllm-checkpoint", 1)
+    assert (manifest["format"], manifest["version"]) == ("rllm-checkpoint", 2)
     files = sorted(p.name for p in step.iterdir())
     assert files == sorted([MANIFEST, *manifest["files"]])
-    assert sorted(manifest["files"]) == ["embedded.json", "policy.npz", "rejection_state.json", "trainer.json"]
+    assert sorted(manifest["files"]) == [
+        "embedded.json",
+        "estimators.json",
+        "policy.npz",
+        "rejection_state.json",
+        "sampling.json",
+        "trainer.json",
+    ]
     for name, entry in manifest["files"].items():
         data = (step / name).read_bytes()
         assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
@@ -193,7 +200,7 @@ def test_a_foreign_format_checkpoint_with_no_intact_one_before_it_is_an_error(ma
     (checkpoints / "step_4" / MANIFEST).write_text(json.dumps({**manifest, "version": 99}))
     with pytest.raises(
         CorruptCheckpointError,
-        match=r"MANIFEST.json' describes \('rllm-checkpoint', 99\); this rllm reads 'rllm-checkpoint' 1; "
+        match=r"MANIFEST.json' describes \('rllm-checkpoint', 99\); this rllm reads 'rllm-checkpoint' 1 or 2; "
         r"no earlier checkpoint is intact; set rllm.trainer.resume_mode=disable",
     ):
         _fit(make_config(*FOUR_STEPS[1:], "rllm.trainer.total_batches=6"))

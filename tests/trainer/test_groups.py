@@ -16,7 +16,8 @@ from rllm.trainer.rejection import (
     RejectionSamplingState,
     apply_rejection_sampling_and_filtering,
 )
-from rllm.trainer.validation import pass_at_k_metrics
+from rllm.trainer.unified import UnifiedTrainer
+from rllm.trainer.validation import pass_at_k_metrics, unbiased_pass_at_k
 from rllm.types import Episode, Step, TerminationReason, Trajectory
 
 
@@ -161,13 +162,37 @@ def test_episode_mode_in_the_trainer_skips_updates_until_release(make_config, tr
     assert records[release]["rejection/groups_kept"] == 20 * (release + 1)
 
 
-def test_pass_at_k_uses_the_samples_actually_drawn() -> None:
-    episodes = _batch({"math/1": [True, False, False], "math/2": [False, False], "code/1": [True]})
-    metrics = pass_at_k_metrics(episodes)
-    assert metrics["val/math/pass@1"] == pytest.approx(1 / 5)
-    assert metrics["val/math/pass@2"] == 0.5  # two samples of every math task exist, not three
-    assert "val/math/pass@3" not in metrics
+def test_pass_at_k_is_the_unbiased_estimator_averaged_over_tasks() -> None:
+    episodes = _batch(
+        {
+            "math/1": [True, False, False, True],  # n=4, c=2
+            "math/2": [False, True, False, False],  # n=4, c=1
+            "math/3": [False, False],  # n=2, c=0 (two rollouts lost)
+            "code/1": [True],
+        }
+    )
+    metrics = pass_at_k_metrics(episodes, [1, 2, 4, 8])
+    # pass@1 per task is c/n: (2/4 + 1/4 + 0/2) / 3
+    assert metrics["val/math/pass@1"] == pytest.approx(0.25)
+    # pass@2 = 1 - C(n-c,2)/C(n,2): math/1 1 - 1/6 = 5/6; math/2 1 - 3/6 = 1/2; math/3 1 - 1/1 = 0
+    assert metrics["val/math/pass@2"] == pytest.approx((5 / 6 + 1 / 2 + 0) / 3)
+    # pass@4 only over the tasks with 4 samples: both contain a correct one
+    assert metrics["val/math/pass@4"] == 1.0
+    assert "val/math/pass@8" not in metrics  # no task has 8 samples
     assert metrics["val/code/pass@1"] == 1.0 and "val/code/pass@2" not in metrics
+
+
+def test_unbiased_pass_at_k_by_hand() -> None:
+    # n=5, c=2, k=3: C(3,3)/C(5,3) = 1/10 of the 3-subsets miss both correct samples
+    assert unbiased_pass_at_k(5, 2, 3) == pytest.approx(0.9)
+    assert unbiased_pass_at_k(5, 0, 3) == 0.0 and unbiased_pass_at_k(5, 3, 3) == 1.0
+    assert unbiased_pass_at_k(8, 1, 1) == pytest.approx(1 / 8)
+
+
+def test_a_pass_at_k_larger_than_the_validation_samples_is_refused(make_config) -> None:
+    config = make_config("rllm.rollout.n_val=4", "rllm.trainer.val_pass_at_k=[1,4,8]")
+    with pytest.raises(ConfigError, match=r"val_pass_at_k=\[1, 4, 8\] asks for pass@8.*rllm.rollout.n_val=4"):
+        UnifiedTrainer(None, config)
 
 
 def test_rejection_multiplier_enlarges_the_training_batch(make_config, train) -> None:

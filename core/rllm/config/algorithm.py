@@ -59,6 +59,8 @@ class AlgorithmConfig:
     lam: float = 0.95
     estimator_options: dict[str, Any] = field(default_factory=dict)
     nonfinite_rewards: NonFinitePolicy = "error"
+    normalize_by_steps: bool = False
+    """Divide every step's advantage by its trajectory's number of steps (rLLM's stepwise option)."""
 
     def __post_init__(self) -> None:
         for name, key in _FIELD_KEYS.items():
@@ -115,6 +117,7 @@ class AlgorithmConfig:
             estimator=str(name),
             estimator_map={str(k): str(v) for k, v in _plain(estimator_map).items()},
             stepwise_advantage_mode=stepwise.get("mode", "broadcast"),
+            normalize_by_steps=bool(stepwise.get("normalize_by_steps", False)),
             estimator_options=dict(_plain(options)),
             **fields,
         )

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from rllm.errors import ConfigError
 
-KeyType = Literal["int", "float", "bool", "str", "list[str]", "mapping"]
+KeyType = Literal["int", "float", "bool", "str", "list[str]", "list[int]", "mapping"]
 
 _TYPE_WORDS: dict[str, str] = {
     "int": "an integer",
@@ -24,6 +24,7 @@ _TYPE_WORDS: dict[str, str] = {
     "bool": "true or false",
     "str": "a string",
     "list[str]": "a list of strings",
+    "list[int]": "a list of integers",
     "mapping": "a mapping",
 }
 
@@ -83,9 +84,9 @@ class ConfigKey:
         checked = _TYPE_CHECKS[self.type](value)
         if checked is _BAD:
             raise self.error(value)
-        if self.type in ("int", "float"):
-            low_ok = self.minimum is None or (checked > self.minimum if self.above else checked >= self.minimum)
-            high_ok = self.maximum is None or checked <= self.maximum
+        for number in checked if self.type == "list[int]" else [checked] if self.type in ("int", "float") else []:
+            low_ok = self.minimum is None or (number > self.minimum if self.above else number >= self.minimum)
+            high_ok = self.maximum is None or number <= self.maximum
             if not (low_ok and high_ok):
                 raise self.error(value)
         allowed = self.allowed()
@@ -140,6 +141,12 @@ def _str_list(value: Any) -> Any:
     return _BAD
 
 
+def _int_list(value: Any) -> Any:
+    if isinstance(value, list | tuple) and all(_int(item) is not _BAD for item in value):
+        return list(value)
+    return _BAD
+
+
 def _mapping(value: Any) -> Any:
     return value if isinstance(value, Mapping) else _BAD
 
@@ -150,6 +157,7 @@ _TYPE_CHECKS: dict[str, Callable[[Any], Any]] = {
     "bool": _bool,
     "str": _str,
     "list[str]": _str_list,
+    "list[int]": _int_list,
     "mapping": _mapping,
 }
 
@@ -271,12 +279,10 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "broadcast: every step gets its trajectory's advantage (per_step is switched to it with a warning).",
         choices=("broadcast", "per_step"),
     ),
-    ConfigKey(
+    _bool_key(
         "rllm.stepwise_advantage.normalize_by_steps",
-        "bool",
         False,
-        "rLLM's division of step advantages by the step count; not supported, so only false is accepted.",
-        choices=(False,),
+        "Divide every step's advantage by its trajectory's number of steps (any estimator).",
     ),
     _bool_key("rllm.compact_filtering.enable", False, "Mask trajectories by how their episode ended."),
     *(_bool_key(f"rllm.compact_filtering.mask_{name}", False, f"Mask episodes ending with {name}.") for name in _MASKS),
@@ -291,6 +297,40 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
     _count("rllm.rejection_sample.multiplier", 1, "Tasks sampled per batch slot, to make up for rejected ones."),
     _count("rllm.rejection_sample.min_partial_solve_tasks", 1, "Partly solved tasks to gather before training.", 0),
     _count("rllm.rejection_sample.min_trajs_per_group", 2, "Smaller groups are dropped (no baseline)."),
+    _bool_key(
+        "rllm.rejection_sample.filter_uniform_groups",
+        False,
+        "rLLM's switch: drop groups whose rewards are all equal and keep generating (dynamic sampling, "
+        "tolerance 0, drop strategy).",
+    ),
+    _bool_key(
+        "rllm.dynamic_sampling.enable",
+        False,
+        "Filter groups whose reward spread is within the tolerance (they carry no group-relative signal).",
+    ),
+    ConfigKey(
+        "rllm.dynamic_sampling.strategy",
+        "str",
+        "drop",
+        "drop: generate more tasks until the batch is full (DAPO); replace: copy non-uniform groups of the "
+        "same batch in place of uniform ones (POLARIS).",
+        choices=("drop", "replace"),
+    ),
+    ConfigKey(
+        "rllm.dynamic_sampling.spread",
+        "str",
+        "std",
+        "How a group's reward spread is measured: std (population) or range (max - min).",
+        choices=("std", "range"),
+    ),
+    ConfigKey(
+        "rllm.dynamic_sampling.tolerance",
+        "float",
+        0.0,
+        "A group whose spread is at most this is uniform; 0 means all rewards equal.",
+        minimum=0,
+    ),
+    _count("rllm.dynamic_sampling.max_rounds", 3, "drop: generation rounds per step, the first included."),
     _count("rllm.workflow.n_parallel_tasks", 256, "Workflows run at once."),
     _count("rllm.workflow.retry_limit", 3, "Extra attempts for a workflow that raised.", 0),
     _bool_key("rllm.workflow.raise_on_error", True, "Stop training when a workflow keeps failing."),
@@ -319,6 +359,13 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
     _count("rllm.trainer.test_freq", 5, "Validate every N steps; 0: only at the end (if val_before_train).", 0),
     _count("rllm.trainer.save_freq", 20, "Checkpoint every N steps; 0: never.", 0),
     _bool_key("rllm.trainer.val_before_train", True, "Validate once before the first step."),
+    ConfigKey(
+        "rllm.trainer.val_pass_at_k",
+        "list[int]",
+        [1],
+        "k values of the unbiased pass@k reported by validation; each must be <= rllm.rollout.n_val.",
+        minimum=1,
+    ),
     _bool_key("rllm.trainer.val_only", False, "Validate and stop."),
     ConfigKey(
         "rllm.trainer.output_dir",

@@ -16,6 +16,7 @@ from rllm.estimators.batch import AdvantageBatch, FieldSource, FloatArray, Group
 from rllm.estimators.compute import get_estimator
 from rllm.estimators.names import estimator_name
 from rllm.estimators.pipeline import check_rewards, invoke
+from rllm.estimators.state import EstimatorStates
 from rllm.types import Step, Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -166,6 +167,21 @@ def _broadcast(per_group: list[list[Trajectory]], advantages: list[float]) -> in
     return replaced
 
 
+def _divide_by_steps(per_group: list[list[Trajectory]], advantages: FloatArray | Ragged) -> Ragged:
+    """``normalize_by_steps``: every step's advantage divided by its trajectory's number of steps.
+
+    A trajectory-level advantage first goes to each of its steps, so the result is always per step.
+    """
+    trajectories = list(chain.from_iterable(per_group))
+    counts = np.fromiter((len(t.steps) for t in trajectories), dtype=np.intp, count=len(trajectories))
+    if not isinstance(advantages, Ragged):
+        offsets = np.zeros(len(counts) + 1, dtype=np.intp)
+        np.cumsum(counts, out=offsets[1:])
+        advantages = Ragged(values=np.repeat(advantages, counts), offsets=offsets)
+    lengths = advantages.lengths
+    return advantages.with_values(advantages.values / np.repeat(np.maximum(lengths, 1), lengths))
+
+
 def _per_step(per_group: list[list[Trajectory]], advantages: Ragged, name: str) -> int:
     """Give every step its own advantage; returns how many precomputed values it replaced."""
     trajectories = list(chain.from_iterable(per_group))
@@ -277,6 +293,7 @@ def collect_advantages(
     *,
     write_steps: bool = True,
     collect_advantage: bool = True,
+    states: EstimatorStates | None = None,
 ) -> Collected:
     """Advantages for ``groups`` (one estimator call per role) as arrays, plus reward/advantage metrics.
 
@@ -284,7 +301,10 @@ def collect_advantages(
     does) every step also gets its advantage in ``step.advantage``; a backend that reads
     :attr:`Collected.roles` instead can skip that, which is most of the step's cost.
     Groups whose advantages were precomputed (``use_precomputed_advantage``) keep them on
-    their steps and are not in ``roles``.
+    their steps and are not in ``roles``. ``states`` holds the run's stateful estimators'
+    states (a trainer passes its own; without it each such estimator starts afresh).
+    With ``normalize_by_steps`` every estimator's advantages are divided, step by step, by
+    the number of steps of their trajectory.
     """
     config = algorithm_config
     precomputed: dict[str, list[float]] = {}
@@ -308,14 +328,18 @@ def collect_advantages(
             _reward_metrics(role, rewards, good, metrics)
             continue
         name = estimator_name(config.estimator_for(role))
+        entry = get_estimator(name)
         outcome = invoke(
-            get_estimator(name),
+            entry,
             batch,
             config.options_for(name),
             ambient=config.ambient_options(),
             nonfinite_rewards=config.nonfinite_rewards,
+            state=None if states is None else states.get(name, entry.target, role),
         )
         advantages = outcome.advantages
+        if config.normalize_by_steps:
+            advantages = _divide_by_steps(per_group, advantages)
         collected.roles[role] = RoleAdvantages(per_group, advantages)
         good = None if outcome.zeroed_groups is None else ~layout.spread(outcome.zeroed_groups)
         if outcome.excluded is not None:

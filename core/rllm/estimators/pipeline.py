@@ -27,6 +27,7 @@ from rllm.errors import (
 )
 from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, Ragged
 from rllm.estimators.numerics import resolve_numerics
+from rllm.estimators.state import EstimatorState, state_factory
 from rllm.plugins.options import NUMERICS_NAMES, resolve_options
 from rllm.plugins.registry import EstimatorEntry
 
@@ -54,17 +55,22 @@ def invoke(
     *,
     ambient: Mapping[str, Any] | None = None,
     nonfinite_rewards: str = "error",
+    state: EstimatorState | None = None,
 ) -> Outcome:
     """Run ``entry`` on ``batch``: checked rewards, checked options, read-only inputs, checked output.
 
     ``options`` are what the caller named (an option the estimator does not declare is an
     error); ``ambient`` are run-configuration settings, passed only to estimators that declare them.
+    A stateful estimator (:mod:`rllm.estimators.state`) receives ``state``, or a fresh one.
     """
     for name in entry.requires:
         batch.require(name, entry.name)
     batch.nonfinite_rewards = nonfinite_rewards
     zeroed = check_rewards(batch, nonfinite_rewards)
     kwargs = _keyword_arguments(entry, options or {}, ambient or {})
+    factory = state_factory(entry.target)
+    if factory is not None:
+        kwargs["state"] = state if state is not None else factory()
     if nonfinite_rewards == "exclude" and zeroed is not None:
         return _without_unscorable(entry, batch, kwargs)
     if len(batch) == 0:

@@ -24,13 +24,19 @@ from rllm.io import write_atomic
 from rllm.trainer.jsondata import decode_rejection_state, encode_rejection_state
 from rllm.trainer.protocol import BackendProtocol, TrainerState
 from rllm.trainer.rejection import RejectionSamplingState
+from rllm.trainer.sampling import SamplingState
 
 FORMAT = "rllm-checkpoint"
-VERSION = 1
-"""Checkpoint layout version, checked on load; bumped when the layout changes incompatibly."""
+VERSION = 2
+"""Checkpoint layout version written; bumped when the layout changes."""
+READABLE = {1: (), 2: ("estimators.json", "sampling.json")}
+"""Versions this rllm reads, with the files each adds to trainer.json and rejection_state.json
+(version 1 had no estimator or dynamic-sampling state: such a checkpoint resumes with fresh ones)."""
 MANIFEST = "MANIFEST.json"
 TRAINER_FILE = "trainer.json"
 RS_FILE = "rejection_state.json"
+ESTIMATORS_FILE = "estimators.json"
+SAMPLING_FILE = "sampling.json"
 LATEST = "latest"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _SCRATCH = re.compile(r"^(\.step_\d+\.(partial|discard)-\d+|\.latest\..+\.tmp)$")
@@ -53,6 +59,20 @@ def _remove(path: Path) -> None:
     scratch = path.with_name(f".{path.name}.discard-{os.getpid()}")
     os.replace(path, scratch)
     shutil.rmtree(scratch)
+
+
+def _estimator_json(state: TrainerState) -> str:
+    """The stateful estimators' states as JSON text; a state that is not plain finite JSON data is refused by name."""
+    data = state.estimator_states.state_dict()
+    for name, roles in data.items():
+        try:
+            json.dumps(roles, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(
+                f"Estimator {name!r} returned a state_dict() that is not plain JSON data ({exc}); return dicts, "
+                "lists, strings, finite numbers, booleans and None only."
+            ) from None
+    return json.dumps(data, allow_nan=False)
 
 
 class CheckpointManager:
@@ -87,12 +107,15 @@ class CheckpointManager:
             return f"checkpoint {str(path)!r} has no {MANIFEST}: it was not written whole by this version of rllm"
         except (OSError, ValueError) as exc:
             return f"checkpoint file {str(manifest_file)!r} is unreadable or truncated ({exc})"
-        if not isinstance(manifest, dict) or (manifest.get("format"), manifest.get("version")) != (FORMAT, VERSION):
-            found = (manifest.get("format"), manifest.get("version")) if isinstance(manifest, dict) else manifest
-            return f"checkpoint file {str(manifest_file)!r} describes {found!r}; this rllm reads {FORMAT!r} {VERSION}"
+        version = manifest.get("version") if isinstance(manifest, dict) else None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or version not in READABLE:
+            found = (manifest.get("format"), version) if isinstance(manifest, dict) else manifest
+            readable = " or ".join(map(str, READABLE))
+            return f"checkpoint file {str(manifest_file)!r} describes {found!r}; this rllm reads {FORMAT!r} {readable}"
         files = manifest.get("files")
-        if not isinstance(files, dict) or not {TRAINER_FILE, RS_FILE} <= set(files):
-            return f"checkpoint file {str(manifest_file)!r} does not list {TRAINER_FILE} and {RS_FILE}"
+        needed = {TRAINER_FILE, RS_FILE, *READABLE[version]}
+        if not isinstance(files, dict) or not needed <= set(files):
+            return f"checkpoint file {str(manifest_file)!r} does not list {', '.join(sorted(needed))}"
         for name, expected in sorted(files.items()):
             target = path / name
             if Path(name).is_absolute() or ".." in Path(name).parts or not isinstance(expected, dict):
@@ -130,6 +153,8 @@ class CheckpointManager:
         """Write a checkpoint of ``state`` and ``backend``; a write failure leaves the earlier ones as they were."""
         rs_state = state.rs_state if isinstance(state.rs_state, RejectionSamplingState) else RejectionSamplingState()
         rs_data = encode_rejection_state(rs_state)  # an unstorable value fails here, before any file is touched
+        sampling = (state.sampling_state or SamplingState()).to_json()
+        estimators = _estimator_json(state)
         counters = {
             "global_step": state.global_step,
             "epoch": state.epoch,
@@ -145,6 +170,8 @@ class CheckpointManager:
             backend.save_checkpoint(tmp)
             write_atomic(tmp / TRAINER_FILE, json.dumps(counters, indent=2))
             write_atomic(tmp / RS_FILE, json.dumps(rs_data))
+            write_atomic(tmp / ESTIMATORS_FILE, estimators)
+            write_atomic(tmp / SAMPLING_FILE, json.dumps(sampling))
             files = {
                 p.relative_to(tmp).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p, sync=True)}
                 for p in sorted(tmp.rglob("*"))
@@ -220,7 +247,14 @@ class CheckpointManager:
             saved = counters["fingerprint"]
             step, epoch, batches = (int(counters[k]) for k in ("global_step", "epoch", "batches_done"))
             rs_state = decode_rejection_state(json.loads((path / RS_FILE).read_bytes()))
-        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+            has_states = (path / ESTIMATORS_FILE).is_file()
+            estimators = json.loads((path / ESTIMATORS_FILE).read_bytes()) if has_states else {}
+            sampling = (
+                SamplingState.from_json(json.loads((path / SAMPLING_FILE).read_bytes()))
+                if (path / SAMPLING_FILE).is_file()
+                else SamplingState()
+            )
+        except (OSError, ValueError, KeyError, TypeError, IndexError, CheckpointError) as exc:
             raise self._unusable(path, f"checkpoint {str(path)!r} holds data this rllm cannot read ({exc!r})") from exc
         if saved != self.fingerprint:
             changed = sorted(k for k in set(saved) | set(self.fingerprint) if saved.get(k) != self.fingerprint.get(k))
@@ -232,6 +266,8 @@ class CheckpointManager:
             )
         backend.load_checkpoint(path)
         state.global_step, state.epoch, state.batches_done, state.rs_state = step, epoch, batches, rs_state
+        state.estimator_states.load_state_dict(estimators)
+        state.sampling_state = sampling
 
     def resume(self, state: TrainerState, backend: BackendProtocol) -> tuple[Path | None, list[str]]:
         """Load the newest intact checkpoint; returns it (None if there is none) and why newer ones were skipped.

@@ -31,8 +31,12 @@ def _series(
     return out
 
 
+EFFECTIVE_BATCH = "sampling/effective_groups"
+"""Training metric of the third panel: groups whose rewards vary, as they reach the update."""
+
+
 def plot_runs(run_dirs: Sequence[Path], output: Path, labels: Sequence[str] | None = None) -> Path:
-    """Plot validation pass@1 per data source and the mean training reward of every run."""
+    """Plot validation pass@1 per data source, the mean training reward and the effective batch of every run."""
     try:
         import matplotlib
 
@@ -43,11 +47,13 @@ def plot_runs(run_dirs: Sequence[Path], output: Path, labels: Sequence[str] | No
             "Plotting needs matplotlib: pip install 'rllm[plot]' (metrics stay in metrics.jsonl)."
         ) from exc
     labels = list(labels) if labels else [Path(d).name for d in run_dirs]
-    fig, (ax_val, ax_reward) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax_val, ax_reward, ax_batch) = plt.subplots(1, 3, figsize=(15, 4))
     for run_dir, label in zip(run_dirs, labels, strict=True):
         records = read_metrics(Path(run_dir) / METRICS_FILE)
         if not records:
             raise RLLMError(f"{str(Path(run_dir) / METRICS_FILE)!r} has no metrics; is this a run directory?")
+        for steps, values in _series(records, "train", lambda k: k == EFFECTIVE_BATCH).values():
+            ax_batch.plot(steps, values, label=label)
         for key, (steps, values) in _series(records, "val", lambda k: k.endswith("/pass@1")).items():
             source = key.split("/")[1]
             ax_val.plot(steps, values, marker="o", ms=3, label=f"{label} {source}")
@@ -56,7 +62,8 @@ def plot_runs(run_dirs: Sequence[Path], output: Path, labels: Sequence[str] | No
             ax_reward.plot(steps, values, label=f"{label} {key.split('/')[1]}")
     ax_val.set(title="validation pass@1", xlabel="step", ylim=(0, 1.02))
     ax_reward.set(title="training reward (mean)", xlabel="step")
-    for axis in (ax_val, ax_reward):
+    ax_batch.set(title="effective batch (groups whose rewards vary)", xlabel="step", ylim=(0, None))
+    for axis in (ax_val, ax_reward, ax_batch):
         axis.grid(alpha=0.3)
         if axis.get_legend_handles_labels()[0]:  # a run without validation has no val curve
             axis.legend(fontsize=8)

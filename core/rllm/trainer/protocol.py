@@ -18,7 +18,8 @@ from omegaconf import DictConfig
 
 from rllm.config.algorithm import AlgorithmConfig
 from rllm.errors import DataError
-from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory_groups
+from rllm.estimators.collect import collect_advantages
+from rllm.estimators.state import EstimatorStates
 from rllm.types import Episode, TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -48,6 +49,10 @@ class TrainerState:
     rs_state: Any = None
     extra_info: dict[str, Any] = field(default_factory=dict)
     validating: bool = False
+    estimator_states: EstimatorStates = field(default_factory=EstimatorStates)
+    """The run's stateful estimators' states (checkpointed); pass them to the collection step."""
+    sampling_state: Any = None
+    """Dynamic sampling's position in its refill order (checkpointed)."""
 
     def reset_batch(self) -> None:
         """Forget the previous step's data; counters and the rejection-sampling state survive."""
@@ -152,9 +157,16 @@ class BackendProtocol:
         """Fill in what the update needs before advantages (reference log-probs, values, ...)."""
 
     async def compute_advantages(self, trainer_state: TrainerState, algorithm_config: AlgorithmConfig) -> None:
-        """Write ``step.advantage`` on every step of the groups, with rllm's estimators."""
-        metrics = collect_reward_and_advantage_from_trajectory_groups(trainer_state.trajectory_groups, algorithm_config)
-        trainer_state.metrics.update(metrics)
+        """Write ``step.advantage`` on every step of the groups, with rllm's estimators.
+
+        A backend that overrides this passes ``trainer_state.estimator_states`` to
+        :func:`rllm.estimators.collect.collect_advantages`, so stateful estimators keep their
+        state across steps and checkpoints.
+        """
+        collected = collect_advantages(
+            trainer_state.trajectory_groups, algorithm_config, states=trainer_state.estimator_states
+        )
+        trainer_state.metrics.update(collected.metrics)
 
     async def update_policy(self, trainer_state: TrainerState) -> None:
         """One policy update from the processed batch and its advantages."""

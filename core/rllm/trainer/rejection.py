@@ -79,7 +79,7 @@ def solve_counts(episodes: Sequence[Episode]) -> dict[str, str]:
     }
 
 
-def _episodes_of(groups: Sequence[TrajectoryGroup], episodes: Sequence[Episode]) -> list[Episode]:
+def episodes_of(groups: Sequence[TrajectoryGroup], episodes: Sequence[Episode]) -> list[Episode]:
     """The episodes restricted to the trajectories that survived; episodes left empty are dropped."""
     kept = {id(traj) for group in groups for traj in group.trajectories}
     out = []
@@ -116,7 +116,7 @@ def apply_rejection_sampling_and_filtering(
     }
     if config.mode == "batch":
         big_enough = [g for g in big_enough if status.get(g.group_task_id) == "partial"]
-    kept_episodes = _episodes_of(big_enough, episodes)
+    kept_episodes = episodes_of(big_enough, episodes)
     if config.mode != "episode":
         metrics["rejection/groups_kept"] = float(len(big_enough))
         return big_enough, kept_episodes, metrics

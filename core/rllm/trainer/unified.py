@@ -40,15 +40,17 @@ from rllm.trainer.grouping import (
     transform_episodes_to_trajectory_groups,
 )
 from rllm.trainer.logging import METRICS_FILE, EpisodeLogger, MetricsLogger, truncate_metrics
-from rllm.trainer.protocol import BackendProtocol, TrainerState
+from rllm.trainer.protocol import BackendProtocol, TrainerState, task_id_of
 from rllm.trainer.rejection import (
     RejectionSamplingConfig,
     RejectionSamplingState,
     apply_rejection_sampling_and_filtering,
+    episodes_of,
 )
 from rllm.trainer.rundir import RunDirectory, check_run_name
+from rllm.trainer.sampling import DynamicSamplingConfig, SamplingState, informative, refill_tasks, substitute
 from rllm.trainer.validation import pass_at_k_metrics
-from rllm.types import Episode, TerminationReason
+from rllm.types import Episode, TerminationReason, TrajectoryGroup
 from rllm.workflows.workflow import Workflow
 
 TRAINER_OPTIONS = ("executor", "progress")
@@ -194,6 +196,14 @@ class UnifiedTrainer:
             check_run_name(f"rllm.trainer.{key}", rllm.trainer[key])
         self.cf_config = CompactFilteringConfig.from_config(rllm.compact_filtering)
         self.rs_config = RejectionSamplingConfig.from_config(rllm.rejection_sample)
+        self.ds_config = DynamicSamplingConfig.from_config(rllm)
+        self.val_pass_at_k = [int(k) for k in rllm.trainer.val_pass_at_k]
+        too_many = [k for k in self.val_pass_at_k if k > int(rllm.rollout.n_val)]
+        if too_many:
+            raise ConfigError(
+                f"rllm.trainer.val_pass_at_k={self.val_pass_at_k} asks for pass@{too_many[0]}, but validation draws "
+                f"rllm.rollout.n_val={rllm.rollout.n_val} sample(s) per task; raise rllm.rollout.n_val or drop that k."
+            )
         for key in ("n", "n_val"):
             if int(rllm.rollout[key]) < 1:
                 raise ConfigError(f"rllm.rollout.{key} must be at least 1, got {rllm.rollout[key]}.")
@@ -232,6 +242,8 @@ class UnifiedTrainer:
             "estimator": estimator_name(self.algorithm_config.estimator),
             "estimator_map": {k: estimator_name(v) for k, v in self.algorithm_config.estimator_map.items()},
             "loss_fn": self.algorithm_config.loss_fn,
+            **({"normalize_by_steps": True} if self.algorithm_config.normalize_by_steps else {}),
+            **({"dynamic_sampling": dataclasses.asdict(self.ds_config)} if self.ds_config.enabled else {}),
         }
 
     # -- entry points ------------------------------------------------------------------------
@@ -421,6 +433,8 @@ class UnifiedTrainer:
             )
         state.metrics.update(transform_metrics)
         state.metrics.update(rs_metrics)
+        with _timer("dynamic_sampling", timings):
+            groups, episodes = await self._dynamic_sampling(groups, episodes, state)
         state.trajectory_groups, state.episodes = groups, episodes
         state.metrics["batch/updated"] = float(state.has_trajectory_groups)
         if not state.has_trajectory_groups:
@@ -437,6 +451,44 @@ class UnifiedTrainer:
             await self.backend.compute_advantages(state, self.algorithm_config)
         with _timer("update", timings):  # stage 7
             await self.backend.update_policy(state)
+
+    async def _dynamic_sampling(
+        self, groups: list[TrajectoryGroup], episodes: list[Episode], state: TrainerState
+    ) -> tuple[list[TrajectoryGroup], list[Episode]]:
+        """Drop or replace uniform groups (see :mod:`rllm.trainer.sampling`); the effective batch is always reported."""
+        config = self.ds_config
+        keep = informative(groups, config)
+        target, rounds, dropped, replaced = len(groups), 1, keep.count(False), 0
+        if config.enabled and config.strategy == "drop":
+            kept = [group for group, flag in zip(groups, keep, strict=True) if flag]
+            every_episode = list(episodes)
+            seen = {episode.task_id for episode in state.episodes}
+            if state.sampling_state is None:
+                state.sampling_state = SamplingState()
+            while len(kept) < target and rounds < config.max_rounds:
+                tasks = refill_tasks(self.train_dataset, target - len(kept), seen, state.sampling_state, task_id_of)
+                if not tasks:
+                    break
+                rounds += 1
+                fresh = await self.backend.generate_episodes(tasks, agent_workflow_engine=self.agent_workflow_engine)
+                more, _ = transform_episodes_to_trajectory_groups(fresh, self.traj_grouping_hook, self.cf_config)
+                more, fresh, _ = apply_rejection_sampling_and_filtering(fresh, more, self.rs_config, state.rs_state)
+                flags = informative(more, config)
+                dropped += flags.count(False)
+                kept += [group for group, flag in zip(more, flags, strict=True) if flag]
+                every_episode += fresh
+            groups = kept[:target]
+            episodes = episodes_of(groups, every_episode)
+        elif config.enabled:
+            groups, replaced = substitute(groups, keep, state.global_step)
+        metrics = state.metrics
+        metrics["sampling/target_groups"] = float(target)
+        metrics["sampling/effective_groups"] = float(sum(informative(groups, config)))
+        metrics["sampling/groups_uniform"] = float(dropped)
+        if config.enabled:
+            metrics["sampling/rounds"] = float(rounds)
+            metrics["sampling/groups_replaced"] = float(replaced)
+        return groups, episodes
 
     def _warn_unused_roles(self, groups: Sequence[Any]) -> None:
         for role in check_estimator_roles(groups, self.algorithm_config.estimator_map):
@@ -466,7 +518,7 @@ class UnifiedTrainer:
                 )
         finally:
             state.validating = False
-        metrics = pass_at_k_metrics(episodes)
+        metrics = pass_at_k_metrics(episodes, self.val_pass_at_k)
         groups, _ = transform_episodes_to_trajectory_groups(episodes, self.traj_grouping_hook, self.cf_config)
         rewards = collect_reward_and_advantage_from_trajectory_groups(
             groups, self.algorithm_config, collect_advantage=False

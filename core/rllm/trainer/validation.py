@@ -1,9 +1,11 @@
-"""Validation metrics per data source: pass@1 and pass@k, with k the samples actually drawn."""
+"""Validation metrics per data source: the unbiased pass@k for each configured k."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from fractions import Fraction
+from math import comb
 
 import numpy as np
 
@@ -16,13 +18,20 @@ def data_source_of(episode: Episode) -> str:
     return str(episode.info.get("data_source") or UNKNOWN_SOURCE)
 
 
-def pass_at_k_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
-    """``val/{source}/pass@1`` (mean correctness) and ``val/{source}/pass@{k}`` per data source.
+def unbiased_pass_at_k(n: int, c: int, k: int) -> float:
+    """The chance that ``k`` of ``n`` samples, ``c`` of them correct, drawn without replacement, hold a correct one.
 
-    ``k`` is the smallest number of rollouts any task of that source got, and pass@k uses the
-    first ``k`` rollouts of every task, so the label always matches what was measured even
-    when some rollouts were lost. Workflow metrics and termination reasons are averaged per
-    source as well.
+    ``1 - C(n-c, k) / C(n, k)`` (Chen et al. 2021), computed exactly; needs ``k <= n``.
+    """
+    return float(1 - Fraction(comb(n - c, k), comb(n, k)))
+
+
+def pass_at_k_metrics(episodes: Sequence[Episode], ks: Sequence[int] = (1,)) -> dict[str, float]:
+    """``val/{source}/pass@{k}`` for every k in ``ks``, per data source: the unbiased estimator averaged over tasks.
+
+    A task contributes to pass@k when it got at least ``k`` rollouts (one lost to an error is
+    not counted); a k that no task of the source reaches is left out. ``val/{source}/pass@1``
+    is always reported. Workflow metrics and termination reasons are averaged per source as well.
     """
     by_source: dict[str, list[Episode]] = defaultdict(list)
     for episode in episodes:
@@ -30,18 +39,13 @@ def pass_at_k_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     metrics: dict[str, float] = {}
     for source, source_episodes in sorted(by_source.items()):
         prefix = f"val/{source}"
-        correct = np.array([bool(ep.is_correct) for ep in source_episodes], dtype=float)
-        metrics[f"{prefix}/pass@1"] = float(correct.mean())
-        per_task: dict[str, list[Episode]] = defaultdict(list)
+        per_task: dict[str, list[bool]] = defaultdict(list)
         for episode in source_episodes:
-            per_task[episode.task_id].append(episode)
-        k = min(len(rollouts) for rollouts in per_task.values())
-        if k > 1:
-            solved = [
-                any(ep.is_correct for ep in sorted(rollouts, key=lambda e: e.rollout_idx)[:k])
-                for rollouts in per_task.values()
-            ]
-            metrics[f"{prefix}/pass@{k}"] = float(np.mean(solved))
+            per_task[episode.task_id].append(bool(episode.is_correct))
+        for k in sorted({1, *ks}):
+            values = [unbiased_pass_at_k(len(r), sum(r), k) for r in per_task.values() if len(r) >= k]
+            if values:
+                metrics[f"{prefix}/pass@{k}"] = float(np.mean(values))
         metrics[f"{prefix}/num_tasks"] = float(len(per_task))
         values: dict[str, list[float]] = defaultdict(list)
         for episode in source_episodes:

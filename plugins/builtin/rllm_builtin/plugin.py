@@ -67,6 +67,11 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
     )
     register("grpo_vectorized", estimators.grpo, style="batch", options=[NORM_BY_STD], numerics="verl")
     register("rloo_vectorized", estimators.rloo, style="batch", options=(), numerics="verl")
+    ema_options = [
+        Option("decay", (float,), 0.9, "weight of the old baseline in each update, in [0, 1)", minimum=0.0),
+        Option("key", (str,), "task", "one baseline per task, or per role", choices=("task", "role")),
+    ]
+    register("ema_baseline", estimators.ema_baseline, style="batch", options=ema_options)
     components = Option("components", (str, Mapping), None, "estimators and weights, e.g. '0.7*grpo + 0.3*rloo'")
     register("mix", estimators.mix, style="batch", options=[components, NORM_BY_STD, *NUMERICS_OPTIONS])
 

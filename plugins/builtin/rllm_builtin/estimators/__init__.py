@@ -14,9 +14,11 @@ from rllm_builtin.estimators.multi_reward import gdpo
 from rllm_builtin.estimators.pass_at_k import pkpo
 from rllm_builtin.estimators.passk import grpo_passk
 from rllm_builtin.estimators.returns import gae, reinforce_plus_plus
+from rllm_builtin.estimators.running import ema_baseline
 
 __all__ = [
     "dr_grpo",
+    "ema_baseline",
     "gae",
     "gdpo",
     "gpg",
