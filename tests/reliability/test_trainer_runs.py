@@ -1,9 +1,9 @@
 """Reliability probes of ``rllm train``: real processes, real files, real signals, a real full disk.
 
 They guard against checkpoints that can run code, run directories without a single owner,
-and write errors that surface as tracebacks or lose data. Probes per class (19 in all):
+and write errors that surface as tracebacks or lose data. Probes per class (20 in all):
 
-- data loss (8): a second trainer on a busy run directory is refused while the first keeps
+- data loss (9): a second trainer on a busy run directory is refused while the first keeps
   every step, with ``resume_mode=auto`` and with ``disable`` (2); ten SIGKILLs at seeded
   random points, then a resume whose metrics and episode logs hold every step exactly once
   and equal an uninterrupted run's, with no scratch left behind (1); an old-format
@@ -39,6 +39,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -202,6 +203,65 @@ def test_ten_sigkills_then_resume_give_every_step_once_as_an_uninterrupted_run(t
     again = _train(killed_dir, *KILL_RUN)
     assert again.returncode == 0 and f"already complete ({TOTAL} steps)" in again.stderr
     assert _steps(killed_dir) == list(range(1, TOTAL + 1))
+
+
+# -- data loss: state kept across steps by the estimator and the sampler ------------------------
+STATEFUL_TOTAL = 40
+STATEFUL_RUN = (
+    f"rllm.trainer.total_batches={STATEFUL_TOTAL}",
+    "rllm.trainer.save_freq=2",
+    "rllm.trainer.test_freq=10",
+    "rllm.rollout.n=4",
+    "rllm.algorithm.adv_estimator=ema_baseline",
+    "rllm.algorithm.estimator_options.decay=0.8",
+    "rllm.dynamic_sampling.enable=true",
+    "rllm.dynamic_sampling.max_rounds=3",
+)
+
+
+def test_sigkilled_stateful_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
+    """ema_baseline's per-task baselines and dynamic sampling's refill position survive three SIGKILLs."""
+    killed_dir, clean_dir = tmp_path / "killed", tmp_path / "clean"
+    clean = subprocess.Popen(
+        _command(clean_dir, *STATEFUL_RUN), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    rng = random.Random(5)
+    kills = []
+    for _ in range(3):
+        target = max(_steps(killed_dir), default=0) + rng.randint(3, 8)
+        process = subprocess.Popen(
+            _command(killed_dir, *STATEFUL_RUN), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        deadline = time.monotonic() + 60
+        while max(_steps(killed_dir), default=0) < target and process.poll() is None:
+            assert time.monotonic() < deadline, "no progress"
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.02))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        assert process.returncode == -signal.SIGKILL
+        kills.append(max(_steps(killed_dir)))
+    assert kills[-1] < STATEFUL_TOTAL
+
+    resumed = _train(killed_dir, *STATEFUL_RUN)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "rllm: resumed from" in resumed.stderr
+    _, err = clean.communicate(timeout=120)
+    assert clean.returncode == 0, err
+
+    killed, uninterrupted = _records(killed_dir), _records(clean_dir)
+    assert [r["step"] for r in killed] == list(range(1, STATEFUL_TOTAL + 1))
+    assert _comparable(killed) == _comparable(uninterrupted)
+    assert _comparable(_records(killed_dir, "val")) == _comparable(_records(clean_dir, "val"))
+    assert sum(r["sampling/rounds"] > 1 for r in killed) > 5  # the sampler really refilled batches
+    final = Path("checkpoints") / f"step_{STATEFUL_TOTAL}"
+    for name in ("estimators.json", "sampling.json"):
+        assert (killed_dir / final / name).read_bytes() == (clean_dir / final / name).read_bytes()
+    baselines = json.loads((killed_dir / final / "estimators.json").read_text())["ema_baseline"]["solver"]
+    assert len(baselines["baselines"]) >= 30  # the state really carried many tasks across the kills
+    with np.load(killed_dir / final / "policy.npz") as a, np.load(clean_dir / final / "policy.npz") as b:
+        assert sorted(a.files) == sorted(b.files)
+        assert all(np.array_equal(a[name], b[name]) for name in a.files)
 
 
 # -- security: checkpoints are data ------------------------------------------------------------
