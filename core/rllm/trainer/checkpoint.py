@@ -24,6 +24,7 @@ from rllm.io import write_atomic
 from rllm.trainer.jsondata import decode_rejection_state, encode_rejection_state
 from rllm.trainer.protocol import BackendProtocol, TrainerState
 from rllm.trainer.rejection import RejectionSamplingState
+from rllm.trainer.rundir import os_cause
 from rllm.trainer.sampling import SamplingState
 
 FORMAT = "rllm-checkpoint"
@@ -182,7 +183,8 @@ class CheckpointManager:
                 _remove(final)
             os.replace(tmp, final)
             write_atomic(self.root / LATEST, final.name)
-        except OSError as exc:
+        except OSError as error:
+            exc = os_cause(error)
             shutil.rmtree(tmp, ignore_errors=True)
             intact = [p for _, p in self.steps() if (p / MANIFEST).is_file()]
             kept = f"{str(intact[-1])!r} is intact" if intact else "no earlier checkpoint exists"
@@ -190,7 +192,7 @@ class CheckpointManager:
                 f"Cannot write checkpoint {str(final)!r}: {exc.strerror or exc}"
                 f"{f' ({exc.filename})' if exc.filename else ''}; {kept}. Free space or fix permissions, "
                 "then run the same command again to resume."
-            ) from exc
+            ) from error
         try:
             self._prune()
         except OSError as exc:

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from rllm.errors import ConfigError, RunDirError
 from rllm.io import write_atomic
+from rllm.trainer.rundir import os_cause
 from rllm.types import Episode
 
 SUPPORTED_LOGGERS = ("console", "jsonl")
@@ -30,6 +31,7 @@ _RESUME_HINT = "the last checkpoint is intact: free space or fix permissions, th
 
 def write_failure(path: Path, exc: OSError) -> RunDirError:
     """A one-line error for a run file that cannot be written (full disk, permissions)."""
+    exc = os_cause(exc)
     return RunDirError(f"Cannot write {str(path)!r}: {exc.strerror or exc}; {_RESUME_HINT}.")
 
 

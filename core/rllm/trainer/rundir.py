@@ -19,7 +19,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from rllm.errors import ConfigError, RunDirError, RunDirLockedError
+from rllm.errors import ConfigError, OutputFileError, RunDirError, RunDirLockedError
 from rllm.io import write_atomic
 
 LOCK_FILE = ".rllm.lock"
@@ -48,7 +48,14 @@ def check_run_name(key: str, value: object) -> str:
     return name
 
 
+def os_cause(exc: OSError) -> OSError:
+    """The operating system's error behind ``exc``: ``write_atomic`` wraps it in an :class:`OutputFileError`."""
+    inner = exc.__context__
+    return inner if isinstance(exc, OutputFileError) and isinstance(inner, OSError) else exc
+
+
 def _failure(what: str, exc: OSError) -> RunDirError:
+    exc = os_cause(exc)
     return RunDirError(f"Cannot {what}: {exc.strerror or exc}{f' ({exc.filename})' if exc.filename else ''}.")
 
 

@@ -47,7 +47,7 @@ from rllm.trainer.rejection import (
     apply_rejection_sampling_and_filtering,
     episodes_of,
 )
-from rllm.trainer.rundir import RunDirectory, check_run_name
+from rllm.trainer.rundir import RunDirectory, check_run_name, os_cause
 from rllm.trainer.sampling import DynamicSamplingConfig, SamplingState, informative, refill_tasks, substitute
 from rllm.trainer.validation import pass_at_k_metrics
 from rllm.types import Episode, TerminationReason, TrajectoryGroup
@@ -295,13 +295,11 @@ class UnifiedTrainer:
         """Train to the end: resume if a checkpoint exists, validate, run the steps, validate again.
 
         The run directory is locked for the duration (a second run into it fails with
-        :class:`RunDirLockedError`), and a directory holding files rllm did not write is refused;
-        only then is the run's configuration written to ``config.yaml``.
+        :class:`RunDirLockedError`), and a directory holding files rllm did not write is refused.
         """
         self.run_dir.acquire()
         try:
             self.run_dir.claim()
-            save_config(self.config, self.output_dir)
             await self._fit_locked()
         finally:
             if self.logger is not None:
@@ -312,6 +310,7 @@ class UnifiedTrainer:
         await self.agent_workflow_engine.initialize_pool()
         state = TrainerState(rs_state=RejectionSamplingState())
         resumed = self._restore(state)
+        save_config(self.config, self.output_dir)  # once the directory is locked, claimed and cleared
         state.total_steps = self._total_steps(state)
         self.logger = MetricsLogger(
             self.rllm_config.trainer.logger, self.output_dir, state.total_steps, progress=self.progress
@@ -354,7 +353,8 @@ class UnifiedTrainer:
                 (self.output_dir / LEARNING_CURVE).unlink(missing_ok=True)
             if self.episode_logger is not None and self._episodes_entry():
                 self.episode_logger.discard(logs=everything)
-        except OSError as exc:
+        except OSError as error:
+            exc = os_cause(error)
             raise RunDirError(
                 f"Cannot clear the earlier run in {str(self.output_dir)!r}: {exc.strerror or exc}"
                 f"{f' ({exc.filename})' if exc.filename else ''}."
