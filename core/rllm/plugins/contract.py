@@ -104,7 +104,9 @@ HOOK_KINDS = (
         GroupingHookConflictError,
         callable_problem,
     ),
-    HookKind("rllm_register_backends", "backends", "backend", BackendNotFoundError, BackendConflictError, backend_problem),
+    HookKind(
+        "rllm_register_backends", "backends", "backend", BackendNotFoundError, BackendConflictError, backend_problem
+    ),
     HookKind("rllm_register_kernels", "kernels", "kernel", KernelNotFoundError, KernelConflictError, kernel_problem),
 )
 """Every registration hook, in the order a plugin's hooks run."""

@@ -109,6 +109,11 @@ def _env_names(name: str) -> set[str] | None:
     return {_normalise(part.strip()) for part in raw.split(",") if part.strip()}
 
 
+def strict_from_env() -> bool:
+    """Whether ``RLLM_STRICT_PLUGINS`` asks for plugin failures to be errors."""
+    return _env_flag("RLLM_STRICT_PLUGINS")
+
+
 def _normalise(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
@@ -155,7 +160,7 @@ class PluginManager:
         return getattr(self, kind.attribute)
 
     def is_strict(self) -> bool:
-        return _env_flag("RLLM_STRICT_PLUGINS") if self.strict is None else self.strict
+        return strict_from_env() if self.strict is None else self.strict
 
     # -- registration -----------------------------------------------------------------
     def register(self, plugin: object, source: Source, module: str | None = None) -> PluginInfo:
@@ -231,7 +236,9 @@ class PluginManager:
     def _registrar(self, kind: HookKind, source: Source, names: list[str]) -> Callable[..., None]:
         if kind.problem is None:
 
-            def register_estimator(name: str, fn: Callable[..., Any], *, replace: bool = False, **declaration: Any) -> None:
+            def register_estimator(
+                name: str, fn: Callable[..., Any], *, replace: bool = False, **declaration: Any
+            ) -> None:
                 self.add_estimator(name, fn, source, replace=replace, **declaration)
                 names.append(name)
 
@@ -322,7 +329,7 @@ class PluginManager:
                     self.load_entry_point(found.entry_point, found.source)
         finally:
             self._loading = False
-        self._warn_ignored()
+        self.warn_ignored()
         if self.failures and self.is_strict():
             listing = "\n".join(f"  - {type(error).__name__}: {error}" for error in self.failures)
             raise PluginsFailedError(
@@ -384,7 +391,8 @@ class PluginManager:
                 self._registered_on_import.setdefault(source.plugin, []).append(name)
         return plugin
 
-    def _warn_ignored(self) -> None:
+    def warn_ignored(self) -> None:
+        """Warn about every plugin claim on a built-in name made without ``replace=True`` (it never wins)."""
         for kind in HOOK_KINDS:
             for entry in self.registry(kind).ignored_claims():
                 warnings.warn(

@@ -172,7 +172,9 @@ class EstimatorEntry(Entry):
     requires: tuple[str, ...] = ()
 
     @classmethod
-    def declare(cls, name: str, target: Any, source: Source, *, replace: bool = False, **declaration: Any) -> EstimatorEntry:
+    def declare(
+        cls, name: str, target: Any, source: Source, *, replace: bool = False, **declaration: Any
+    ) -> EstimatorEntry:
         """The entry for one ``register(name, fn, **declaration)`` call; unknown keywords are refused."""
         known = [f.name for f in dataclasses.fields(cls) if f.name not in {f.name for f in dataclasses.fields(Entry)}]
         for key in declaration:
