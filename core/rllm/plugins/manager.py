@@ -3,9 +3,9 @@
 ``import rllm`` only reads the entry-point metadata (:func:`discover_plugins`); plugin modules
 are imported, and their hooks run, the first time a registry is needed
 (:func:`get_plugin_manager`). So a plugin module may import any part of rllm, in any order.
-Entry points of the ``rllm`` distribution itself are the built-in tier: loaded first, never
-blocked by the switches below, and the only claims a plugin must pass ``replace=True`` to
-take over.
+The ``builtin`` entry point of the ``rllm`` distribution itself is the built-in tier: loaded
+first, never blocked by the switches below, and the only claims a plugin must pass
+``replace=True`` to take over. rllm's other entry points (``fast``) are ordinary plugins.
 
 Loading never lets one broken plugin take rllm down: a plugin whose import raises (even
 ``SystemExit``), whose hooks raise, or that breaks the contract is recorded as failed,
@@ -441,7 +441,7 @@ _lock = threading.RLock()
 def discover_plugins() -> list[Discovered]:
     """The ``rllm.estimators`` entry points installed, built-ins first; reads metadata only, imports nothing.
 
-    Entry points of the ``rllm`` distribution are the built-in tier. The same entry point seen
+    The ``builtin`` entry point of the ``rllm`` distribution is the built-in tier. The same entry point seen
     twice (a distribution visible twice on ``sys.path``) is kept once; two distributions using
     one entry-point name are told apart as ``name@distribution``.
     """
@@ -454,7 +454,8 @@ def discover_plugins() -> list[Discovered]:
                 continue
             dist = getattr(ep, "dist", None)
             dist_name = dist.metadata["Name"] if dist is not None else None
-            builtin = dist_name is not None and _normalise(dist_name) == BUILTIN_DISTRIBUTION
+            own = dist_name is not None and _normalise(dist_name) == BUILTIN_DISTRIBUTION
+            builtin = own and ep.name == BUILTIN_PLUGIN  # rllm's other entry points (fast) are ordinary plugins
             plugin_name = ep.name if ep.name not in names else f"{ep.name}@{dist_name}"
             names.add(plugin_name)
             kind = "builtin" if builtin else "plugin"
