@@ -394,13 +394,26 @@ class PluginManager:
     def warn_ignored(self) -> None:
         """Warn about every plugin claim on a built-in name made without ``replace=True`` (it never wins)."""
         for kind in HOOK_KINDS:
-            for entry in self.registry(kind).ignored_claims():
+            registry = self.registry(kind)
+            for entry in registry.ignored_claims():
                 warnings.warn(
-                    f"{entry.source.describe()} registers {kind.what} {entry.name!r}, which is built in; the built-in "
-                    "is kept. The plugin must register with replace=True to take the name over.",
+                    f"{entry.source.describe()} registers {kind.what} {entry.name!r}, which is built in; "
+                    f"{self._kept(registry, entry.name)}. To take the name over, plugin {entry.source.plugin!r} "
+                    "must register it with replace=True.",
                     PluginWarning,
                     stacklevel=4,
                 )
+
+    @staticmethod
+    def _kept(registry: Registry[Any], name: str) -> str:
+        """Which claim is used instead of an ignored one."""
+        try:
+            winner = registry.resolve(name)
+        except RLLMError:
+            return "its version is ignored"
+        if winner.source.kind == "builtin":
+            return "the built-in is kept"
+        return f"{winner.source.describe()} took it over with replace=True and is used"
 
     # -- reporting ----------------------------------------------------------------------
     def plugin_infos(self) -> list[PluginInfo]:
@@ -417,10 +430,12 @@ class PluginManager:
                     except RLLMError as exc:
                         problems.append(str(exc))
                         continue
-                    if winner.source.plugin != info.name and winner.source.kind == "builtin":
+                    mine = [c for c in registry.claims(name) if c.source.plugin == info.name]
+                    ignored = any(c.source.kind == "plugin" and not c.replace for c in mine)
+                    if ignored and winner.source.plugin != info.name and winner.source.kind != "runtime":
                         problems.append(
                             f"{kind.what} {name!r} is built in; the plugin's version is ignored "
-                            "because it did not register with replace=True"
+                            f"because it did not register with replace=True ({self._kept(registry, name)})"
                         )
             if problems:
                 info.status = "conflict"
