@@ -259,6 +259,19 @@ def test_replace_true_takes_a_builtin_name_without_warning(plugin_manager: Plugi
         warnings.simplefilter("error")
         plugin_manager.warn_ignored()
     assert plugin_manager.grouping_hooks.resolve("task_and_role").target is len
+    assert {i.name: i.status for i in plugin_manager.plugin_infos()} == {"builtin": "ok", "acme": "ok"}
+
+
+def test_a_claim_without_replace_loses_to_a_plugin_that_replaced_the_builtin(plugin_manager: PluginManager) -> None:
+    plugin_manager.register(Registers("rllm_register_grouping_hooks", ("task_and_role", len, True)), SOURCE)
+    late = Source("plugin", "late", "late-dist", "0.1")
+    plugin_manager.register(Registers("rllm_register_grouping_hooks", ("task_and_role", max, False)), late)
+    with pytest.warns(PluginWarning, match=f"plugin 'late'.*which is built in; {NAMED} took it over with replace=True"):
+        plugin_manager.warn_ignored()
+    assert plugin_manager.grouping_hooks.resolve("task_and_role").target is len
+    infos = {i.name: i for i in plugin_manager.plugin_infos()}
+    assert (infos["builtin"].status, infos["acme"].status, infos["late"].status) == ("ok", "ok", "conflict")
+    assert f"({NAMED} took it over with replace=True and is used)" in (infos["late"].error or "")
 
 
 @pytest.mark.parametrize(

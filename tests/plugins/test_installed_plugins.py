@@ -33,6 +33,7 @@ def test_all_installed_plugins_are_listed_with_their_status(env: Env) -> None:
         "sleepy",
     }
     assert next(iter(plugins)) == "builtin"
+    assert plugins["builtin"]["status"] == "ok"  # trainer_parts replacing two of its names is no conflict of its own
     example = plugins["example"]
     assert example["status"] == "ok"
     assert (example["distribution"], example["version"]) == ("rllm-example-estimators", "1.0.0")
@@ -213,6 +214,28 @@ def test_plugin_registering_with_the_decorator_while_it_is_imported(env: Env) ->
         RLLM_PLUGINS="decorated",
     )
     assert result == [3.0, 4.0]
+
+
+def test_plugin_module_imported_before_rllm_loads_is_still_its_plugin(env: Env) -> None:
+    # The module's decorator makes rllm load plugins while the module itself is half imported:
+    # rllm finishes loading that plugin at the next use, with the decorator's estimator attributed to it.
+    result = env.py_json(
+        """
+        import json
+        import rllm_fixture_decorated.plugin
+        import rllm
+        doubled = rllm.compute_advantages("doubled", [1.5], [0]).tolist()
+        info = {i.name: (i.status, i.estimators) for i in rllm.get_plugin_manager().plugin_infos()}["decorated"]
+        source = rllm.get_plugin_manager().estimators.resolve("doubled").source.describe()
+        print(json.dumps({"doubled": doubled, "info": info, "source": source}))
+        """,
+        RLLM_PLUGINS="decorated",
+    )
+    assert result == {
+        "doubled": [3.0],
+        "info": ["ok", ["doubled"]],
+        "source": "plugin 'decorated', distribution rllm-fixture-decorated 0.0.7",
+    }
 
 
 def test_grpo_in_a_fresh_install(env: Env) -> None:

@@ -59,6 +59,8 @@ else:  # pragma: no cover - exercised on older interpreters
     import importlib_metadata as metadata
 
 PluginStatus = Literal["ok", "failed", "blocked", "conflict"]
+Claim = tuple[str, Callable[..., Any], dict[str, Any]]
+"""An estimator registered by decorator while its plugin's module was imported: name, function, keywords."""
 BUILTIN_PLUGIN = "builtin"
 BUILTIN_DISTRIBUTION = "rllm"
 SLOW_PLUGIN_SECONDS = 0.5
@@ -125,6 +127,16 @@ def _stdout_to_stderr() -> Iterator[None]:
         yield
 
 
+def _module_of(ep: Any) -> str:
+    return str(getattr(ep, "module", None) or ep.value.partition(":")[0])
+
+
+def _initializing(module: str) -> bool:
+    """Whether ``module`` is being imported right now (it is in ``sys.modules`` but not finished)."""
+    spec = getattr(sys.modules.get(module), "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
 def _describe(exc: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(exc), exc)).strip()
 
@@ -149,8 +161,9 @@ class PluginManager:
         self.strict = strict
         self._loading = False
         self._importing: Source | None = None
+        self._pending: dict[str, Discovered] = {}
         self._registered_on_import: dict[str, list[str]] = {}
-        self._claims_on_import: list[tuple[str, Callable[..., Any], dict[str, Any]]] = []
+        self._claims_on_import: dict[Source, list[Claim]] = {}
 
     @staticmethod
     def _registry(kind: HookKind) -> Registry[Any]:
@@ -260,9 +273,9 @@ class PluginManager:
         if not callable(fn):
             raise PluginContractError(f"{who} registered estimator {name!r} with a non-callable {fn!r}.")
         self.estimators.add(EstimatorEntry.declare(name, fn, source, replace=replace, **declaration))
-        if source == self._importing:  # a decorator run while the plugin's module was imported
+        if source in self._claims_on_import:  # a decorator run while the plugin's module was imported
             self._registered_on_import.setdefault(source.plugin, []).append(name)
-            self._claims_on_import.append((name, fn, {"replace": replace, **declaration}))
+            self._claims_on_import[source].append((name, fn, {"replace": replace, **declaration}))
 
     def add(self, kind: HookKind, name: str, target: Any, source: Source, *, replace: bool = False) -> None:
         """Validate and record one grouping-hook, backend or kernel claim."""
@@ -279,8 +292,16 @@ class PluginManager:
             self.registry(kind).discard_source(source)
 
     def runtime_source(self, where: str) -> Source:
-        """Attribution for a registration made by code rather than a hook (a decorator)."""
-        return self._importing or Source("runtime", where)
+        """Attribution for a registration made by code rather than a hook (a decorator at ``where``).
+
+        While a plugin's module is being imported, what it registers belongs to that plugin.
+        """
+        if self._importing:
+            return self._importing
+        for module, found in self._pending.items():
+            if where.startswith(f"{module}."):
+                return found.source
+        return Source("runtime", where)
 
     def _fail(self, info: PluginInfo, error_type: type[PluginError], reason: str, cause: BaseException) -> None:
         where = f"distribution {info.distribution} {info.version}" if info.distribution else "no distribution"
@@ -325,6 +346,9 @@ class PluginManager:
                     self.plugins[source.plugin] = PluginInfo(
                         source.plugin, source.distribution, source.version, ep.value, status="blocked", error=reason
                     )
+                elif _initializing(_module_of(found.entry_point)):  # it imported rllm, which is loading plugins
+                    self._pending[_module_of(found.entry_point)] = found
+                    self._claims_on_import[found.source] = []
                 else:
                     self.load_entry_point(found.entry_point, found.source)
         finally:
@@ -365,17 +389,29 @@ class PluginManager:
         info.load_seconds = time.perf_counter() - started
         return info
 
+    def finish_pending(self) -> None:
+        """Load the plugins whose module was still being imported when the others loaded.
+
+        That happens when code imports a plugin module first and the module uses rllm at its
+        top (a registration decorator): its hooks and decorators are complete only afterwards.
+        """
+        for module, found in list(self._pending.items()):
+            if not _initializing(module):
+                del self._pending[module]
+                self.load_entry_point(found.entry_point, found.source)
+                self.warn_ignored()
+
     def _import(self, ep: Any, source: Source) -> object | None:
-        module = getattr(ep, "module", None) or ep.value.partition(":")[0]
-        fresh = module not in sys.modules
+        fresh = _module_of(ep) not in sys.modules
         self._importing = source
-        self._claims_on_import = []
+        self._claims_on_import.setdefault(source, [])
         try:
             with _stdout_to_stderr():
                 plugin = ep.load()
         except (Exception, SystemExit) as exc:  # SystemExit from a plugin is its failure, not rllm's exit
             self.forget(source)
             self._registered_on_import.pop(source.plugin, None)
+            self._claims_on_import.pop(source, None)
             info = PluginInfo(source.plugin, source.distribution, source.version, ep.value)
             self.plugins[source.plugin] = info
             self._fail(info, PluginLoadError, f"importing {ep.value!r} raised {_describe(exc)}", exc)
@@ -383,8 +419,9 @@ class PluginManager:
         finally:
             self._importing = None
         key = (ep.name, ep.value)
-        if fresh:
-            _CLAIMS_ON_IMPORT[key] = self._claims_on_import
+        claims = self._claims_on_import.pop(source)
+        if fresh or claims:
+            _CLAIMS_ON_IMPORT[key] = claims
         else:  # imported before this manager existed: replay what its decorators registered then
             for name, fn, options in _CLAIMS_ON_IMPORT.get(key, []):
                 self.add_estimator(name, fn, source, **options)
@@ -394,13 +431,26 @@ class PluginManager:
     def warn_ignored(self) -> None:
         """Warn about every plugin claim on a built-in name made without ``replace=True`` (it never wins)."""
         for kind in HOOK_KINDS:
-            for entry in self.registry(kind).ignored_claims():
+            registry = self.registry(kind)
+            for entry in registry.ignored_claims():
                 warnings.warn(
-                    f"{entry.source.describe()} registers {kind.what} {entry.name!r}, which is built in; the built-in "
-                    "is kept. The plugin must register with replace=True to take the name over.",
+                    f"{entry.source.describe()} registers {kind.what} {entry.name!r}, which is built in; "
+                    f"{self._kept(registry, entry.name)}. To take the name over, plugin {entry.source.plugin!r} "
+                    "must register it with replace=True.",
                     PluginWarning,
                     stacklevel=4,
                 )
+
+    @staticmethod
+    def _kept(registry: Registry[Any], name: str) -> str:
+        """Which claim is used instead of an ignored one."""
+        try:
+            winner = registry.resolve(name)
+        except RLLMError:
+            return "its version is ignored"
+        if winner.source.kind == "builtin":
+            return "the built-in is kept"
+        return f"{winner.source.describe()} took it over with replace=True and is used"
 
     # -- reporting ----------------------------------------------------------------------
     def plugin_infos(self) -> list[PluginInfo]:
@@ -417,10 +467,12 @@ class PluginManager:
                     except RLLMError as exc:
                         problems.append(str(exc))
                         continue
-                    if winner.source.plugin != info.name and winner.source.kind == "builtin":
+                    mine = [c for c in registry.claims(name) if c.source.plugin == info.name]
+                    ignored = any(c.source.kind == "plugin" and not c.replace for c in mine)
+                    if ignored and winner.source.plugin != info.name and winner.source.kind != "runtime":
                         problems.append(
                             f"{kind.what} {name!r} is built in; the plugin's version is ignored "
-                            "because it did not register with replace=True"
+                            f"because it did not register with replace=True ({self._kept(registry, name)})"
                         )
             if problems:
                 info.status = "conflict"
@@ -429,7 +481,7 @@ class PluginManager:
         return sorted(self.plugins.values(), key=lambda info: (info.name not in builtin, info.name))
 
 
-_CLAIMS_ON_IMPORT: dict[tuple[str, str], list[tuple[str, Callable[..., Any], dict[str, Any]]]] = {}
+_CLAIMS_ON_IMPORT: dict[tuple[str, str], list[Claim]] = {}
 """Estimators each entry-point module registered by decorator while it was imported, for later managers."""
 
 _discovered: list[Discovered] | None = None
@@ -473,10 +525,11 @@ def get_plugin_manager(*, strict: bool | None = None) -> PluginManager:
     the manager being filled.
     """
     global _manager, _loading
-    if _manager is not None:
+    if _manager is not None and not _manager._pending:
         return _manager
     with _lock:
         if _manager is not None:
+            _manager.finish_pending()
             return _manager
         if _loading is not None:
             return _loading
