@@ -1,7 +1,7 @@
 """rllm: pluggable advantage estimation for reinforcement learning of language models.
 
-Importing rllm registers the built-in estimators and discovers installed plugins
-(``rllm.estimators`` entry points); see :mod:`rllm.plugins.manager` for the switches.
+Importing rllm discovers installed plugins (``rllm.estimators`` entry points, the built-in
+one included) and loads them on first use; see :mod:`rllm.plugins.manager` for the switches.
 """
 
 from importlib import import_module
@@ -34,7 +34,7 @@ from rllm.estimators import (
     get_estimator,
 )
 from rllm.estimators.list_api import get_rllm_adv_estimator, register_rllm_adv_estimator
-from rllm.plugins import get_plugin_manager, hookimpl, hookspec
+from rllm.plugins import discover_plugins, get_plugin_manager, hookimpl, hookspec
 from rllm.types import Episode, Step, TerminationReason, Trajectory, TrajectoryGroup
 from rllm.version import __version__
 
@@ -87,5 +87,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'rllm' has no attribute {name!r}")
 
 
-# Last, so that a plugin importing rllm while it loads sees every name above.
-get_plugin_manager()
+# Reads the entry-point metadata only; plugins are imported when a registry is first used
+# (get_plugin_manager), so a plugin module may import rllm, and be imported, in any order.
+discover_plugins()

@@ -1,7 +1,7 @@
 """The plugin system: hook specifications, the manager that loads plugins, and the registries."""
 
 from rllm.plugins.hookspecs import ENTRY_POINT_GROUP, EstimatorRegistrar, NamedRegistrar, hookimpl, hookspec
-from rllm.plugins.manager import PluginInfo, PluginManager, get_plugin_manager
+from rllm.plugins.manager import PluginInfo, PluginManager, discover_plugins, get_plugin_manager
 from rllm.plugins.registry import Entry, EstimatorEntry, Registry, Source
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "PluginManager",
     "Registry",
     "Source",
+    "discover_plugins",
     "get_plugin_manager",
     "hookimpl",
     "hookspec",
