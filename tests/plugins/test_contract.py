@@ -319,6 +319,9 @@ def test_estimator_declaration_is_forwarded_and_unknown_keywords_refused(plugin_
         match=rf"{NAMED} registered estimator 'x' with unknown keyword 'requiers' \(did you mean 'requires'\?\)",
     ):
         plugin_manager.add_estimator("x", fn, SOURCE, requiers=["response_lengths"])
+    for requires in ("response_lengths", None):
+        with pytest.raises(PluginContractError, match=f"{NAMED} registered estimator 'x' with requires={requires!r}"):
+            plugin_manager.add_estimator("x", fn, SOURCE, requires=requires)
 
 
 class FakeEntryPoint:

@@ -37,7 +37,7 @@ def test_all_installed_plugins_are_listed_with_their_status(env: Env) -> None:
     example = plugins["example"]
     assert example["status"] == "ok"
     assert (example["distribution"], example["version"]) == ("rllm-example-estimators", "1.0.0")
-    assert example["estimators"] == ["median_baseline", "rank"]
+    assert example["estimators"] == ["median_baseline", "rank", "scaled_median"]
     assert example["hooks"] == ["rllm_register_estimators"]
     assert example["module"] == "rllm_example_estimators.plugin"
     broken = plugins["broken"]

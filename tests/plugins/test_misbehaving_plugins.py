@@ -47,6 +47,7 @@ def test_python_keeps_running_when_a_plugin_exits(env: Env) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == GRPO_PAIR
     assert "rllm-fixture-exits 0.0.1" in done.stderr and "SystemExit: 3" in done.stderr
+    assert "<string>:3: PluginWarning" in done.stderr  # the warning points at the caller's line, not rllm's
 
 
 def test_jsonl_output_stays_clean_with_a_printing_plugin(env: Env) -> None:

@@ -137,6 +137,17 @@ def _initializing(module: str) -> bool:
     return bool(getattr(spec, "_initializing", False))
 
 
+_RLLM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _warn(message: str) -> None:
+    """A :class:`PluginWarning` attributed to the first caller outside rllm (``sys:1`` under the ``rllm`` command)."""
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_RLLM_DIR):
+        level, frame = level + 1, frame.f_back
+    warnings.warn(message, PluginWarning, stacklevel=level)
+
+
 def _describe(exc: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(exc), exc)).strip()
 
@@ -318,7 +329,7 @@ class PluginManager:
         error.__cause__ = cause
         self.failures.append(error)
         if not strict:
-            warnings.warn(message, PluginWarning, stacklevel=3)
+            _warn(message)
         elif not self._loading:
             raise error
 
@@ -333,11 +344,9 @@ class PluginManager:
         try:
             discovered = discover_plugins()
             if not any(found.source.kind == "builtin" for found in discovered):
-                warnings.warn(
+                _warn(
                     f"The {BUILTIN_DISTRIBUTION} distribution declares no {hookspecs.ENTRY_POINT_GROUP!r} entry point, "
-                    "so the built-in estimators are missing: reinstall rllm (pip install -e . in a checkout).",
-                    PluginWarning,
-                    stacklevel=3,
+                    "so the built-in estimators are missing: reinstall rllm (pip install -e . in a checkout)."
                 )
             for found in discovered:
                 reason = self._blocked(found)
@@ -433,12 +442,10 @@ class PluginManager:
         for kind in HOOK_KINDS:
             registry = self.registry(kind)
             for entry in registry.ignored_claims():
-                warnings.warn(
+                _warn(
                     f"{entry.source.describe()} registers {kind.what} {entry.name!r}, which is built in; "
                     f"{self._kept(registry, entry.name)}. To take the name over, plugin {entry.source.plugin!r} "
-                    "must register it with replace=True.",
-                    PluginWarning,
-                    stacklevel=4,
+                    "must register it with replace=True."
                 )
 
     @staticmethod

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
@@ -204,7 +204,7 @@ class EstimatorEntry(Entry):
         who = f"{self.source.describe()} registered estimator {self.name!r}"
         if self.style not in ("grouped", "batch"):
             raise PluginContractError(f"{who} with style {self.style!r}; use 'grouped' or 'batch'.")
-        if isinstance(self.requires, str):
+        if isinstance(self.requires, str) or not isinstance(self.requires, Iterable):
             raise PluginContractError(f"{who} with requires={self.requires!r}; give a list of field names.")
         requires = tuple(self.requires)
         unknown = [f for f in requires if f not in OPTIONAL_FIELDS]
