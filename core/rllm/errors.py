@@ -83,3 +83,7 @@ class TrainerError(RLLMError):
 
 class CheckpointError(TrainerError):
     """A checkpoint is missing, incomplete or belongs to a different run configuration."""
+
+
+class EstimatorCallError(RLLMError, TypeError):
+    """A list-API estimator function was called with arguments of neither rLLM calling convention."""

@@ -240,6 +240,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
             config.options_for(name),
             ambient=config.ambient_options(),
             nonfinite_rewards=config.nonfinite_rewards,
+            context={"algorithm_config": config, "traj_groups": role_groups},
         )
         advantages = outcome.advantages
         good = None if outcome.zeroed_groups is None else ~layout.spread(outcome.zeroed_groups)
