@@ -157,6 +157,13 @@ def get_rllm_adv_estimator(name: EstimatorName) -> Callable[..., tuple[GroupArra
     return _list_callable(entry, entry.name)
 
 
+register_adv_estimator = register_rllm_adv_estimator
+"""The registration decorator under the name rLLM uses today (the seed's name stays)."""
+
+get_adv_estimator = get_rllm_adv_estimator
+"""The lookup under the name rLLM uses today (the seed's name stays)."""
+
+
 class EstimatorRegistryView(MutableMapping[str, Callable[..., Any]]):
     """Dict-like view of the estimator registry, for code that indexes it directly.
 

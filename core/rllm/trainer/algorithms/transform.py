@@ -1,0 +1,5 @@
+"""From episodes to trajectory groups at rLLM's current path."""
+
+from rllm.trainer.grouping import transform_episodes_to_trajectory_groups
+
+__all__ = ["transform_episodes_to_trajectory_groups"]
