@@ -21,6 +21,9 @@ from rllm.errors import DataError
 DEFAULT_ROLE = "all_groups"
 """Role of a group whose id names no role."""
 
+DEFAULT_TRAJ_NAME = "default_traj_name"
+"""Name of a trajectory its workflow did not name."""
+
 
 class TerminationReason(str, Enum):
     """Why an episode ended."""
@@ -66,7 +69,7 @@ class Trajectory:
     """The steps one role took in one episode, with the trajectory-level reward."""
 
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
-    name: str = "default_traj_name"
+    name: str = DEFAULT_TRAJ_NAME
     task: Any = None
     steps: list[Step] = field(default_factory=list)
     reward: float | None = None

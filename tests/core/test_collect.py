@@ -33,9 +33,12 @@ def test_broadcast_to_every_step_and_metric_names() -> None:
     assert metrics["reward/solver/max"] == 1.0 and metrics["reward/solver/min"] == 0.0
     assert metrics["advantage/solver/mean"] == pytest.approx(0.0, abs=1e-12)
     assert metrics["advantage/solver/fraction_zero"] == 0.0
+    diagnostics = {"total", "informative", "fractions/effective", "fractions/too_easy", "fractions/too_hard"} | {
+        f"group_reward_{s}/p{p}" for s in ("mean", "std") for p in (10, 50, 90)
+    }
     assert set(metrics) == {f"reward/solver/{k}" for k in ("mean", "std", "max", "min")} | {
         f"advantage/solver/{k}" for k in ("mean", "std", "max", "min", "fraction_zero")
-    }
+    } | {f"batch/solver/{k}" for k in diagnostics}
 
 
 def test_roles_are_batched_separately_with_estimator_map() -> None:

@@ -12,6 +12,7 @@ import numpy as np
 from rllm.errors import EstimatorOutputError, RewardError, RLLMWarning
 from rllm.estimators.batch import AdvantageBatch, FieldSource, GroupLayout, Ragged
 from rllm.estimators.compute import get_estimator
+from rllm.estimators.diagnostics import difficulty_metrics
 from rllm.estimators.names import estimator_name
 from rllm.estimators.pipeline import check_rewards, invoke
 from rllm.types import Step, Trajectory, TrajectoryGroup
@@ -245,6 +246,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
         advantages = outcome.advantages
         good = None if outcome.zeroed_groups is None else ~layout.spread(outcome.zeroed_groups)
         _summary(f"reward/{role}", rewards if good is None else rewards[good], metrics)
+        metrics.update(difficulty_metrics(role, rewards, layout, outcome.zeroed_groups))
         if isinstance(advantages, Ragged):
             replaced = _per_step(per_group, advantages, name)
             values = advantages.values if good is None else advantages.values[advantages.expand(good)]

@@ -257,6 +257,16 @@ def calculate_reinforce_plus_plus_baseline_advantages(
     return _classic("reinforce_plus_plus_baseline", name, rewards, args, kwargs, ("epsilon",), ("epsilon",))
 
 
+def calculate_prpo_advantages(
+    rewards: Sequence[np.ndarray], *args: Any, **kwargs: Any
+) -> tuple[GroupArrays, GroupArrays]:
+    """PRPO: raw rewards whitened by the mean and population std of all groups passed in (+ epsilon).
+
+    Forms: ``(rewards, algorithm_config, epsilon=1e-6)`` and, without a config, ``(rewards, epsilon=1e-6)``.
+    """
+    return _classic("prpo", "calculate_prpo_advantages", rewards, args, kwargs, ("epsilon",), ("epsilon",))
+
+
 def calculate_rloo_advantages(
     rewards: Sequence[np.ndarray], *args: Any, **kwargs: Any
 ) -> tuple[GroupArrays, GroupArrays]:

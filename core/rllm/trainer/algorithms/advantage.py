@@ -5,6 +5,7 @@ from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory
 from rllm.estimators.list_api import (
     RLLM_ADV_ESTIMATOR_REGISTRY,
     calculate_grpo_advantages,
+    calculate_prpo_advantages,
     calculate_reinforce_advantages,
     calculate_reinforce_plus_plus_baseline_advantages,
     calculate_rloo_advantages,
@@ -20,6 +21,7 @@ __all__ = [
     "AlgorithmConfig",
     "TrajectoryGroup",
     "calculate_grpo_advantages",
+    "calculate_prpo_advantages",
     "calculate_reinforce_advantages",
     "calculate_reinforce_plus_plus_baseline_advantages",
     "calculate_rloo_advantages",

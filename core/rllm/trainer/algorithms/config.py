@@ -1,5 +1,13 @@
-"""Algorithm configuration types at rLLM's current path."""
+"""Algorithm and trainer-stage configuration types at rLLM's current path."""
 
-from rllm.config.algorithm import AlgorithmConfig, rLLMAdvantageEstimator
+from rllm.config.algorithm import AlgorithmConfig, RolloutCorrectionConfig, rLLMAdvantageEstimator
+from rllm.config.stages import CompactFilteringConfig, RejectionSamplingConfig, TransformConfig
 
-__all__ = ["AlgorithmConfig", "rLLMAdvantageEstimator"]
+__all__ = [
+    "AlgorithmConfig",
+    "CompactFilteringConfig",
+    "RejectionSamplingConfig",
+    "RolloutCorrectionConfig",
+    "TransformConfig",
+    "rLLMAdvantageEstimator",
+]
