@@ -68,7 +68,7 @@ def test_precomputed_mode_keeps_advantages_and_fills_missing_with_zero() -> None
     ]
     g = TrajectoryGroup.for_task("t", "student", [Trajectory(reward=None, steps=steps)])
     metrics = collect([g], AlgorithmConfig(use_precomputed_advantage=True))
-    assert [s.advantage for s in steps] == [0.5, 0.0, [0.1, 0.2]]
+    assert [s.advantage for s in steps] == [[0.5, 0.5], [0.0], [0.1, 0.2]]  # one value per token, as rLLM
     # Per token: 0.5, 0.5, 0.0, 0.1, 0.2.
     assert metrics["advantage/student/mean"] == pytest.approx(1.3 / 5)
     assert metrics["advantage/student/fraction_zero"] == pytest.approx(1 / 5)
