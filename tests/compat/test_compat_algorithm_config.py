@@ -150,6 +150,10 @@ def test_from_config_with_the_whole_run_config_as_before() -> None:
     assert config.estimator_map == {"judge": rLLMAdvantageEstimator.RLOO}
     assert config.loss_fn_map == {"judge": "importance_sampling"}
     assert config.use_rllm is None  # the defaults' `use_rllm: false` is not a use of the key
+    # The section of the same file, as rLLM's trainer passes it today.
+    defaults = load_config()
+    section = _quiet_from(defaults.rllm.algorithm, stepwise_advantage_mode=defaults.rllm.stepwise_advantage.mode)
+    assert section == _quiet_from(defaults)
 
 
 def _quiet_from(config: object, **kwargs: object) -> AlgorithmConfig:

@@ -218,8 +218,13 @@ def _classic(
     seed: tuple[str, ...] = (),
     today: tuple[str, ...] = (),
 ) -> tuple[GroupArrays, GroupArrays]:
+    """One of the classic ``calculate_*`` functions: the built-in ``name`` called in either convention.
+
+    ``seed`` and ``today`` name the positional parameters after ``rewards`` (seed) or after the
+    config (today), so both of rLLM's signatures of the function are accepted.
+    """
     config = _layouts(who, args, kwargs, seed, today)
-    if kwargs.get("epsilon", 0.0) is None:  # the seed's signature default: keep the estimator's own
+    if kwargs.get("epsilon", 0.0) is None:  # epsilon=None, like the config's null: the estimator's own default
         del kwargs["epsilon"]
     traj_groups = kwargs.pop("traj_groups", None)
     return run_on_groups(_builtin(name), rewards, kwargs, algorithm_config=config, traj_groups=traj_groups)
