@@ -274,11 +274,10 @@ class Episode:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict with rLLM's keys, trajectories and steps included."""
-        reason = self.termination_reason
         return {
             "id": self.id,
             "task": _jsonable(self.task, "Episode.task"),
-            "termination_reason": None if reason is None else TerminationReason(reason).value,
+            "termination_reason": _jsonable(self.termination_reason, "Episode.termination_reason"),
             "is_correct": bool(self.is_correct),
             "session_id": self.session_id,
             "trajectories": [trajectory.to_dict() for trajectory in self.trajectories],
