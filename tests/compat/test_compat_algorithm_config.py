@@ -139,6 +139,8 @@ def test_from_config_with_the_algorithm_section_as_rllm_calls_it_today() -> None
     assert AlgorithmConfig.from_config({"adv_estimator": "prpo"}).estimator is rLLMAdvantageEstimator.PRPO
     with pytest.raises(ConfigError, match=r"'eps_clipp'.*Did you mean 'eps_clip'"):
         AlgorithmConfig.from_config({"adv_estimator": "grpo", "eps_clipp": 0.1})
+    with pytest.raises(ConfigError, match=r"'rllm\.algorithm\.rollout_correction\.tis_capp'"):
+        AlgorithmConfig.from_config({"adv_estimator": "grpo", "rollout_correction": {"tis_capp": 3.0}})
 
 
 def test_from_config_with_the_whole_run_config_as_before() -> None:

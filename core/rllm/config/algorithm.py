@@ -197,6 +197,12 @@ class AlgorithmConfig:
         if use_rllm is False:  # the seed's default value, as config files carry it: not a use of the key
             use_rllm = None
         correction = _plain(algo.get("rollout_correction", None) or {})
+        extra = sorted(set(correction) - {"tis_mode", "bypass_mode", "tis_cap"})
+        if extra:
+            raise ConfigError(
+                f"Unknown key 'rllm.algorithm.rollout_correction.{extra[0]}'; its keys are bypass_mode, tis_mode "
+                "and tis_cap."
+            )
         return cls(
             estimator=str(name),
             estimator_map={**_plain(algo.get("estimator_map", None) or {}), **(estimator_map or {})},
