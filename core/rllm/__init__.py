@@ -33,7 +33,7 @@ from rllm.estimators import (
     compute_advantages,
     get_estimator,
 )
-from rllm.estimators.list_api import get_rllm_adv_estimator, register_rllm_adv_estimator
+from rllm.estimators.list_api import get_rllm_adv_estimator, register_adv_estimator, register_rllm_adv_estimator
 from rllm.plugins import discover_plugins, get_plugin_manager, hookimpl, hookspec
 from rllm.types import Episode, Step, TerminationReason, Trajectory, TrajectoryGroup
 from rllm.version import __version__
@@ -74,6 +74,7 @@ __all__ = [
     "hookspec",
     "load_config",
     "rLLMAdvantageEstimator",
+    "register_adv_estimator",
     "register_rllm_adv_estimator",
 ]
 

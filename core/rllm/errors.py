@@ -147,3 +147,7 @@ class GroupingHookConflictError(NameConflictError):
 
 class KernelConflictError(NameConflictError):
     """Two plugins registered the same kernel name, or a name was re-registered."""
+
+
+class EstimatorCallError(RLLMError, TypeError):
+    """A list-API estimator function was called with arguments of neither rLLM calling convention."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
+from numbers import Real
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,6 +16,7 @@ import numpy as np
 from rllm.errors import DataError, EstimatorOutputError, RewardError, RLLMWarning
 from rllm.estimators.batch import AdvantageBatch, FieldSource, FloatArray, GroupLayout, IndexArray, Ragged
 from rllm.estimators.compute import get_estimator
+from rllm.estimators.diagnostics import difficulty_metrics
 from rllm.estimators.names import estimator_name
 from rllm.estimators.pipeline import check_rewards, invoke
 from rllm.types import Step, Trajectory, TrajectoryGroup
@@ -23,26 +26,45 @@ if TYPE_CHECKING:
 
 
 def _precomputed_advantages(group: TrajectoryGroup) -> list[float]:
-    """Per-token advantages a workflow set itself; a step without one gets 0."""
+    """The per-token advantages a workflow set itself, written back to each step as one value per token.
+
+    A scalar is expanded over the step's response tokens and a step without one gets zeros (as
+    rLLM does); a list of the wrong length is replaced by zeros on the step, with a warning. A
+    NaN or infinite value, or a value that is neither a number nor a sequence of numbers, is an
+    error naming the group.
+    """
     values: list[float] = []
     for traj in group.trajectories:
-        for step in traj.steps:
+        for index, step in enumerate(traj.steps):
             n_tokens = len(step.response_ids)
-            if step.advantage is None:
-                step.advantage = 0.0
-            if isinstance(step.advantage, list | tuple | np.ndarray):
-                if len(step.advantage) != n_tokens:
+            where = f"Group {group.group_id!r}, trajectory {traj.uid!r}, step {index}"
+            given = 0.0 if step.advantage is None else step.advantage
+            if isinstance(given, Real) and not isinstance(given, bool):
+                tokens = [float(given)] * n_tokens
+            elif isinstance(given, list | tuple | np.ndarray) and np.ndim(given) == 1:
+                try:
+                    tokens = [float(a) for a in given]
+                except (TypeError, ValueError):
+                    raise DataError(f"{where}: step.advantage holds a non-number; give numbers only.") from None
+                if len(tokens) != n_tokens:
                     warnings.warn(
-                        f"Group {group.group_id!r}, trajectory {traj.uid!r}: a step has {len(step.advantage)} "
-                        f"per-token advantages for {n_tokens} response tokens; using zeros for that step.",
+                        f"{where} has {len(tokens)} per-token advantages for {n_tokens} response tokens; "
+                        "using zeros for that step.",
                         RLLMWarning,
                         stacklevel=4,
                     )
-                    values.extend([0.0] * n_tokens)
-                else:
-                    values.extend(float(a) for a in step.advantage)
+                    tokens = [0.0] * n_tokens
             else:
-                values.extend([float(step.advantage)] * n_tokens)
+                raise DataError(
+                    f"{where}: step.advantage is a {type(given).__name__}; with use_precomputed_advantage it must "
+                    "be a number (spread over the response tokens) or one number per response token."
+                )
+            if not all(map(math.isfinite, tokens)):
+                raise DataError(
+                    f"{where} has a NaN or infinite precomputed advantage; fix the workflow that computes it."
+                )
+            step.advantage = tokens
+            values.extend(tokens)
     return values
 
 
@@ -314,13 +336,18 @@ def collect_advantages(
             config.options_for(name),
             ambient=config.ambient_options(),
             nonfinite_rewards=config.nonfinite_rewards,
+            context={"algorithm_config": config, "traj_groups": role_groups},
         )
         advantages = outcome.advantages
         collected.roles[role] = RoleAdvantages(per_group, advantages)
         good = None if outcome.zeroed_groups is None else ~layout.spread(outcome.zeroed_groups)
+        skipped = outcome.zeroed_groups
         if outcome.excluded is not None:
             good = ~outcome.excluded
+            skipped = np.zeros(layout.n_groups, dtype=bool)  # groups with an unscorable rollout: spread unknown
+            skipped[layout.group_index[outcome.excluded]] = True
         _reward_metrics(role, rewards, good, metrics)
+        metrics.update(difficulty_metrics(role, rewards, layout, skipped))
         replaced = 0
         if isinstance(advantages, Ragged):
             if write_steps:

@@ -21,13 +21,14 @@ from rllm.errors import (
     EstimatorFailedError,
     EstimatorOptionError,
     EstimatorOutputError,
+    MissingInputError,
     RewardError,
     RLLMError,
     RLLMWarning,
 )
 from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, Ragged
 from rllm.estimators.numerics import resolve_numerics
-from rllm.plugins.options import NUMERICS_NAMES, resolve_options
+from rllm.plugins.options import CONFIG_NAMES, CONTEXT_NAMES, NUMERICS_NAMES, resolve_options
 from rllm.plugins.registry import EstimatorEntry
 
 NonFinitePolicy = Literal["error", "zero", "exclude"]
@@ -54,17 +55,24 @@ def invoke(
     *,
     ambient: Mapping[str, Any] | None = None,
     nonfinite_rewards: str = "error",
+    context: Mapping[str, Any] | None = None,
 ) -> Outcome:
     """Run ``entry`` on ``batch``: checked rewards, checked options, read-only inputs, checked output.
 
     ``options`` are what the caller named (an option the estimator does not declare is an
     error); ``ambient`` are run-configuration settings, passed only to estimators that declare them.
+    ``context`` (``algorithm_config``, ``traj_groups``) reaches estimators whose signature takes it;
+    one that takes ``algorithm_config`` gets a default config built from the run settings when
+    the caller has none.
     """
     for name in entry.requires:
         batch.require(name, entry.name)
     batch.nonfinite_rewards = nonfinite_rewards
     zeroed = check_rewards(batch, nonfinite_rewards)
-    kwargs = _keyword_arguments(entry, options or {}, ambient or {})
+    options = dict(options or {})
+    context = {**{k: options.pop(k) for k in CONTEXT_NAMES if k in options}, **(context or {})}
+    kwargs = _keyword_arguments(entry, options, ambient or {})
+    kwargs.update(_context_arguments(entry, context, {**(ambient or {}), **options}))
     if nonfinite_rewards == "exclude" and zeroed is not None:
         return _without_unscorable(entry, batch, kwargs)
     if len(batch) == 0:
@@ -85,6 +93,27 @@ def _keyword_arguments(entry: EstimatorEntry, options: Mapping[str, Any], ambien
         preset = chosen.pop("preset", None) or declaration.default_preset
         kwargs["numerics"] = resolve_numerics(preset, estimator=entry.name, **chosen)
     return kwargs
+
+
+def _context_arguments(
+    entry: EstimatorEntry, context: Mapping[str, Any], settings: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The context names ``entry``'s signature takes, from ``context`` (a default ``algorithm_config``)."""
+    declaration = entry.declaration
+    given = {name: context[name] for name in declaration.wants if context.get(name) is not None}
+    if "algorithm_config" in declaration.wants and "algorithm_config" not in given:
+        from rllm.config.algorithm import AlgorithmConfig  # the config package imports the estimators
+
+        fields = {k: v for k, v in settings.items() if k in CONFIG_NAMES and k != "preset" and v is not None}
+        given["algorithm_config"] = AlgorithmConfig(**fields)
+    missing = [name for name in declaration.needs if name not in given]
+    if missing:
+        raise MissingInputError(
+            f"Estimator {entry.name!r} ({entry.source.describe()}) takes {', '.join(missing)}, which this "
+            "caller did not give. The collection step passes the role's TrajectoryGroups; through the list "
+            "API pass traj_groups=[...] aligned with the reward groups."
+        )
+    return given
 
 
 def first_nonfinite(values: NDArray[Any]) -> tuple[int, int] | None:
