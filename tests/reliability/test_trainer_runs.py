@@ -43,7 +43,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # The numpy estimator path: the same numbers, without compiling numba kernels in each of ~25 processes.
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg", "RLLM_FUSED_KERNELS": "0"}
+ENV = {
+    **os.environ,
+    "PYTHONUNBUFFERED": "1",
+    "MPLBACKEND": "Agg",
+    "RLLM_DISABLED_PLUGINS": "fast",
+}  # no numba start-up per process
 SMALL = [
     "rllm.trainer.logger=[jsonl]",
     "rllm.data.train_batch_size=2",
@@ -147,7 +152,7 @@ KILL_RUN = (
 
 
 def _episodes(run_dir: Path) -> dict[str, list[dict]]:
-    """Every episode file of the run, its episodes without wall-clock durations and random trajectory ids."""
+    """Every episode file of the run, its episodes without wall-clock durations and random trajectory and step ids."""
     files = {}
     for path in sorted((run_dir / "episodes").rglob("*.jsonl")):
         episodes = [json.loads(line) for line in path.read_text().splitlines()]
@@ -155,6 +160,8 @@ def _episodes(run_dir: Path) -> dict[str, list[dict]]:
             episode["info"].pop("workflow_seconds")
             for trajectory in episode["trajectories"]:
                 trajectory.pop("uid")
+                for step in trajectory.get("steps", []):
+                    step.pop("id", None)  # a fresh uuid per step, like the trajectory uid
         files[path.relative_to(run_dir / "episodes").as_posix()] = episodes
     return files
 
