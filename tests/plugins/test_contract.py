@@ -32,9 +32,10 @@ from rllm.errors import (
     PluginWarning,
 )
 from rllm.plugins import PluginManager, Source, hookspecs
+from rllm.plugins import discovery as discovery_module
 from rllm.plugins import manager as manager_module
 from rllm.plugins.contract import HOOK_KINDS
-from rllm.plugins.manager import Discovered
+from rllm.plugins.discovery import Discovered
 from rllm.trainer.protocol import BackendProtocol
 from rllm_builtin.embedded.backend import EmbeddedBackend
 
@@ -366,7 +367,7 @@ def test_strict_mode_loads_everything_then_raises_one_error_and_keeps_nothing(
         "works": (FakeEntryPoint("works", lambda: _Works()), "plugin"),
     }
     found = [Discovered(ep, Source(kind, name, f"dist-{name}", "1.0")) for name, (ep, kind) in entries.items()]
-    monkeypatch.setattr(manager_module, "_discovered", found)
+    monkeypatch.setattr(discovery_module, "_discovered", found)
     monkeypatch.setattr(manager_module, "_manager", None)
     monkeypatch.setenv("RLLM_STRICT_PLUGINS", "1")
     with pytest.raises(PluginsFailedError) as err:

@@ -34,14 +34,14 @@ a refusal names your plugin and fails the whole plugin, so nothing half-register
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import pluggy
 
-from rllm.plugins.options import Option
+if TYPE_CHECKING:
+    from rllm.plugins.options import Option
 
 PROJECT_NAME = "rllm"
-ENTRY_POINT_GROUP = "rllm.estimators"
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)

@@ -51,18 +51,22 @@ from rllm.errors import (
 )
 from rllm.plugins import hookspecs
 from rllm.plugins.contract import HOOK_KINDS, HookKind
+from rllm.plugins.discovery import (
+    BUILTIN_DISTRIBUTION,
+    Discovered,
+    _normalise,
+    discover_plugins,
+)
 from rllm.plugins.registry import Entry, EstimatorEntry, Registry, Source
 
 if sys.version_info >= (3, 12):
-    from importlib import metadata
+    pass
 else:  # pragma: no cover - exercised on older interpreters
-    import importlib_metadata as metadata
+    pass
 
 PluginStatus = Literal["ok", "failed", "blocked", "conflict"]
 Claim = tuple[str, Callable[..., Any], dict[str, Any]]
 """An estimator registered by decorator while its plugin's module was imported: name, function, keywords."""
-BUILTIN_PLUGIN = "builtin"
-BUILTIN_DISTRIBUTION = "rllm"
 SLOW_PLUGIN_SECONDS = 0.5
 """A plugin whose import and hooks take longer than this is named as slow by ``rllm plugins``."""
 
@@ -92,14 +96,6 @@ class PluginInfo:
         return {**asdict(self), "load_seconds": round(self.load_seconds, 4), "slow": self.slow}
 
 
-@dataclass(frozen=True)
-class Discovered:
-    """An ``rllm.estimators`` entry point found in the metadata, not yet imported."""
-
-    entry_point: Any
-    source: Source
-
-
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
 
@@ -114,10 +110,6 @@ def _env_names(name: str) -> set[str] | None:
 def strict_from_env() -> bool:
     """Whether ``RLLM_STRICT_PLUGINS`` asks for plugin failures to be errors."""
     return _env_flag("RLLM_STRICT_PLUGINS")
-
-
-def _normalise(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
 
 
 @contextlib.contextmanager
@@ -491,36 +483,9 @@ class PluginManager:
 _CLAIMS_ON_IMPORT: dict[tuple[str, str], list[Claim]] = {}
 """Estimators each entry-point module registered by decorator while it was imported, for later managers."""
 
-_discovered: list[Discovered] | None = None
 _manager: PluginManager | None = None
 _loading: PluginManager | None = None
 _lock = threading.RLock()
-
-
-def discover_plugins() -> list[Discovered]:
-    """The ``rllm.estimators`` entry points installed, built-ins first; reads metadata only, imports nothing.
-
-    The ``builtin`` entry point of the ``rllm`` distribution is the built-in tier. The same entry point seen
-    twice (a distribution visible twice on ``sys.path``) is kept once; two distributions using
-    one entry-point name are told apart as ``name@distribution``.
-    """
-    global _discovered
-    if _discovered is None:
-        found: dict[tuple[str, str], Discovered] = {}
-        names: set[str] = set()
-        for ep in metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
-            if (ep.name, ep.value) in found:
-                continue
-            dist = getattr(ep, "dist", None)
-            dist_name = dist.metadata["Name"] if dist is not None else None
-            own = dist_name is not None and _normalise(dist_name) == BUILTIN_DISTRIBUTION
-            builtin = own and ep.name == BUILTIN_PLUGIN  # rllm's other entry points (fast) are ordinary plugins
-            plugin_name = ep.name if ep.name not in names else f"{ep.name}@{dist_name}"
-            names.add(plugin_name)
-            kind = "builtin" if builtin else "plugin"
-            found[(ep.name, ep.value)] = Discovered(ep, Source(kind, plugin_name, dist_name, dist and dist.version))
-        _discovered = sorted(found.values(), key=lambda d: (d.source.kind != "builtin", d.source.plugin))
-    return _discovered
 
 
 def get_plugin_manager(*, strict: bool | None = None) -> PluginManager:

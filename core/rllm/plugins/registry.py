@@ -17,27 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 from rllm.errors import NameConflictError, NameNotFoundError, PluginContractError, RLLMWarning
+from rllm.plugins.discovery import Source, SourceKind
 from rllm.plugins.hookspecs import OPTIONAL_FIELDS
 from rllm.plugins.options import UNDECLARED, Declaration, Option, declare
-
-SourceKind = Literal["builtin", "plugin", "runtime"]
-
-
-@dataclass(frozen=True)
-class Source:
-    """Who registered an entry: a plugin (with its distribution) or user code."""
-
-    kind: SourceKind
-    plugin: str
-    distribution: str | None = None
-    version: str | None = None
-
-    def describe(self) -> str:
-        if self.kind == "runtime":
-            return f"user code ({self.plugin})"
-        dist = f", distribution {self.distribution} {self.version or ''}".rstrip() if self.distribution else ""
-        label = "built-in plugin" if self.kind == "builtin" else "plugin"
-        return f"{label} '{self.plugin}'{dist}"
 
 
 @dataclass(frozen=True)
