@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ from rllm.estimators import fused
 from rllm.estimators.batch import AdvantageBatch, Ragged
 from rllm.estimators.call import run_estimator
 from rllm.estimators.compute import get_estimator
-from rllm.io import open_output
+from rllm.io import exit_on_signals, open_output
 from rllm.types import DEFAULT_ROLE
 
 SAMPLE = "sample_rollouts.jsonl"
@@ -112,12 +111,13 @@ class Progress:
         self.total, self.stream = total, stream or sys.stderr
         self.enabled = self.stream.isatty()
         self._shown = 0.0
+        self._stage = ""
 
     def update(self, stage: str, done: int) -> None:
         now = time.monotonic()
-        if not self.enabled or now - self._shown < 0.2:
+        if not self.enabled or (stage == self._stage and now - self._shown < 0.2):
             return
-        self._shown = now
+        self._shown, self._stage = now, stage
         share = f" {100 * done / self.total:3.0f}%" if self.total else ""
         self.stream.write(f"\rrllm advantages: {stage}{share} ({done / 1e6:.1f} MB)")
         self.stream.flush()
@@ -461,8 +461,10 @@ def _spool(handle: IO[bytes], source: str) -> Input:
     fd, name = tempfile.mkstemp(prefix="rllm-advantages-", suffix=".jsonl")
     copy = Input(Path(name), source, spooled=True)
     try:
-        with open(fd, "wb") as spool:
-            shutil.copyfileobj(handle, spool)
+        with open(fd, "wb", buffering=0) as spool:
+            read = getattr(handle, "read1", handle.read)  # what has arrived, not a full buffer's worth
+            while chunk := read(1 << 16):
+                spool.write(chunk)
     except BaseException:
         copy.remove_copy()
         raise
@@ -475,23 +477,24 @@ def run(args: argparse.Namespace) -> int:
         words.overrides.append(f"rllm.algorithm.adv_estimator={args.estimator}")
         words.overrides.append(f"algorithm.adv_estimator={args.estimator}")
     config = AlgorithmConfig.from_config(words.load())
-    source = _input(words.others[0] if words.others else None)
-    progress = Progress(source.size())
-    try:
-        reader = Reader(source.source, config, _needed_fields(config), args.field)
-        with source.open() as handle:
-            for number, raw in _lines(handle, progress, "reading"):
-                reader.add(number, raw)
-        cols = reader.columns
-        # One call per role: numpy takes milliseconds here, while loading the numba kernels costs
-        # seconds per process (bench/jsonl.py measured 2.5 s on a 30 MB file).
-        with fused.path("numpy"):
-            advantages, metrics = estimate(cols, config, source.source)
-        with open_output(args.output) as out, source.open() as handle:
-            _write(handle, out, cols, advantages, args.field, progress)
-    finally:
-        progress.close()
-        source.remove_copy()
+    with exit_on_signals():  # SIGTERM/SIGHUP still remove the copy of stdin and the temporary output
+        source = _input(words.others[0] if words.others else None)
+        progress = Progress(source.size())
+        try:
+            reader = Reader(source.source, config, _needed_fields(config), args.field)
+            with source.open() as handle:
+                for number, raw in _lines(handle, progress, "reading"):
+                    reader.add(number, raw)
+            cols = reader.columns
+            # One call per role: numpy takes milliseconds here, while loading the numba kernels costs
+            # seconds per process (bench/jsonl.py measured 2.5 s on a 30 MB file).
+            with fused.path("numpy"):
+                advantages, metrics = estimate(cols, config, source.source)
+            with open_output(args.output) as out, source.open() as handle:
+                _write(handle, out, cols, advantages, args.field, progress)
+        finally:
+            progress.close()
+            source.remove_copy()
     report = sys.stderr if not args.output or args.output == "-" else sys.stdout
     names = sorted({estimator_name(config.estimator_for(role)) for role in cols.role_names})
     print(f"{len(cols)} rollouts in {len(cols.group_labels)} groups, estimator {', '.join(names)}:", file=report)
