@@ -181,3 +181,9 @@ def test_sigterm_while_reading_stdin_removes_its_copy(tmp_path: Path) -> None:
     assert process.wait(timeout=30) == 128 + signal.SIGTERM
     process.stdin.close()
     assert list(spool_dir.iterdir()) == [] and not (tmp_path / "out.jsonl").exists()
+
+
+def test_output_onto_the_input_file_rewrites_it_in_place(source: Path) -> None:
+    assert run(source, source) == 0
+    assert source.read_text() == EXPECTED
+    assert leftovers(source.parent) == []
