@@ -300,8 +300,13 @@ def _components(rows: Ragged, source: str, role: str) -> np.ndarray:
     return rows.values.reshape(len(widths), -1)
 
 
-def _batch(cols: Columns, index: np.ndarray, role: str, requires: Iterable[str], source: str) -> AdvantageBatch:
+def _batch(
+    cols: Columns, index: np.ndarray, good: np.ndarray | None, role: str, requires: Iterable[str], source: str
+) -> AdvantageBatch:
+    """One role's batch; rewards of groups with a NaN/inf reward (``good`` false) are zeroed."""
     rewards = np.frombuffer(cols.rewards, dtype=np.float64)[index]
+    if good is not None:
+        rewards = np.where(good, rewards, 0.0)
     groups = np.frombuffer(cols.groups, dtype=np.int64)[index]
     fields: dict[str, Any] = {}
     for name in requires:
@@ -346,9 +351,7 @@ def estimate(cols: Columns, config: AlgorithmConfig, source: str) -> tuple[Any, 
         good = None if bad_groups is None else ~bad_groups[np.frombuffer(cols.groups, dtype=np.int64)[index]]
         name = estimator_name(config.estimator_for(role))
         entry = get_estimator(name)
-        batch = _batch(cols, index, role, entry.requires, source)
-        if good is not None:
-            batch.rewards = np.where(good, batch.rewards, 0.0)
+        batch = _batch(cols, index, good, role, entry.requires, source)
         result = run_estimator(entry, batch, config.options_for(name), config.ambient_options())
         _summary(f"reward/{role}", rewards_all[index] if good is None else rewards_all[index][good], metrics)
         if isinstance(result, Ragged):
