@@ -151,3 +151,7 @@ class KernelConflictError(NameConflictError):
 
 class EstimatorCallError(RLLMError, TypeError):
     """A list-API estimator function was called with arguments of neither rLLM calling convention."""
+
+
+class OutputFileError(RLLMError, OSError):
+    """An output file cannot be written; whatever was there before is left as it was."""

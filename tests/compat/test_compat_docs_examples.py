@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rllm import ConfigError, Step, Trajectory, TrajectoryGroup, load_config
+from rllm import Step, Trajectory, TrajectoryGroup, load_config
 from rllm.errors import RLLMWarning
 from rllm.trainer.algorithms.advantage import AlgorithmConfig, collect_reward_and_advantage_from_trajectory_groups
 
@@ -216,11 +216,6 @@ def test_loss_fn_yaml(tmp_path: Path) -> None:
     assert config_from(tmp_path, YAML_LOSS_FN).loss_fn == "ppo"
 
 
-@pytest.mark.xfail(
-    raises=ConfigError,
-    strict=True,
-    reason="the config schema does not yet accept rllm.stepwise_advantage.norm_adv_by_std_in_grpo",
-)
 def test_global_default_yaml_block_loads(tmp_path: Path) -> None:
     config = config_from(tmp_path, YAML_GLOBAL_DEFAULT)
     assert config.estimator == "grpo" and config.norm_adv_by_std_in_grpo is True

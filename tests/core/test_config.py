@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from omegaconf import OmegaConf
 
-from rllm import AlgorithmConfig, ConfigError, load_config, rLLMAdvantageEstimator
+from rllm import AlgorithmConfig, ConfigError, get_plugin_manager, hookimpl, load_config, rLLMAdvantageEstimator
+from rllm.config import ConfigKey, current_schema
+from rllm.plugins.registry import Source
 
 
 def test_defaults_carry_the_documented_keys() -> None:
@@ -58,8 +63,12 @@ def test_override_without_equals_sign_is_an_error() -> None:
 
 def test_unknown_enum_value_maps_to_other_but_config_keeps_the_name() -> None:
     assert rLLMAdvantageEstimator("my_estimator") is rLLMAdvantageEstimator.OTHER
-    algo = AlgorithmConfig.from_config(load_config(overrides=["rllm.algorithm.adv_estimator=my_estimator"]))
-    assert algo.estimator == "my_estimator"
+    assert AlgorithmConfig(estimator="my_estimator").estimator == "my_estimator"
+
+
+def test_unregistered_estimator_name_is_refused_when_loading() -> None:
+    with pytest.raises(ConfigError, match=r"^rllm\.algorithm\.adv_estimator must be one of .*got 'rlooo'\. Did you"):
+        load_config(overrides=["rllm.algorithm.adv_estimator=rlooo"])
 
 
 def test_per_step_mode_is_switched_to_broadcast_with_a_warning() -> None:
@@ -83,12 +92,108 @@ def test_options_scoped_to_one_estimator() -> None:
     assert algo.options_for("grpo") == {"preset": "verl"}
 
 
-def test_plugin_declared_section_accepts_its_own_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rllm.config import loading
+class SectionPlugin:
+    """Declares a typed section and an open one through the config hook."""
 
-    monkeypatch.setattr(loading, "_extra_open_keys", set())
+    @hookimpl
+    def rllm_register_config_sections(self, register: Any) -> None:
+        register(
+            "rllm.my_backend",
+            [
+                ConfigKey("endpoint", "str", "localhost:9000", "Address of the service."),
+                ConfigKey("retries", "int", 2, "Attempts per request.", minimum=0),
+            ],
+        )
+        register("rllm.my_backend_extra")
+
+
+@pytest.fixture
+def section_plugin() -> Iterator[None]:
+    manager = get_plugin_manager()
+    plugin = SectionPlugin()
+    manager.register(plugin, Source("plugin", "sections", "rllm-sections", "1.0"))
+    try:
+        yield
+    finally:
+        manager.hooks.unregister(plugin)
+        del manager.plugins["sections"]
+
+
+def test_plugin_declared_section_gets_defaults_and_checks(section_plugin: None) -> None:
+    config = load_config(overrides=["rllm.my_backend.retries=5", "rllm.my_backend_extra.anything=[1, 2]"])
+    assert config.rllm.my_backend.endpoint == "localhost:9000" and config.rllm.my_backend.retries == 5
+    assert list(config.rllm.my_backend_extra.anything) == [1, 2]
+    with pytest.raises(ConfigError, match=r"^rllm\.my_backend\.retries must be an integer >= 0; got -1 \(int\)\.$"):
+        load_config(overrides=["rllm.my_backend.retries=-1"])
+    with pytest.raises(
+        ConfigError, match=r"Unknown config key 'rllm\.my_backend\.retrys'.*'rllm\.my_backend\.retries'"
+    ):
+        load_config(overrides=["rllm.my_backend.retrys=1"])
+
+
+def test_sections_are_unknown_without_the_plugin() -> None:
     with pytest.raises(ConfigError, match=r"rllm\.my_backend"):
         load_config(overrides=["rllm.my_backend.endpoint=localhost:9000"])
-    loading.register_open_key("rllm.my_backend")
-    config = load_config(overrides=["rllm.my_backend.endpoint=localhost:9000", "rllm.my_backend.retries=2"])
-    assert config.rllm.my_backend.endpoint == "localhost:9000" and config.rllm.my_backend.retries == 2
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["+rllm.algorithm.estimator_options.preset=verl"], {"preset": "verl"}),
+        (
+            ["rllm.algorithm.estimator_options.preset=verl", "++rllm.algorithm.estimator_options.preset=trl"],
+            {"preset": "trl"},
+        ),
+        (["rllm.algorithm.estimator_options.preset=verl", "~rllm.algorithm.estimator_options.preset"], {}),
+        (["rllm.algorithm.estimator_options.preset=verl", "~rllm.algorithm.estimator_options.preset=verl"], {}),
+        (["rllm.algorithm.estimator_options={preset: verl}", "~rllm.algorithm.estimator_options"], {}),
+    ],
+)
+def test_hydra_add_force_and_delete(overrides: list[str], expected: dict[str, str]) -> None:
+    options = load_config(overrides=overrides).rllm.algorithm.estimator_options
+    assert OmegaConf.to_container(options) == expected
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("+rllm.trainer.total_epochs=3", r"Could not add 'rllm\.trainer\.total_epochs': it is already set"),
+        ("~rllm.algorithm.estimator_options.preset", r"Could not delete 'rllm\.algorithm\.estimator_options\.preset'"),
+        ("~rllm.trainer.total_epochs=4", r"its value is 10, not 4"),
+        ("+++rllm.trainer.total_epochs=3", r"use key=value, \+key=value or \+\+key=value"),
+    ],
+)
+def test_hydra_grammar_errors(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(overrides=[override])
+
+
+def test_deleting_a_schema_key_restores_its_default(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("rllm:\n  trainer:\n    total_epochs: 3\n")
+    assert load_config(path, overrides=["~rllm.trainer.total_epochs"]).rllm.trainer.total_epochs == 10
+
+
+def test_string_booleans_are_refused_in_config_and_in_the_dataclass(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("rllm:\n  algorithm:\n    norm_adv_by_std_in_grpo: 'false'\n")
+    with pytest.raises(ConfigError, match=r"norm_adv_by_std_in_grpo must be true or false; got 'false' \(str\)"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"norm_adv_by_std_in_grpo must be true or false; got 'maybe'"):
+        AlgorithmConfig(norm_adv_by_std_in_grpo="maybe")  # type: ignore[arg-type]
+    yaml_false = load_config(overrides=["rllm.algorithm.norm_adv_by_std_in_grpo=false"])
+    assert AlgorithmConfig.from_config(yaml_false).norm_adv_by_std_in_grpo is False
+
+
+def test_interpolations_are_kept_and_numbers_become_strings_for_string_keys() -> None:
+    config = load_config(overrides=["rllm.trainer.experiment_name=2024"])
+    assert config.rllm.trainer.experiment_name == "2024"
+    assert config.rllm.trainer.output_dir == "runs/rllm/2024"
+    assert OmegaConf.to_container(config)["rllm"]["trainer"]["output_dir"].startswith("runs/${")
+
+
+def test_every_schema_key_has_a_doc_and_a_valid_default() -> None:
+    for key in current_schema().keys:
+        assert key.doc.strip(), key.path
+        if not (isinstance(key.default, str) and "${" in key.default):
+            assert key.check(key.default) == key.default, key.path

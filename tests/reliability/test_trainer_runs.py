@@ -322,7 +322,8 @@ def test_a_full_or_read_only_disk_is_one_line_and_keeps_the_last_checkpoint(smal
     filler = _fill(small_disk, leave=0)
     metrics_before = (run_dir / "metrics.jsonl").read_bytes()
     line = _error_line(_train(run_dir, "rllm.trainer.total_batches=8", *run))
-    assert "metrics.jsonl': No space left on device; the last checkpoint is intact" in line
+    # The resolved config.yaml is the first file a run writes (inside the lock), so it meets the full disk first.
+    assert "config.yaml': No space left on device; any previous content is unchanged" in line
     assert (run_dir / "metrics.jsonl").read_bytes() == metrics_before
     assert _intact(run_dir, 4)
 

@@ -143,5 +143,7 @@ def test_episode_logs_default_to_the_run_directory(tmp_path: Path, monkeypatch: 
 def test_an_unknown_resume_mode_is_refused_before_anything_is_written(tmp_path: Path, capsys) -> None:
     run_dir = tmp_path / "run"
     assert main(["train", *SMALL, f"rllm.trainer.output_dir={run_dir}", "rllm.trainer.resume_mode=sometimes"]) == 2
-    assert "rllm.trainer.resume_mode='sometimes' is unknown" in _one_error_line(capsys.readouterr().err)
+    assert "rllm.trainer.resume_mode must be one of auto, disable; got 'sometimes'" in _one_error_line(
+        capsys.readouterr().err
+    )
     assert not run_dir.exists()

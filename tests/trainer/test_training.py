@@ -70,8 +70,10 @@ def test_estimator_map_per_role_from_config_and_constructor(make_config, plugin_
 def test_unknown_estimator_fails_before_any_rollout(make_config) -> None:
     from rllm.errors import EstimatorNotFoundError
 
+    config = make_config()
+    config.rllm.algorithm.adv_estimator = "rlooo"  # set after load_config, which refuses it already
     with pytest.raises(EstimatorNotFoundError, match=r"rlooo.*Did you mean 'rloo'"):
-        UnifiedTrainer(None, make_config("rllm.algorithm.adv_estimator=rlooo"))
+        UnifiedTrainer(None, config)
 
 
 def test_estimator_map_role_that_never_occurs_warns(make_config, train) -> None:

@@ -1,8 +1,4 @@
-"""``rllm train [config.yaml] [key=value ...]``: run the RL loop, or plot finished runs.
-
-Overrides are OmegaConf dot-lists as Hydra users write them, e.g.
-``rllm train rllm.algorithm.adv_estimator=rloo rllm.trainer.experiment_name=rloo``.
-"""
+"""``rllm train``: run the RL loop, or plot finished runs."""
 
 from __future__ import annotations
 
@@ -12,17 +8,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rllm.config.loading import load_config
-from rllm.errors import ConfigError
+from rllm.cli.args import add_config_arguments, command_parser, split_words
+from rllm.config.algorithm import estimator_name
 
 
 def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
+    parser = command_parser(
+        sub,
         "train",
-        help="train with the configured backend (default: embedded CPU backend), or plot runs",
-        description="Train with UnifiedTrainer. Arguments are an optional YAML config, then key=value overrides.",
+        "train with the configured backend (default: embedded CPU backend), or plot runs",
+        "Train with the unified trainer on the configured backend. The run directory\n"
+        "(rllm.trainer.output_dir) receives config.yaml, metrics.jsonl, checkpoints and the\n"
+        "learning curve; running the same command again resumes from the last checkpoint,\n"
+        "and `rllm train -c RUN_DIR/config.yaml` reruns the same experiment.",
+        [
+            "rllm train rllm.trainer.total_batches=20",
+            "rllm train my_run.yaml rllm.algorithm.adv_estimator=rloo rllm.trainer.experiment_name=rloo",
+            "rllm train --plot runs/rllm/default runs/rllm/rloo --output curves.png",
+        ],
     )
-    parser.add_argument("args", nargs="*", metavar="[config.yaml] [key=value ...]")
+    add_config_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument(
         "--plot",
@@ -34,14 +39,6 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def _split(args: list[str]) -> tuple[list[str], list[str]]:
-    files = [a for a in args if "=" not in a]
-    overrides = [a for a in args if "=" in a]
-    if len(files) > 1:
-        raise ConfigError(f"rllm train takes at most one config file, got {files}; overrides are key=value.")
-    return files, overrides
-
-
 def _plot(run_dirs: list[Path], output: Path) -> int:
     from rllm.trainer.plot import plot_runs
 
@@ -50,17 +47,35 @@ def _plot(run_dirs: list[Path], output: Path) -> int:
     return 0
 
 
+def _opening_line(trainer: Any) -> str:
+    """What is trained: backend, estimator(s), steps and run directory."""
+    from rllm.trainer.protocol import TrainerState
+    from rllm.trainer.rejection import RejectionSamplingState
+
+    algorithm = trainer.algorithm_config
+    estimators = estimator_name(algorithm.estimator)
+    if algorithm.estimator_map:
+        roles = ", ".join(f"{role}: {estimator_name(name)}" for role, name in sorted(algorithm.estimator_map.items()))
+        estimators += f" ({roles})"
+    steps = trainer._total_steps(TrainerState(rs_state=RejectionSamplingState()))
+    return (
+        f"rllm train: backend {trainer.rllm_config.backend}, estimator {estimators}, {steps} steps, "
+        f"run directory {trainer.output_dir}"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
+    words = split_words(args)
     if args.plot:
         return _plot([Path(p) for p in args.plot], args.output or Path("learning_curves.png"))
     from rllm.trainer.plot import PlotUnavailableError
     from rllm.trainer.unified import UnifiedTrainer
 
-    files, overrides = _split(list(args.args))
-    config = load_config(*files, overrides=overrides)
+    config = words.load()
     started = time.perf_counter()
     trainer = UnifiedTrainer(None, config, progress=not args.no_progress)
     try:
+        print(_opening_line(trainer), flush=True)
         trainer.fit()
     except KeyboardInterrupt:
         print(

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from rllm.config.schema import CORE_KEYS
 from rllm.errors import ConfigError
 from rllm.estimators.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
 
@@ -59,6 +60,17 @@ class RolloutCorrectionConfig:
             raise ConfigError(f"rllm.algorithm.rollout_correction.tis_cap must be positive; got {self.tis_cap!r}.")
 
 
+_FIELD_KEYS = {
+    key.path.rsplit(".", 1)[-1]: key
+    for key in CORE_KEYS
+    if key.path.startswith("rllm.algorithm.")
+    and key.path.count(".") == 2  # the section's own keys; rollout_correction.* are checked by its dataclass
+    and key.type not in ("mapping",)
+    and key.names is None
+}
+"""Schema keys of the fields that are checked the same way as in a config file."""
+
+
 @dataclass
 class AlgorithmConfig:
     """Configuration of the advantage step, and the loss settings backends read.
@@ -101,6 +113,8 @@ class AlgorithmConfig:
     nonfinite_rewards: NonFinitePolicy = "error"
 
     def __post_init__(self) -> None:
+        for name, key in _FIELD_KEYS.items():
+            key.check(getattr(self, name))
         if self.use_rllm is not None:
             warnings.warn(_USE_RLLM_DEPRECATED, DeprecationWarning, stacklevel=3)
         self.estimator = _as_estimator(self.estimator)
@@ -185,7 +199,9 @@ class AlgorithmConfig:
             top = config.get("algorithm", None) or {}
             name = top.get("adv_estimator", None) or algo.get("adv_estimator", "grpo")
             mode = stepwise_advantage_mode or stepwise.get("mode", "broadcast")
-            norm = stepwise.get("norm_adv_by_std_in_grpo", algo.get("norm_adv_by_std_in_grpo", True))
+            norm = stepwise.get("norm_adv_by_std_in_grpo", None)
+            if norm is None:
+                norm = algo.get("norm_adv_by_std_in_grpo", True)
             use_rllm = stepwise.get("use_rllm", algo.get("use_rllm", None))
         else:
             algo = config

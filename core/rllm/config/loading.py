@@ -1,51 +1,118 @@
-"""Build a run configuration: shipped defaults, then user files, then ``key=value`` overrides.
+"""Build a run configuration: schema defaults, then user files, then command-line overrides.
 
-Every key a user writes must exist in the defaults, so a typo fails loudly with the close
-match instead of being silently ignored. Mappings whose keys are free (role names, estimator
-options) are listed in :data:`OPEN_KEYS`.
+Every key a user writes must exist in the schema (:mod:`rllm.config.schema`, plus the
+sections plugins declare), so a typo fails loudly with the close match instead of being
+silently ignored; every value is checked against its key's type, range and choices before
+anything runs. Overrides follow Hydra's grammar:
+
+``key=value``
+    set a key (a YAML value: ``3``, ``0.5``, ``true``, ``null``, ``[a,b]``, ``'quoted'``);
+``+key=value``
+    add a key that is not set yet (a role in ``estimator_map``, an estimator option; plain
+    ``key=value`` adds one there too);
+``++key=value``
+    set a key whether or not it is set;
+``~key`` or ``~key=value``
+    remove a key (with a value: only if it currently has that value); a key of the schema
+    goes back to its default.
 """
 
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rllm.errors import ConfigError
+from rllm.config.schema import CORE_KEYS, ConfigKey, Schema, section_keys
+from rllm.errors import ConfigError, PluginWarning
 
-OPEN_KEYS = frozenset({"rllm.algorithm.estimator_map", "rllm.algorithm.estimator_options"})
-"""Config paths whose children are user-chosen names, not schema keys."""
-
-_extra_open_keys: set[str] = set()
+CONFIG_FILE = "config.yaml"
+"""Name of the resolved configuration every run writes into its run directory."""
 
 
-def register_open_key(path: str) -> None:
-    """Let a plugin declare a config mapping whose keys it chooses (e.g. its backend's options)."""
-    _extra_open_keys.add(path)
+# -- the schema in force ---------------------------------------------------------------------
+_schema_cache: dict[tuple[int, tuple[str, ...]], Schema] = {}
+
+
+def current_schema() -> Schema:
+    """rllm's keys plus the sections the loaded plugins declare (recomputed when plugins change)."""
+    from rllm.plugins.manager import get_plugin_manager
+
+    hooks = get_plugin_manager().hooks
+    cache_key = (id(hooks), tuple(name for name, _ in hooks.list_name_plugin()))
+    schema = _schema_cache.get(cache_key)
+    if schema is None:
+        schema = _schema_cache[cache_key] = _plugin_schema(hooks)
+    return schema
+
+
+def _plugin_schema(hooks: Any) -> Schema:
+    keys = list(CORE_KEYS)
+    taken = {key.path for key in keys} | Schema(tuple(keys)).sections()
+    open_sections: set[str] = set()
+    for impl in hooks.hook.rllm_register_config_sections.get_hookimpls():
+        declared: list[tuple[str, list[ConfigKey] | None]] = []
+
+        def register(section: str, keys: Iterable[ConfigKey] | None = None, _out: list[Any] = declared) -> None:
+            if not isinstance(section, str) or not section or section.startswith(".") or section.endswith("."):
+                raise ConfigError(f"invalid section name {section!r}")
+            _out.append((section, None if keys is None else section_keys(section, keys)))
+
+        try:
+            impl.function(**({"register": register} if "register" in impl.argnames else {}))
+        except Exception as exc:
+            warnings.warn(
+                f"plugin {impl.plugin_name!r}: its rllm_register_config_sections hook raised "
+                f"{type(exc).__name__}: {exc}; its config sections are not available.",
+                PluginWarning,
+                stacklevel=2,
+            )
+            continue
+        for section, section_keys_ in declared:
+            clash = [path for path in taken if path == section or path.startswith(section + ".")]
+            if section in taken or clash or any(section.startswith(path + ".") for path in open_sections):
+                warnings.warn(
+                    f"plugin {impl.plugin_name!r} declares config section {section!r}, which is already "
+                    "taken by rllm or another plugin; the declaration is ignored.",
+                    PluginWarning,
+                    stacklevel=2,
+                )
+                continue
+            if section_keys_ is None:
+                open_sections.add(section)
+            else:
+                keys.extend(section_keys_)
+            taken |= {section}
+    return Schema(tuple(keys), frozenset(open_sections))
 
 
 def default_config() -> DictConfig:
-    """The shipped defaults, as a fresh DictConfig."""
-    text = resources.files("rllm.config").joinpath("defaults.yaml").read_text(encoding="utf-8")
-    return OmegaConf.create(text)  # type: ignore[return-value]
+    """The schema's defaults, as a fresh DictConfig."""
+    return OmegaConf.create(current_schema().defaults())
 
 
-def _leaf_paths(node: Any, prefix: str = "") -> Iterator[str]:
+# -- unknown keys ----------------------------------------------------------------------------
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == root or path.startswith(root + ".") for root in roots)
+
+
+def _paths(node: Any, open_paths: frozenset[str], prefix: str = "") -> Iterator[str]:
+    """Every dotted path a layer sets, not descending into open mappings."""
     if isinstance(node, DictConfig | Mapping):
-        keys = node.keys()
-        for key in keys:
+        for key in node:
             path = f"{prefix}.{key}" if prefix else str(key)
             yield path
-            if _is_open(path):
+            if path in open_paths:
                 continue
             child = node._get_node(key) if isinstance(node, DictConfig) else node[key]
             if isinstance(child, DictConfig | Mapping):
-                yield from _leaf_paths(child, path)
+                yield from _paths(child, open_paths, path)
 
 
 def _suggest(path: str, known: Iterable[str]) -> str:
@@ -59,17 +126,21 @@ def _suggest(path: str, known: Iterable[str]) -> str:
     return f" Did you mean '{close[0]}'?" if close else ""
 
 
-def _is_open(path: str) -> bool:
-    return any(path == key or path.startswith(key + ".") for key in OPEN_KEYS | _extra_open_keys)
+def _check_path(path: str, schema: Schema, source: str) -> None:
+    known = set(schema.by_path()) | schema.sections()
+    if path not in known and not _under(path, schema.open_paths()):
+        raise ConfigError(
+            f"Unknown config key '{path}' in {source}.{_suggest(path, known)} See `rllm config --keys` for every key."
+        )
 
 
-def check_keys(layer: DictConfig, known: set[str], source: str) -> None:
+def check_keys(layer: DictConfig, schema: Schema, source: str) -> None:
     """Raise :class:`ConfigError` for the first key of ``layer`` that the schema lacks."""
-    for path in _leaf_paths(layer):
-        if path not in known and not _is_open(path):
-            raise ConfigError(f"Unknown config key '{path}' in {source}.{_suggest(path, known)}")
+    for path in _paths(layer, schema.open_paths()):
+        _check_path(path, schema, source)
 
 
+# -- layers ----------------------------------------------------------------------------------
 def _as_layer(source: DictConfig | Mapping[str, Any] | str | Path) -> tuple[DictConfig, str]:
     if isinstance(source, DictConfig):
         return source, "the given config"
@@ -79,38 +150,189 @@ def _as_layer(source: DictConfig | Mapping[str, Any] | str | Path) -> tuple[Dict
     if not path.is_file():
         raise ConfigError(f"Config file {str(path)!r} does not exist.")
     try:
-        loaded = OmegaConf.load(path)
-    except (OmegaConfBaseException, ValueError, OSError) as exc:  # yaml errors are ValueError-like
-        raise ConfigError(f"Config file {str(path)!r} could not be read: {exc}") from exc
-    except Exception as exc:  # PyYAML's own parser errors
-        raise ConfigError(f"Config file {str(path)!r} is not valid YAML: {exc}") from exc
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"Config file {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
+    except OSError as exc:
+        raise ConfigError(f"Config file {str(path)!r} could not be read: {exc.strerror}.") from None
+    try:
+        loaded = OmegaConf.create(text) if text.strip() else OmegaConf.create({})
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"Config file {str(path)!r} is not valid YAML: {_one_line(exc)}") from None
+    except (OmegaConfBaseException, ValueError) as exc:
+        raise ConfigError(f"Config file {str(path)!r} could not be read: {_one_line(exc)}") from None
     if isinstance(loaded, ListConfig):
         raise ConfigError(f"Config file {str(path)!r} holds a list; it must hold a mapping of keys.")
     return loaded, f"config file {str(path)!r}"
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value as YAML reads it (``3``, ``true``, ``null``, ``[a,b]``, ``'3'``)."""
+    if text == "":
+        return ""  # Hydra's `key=`: the empty string
+    try:
+        parsed = OmegaConf.from_dotlist([f"value={text}"])
+    except (yaml.YAMLError, OmegaConfBaseException) as exc:
+        raise ConfigError(f"Value {text!r} is not valid YAML: {_one_line(exc)}") from None
+    return OmegaConf.to_container(parsed, resolve=False)["value"]
+
+
+def is_override(arg: str) -> bool:
+    """Whether a command-line word is an override (``key=value``, ``+key=v``, ``++key=v``, ``~key``)."""
+    return arg.startswith("~") or ("=" in arg and not arg.startswith("="))
+
+
+def _select(config: DictConfig, path: str) -> tuple[bool, Any]:
+    node: Any = config
+    for part in path.split("."):
+        if not isinstance(node, DictConfig) or part not in node:
+            return False, None
+        node = node._get_node(part)
+    return True, node
+
+
+def _apply(config: DictConfig, override: str, schema: Schema) -> None:
+    where = f"override {override!r}"
+    if override.startswith("~"):
+        key, sep, text = override[1:].partition("=")
+        _check_path(key, schema, where)
+        present, _ = _select(config, key)
+        if sep and present:
+            current = OmegaConf.select(config, key)
+            if isinstance(current, DictConfig | ListConfig):
+                current = OmegaConf.to_container(current, resolve=True)
+            expected = parse_value(text)
+            if current != expected:
+                raise ConfigError(f"Could not delete '{key}': its value is {current!r}, not {expected!r}.")
+        default = _default_at(schema, key)
+        if default is not _ABSENT:
+            OmegaConf.update(config, key, default, merge=False)
+        elif not present:
+            raise ConfigError(f"Could not delete '{key}': it is not set.")
+        else:
+            parent, _, leaf = key.rpartition(".")
+            del (OmegaConf.select(config, parent) if parent else config)[leaf]
+        return
+    plus = len(override) - len(override.lstrip("+"))
+    if plus > 2:
+        raise ConfigError(f"Override {override!r}: use key=value, +key=value or ++key=value.")
+    key, sep, text = override[plus:].partition("=")
+    if not sep or not key:
+        raise ConfigError(f"Override {override!r} is not of the form key=value.")
+    _check_path(key, schema, where)
+    present, _ = _select(config, key)
+    if plus == 1 and present:
+        raise ConfigError(
+            f"Could not add '{key}': it is already set; use {key}=... to change it or ++{key}=... to add or change."
+        )
+    value = parse_value(text)
+    merge = key in schema.sections() and isinstance(value, Mapping)
+    try:
+        OmegaConf.update(config, key, value, merge=merge, force_add=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"Could not apply {where}: {_one_line(exc)}") from None
+
+
+_ABSENT = object()
+
+
+def _default_at(schema: Schema, path: str) -> Any:
+    """The schema default at ``path`` (a leaf or a whole section), or ``_ABSENT``."""
+    node: Any = schema.defaults()
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _ABSENT
+        node = node[part]
+    return node
+
+
+# -- values ----------------------------------------------------------------------------------
+def validate_config(config: DictConfig, schema: Schema | None = None) -> DictConfig:
+    """Check every value against the schema, raising a one-line :class:`ConfigError` naming the key.
+
+    Numbers given for string keys become strings; nothing else is converted.
+    """
+    schema = schema or current_schema()
+    for section in sorted(schema.sections() | schema.open_sections):
+        present, node = _select(config, section)
+        if present and not isinstance(node, DictConfig):
+            raise ConfigError(f"{section} must be a mapping of keys; got {_plain(node)!r}.")
+    try:
+        resolved = OmegaConf.to_container(config, resolve=True)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None)
+        where = f"{key}: " if key else ""
+        raise ConfigError(f"{where}could not resolve an interpolation: {str(exc).splitlines()[0]}") from None
+    for key in schema.keys:
+        value = _lookup(resolved, key.path)
+        checked = key.check(value)
+        if checked is not value and not OmegaConf.is_interpolation(*_parent_and_leaf(config, key.path)):
+            OmegaConf.update(config, key.path, checked, merge=False)
+    _check_presets(_lookup(resolved, "rllm.algorithm.estimator_options"))
+    return config
+
+
+def _plain(node: Any) -> Any:
+    return node._value() if hasattr(node, "_value") else node
+
+
+def _lookup(tree: Any, path: str) -> Any:
+    for part in path.split("."):
+        tree = tree.get(part) if isinstance(tree, dict) else None
+    return tree
+
+
+def _parent_and_leaf(config: DictConfig, path: str) -> tuple[DictConfig, str]:
+    parent, _, leaf = path.rpartition(".")
+    return (OmegaConf.select(config, parent) if parent else config), leaf
+
+
+def _preset_names() -> list[str]:
+    from rllm.estimators.numerics import PRESETS
+
+    return sorted(PRESETS)
+
+
+def _check_presets(options: Mapping[str, Any]) -> None:
+    """``estimator_options.preset`` (shared or per estimator) must name a known preset."""
+    base = "rllm.algorithm.estimator_options"
+    places = [(base, options)] + [(f"{base}.{k}", v) for k, v in options.items() if isinstance(v, Mapping)]
+    for path, mapping in places:
+        if "preset" in mapping:
+            ConfigKey(f"{path}.preset", "str", None, "", names=_preset_names).check(mapping["preset"])
+
+
+# -- the public entry points ----------------------------------------------------------------
 def load_config(
     *sources: DictConfig | Mapping[str, Any] | str | Path,
     overrides: Iterable[str] = (),
 ) -> DictConfig:
-    """Merge ``sources`` (configs or YAML paths) and dot-list ``overrides`` onto the defaults."""
-    config = default_config()
-    known = set(_leaf_paths(config))
-    layers = [_as_layer(source) for source in sources]
-    overrides = list(overrides)
-    if overrides:
-        for item in overrides:
-            if "=" not in item:
-                raise ConfigError(f"Override {item!r} is not of the form key=value.")
-        try:
-            dotlist = OmegaConf.from_dotlist(overrides)
-        except OmegaConfBaseException as exc:
-            raise ConfigError(f"Overrides {overrides} could not be parsed: {exc}") from exc
-        layers.append((dotlist, "the command-line overrides"))
-    for layer, source in layers:
-        check_keys(layer, known, source)
+    """Merge ``sources`` (configs or YAML paths) and ``overrides`` onto the defaults, then check every value."""
+    schema = current_schema()
+    config = OmegaConf.create(schema.defaults())
+    for layer, source in [_as_layer(source) for source in sources]:
+        check_keys(layer, schema, source)
         try:
             config = OmegaConf.merge(config, layer)  # type: ignore[assignment]
         except OmegaConfBaseException as exc:
-            raise ConfigError(f"Could not apply {source}: {exc}") from exc
-    return config
+            raise ConfigError(f"Could not apply {source}: {_one_line(exc)}") from None
+    for override in overrides:
+        _apply(config, override, schema)
+    return validate_config(config, schema)
+
+
+def save_config(config: DictConfig, run_dir: Path) -> Path:
+    """Write ``config`` as ``run_dir/config.yaml``; ``rllm train -c`` on it runs the same experiment."""
+    from rllm.io import write_atomic
+
+    path = run_dir / CONFIG_FILE
+    header = (
+        "# The configuration of this run, as merged from defaults, files and overrides.\n"
+        f"# Reproduce it with: rllm train -c {path}\n"
+    )
+    write_atomic(path, header + OmegaConf.to_yaml(config))
+    return path

@@ -141,14 +141,17 @@ def _group_ids(groups: list[TrajectoryGroup]) -> list[str]:
     return [g.group_id for g in groups]
 
 
-def _describer(per_group: list[list[Trajectory]]) -> Callable[[int], str]:
+def _describer(groups: list[TrajectoryGroup], per_group: list[list[Trajectory]]) -> Callable[[int], str]:
     """Names the trajectory at a batch position (only called to word an error)."""
 
     def describe(position: int) -> str:
-        for trajectories in per_group:
+        for group, trajectories in zip(groups, per_group, strict=True):
             if position < len(trajectories):
                 traj = trajectories[position]
-                return f"trajectory {traj.uid!r} (name {traj.name!r}, position {position}, reward {traj.reward!r})"
+                return (
+                    f"trajectory {traj.uid!r} (name {traj.name!r}, position {position}, reward {traj.reward!r}) "
+                    f"in group {group.group_id!r}"
+                )
             position -= len(trajectories)
         return f"position {position}"
 
@@ -157,12 +160,13 @@ def _describer(per_group: list[list[Trajectory]]) -> Callable[[int], str]:
 
 def _reward_metrics(role: str, rewards: np.ndarray, good: np.ndarray | None, metrics: dict[str, float]) -> None:
     """Reward statistics over the rollouts that count; how many did not, when some did not."""
-    _summary(f"reward/{role}", rewards if good is None else rewards[good], metrics)
+    summarize(f"reward/{role}", rewards if good is None else rewards[good], metrics)
     if good is not None:
         metrics[f"reward/{role}/left_out"] = float(len(good) - np.count_nonzero(good))
 
 
-def _summary(prefix: str, values: np.ndarray, metrics: dict[str, float], zero_fraction: bool = False) -> None:
+def summarize(prefix: str, values: np.ndarray, metrics: dict[str, float], zero_fraction: bool = False) -> None:
+    """``{prefix}/mean``, ``std``, ``max`` and ``min`` of ``values`` (and the share of zeros) into ``metrics``."""
     if len(values) == 0:
         return
     metrics[f"{prefix}/mean"] = float(np.mean(values))
@@ -322,7 +326,7 @@ def collect_advantages(
         )
         rewards = _rewards(role_groups, per_group)
         batch = AdvantageBatch(
-            rewards, layout, sources=_sources(role_groups, per_group, role), describe=_describer(per_group)
+            rewards, layout, sources=_sources(role_groups, per_group, role), describe=_describer(role_groups, per_group)
         )
         if not collect_advantage:
             zeroed = check_rewards(batch, config.nonfinite_rewards)
@@ -369,7 +373,7 @@ def collect_advantages(
         for role, tokens in precomputed.items():
             advantages_by_role[role] = np.concatenate([advantages_by_role.get(role, np.zeros(0)), tokens])
         for role, values in advantages_by_role.items():
-            _summary(f"advantage/{role}", values, metrics, zero_fraction=True)
+            summarize(f"advantage/{role}", values, metrics, zero_fraction=True)
     return collected
 
 

@@ -170,9 +170,9 @@ def check_rewards(batch: AdvantageBatch, policy: str) -> NDArray[np.bool_] | Non
     layout = batch.layout
     if policy == "error":
         group = layout.label(int(layout.group_index[first]))
-        where = batch.describe(first) if batch.describe else f"position {first} (value {batch.rewards[first]})"
+        where = batch.describe(first) if batch.describe else f"at position {first} in group {group!r}"
         raise RewardError(
-            f"{count} reward(s) are missing, NaN or infinite; the first is {where} in group {group!r}. "
+            f"{count} reward(s) are missing, NaN or infinite; the first is {where} (value {batch.rewards[first]}). "
             "Fix the reward function, drop those rollouts, or set nonfinite_rewards='zero' to give such "
             "groups zero advantage."
         )

@@ -12,6 +12,7 @@ _EXPORTS = {
     "ENTRY_POINT_GROUP": "rllm.plugins.discovery",
     "Source": "rllm.plugins.discovery",
     "discover_plugins": "rllm.plugins.discovery",
+    "ConfigSectionRegistrar": "rllm.plugins.hookspecs",
     "EstimatorRegistrar": "rllm.plugins.hookspecs",
     "NamedRegistrar": "rllm.plugins.hookspecs",
     "hookimpl": "rllm.plugins.hookspecs",
@@ -26,6 +27,7 @@ _EXPORTS = {
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "ConfigSectionRegistrar",
     "Entry",
     "EstimatorEntry",
     "EstimatorRegistrar",
@@ -51,6 +53,6 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from rllm.plugins.discovery import ENTRY_POINT_GROUP, Source, discover_plugins
-    from rllm.plugins.hookspecs import EstimatorRegistrar, NamedRegistrar, hookimpl, hookspec
+    from rllm.plugins.hookspecs import ConfigSectionRegistrar, EstimatorRegistrar, NamedRegistrar, hookimpl, hookspec
     from rllm.plugins.manager import PluginInfo, PluginManager, get_plugin_manager
     from rllm.plugins.registry import Entry, EstimatorEntry, Registry

@@ -259,3 +259,41 @@ def rllm_register_backends(register: NamedRegistrar) -> None:
         def rllm_register_backends(register):
             register("my_cluster", MyClusterBackend)
     """
+
+
+class ConfigSectionRegistrar(Protocol):
+    """The ``register`` argument of :func:`rllm_register_config_sections`."""
+
+    def __call__(self, section: str, keys: Sequence[Any] | None = None) -> None: ...
+
+
+@hookspec
+def rllm_register_config_sections(register: ConfigSectionRegistrar) -> None:
+    """Declare the config sections your plugin reads, so users can set them and see them.
+
+    Keys declared here are checked (type, range, choices) before anything runs, get their
+    defaults in every config, and are listed by ``rllm config --keys``.
+
+    :param register: ``register(section, keys=None)``.
+
+        ``section`` (str)
+            Dotted path of the section, e.g. ``"rllm.my_backend"``; it must not be one of
+            rllm's own keys or sections.
+        ``keys`` (sequence of :class:`rllm.config.ConfigKey`, or None)
+            One ``ConfigKey(name, type, default, doc, ...)`` per key, with ``name``
+            relative to the section; ``type`` is ``"int"``, ``"float"``, ``"bool"``,
+            ``"str"``, ``"list[str]"`` or ``"mapping"``, and ``choices``, ``minimum``,
+            ``maximum`` and ``nullable`` bound the value. ``None`` accepts any key under the
+            section without checking it (validate it in your backend's ``validate_config``).
+
+    Example::
+
+        from rllm.config import ConfigKey
+
+        @rllm.hookimpl
+        def rllm_register_config_sections(register):
+            register("rllm.my_backend", [
+                ConfigKey("endpoint", "str", "localhost:9000", "Address of the trainer service."),
+                ConfigKey("retries", "int", 2, "Attempts per request.", minimum=0),
+            ])
+    """

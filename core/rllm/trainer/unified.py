@@ -26,7 +26,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from rllm.config.algorithm import AlgorithmConfig, estimator_name
-from rllm.config.loading import default_config
+from rllm.config.loading import CONFIG_FILE, default_config, save_config
 from rllm.errors import ConfigError, RLLMWarning, RunDirError, TrainerError
 from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm.estimators.compute import get_estimator
@@ -274,7 +274,13 @@ class UnifiedTrainer:
     def _run_names(self) -> list[str]:
         """The entries rllm writes directly inside the run directory."""
         episodes = self._episodes_entry()
-        return [METRICS_FILE, self.checkpoints.root.name, LEARNING_CURVE, *([episodes] if episodes else [])]
+        return [
+            METRICS_FILE,
+            CONFIG_FILE,
+            self.checkpoints.root.name,
+            LEARNING_CURVE,
+            *([episodes] if episodes else []),
+        ]
 
     async def fit_async(self) -> None:
         """Train to the end: resume if a checkpoint exists, validate, run the steps, validate again.
@@ -285,6 +291,7 @@ class UnifiedTrainer:
         self.run_dir.acquire()
         try:
             self.run_dir.claim()
+            save_config(self.config, self.output_dir)  # what this run ran with: `rllm train -c` reruns it
             await self._fit_locked()
         finally:
             if self.logger is not None:

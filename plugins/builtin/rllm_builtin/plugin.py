@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rllm import hookimpl
-from rllm.plugins import EstimatorRegistrar, NamedRegistrar
+from rllm.config import ConfigKey
+from rllm.plugins import ConfigSectionRegistrar, EstimatorRegistrar, NamedRegistrar
 from rllm.toolkit import NUMERICS_OPTIONS, Option
 from rllm_builtin import estimators
 
@@ -83,3 +84,34 @@ def rllm_register_backends(register: NamedRegistrar) -> None:
     from rllm_builtin.embedded.backend import EmbeddedBackend
 
     register("embedded", EmbeddedBackend)
+
+
+def _task_names() -> list[str]:
+    from rllm_builtin.embedded.tasks import TASKS
+
+    return list(TASKS)
+
+
+EMBEDDED_KEYS = (
+    ConfigKey(
+        "tasks",
+        "list[str]",
+        ["digit_sum"],
+        "Built-in task families: digit_sum (single turn), digit_chain (three turns).",
+        names=_task_names,
+    ),
+    ConfigKey("seed", "int", 0, "Seed of the policy's initialisation and of sampling.", minimum=0),
+    ConfigKey("n_features", "int", 16384, "Rows of the hashed context table (the policy's size).", minimum=1),
+    ConfigKey("lr", "float", 1.0, "Learning rate.", minimum=0, above=True),
+    ConfigKey("temperature", "float", 1.0, "Sampling temperature.", minimum=0, above=True),
+    ConfigKey("ppo_epochs", "int", 2, "Passes over each batch.", minimum=1),
+    ConfigKey("mini_batches", "int", 2, "Minibatches per pass (later ones are off-policy).", minimum=1),
+    ConfigKey("clip_ratio_low", "float", 0.2, "PPO clip below 1.", minimum=0),
+    ConfigKey("clip_ratio_high", "float", 0.2, "PPO clip above 1.", minimum=0),
+)
+"""The ``rllm.embedded`` section: settings of the embedded CPU backend."""
+
+
+@hookimpl
+def rllm_register_config_sections(register: ConfigSectionRegistrar) -> None:
+    register("rllm.embedded", EMBEDDED_KEYS)

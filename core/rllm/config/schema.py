@@ -1,0 +1,485 @@
+"""The configuration schema: every key's type, default, allowed values and meaning, in one table.
+
+The shipped defaults, ``rllm config --keys`` and the checks run before anything starts all
+read :data:`CORE_KEYS` (plus the sections plugins declare through the
+``rllm_register_config_sections`` hook), so a key cannot be documented, defaulted and
+validated three different ways.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rllm.errors import ConfigError
+
+KeyType = Literal["int", "float", "bool", "str", "list[str]", "mapping"]
+
+_TYPE_WORDS: dict[str, str] = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "str": "a string",
+    "list[str]": "a list of strings",
+    "mapping": "a mapping",
+}
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One configuration key.
+
+    ``path`` is dotted (``rllm.trainer.total_epochs``); inside a plugin's section it is
+    relative to the section. ``choices`` holds the allowed values (for ``list[str]``, the
+    allowed items); ``names`` instead gives a function listing them when they depend on
+    the installed plugins (backends, estimators). ``minimum``/``maximum`` bound numbers
+    (``above`` makes the minimum exclusive) and ``special`` lists values allowed outside
+    that range (``-1`` meaning "no limit"). A ``mapping`` key holds user-chosen names
+    (roles, options) whose contents the schema does not check.
+    """
+
+    path: str
+    type: KeyType
+    default: Any
+    doc: str
+    choices: tuple[Any, ...] | None = None
+    names: Callable[[], Sequence[str]] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    above: bool = False
+    special: tuple[Any, ...] = ()
+    nullable: bool = False
+
+    def describe(self) -> str:
+        """The expected value in words, e.g. ``an integer >= 1 (or -1)``."""
+        choices = self.allowed()
+        if self.type == "bool" and choices is not None:
+            return " or ".join("true" if choice else "false" for choice in choices)
+        words = "" if choices is not None and self.type == "str" else _TYPE_WORDS[self.type]
+        if self.minimum is not None:
+            words += f" {'>' if self.above else '>='} {self.minimum:g}"
+        if self.maximum is not None:
+            words += f"{' and' if self.minimum is not None else ''} <= {self.maximum:g}"
+        if choices is not None:
+            what = ", each one of" if self.type == "list[str]" else "one of"
+            words += f"{what} {', '.join(map(str, choices))}"
+        extras = [*map(repr, self.special), *(["null"] if self.nullable else [])]
+        if extras:
+            words += f" (or {' or '.join(extras)})"
+        return words
+
+    def allowed(self) -> Sequence[Any] | None:
+        return self.names() if self.names is not None else self.choices
+
+    def check(self, value: Any) -> Any:
+        """The value to keep (a number becomes a string for a string key), or :class:`ConfigError`."""
+        if value is None and self.nullable:
+            return value
+        if any(type(value) is type(special) and value == special for special in self.special):
+            return value
+        checked = _TYPE_CHECKS[self.type](value)
+        if checked is _BAD:
+            raise self.error(value)
+        if self.type in ("int", "float"):
+            low_ok = self.minimum is None or (checked > self.minimum if self.above else checked >= self.minimum)
+            high_ok = self.maximum is None or checked <= self.maximum
+            if not (low_ok and high_ok):
+                raise self.error(value)
+        allowed = self.allowed()
+        if allowed is not None:
+            items = checked if self.type == "list[str]" else [checked]
+            unknown = [item for item in items if item not in allowed]
+            if unknown:
+                close = difflib.get_close_matches(str(unknown[0]), [str(a) for a in allowed], n=1, cutoff=0.6)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"{self.path} must be {self.describe()}; got {_show(value)}.{hint}")
+        return checked
+
+    def error(self, value: Any) -> ConfigError:
+        kind = "" if value is None else f" ({type(value).__name__})"
+        return ConfigError(f"{self.path} must be {self.describe()}; got {_show(value)}{kind}.")
+
+
+_BAD = object()
+
+
+def _show(value: Any) -> str:
+    """A value as the user wrote it in YAML: true/false/null, strings quoted."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else repr(value)
+
+
+def _int(value: Any) -> Any:
+    return value if isinstance(value, int) and not isinstance(value, bool) else _BAD
+
+
+def _float(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return _BAD
+    return value
+
+
+def _bool(value: Any) -> Any:
+    """Only real booleans (YAML's true/false arrive as such); the string 'false' is refused."""
+    return value if isinstance(value, bool) else _BAD
+
+
+def _str(value: Any) -> Any:
+    if isinstance(value, str):
+        return value
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else _BAD
+
+
+def _str_list(value: Any) -> Any:
+    if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+        return list(value)
+    return _BAD
+
+
+def _mapping(value: Any) -> Any:
+    return value if isinstance(value, Mapping) else _BAD
+
+
+_TYPE_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "int": _int,
+    "float": _float,
+    "bool": _bool,
+    "str": _str,
+    "list[str]": _str_list,
+    "mapping": _mapping,
+}
+
+
+def _registered(kind: str) -> Callable[[], list[str]]:
+    """Names in one plugin registry, looked up when a value is checked."""
+
+    def names() -> list[str]:
+        from rllm.plugins.manager import get_plugin_manager
+
+        return getattr(get_plugin_manager(), kind).names()
+
+    return names
+
+
+def _bool_key(path: str, default: bool, doc: str) -> ConfigKey:
+    return ConfigKey(path, "bool", default, doc)
+
+
+def _count(path: str, default: int, doc: str, minimum: int = 1, **extra: Any) -> ConfigKey:
+    return ConfigKey(path, "int", default, doc, minimum=minimum, **extra)
+
+
+_MASKS = (
+    "max_prompt_length_exceeded",
+    "max_response_length_exceeded",
+    "env_done",
+    "max_turns_exceeded",
+    "timeout",
+    "unknown",
+    "error",
+)
+
+CORE_KEYS: tuple[ConfigKey, ...] = (
+    ConfigKey(
+        "rllm.backend",
+        "str",
+        "embedded",
+        "Training backend, by the name a plugin registered (see `rllm plugins`).",
+        names=_registered("backends"),
+    ),
+    ConfigKey(
+        "rllm.grouping_hook",
+        "str",
+        "task_and_role",
+        "Trajectory grouping hook, by name: which rollouts an estimator compares.",
+        names=_registered("grouping_hooks"),
+    ),
+    ConfigKey(
+        "rllm.algorithm.adv_estimator",
+        "str",
+        "grpo",
+        "Advantage estimator, by its registered name (see `rllm plugins`).",
+        names=_registered("estimators"),
+    ),
+    ConfigKey(
+        "algorithm.adv_estimator",
+        "str",
+        "${rllm.algorithm.adv_estimator}",
+        "verl's location of the estimator name; follows rllm.algorithm.adv_estimator unless set.",
+        names=_registered("estimators"),
+    ),
+    ConfigKey("rllm.algorithm.gamma", "float", 1.0, "Discount of the per-step estimators.", minimum=0, maximum=1),
+    ConfigKey("rllm.algorithm.lam", "float", 0.95, "GAE lambda.", minimum=0, maximum=1),
+    _bool_key("rllm.algorithm.norm_adv_by_std_in_grpo", True, "GRPO divides by the group's std."),
+    ConfigKey(
+        "rllm.algorithm.use_rllm",
+        "bool",
+        None,
+        "Deprecated (rLLM's switch): advantages always come from rllm's estimators; setting it warns.",
+        nullable=True,
+    ),
+    _bool_key("rllm.algorithm.use_precomputed_advantage", False, "Groups whose steps carry advantages keep them."),
+    ConfigKey(
+        "rllm.algorithm.loss_fn",
+        "str",
+        None,
+        "Policy loss; null lets the backend choose (the embedded backend: ppo).",
+        choices=("importance_sampling", "ppo", "cispo", "dro", "cross_entropy"),
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.lr_schedule",
+        "str",
+        "constant",
+        "Learning-rate schedule.",
+        choices=("linear", "cosine", "constant"),
+    ),
+    ConfigKey(
+        "rllm.algorithm.warmup_steps_ratio", "float", 0.0, "Share of steps spent warming up.", minimum=0, maximum=1
+    ),
+    ConfigKey(
+        "rllm.algorithm.epsilon",
+        "float",
+        None,
+        "Guard added to the std before dividing; null keeps the estimator's (or the preset's) default.",
+        minimum=0,
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.estimator_map",
+        "mapping",
+        {},
+        "role -> estimator name, for multi-agent workflows.",
+    ),
+    ConfigKey(
+        "rllm.algorithm.estimator_options",
+        "mapping",
+        {},
+        "Extra estimator options, e.g. {preset: verl}; a key naming an estimator holds options for it alone.",
+    ),
+    ConfigKey(
+        "rllm.algorithm.nonfinite_rewards",
+        "str",
+        "error",
+        "error: reject NaN/inf rewards naming the group; zero: such groups get zero advantage; "
+        "exclude: only the unscorable rollouts leave the statistics and get 0.",
+        choices=("error", "zero", "exclude"),
+    ),
+    ConfigKey(
+        "rllm.algorithm.loss_fn_map",
+        "mapping",
+        {},
+        "role -> policy loss, for multi-agent workflows ((estimator, loss) pairs in estimator_map fill it too).",
+    ),
+    ConfigKey(
+        "rllm.algorithm.loss_agg_mode",
+        "str",
+        None,
+        "How token losses are aggregated; null lets the backend choose.",
+        choices=("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"),
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.warmup_steps",
+        "int",
+        -1,
+        "Learning-rate warm-up steps; -1 uses warmup_steps_ratio.",
+        minimum=0,
+        special=(-1,),
+    ),
+    ConfigKey("rllm.algorithm.kl_beta", "float", 0.0, "Weight of the KL penalty to the reference policy.", minimum=0),
+    ConfigKey("rllm.algorithm.eps_clip", "float", 0.2, "PPO clip range.", minimum=0, above=True),
+    ConfigKey(
+        "rllm.algorithm.eps_clip_high",
+        "float",
+        None,
+        "Upper PPO clip range; null: eps_clip.",
+        minimum=0,
+        above=True,
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.router_replay",
+        "str",
+        "disabled",
+        "Mixture-of-experts router replay.",
+        choices=("disabled", "R2", "R3"),
+    ),
+    ConfigKey(
+        "rllm.algorithm.rollout_correction.tis_mode",
+        "str",
+        None,
+        "Truncated importance sampling level; null turns it off.",
+        choices=("token", "sequence"),
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.rollout_correction.bypass_mode",
+        "bool",
+        None,
+        "Use the rollout logprobs as the old policy; null: the backend's default.",
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.rollout_correction.tis_cap",
+        "float",
+        2.0,
+        "Clamp of the importance weights.",
+        minimum=0,
+        above=True,
+    ),
+    _bool_key("rllm.stepwise_advantage.enable", False, "Per-step advantages (verl switch)."),
+    ConfigKey(
+        "rllm.stepwise_advantage.norm_adv_by_std_in_grpo",
+        "bool",
+        None,
+        "The seed's place for norm_adv_by_std_in_grpo; null: rllm.algorithm.norm_adv_by_std_in_grpo decides.",
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.stepwise_advantage.mode",
+        "str",
+        "broadcast",
+        "broadcast: every step gets its trajectory's advantage (per_step is switched to it with a warning).",
+        choices=("broadcast", "per_step"),
+    ),
+    ConfigKey(
+        "rllm.stepwise_advantage.normalize_by_steps",
+        "bool",
+        False,
+        "rLLM's division of step advantages by the step count; not supported, so only false is accepted.",
+        choices=(False,),
+    ),
+    _bool_key("rllm.compact_filtering.enable", False, "Mask trajectories by how their episode ended."),
+    *(_bool_key(f"rllm.compact_filtering.mask_{name}", False, f"Mask episodes ending with {name}.") for name in _MASKS),
+    _bool_key("rllm.rejection_sample.enable", False, "Drop groups with no signal (all solved or all failed)."),
+    ConfigKey(
+        "rllm.rejection_sample.mode",
+        "str",
+        "batch",
+        "batch: filter each batch; episode: accumulate kept groups across batches.",
+        choices=("batch", "episode"),
+    ),
+    _count("rllm.rejection_sample.multiplier", 1, "Tasks sampled per batch slot, to make up for rejected ones."),
+    _count("rllm.rejection_sample.min_partial_solve_tasks", 1, "Partly solved tasks to gather before training.", 0),
+    _count("rllm.rejection_sample.min_trajs_per_group", 2, "Smaller groups are dropped (no baseline)."),
+    _count("rllm.workflow.n_parallel_tasks", 256, "Workflows run at once."),
+    _count("rllm.workflow.retry_limit", 3, "Extra attempts for a workflow that raised.", 0),
+    _bool_key("rllm.workflow.raise_on_error", True, "Stop training when a workflow keeps failing."),
+    ConfigKey(
+        "rllm.workflow.timeout",
+        "float",
+        300,
+        "Seconds one workflow run may take before its episode ends TIMEOUT; null waits forever.",
+        minimum=0,
+        above=True,
+        nullable=True,
+    ),
+    _count("rllm.rollout.n", 8, "Rollouts per task in training."),
+    _count("rllm.rollout.n_val", 1, "Rollouts per task in validation."),
+    _count("rllm.trainer.total_epochs", 10, "Passes over the training tasks."),
+    _count("rllm.trainer.total_batches", -1, "Stop after this many steps; -1: no limit.", special=(-1,)),
+    ConfigKey(
+        "rllm.trainer.logger",
+        "list[str]",
+        ["console", "jsonl"],
+        "console: a line per step and a progress bar; jsonl: {output_dir}/metrics.jsonl.",
+        choices=("console", "jsonl"),
+    ),
+    ConfigKey("rllm.trainer.project_name", "str", "rllm", "Folder under runs/ holding the experiments."),
+    ConfigKey("rllm.trainer.experiment_name", "str", "default", "Folder of this run under the project."),
+    _count("rllm.trainer.test_freq", 5, "Validate every N steps; 0: only at the end (if val_before_train).", 0),
+    _count("rllm.trainer.save_freq", 20, "Checkpoint every N steps; 0: never.", 0),
+    _bool_key("rllm.trainer.val_before_train", True, "Validate once before the first step."),
+    _bool_key("rllm.trainer.val_only", False, "Validate and stop."),
+    ConfigKey(
+        "rllm.trainer.output_dir",
+        "str",
+        "runs/${rllm.trainer.project_name}/${rllm.trainer.experiment_name}",
+        "Run directory: metrics, checkpoints, config.yaml and the learning curve.",
+    ),
+    ConfigKey(
+        "rllm.trainer.resume_mode",
+        "str",
+        "auto",
+        "auto: resume from the latest checkpoint in output_dir; disable: start over.",
+        choices=("auto", "disable"),
+    ),
+    _count("rllm.trainer.max_checkpoints", 3, "Checkpoints kept; older ones are deleted."),
+    _bool_key("rllm.episode_logging.log_episodes", False, "Write every episode to episode_log_dir."),
+    ConfigKey(
+        "rllm.episode_logging.episode_log_dir",
+        "str",
+        "${rllm.trainer.output_dir}/episodes",
+        "Folder of the episode logs; inside the run directory by default, so runs never mix.",
+    ),
+    _count("rllm.data.train_batch_size", 20, "Tasks per training step."),
+    _count("rllm.data.val_batch_size", None, "Tasks per validation batch; null: all at once.", nullable=True),
+    _bool_key("rllm.data.shuffle", True, "Shuffle the training tasks each epoch."),
+)
+"""rllm's own keys; plugins add sections through ``rllm_register_config_sections``."""
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The keys in force: rllm's own plus every plugin-declared section."""
+
+    keys: tuple[ConfigKey, ...]
+    open_sections: frozenset[str] = frozenset()
+    """Plugin sections whose keys the plugin chooses (not checked here)."""
+
+    def by_path(self) -> dict[str, ConfigKey]:
+        return {key.path: key for key in self.keys}
+
+    def sections(self) -> set[str]:
+        """Every dotted prefix that holds keys (``rllm``, ``rllm.trainer``, ...)."""
+        out: set[str] = set()
+        for path in [key.path for key in self.keys] + list(self.open_sections):
+            parts = path.split(".")
+            out.update(".".join(parts[:i]) for i in range(1, len(parts)))
+        return out
+
+    def open_paths(self) -> frozenset[str]:
+        """Paths whose children are user-chosen names: mapping keys and open plugin sections."""
+        return self.open_sections | {key.path for key in self.keys if key.type == "mapping"}
+
+    def defaults(self) -> dict[str, Any]:
+        """The nested mapping of every default (interpolations kept as written)."""
+        tree: dict[str, Any] = {}
+        for key in self.keys:
+            *parents, leaf = key.path.split(".")
+            node = tree
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = _copy(key.default)
+        for path in self.open_sections:
+            *parents, leaf = path.split(".")
+            node = tree
+            for part in parents:
+                node = node.setdefault(part, {})
+            node.setdefault(leaf, {})
+        return tree
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return value
+
+
+def section_keys(section: str, keys: Iterable[ConfigKey]) -> list[ConfigKey]:
+    """Plugin keys with their paths made absolute under ``section``."""
+    out = []
+    for key in keys:
+        if not isinstance(key, ConfigKey):
+            raise ConfigError(f"Config section {section!r} declares {key!r}, which is not a rllm.config.ConfigKey.")
+        if key.type not in _TYPE_CHECKS:
+            raise ConfigError(f"Config key {section}.{key.path} has unknown type {key.type!r}.")
+        out.append(ConfigKey(**{**key.__dict__, "path": f"{section}.{key.path}"}))
+    return out
