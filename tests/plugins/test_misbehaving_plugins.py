@@ -95,3 +95,37 @@ def test_strict_failure_leaves_no_half_loaded_manager(env: Env) -> None:
     # The decorated plugin registered while its module was imported by the failed load; the new load still has it.
     assert result["doubled"] == [3.0]
     assert result["plugins"] == {"builtin": "ok", "decorated": "ok", "example": "ok"}
+
+
+def test_strict_mode_never_stops_help_or_version(env: Env) -> None:
+    for args in (["--help"], ["--version"], ["estimators", "--help"]):
+        done = env.run([env.rllm, *args], RLLM_PLUGINS="exits,broken,example", RLLM_STRICT_PLUGINS="1")
+        assert done.returncode == 0, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+    version = env.run([env.rllm, "--version"], RLLM_STRICT_PLUGINS="1").stdout
+    assert version.startswith("rllm ") and version.split()[1][0].isdigit()
+
+
+def test_strict_mode_failure_is_one_line_for_commands_that_need_plugins(env: Env) -> None:
+    done = env.run([env.rllm, "estimators"], RLLM_PLUGINS="exits,broken,example", RLLM_STRICT_PLUGINS="1")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr and "broken" in done.stderr
+
+
+def test_estimators_json_lists_the_example_plugins_options(env: Env) -> None:
+    done = env.run([env.rllm, "estimators", "--json"], RLLM_PLUGINS="example")
+    assert done.returncode == 0, done.stderr
+    listed = {item["name"]: item for item in json.loads(done.stdout)}
+    scaled = listed["scaled_median"]
+    assert (scaled["plugin"], scaled["distribution"], scaled["version"]) == (
+        "example",
+        "rllm-example-estimators",
+        "1.0.0",
+    )
+    assert scaled["options_declared"] and scaled["numerics"] and scaled["requires"] == []
+    options = {option["name"]: option for option in scaled["options"]}
+    assert options["clip"]["default"] is None and options["clip"]["type"] == "a number"
+    assert {"preset", "std", "eps", "single", "dtype"} <= set(options)
+    assert listed["rank"]["options_declared"] and listed["rank"]["options"] == []
+    assert not listed["median_baseline"]["options_declared"] and listed["median_baseline"]["accepts_any_option"]
+    assert "grpo" in listed and listed["grpo"]["provided_by"].startswith("built-in plugin 'builtin'")
