@@ -3,29 +3,31 @@
 Run ``python bench/run.py`` (a few minutes) or ``python bench/run.py --quick`` (seconds). Times
 are the best of several runs (the per-group loop runs once: it is slow); ratios to the copy are
 medians of paired runs, each timed right after a copy, because this machine's speed drifts. With
-numba installed (``rllm[fast]``) the kernel table is printed for the fused path, whose kernels
-split large batches across threads, and for the numpy path, on the same data."""
+numba installed (``rllm[fast]``) the kernel table shows the fast plugin's compiled kernels, which
+split large batches across threads, next to the toolkit's numpy path on the same data."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
 
 import rllm
+import rllm_fast
 from rllm import AlgorithmConfig, Step, Trajectory, TrajectoryGroup
-from rllm.estimators import fused, parallel
 from rllm.estimators.batch import AdvantageBatch
 from rllm.estimators.collect import collect_advantages
 from rllm.estimators.compute import get_estimator
+from rllm.toolkit import kernel, numpy_only, resolve_numerics
+from rllm_fast.parts import THREADS_VAR, part_count
 
 ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
 IMPORT_TARGET = 1.25
@@ -124,43 +126,63 @@ def paired_ratio(fn: Callable[[], Any], floor: Callable[[], Any], rounds: int) -
     return statistics.median(ratios), best
 
 
-def kernels(n: int, repeat: int, rng: np.random.Generator, path: str) -> None:
+def kernels(n: int, repeat: int, rng: np.random.Generator) -> None:
+    """One row per layout and estimator: the fast plugin's figures next to the numpy path's, on the same data."""
     rewards = rng.random(n)
     floor = best_of(rewards.copy, repeat * 3)
-    threads = parallel.part_count(n) if path == "fused" else 1  # the numpy path runs on the calling thread
-    print(f"\n## Kernels on {n:,} trajectories, {path} path (copy floor: {floor * 1e3:.3f} ms)")
-    print("ours = rllm.compute_advantages end to end (group layout, checks, kernel); kernel = on a prepared batch")
+    paths: dict[str, Callable[[], AbstractContextManager[Any]]] = {"numpy": numpy_only}
+    print(f"\n## Kernels on {n:,} trajectories (copy floor: {floor * 1e3:.3f} ms)")
+    if kernel("group_centre") is not None:
+        paths = {"fast": nullcontext, **paths}
+        threads = part_count(n)
+        print(
+            f"fast = the fast plugin's compiled kernels, {threads} thread{'s' if threads > 1 else ''} "
+            f"('1 thread': rllm_fast.threads(1), as {THREADS_VAR}=1; '-': same as fast); "
+            "numpy = the toolkit's numpy path (rllm.toolkit.numpy_only())"
+        )
+    else:
+        threads = 1
+        print("fast plugin not active (numba not installed, or RLLM_DISABLED_PLUGINS=fast): numpy path only")
     print(
-        "x/copy = median of paired runs (each timed right after a copy); "
-        f"ours uses {threads} thread{'s' if threads > 1 else ''}; "
-        f"'1 thread' sets {parallel.THREADS_VAR}=1 ('-': same as ours)"
+        "ms = rllm.compute_advantages end to end (group layout, checks, kernel), best run; "
+        "kernel = on a prepared batch; x/copy = median of paired runs (each timed right after a copy)"
     )
-    header = f"{'layout':<28} {'estimator':<30} {'ours ms':>8} {'loop ms':>8} {'loop/ours':>9} "
-    header += f"{'ours/copy':>9} {'1 thread/copy':>13} {'kernel/copy':>11}"
+    header = f"{'layout':<28} {'estimator':<30} {'loop ms':>8}"
+    if "fast" in paths:
+        header += f" | {'fast ms':>8} {'/copy':>6} {'1 thread':>8} {'kernel':>6}"
+    header += f" | {'numpy ms':>8} {'/copy':>6} {'kernel':>6} | {'loop/' + next(iter(paths)):>10}"
     print(header)
     for layout_name, ids in layouts(n, rng).items():
-        batch = AdvantageBatch(rewards, ids)
         for name in ESTIMATORS:
             target = get_estimator(name).target
+            start = time.perf_counter()
+            expected = LOOPS[name](rewards, ids)
+            loop = time.perf_counter() - start
 
             def ours_call(name: str = name, ids: np.ndarray = ids) -> Any:
                 return rllm.compute_advantages(name, rewards, ids)
 
-            ours_ratio, ours = paired_ratio(ours_call, rewards.copy, repeat)
-            one_thread = "-"  # the same run as ours
-            if threads > 1:
-                with parallel.threads(1):
-                    one_thread = f"{paired_ratio(ours_call, rewards.copy, repeat)[0]:.1f}"
-            kernel_ratio, _ = paired_ratio(lambda target=target, batch=batch: target(batch), rewards.copy, repeat)
-            start = time.perf_counter()
-            expected = LOOPS[name](rewards, ids)
-            loop = time.perf_counter() - start
-            if not np.allclose(rllm.compute_advantages(name, rewards, ids), expected, rtol=1e-9, atol=1e-9):
-                raise SystemExit(f"{name} on {layout_name}: vectorized result differs from the per-group loop")
-            print(
-                f"{layout_name:<28} {name:<30} {ours * 1e3:8.2f} {loop * 1e3:8.0f} {loop / ours:9.0f} "
-                f"{ours_ratio:9.1f} {one_thread:>13} {kernel_ratio:11.1f}"
-            )
+            figures: dict[str, tuple[float, float, str, float]] = {}
+            for path, context in paths.items():
+                with context():
+                    if not np.allclose(ours_call(), expected, rtol=1e-9, atol=1e-9):
+                        raise SystemExit(f"{name} on {layout_name}, {path} path: differs from the per-group loop")
+                    batch = AdvantageBatch(rewards, ids)  # the layout as this path detects it
+                    ours_ratio, ours = paired_ratio(ours_call, rewards.copy, repeat)
+                    numerics = resolve_numerics(estimator=name)
+                    kernel_ratio, _ = paired_ratio(
+                        lambda t=target, b=batch, m=numerics: t(b, numerics=m), rewards.copy, repeat
+                    )
+                    one_thread = "-"  # the same run as fast
+                    if path == "fast" and threads > 1:
+                        with rllm_fast.threads(1):
+                            one_thread = f"{paired_ratio(ours_call, rewards.copy, repeat)[0]:.1f}"
+                figures[path] = (ours, ours_ratio, one_thread, kernel_ratio)
+            row = f"{layout_name:<28} {name:<30} {loop * 1e3:8.0f}"
+            for path, (ours, ours_ratio, one_thread, kernel_ratio) in figures.items():
+                row += f" | {ours * 1e3:8.2f} {ours_ratio:6.1f}"
+                row += f" {one_thread:>8} {kernel_ratio:6.1f}" if path == "fast" else f" {kernel_ratio:6.1f}"
+            print(f"{row} | {loop / next(iter(figures.values()))[0]:10.0f}")
 
 
 def verl_scale(repeat: int, rng: np.random.Generator) -> None:
@@ -243,9 +265,17 @@ def import_cost(rounds: int) -> None:
         rllm_times.append(ours)
     paired = statistics.median(ratios)
     verdict = "meets" if paired <= IMPORT_TARGET else "misses"
+    first_use = statistics.median(
+        fresh("import rllm; rllm.compute_advantages('grpo', [1.0, 0.0], [0, 0])") / fresh("import numpy, pluggy")
+        for _ in range(rounds)
+    )
     print("\n## Import cost (fresh interpreter, process start included)")
     print(f"import numpy, pluggy: {min(base_times) * 1e3:.0f} ms; import rllm: {min(rllm_times) * 1e3:.0f} ms (best)")
     print(f"import rllm / import numpy, pluggy: median of paired runs {paired:.2f}x ({verdict} the {IMPORT_TARGET}x)")
+    print(
+        f"import rllm and a first compute_advantages (numpy, the plugins loaded) / import numpy, pluggy: "
+        f"{first_use:.2f}x (what a first call waits for; no target)"
+    )
 
 
 def main() -> None:
@@ -253,11 +283,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     args = parser.parse_args()
     n, repeat, n_groups = (65_536, 5, 5_000) if args.quick else (1_048_576, 15, 100_000)
-    active = "fused" if fused.kernels() is not None else "numpy"
-    print(f"Active kernel path: {active} ({fused.ENV_VAR}={os.environ.get(fused.ENV_VAR, 'unset')})")
-    for path in dict.fromkeys((active, "numpy")):  # the numpy path too, when numba is installed
-        with fused.path(path):
-            kernels(n, repeat, np.random.default_rng(0), path)
+    kernels(n, repeat, np.random.default_rng(0))
     rng = np.random.default_rng(0)
     verl_scale(repeat, rng)
     collection(n_groups, 3 if args.quick else 7, rng)

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from rllm.plugins import manager as manager_module
-from rllm.plugins.manager import BUILTIN_PLUGIN, PluginManager
+from rllm.plugins.discovery import BUILTIN_PLUGIN
+from rllm.plugins.manager import PluginManager
 from rllm.plugins.registry import Source
 
 

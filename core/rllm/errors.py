@@ -37,11 +37,19 @@ class PluginLoadError(PluginError, ImportError):
     """A plugin's entry point failed to import (raised only in strict mode)."""
 
 
-class EstimatorNotFoundError(RLLMError, ValueError):
+class NameNotFoundError(RLLMError, ValueError):
+    """Nothing of the requested kind (estimator, backend, ...) is registered under the requested name."""
+
+
+class EstimatorNotFoundError(NameNotFoundError):
     """No estimator is registered under the requested name."""
 
 
-class EstimatorConflictError(PluginError, ValueError):
+class NameConflictError(PluginError, ValueError):
+    """Two plugins registered the same name of one kind, or user code re-registered a taken name."""
+
+
+class EstimatorConflictError(NameConflictError):
     """Two plugins registered the same estimator name, or a name was re-registered."""
 
 
@@ -95,6 +103,54 @@ class RunDirLockedError(RunDirError):
 
 class CorruptCheckpointError(CheckpointError):
     """A checkpoint's file is missing, truncated, altered, or of a format this rllm does not read."""
+
+
+class PluginHookError(PluginError):
+    """A plugin's registration hook raised (raised only in strict mode)."""
+
+
+class PluginContractError(PluginError, ValueError):
+    """A plugin broke the plugin contract; the message names the plugin and the rule.
+
+    An unknown hook, a hookimpl option rllm does not honour, or a registration of the wrong
+    kind of object (a backend missing protocol methods, a non-callable grouping hook or kernel).
+    """
+
+
+class PluginsFailedError(PluginError):
+    """Strict mode: one or more plugins failed to load; ``failures`` holds one error per plugin."""
+
+    def __init__(self, message: str, failures: list[PluginError]) -> None:
+        super().__init__(message)
+        self.failures = failures
+
+
+class BackendNotFoundError(NameNotFoundError):
+    """No training backend is registered under the requested name."""
+
+
+class GroupingHookNotFoundError(NameNotFoundError):
+    """No trajectory grouping hook is registered under the requested name."""
+
+
+class KernelNotFoundError(NameNotFoundError):
+    """No kernel is registered under the requested name."""
+
+
+class BackendConflictError(NameConflictError):
+    """Two plugins registered the same backend name, or a name was re-registered."""
+
+
+class GroupingHookConflictError(NameConflictError):
+    """Two plugins registered the same grouping-hook name, or a name was re-registered."""
+
+
+class KernelConflictError(NameConflictError):
+    """Two plugins registered the same kernel name, or a name was re-registered."""
+
+
+class EstimatorCallError(RLLMError, TypeError):
+    """A list-API estimator function was called with arguments of neither rLLM calling convention."""
 
 
 class OutputFileError(RLLMError, OSError):

@@ -61,7 +61,7 @@ def _cannot(name: str, exc: OSError) -> OutputFileError:
 
 
 @contextmanager
-def _signals_raise() -> Iterator[None]:
+def exit_on_signals() -> Iterator[None]:
     """Turn SIGTERM/SIGHUP into SystemExit while the block runs, so ``finally`` clauses clean up."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -133,7 +133,7 @@ def _replace(path: Path, name: str, mode: int | None) -> Iterator[Output]:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise _cannot(name, exc) from None
-    with _signals_raise():
+    with exit_on_signals():
         try:
             handle = os.fdopen(fd, "wb")
             out = Output(handle, name, atomic=True)  # type: ignore[arg-type]

@@ -7,19 +7,28 @@ unit advantage estimators compare within.
 
 Identifiers keep their parts explicitly: a task id or a role may contain ``':'`` and still
 round-trip, because the parts are stored rather than re-parsed from the joined string.
+
+``metadata`` is rLLM's current name of ``info`` on steps, trajectories and episodes: one dict
+under both names, accepted by either name in the constructor. ``to_dict()`` / ``from_dict()``
+give JSON-safe dicts (no pickle) with rLLM's keys, and read the dicts rLLM writes.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import InitVar, dataclass, field
 from enum import Enum
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 from rllm.errors import DataError
 
 DEFAULT_ROLE = "all_groups"
 """Role of a group whose id names no role."""
+
+DEFAULT_TRAJ_NAME = "default_traj_name"
+"""Name of a trajectory its workflow did not name."""
 
 
 class TerminationReason(str, Enum):
@@ -34,6 +43,80 @@ class TerminationReason(str, Enum):
     ERROR = "error"
 
 
+def _jsonable(value: Any, where: str) -> Any:
+    """``value`` in JSON types (tuples and arrays as lists, enums as values); else a DataError naming ``where``."""
+    if isinstance(value, Enum):
+        return _jsonable(value.value, where)
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise DataError(f"{where} has a non-string key {key!r}; JSON objects need string keys.")
+            out[key] = _jsonable(item, f"{where}[{key!r}]")
+        return out
+    if isinstance(value, list | tuple):
+        return [_jsonable(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    tolist = getattr(value, "tolist", None)  # numpy arrays and scalars
+    if callable(tolist):
+        return _jsonable(tolist(), where)
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return _jsonable(to_dict(), where)
+    raise DataError(
+        f"{where} holds a value of type {type(value).__name__}, which has no JSON form; store plain data (or an object "
+        "with to_dict()) there."
+    )
+
+
+def _take_metadata(obj: Any, metadata: dict[str, Any] | None) -> None:
+    """Accept rLLM's ``metadata=`` constructor keyword as the ``info`` dict (giving both is an error)."""
+    if metadata is None:
+        return
+    if obj.info and obj.info is not metadata:
+        raise DataError(f"{type(obj).__name__} got both info and metadata; they are one dict, give one of them.")
+    obj.info = metadata
+
+
+_T = TypeVar("_T")
+
+
+def _metadata_alias(cls: type[_T]) -> type[_T]:
+    """Make ``metadata`` read and write the ``info`` dict (after the dataclass took its keyword)."""
+
+    def get(self: Any) -> dict[str, Any]:
+        return self.info  # type: ignore[no-any-return]
+
+    def put(self: Any, value: dict[str, Any] | None) -> None:
+        self.info = {} if value is None else value
+
+    cls.metadata = property(get, put, doc="rLLM's current name of ``info``.")  # type: ignore[attr-defined]
+    return cls
+
+
+def _read(data: Mapping[str, Any], key: str, default: Callable[[], Any]) -> Any:
+    value = data.get(key)
+    return default() if value is None else value
+
+
+@dataclass
+class Task:
+    """One problem instance: its id, what the agent sees, and where its files (verifier) live."""
+
+    id: str
+    instruction: str | list[dict[str, Any]]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    dataset_dir: Path = field(default_factory=Path)
+    sub_dir: Path | None = None
+
+    @property
+    def task_dir(self) -> Path:
+        """``dataset_dir / sub_dir`` for a task with its own directory, else ``dataset_dir``."""
+        return self.dataset_dir / self.sub_dir if self.sub_dir else self.dataset_dir
+
+
+@_metadata_alias
 @dataclass
 class Step:
     """One model call: what it saw, what it produced, and how it was scored."""
@@ -52,25 +135,108 @@ class Step:
     mc_return: float = 0.0
     advantage: float | list[float] | None = None
     """A scalar (broadcast to every token) or one value per response token."""
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    input: Any = None
+    output: Any = None
+    model_output: Any = None
+    routing_matrices: list[str] | None = None
+    weight_version: int | None = None
+    """Version of the policy weights that generated this step (asynchronous training)."""
+    metadata: InitVar[dict[str, Any] | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, metadata: dict[str, Any] | None) -> None:
+        _take_metadata(self, metadata)
         if self.logprobs and len(self.logprobs) != len(self.response_ids):
             raise DataError(
                 f"Step has {len(self.logprobs)} logprobs for {len(self.response_ids)} response tokens; "
                 "give one logprob per response token, or none."
             )
 
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict with rLLM's keys (``info`` holds the metadata)."""
+        names = (
+            "id", "input", "output", "prompt_ids", "response_ids", "logprobs", "routing_matrices", "chat_completions",
+            "observation", "thought", "action", "model_response", "model_output", "info", "reward", "done",
+            "mc_return", "advantage", "weight_version",
+        )  # fmt: skip
+        return {name: _jsonable(getattr(self, name), f"Step.{name}") for name in names}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Step:
+        """The step of :meth:`to_dict` (missing keys take their defaults; ``metadata`` is read as ``info``)."""
+        return cls(
+            id=_read(data, "id", lambda: str(uuid.uuid4())),
+            input=data.get("input"),
+            output=data.get("output"),
+            prompt_ids=list(_read(data, "prompt_ids", list)),
+            response_ids=list(_read(data, "response_ids", list)),
+            logprobs=list(_read(data, "logprobs", list)),
+            routing_matrices=data.get("routing_matrices"),
+            chat_completions=list(_read(data, "chat_completions", list)),
+            observation=data.get("observation"),
+            thought=_read(data, "thought", str),
+            action=data.get("action"),
+            model_response=_read(data, "model_response", str),
+            model_output=data.get("model_output"),
+            info=dict(data.get("info") or data.get("metadata") or {}),
+            reward=float(_read(data, "reward", float)),
+            done=bool(data.get("done", False)),
+            mc_return=float(_read(data, "mc_return", float)),
+            advantage=data.get("advantage"),
+            weight_version=data.get("weight_version"),
+        )
+
+
+@_metadata_alias
 @dataclass
 class Trajectory:
-    """The steps one role took in one episode, with the trajectory-level reward."""
+    """The steps one role took in one episode, with the trajectory-level reward.
+
+    ``input`` / ``output`` are the arguments and return value of an SDK-style agent function,
+    ``signals`` named evaluation scores.
+    """
 
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
-    name: str = "default_traj_name"
+    name: str = DEFAULT_TRAJ_NAME
     task: Any = None
     steps: list[Step] = field(default_factory=list)
     reward: float | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    input: dict[str, Any] | None = None
+    output: Any = None
+    signals: dict[str, float] = field(default_factory=dict)
+    metadata: InitVar[dict[str, Any] | None] = None
+
+    def __post_init__(self, metadata: dict[str, Any] | None) -> None:
+        _take_metadata(self, metadata)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict with rLLM's keys, steps included."""
+        return {
+            "uid": self.uid,
+            "name": self.name,
+            "task": _jsonable(self.task, "Trajectory.task"),
+            "steps": [step.to_dict() for step in self.steps],
+            "reward": None if self.reward is None else float(self.reward),
+            "info": _jsonable(self.info, "Trajectory.info"),
+            "input": _jsonable(self.input, "Trajectory.input"),
+            "output": _jsonable(self.output, "Trajectory.output"),
+            "signals": _jsonable(self.signals, "Trajectory.signals"),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Trajectory:
+        return cls(
+            uid=_read(data, "uid", lambda: str(uuid.uuid4())),
+            name=_read(data, "name", lambda: DEFAULT_TRAJ_NAME),
+            task=data.get("task"),
+            steps=[Step.from_dict(step) for step in data.get("steps") or []],
+            reward=data.get("reward"),
+            info=dict(data.get("info") or data.get("metadata") or {}),
+            input=data.get("input"),
+            output=data.get("output"),
+            signals={str(k): float(v) for k, v in (data.get("signals") or {}).items()},
+        )
 
 
 def split_rollout_id(episode_id: str) -> tuple[str, int]:
@@ -83,9 +249,14 @@ def split_rollout_id(episode_id: str) -> tuple[str, int]:
     return task_id, int(index)
 
 
+@_metadata_alias
 @dataclass
 class Episode:
-    """One rollout of one task, possibly with several roles (trajectories)."""
+    """One rollout of one task, possibly with several roles (trajectories).
+
+    ``session_id`` ties the episode to a serving session; ``artifacts`` holds named outputs
+    of the rollout (files, patches, ...) as plain data.
+    """
 
     id: str = ""
     task: Any = None
@@ -94,6 +265,48 @@ class Episode:
     trajectories: list[Trajectory] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    session_id: str | None = None
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    metadata: InitVar[dict[str, Any] | None] = None
+
+    def __post_init__(self, metadata: dict[str, Any] | None) -> None:
+        _take_metadata(self, metadata)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict with rLLM's keys, trajectories and steps included."""
+        return {
+            "id": self.id,
+            "task": _jsonable(self.task, "Episode.task"),
+            "termination_reason": _jsonable(self.termination_reason, "Episode.termination_reason"),
+            "is_correct": bool(self.is_correct),
+            "session_id": self.session_id,
+            "trajectories": [trajectory.to_dict() for trajectory in self.trajectories],
+            "artifacts": _jsonable(self.artifacts, "Episode.artifacts"),
+            "metrics": _jsonable(self.metrics, "Episode.metrics"),
+            "info": _jsonable(self.info, "Episode.info"),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Episode:
+        reason = data.get("termination_reason")
+        try:
+            termination = None if reason is None else TerminationReason(reason)
+        except ValueError:
+            raise DataError(
+                f"Episode {data.get('id')!r} has termination_reason {reason!r}; use one of "
+                f"{', '.join(r.value for r in TerminationReason)}."
+            ) from None
+        return cls(
+            id=str(data.get("id") or ""),
+            task=data.get("task"),
+            termination_reason=termination,
+            is_correct=bool(data.get("is_correct", False)),
+            trajectories=[Trajectory.from_dict(t) for t in data.get("trajectories") or []],
+            metrics=dict(data.get("metrics") or {}),
+            info=dict(data.get("info") or data.get("metadata") or {}),
+            session_id=data.get("session_id"),
+            artifacts=dict(data.get("artifacts") or {}),
+        )
 
     @property
     def task_id(self) -> str:
@@ -109,9 +322,10 @@ class TrajectoryGroup:
     """Trajectories that an estimator compares with each other: one task, one role.
 
     ``group_id`` is ``"{task_id}:{role}"``. Build groups with :meth:`for_task` (or pass
-    ``task_id`` and ``role``) so both parts survive ids that contain ':'; a group built from
-    a bare ``group_id`` takes its task id from ``metadata`` when it can, and otherwise
-    splits at the first ':'.
+    ``task_id`` and ``role``) so both parts survive ids that contain ':'. A group built from a
+    bare ``group_id`` derives its task id as rLLM does (``"t:solver"`` gives ``"t"``; a task id
+    in ``metadata`` that prefixes the id wins) and its role from the rest; an id with no role
+    or an empty one (``"t:"``) has the role ``all_groups``.
     """
 
     trajectories: list[Trajectory] = field(default_factory=list)
@@ -119,10 +333,14 @@ class TrajectoryGroup:
     metadata: list[dict[str, Any]] = field(default_factory=list)
     task_id: str | None = None
     role: str | None = None
+    weight_version: int = 0
+    """Version of the policy weights the group's rollouts were sampled with."""
 
     def __post_init__(self) -> None:
         if self.task_id is not None and self.role is not None and not self.group_id:
             self.group_id = f"{self.task_id}:{self.role}"
+        if self.task_id is None and self.group_id:
+            self.task_id = self._split()[0]
 
     @classmethod
     def for_task(
@@ -140,23 +358,21 @@ class TrajectoryGroup:
             role=role,
         )
 
+    def _split(self) -> tuple[str, str]:
+        """(task id, role) of ``group_id``: a known task id prefix first, else the first ':'."""
+        known = self.task_id
+        if known is None and self.metadata:
+            known = self.metadata[0].get("task_id")
+        if known is not None and self.group_id.startswith(f"{known}:"):
+            task, role = known, self.group_id[len(known) + 1 :]
+        else:
+            task, _, role = self.group_id.partition(":")
+        return task, role or DEFAULT_ROLE
+
     @property
     def group_role(self) -> str:
-        if self.role is not None:
-            return self.role
-        known_task = self.task_id
-        if known_task is None and self.metadata:
-            known_task = self.metadata[0].get("task_id")
-        if known_task is not None and self.group_id.startswith(f"{known_task}:"):
-            return self.group_id[len(known_task) + 1 :]
-        _, sep, role = self.group_id.partition(":")
-        return role if sep else DEFAULT_ROLE
+        return self.role if self.role is not None else self._split()[1]
 
     @property
     def group_task_id(self) -> str:
-        if self.task_id is not None:
-            return self.task_id
-        role = self.group_role
-        if role == DEFAULT_ROLE and ":" not in self.group_id:
-            return self.group_id
-        return self.group_id[: len(self.group_id) - len(role) - 1]
+        return self.task_id if self.task_id is not None else self._split()[0]

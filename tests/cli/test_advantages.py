@@ -155,7 +155,7 @@ def test_existing_advantage_field_is_replaced(tmp_path: Path) -> None:
         (b'{"task_id": 1, "reward": 1}\n{"task_id": "caf\xe9", "reward": 1}\n', "line 2: not UTF-8 text"),
         (b'{"task_id": [1], "reward": 1}\n', "line 1: the group label must be a string, number, boolean or null"),
         (b'{"task_id": 1, "reward": 1, "role": 3}\n', "line 1: 'role' must be a string, got 3."),
-        (b'{"task_id": 1, "reward": NaN}\n', "rollout 1 has reward nan; rewards must be finite"),
+        (b'{"task_id": 1, "reward": NaN}\n', "the first is line 1 of"),
     ],
 )
 def test_bad_input_is_one_line(
@@ -209,3 +209,15 @@ def test_progress_is_shown_on_a_terminal_only(tmp_path: Path) -> None:
     with log.open("wb") as handle:
         _run_with_stderr(tmp_path, handle.fileno())
     assert b"\r" not in log.read_bytes() and log.read_bytes().startswith(b"20000 rollouts in 5000 groups")
+
+
+def test_nonfinite_policy_zero_gives_those_groups_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text(
+        '{"task_id": 1, "reward": NaN}\n{"task_id": 1, "reward": 1}\n{"task_id": 2, "reward": 1}\n'
+        '{"task_id": 2, "reward": 3}\n'
+    )
+    out = tmp_path / "out.jsonl"
+    assert main(["advantages", str(source), "-e", "rloo", "-o", str(out), "rllm.algorithm.nonfinite_rewards=zero"]) == 0
+    assert "rllm: warning: 1 group(s) have NaN or infinite rewards" in capsys.readouterr().err
+    assert [json.loads(line)["advantage"] for line in out.read_text().splitlines()] == [0.0, 0.0, -2.0, 2.0]

@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,32 @@ def test_results_are_valid_json_lines(source: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     assert run(source, out) == 0
     assert [json.loads(line)["advantage"] for line in out.read_text().splitlines()] == [2.0, -2.0]
+
+
+def test_sigterm_while_reading_stdin_removes_its_copy(tmp_path: Path) -> None:
+    spool_dir = tmp_path / "tmp"
+    spool_dir.mkdir()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rllm.cli.main", "advantages", "-", "-o", str(tmp_path / "out.jsonl")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(spool_dir)},
+    )
+    assert process.stdin is not None
+    process.stdin.write(LINES.encode())
+    process.stdin.flush()  # stdin stays open: rllm is copying it when the signal arrives
+    deadline = time.monotonic() + 60
+    while not any(p.stat().st_size for p in spool_dir.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the copy holds the lines: rllm is inside the copying loop
+    assert list(spool_dir.iterdir()), "rllm never started copying stdin"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 128 + signal.SIGTERM
+    process.stdin.close()
+    assert list(spool_dir.iterdir()) == [] and not (tmp_path / "out.jsonl").exists()
+
+
+def test_output_onto_the_input_file_rewrites_it_in_place(source: Path) -> None:
+    assert run(source, source) == 0
+    assert source.read_text() == EXPECTED
+    assert leftovers(source.parent) == []

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_MODULES = (  # a name is public if the module's __all__ lists it (or, without __all__, has no leading _)
     "rllm",
     "rllm.toolkit",
+    "rllm.config",
     "rllm.errors",
     "rllm.types",
     "rllm.plugins",

@@ -34,9 +34,12 @@ def test_broadcast_to_every_step_and_metric_names() -> None:
     assert metrics["reward/solver/max"] == 1.0 and metrics["reward/solver/min"] == 0.0
     assert metrics["advantage/solver/mean"] == pytest.approx(0.0, abs=1e-12)
     assert metrics["advantage/solver/fraction_zero"] == 0.0
+    diagnostics = {"total", "informative", "fractions/effective", "fractions/too_easy", "fractions/too_hard"} | {
+        f"group_reward_{s}/p{p}" for s in ("mean", "std") for p in (10, 50, 90)
+    }
     assert set(metrics) == {f"reward/solver/{k}" for k in ("mean", "std", "max", "min")} | {
         f"advantage/solver/{k}" for k in ("mean", "std", "max", "min", "fraction_zero")
-    }
+    } | {f"batch/solver/{k}" for k in diagnostics}
 
 
 def test_roles_are_batched_separately_with_estimator_map() -> None:
@@ -66,7 +69,7 @@ def test_precomputed_mode_keeps_advantages_and_fills_missing_with_zero() -> None
     ]
     g = TrajectoryGroup.for_task("t", "student", [Trajectory(reward=None, steps=steps)])
     metrics = collect([g], AlgorithmConfig(use_precomputed_advantage=True))
-    assert [s.advantage for s in steps] == [0.5, 0.0, [0.1, 0.2]]
+    assert [s.advantage for s in steps] == [[0.5, 0.5], [0.0], [0.1, 0.2]]  # one value per token, as rLLM
     # Per token: 0.5, 0.5, 0.0, 0.1, 0.2.
     assert metrics["advantage/student/mean"] == pytest.approx(1.3 / 5)
     assert metrics["advantage/student/fraction_zero"] == pytest.approx(1 / 5)

@@ -14,9 +14,9 @@ from rllm import (
     EstimatorNotFoundError,
     EstimatorOutputError,
     PluginError,
-    PluginLoadError,
     PluginWarning,
 )
+from rllm.errors import PluginHookError
 from rllm.plugins import PluginManager, Source
 
 
@@ -140,7 +140,7 @@ def test_strict_mode_turns_failures_into_errors(plugin_manager: PluginManager, m
             raise RuntimeError("boom")
 
     monkeypatch.setenv("RLLM_STRICT_PLUGINS", "1")
-    with pytest.raises(PluginLoadError, match="'broken'"):
+    with pytest.raises(PluginHookError, match="'broken'"):
         plugin_manager.register(Broken(), plugin_source("broken", "dist-x"))
 
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
 import sys
 import tempfile
 import time
-import warnings
 from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -26,12 +24,13 @@ import numpy as np
 
 from rllm.cli.args import add_config_arguments, command_parser, split_words
 from rllm.config.algorithm import AlgorithmConfig, estimator_name
-from rllm.errors import RLLMError, RLLMWarning, RolloutFileError
-from rllm.estimators import fused
+from rllm.errors import RLLMError, RolloutFileError
 from rllm.estimators.batch import AdvantageBatch, Ragged
+from rllm.estimators.collect import summarize
 from rllm.estimators.compute import get_estimator
 from rllm.estimators.pipeline import invoke
-from rllm.io import open_output
+from rllm.io import exit_on_signals, open_output
+from rllm.toolkit import numpy_only
 from rllm.types import DEFAULT_ROLE
 
 SAMPLE = "sample_rollouts.jsonl"
@@ -112,12 +111,13 @@ class Progress:
         self.total, self.stream = total, stream or sys.stderr
         self.enabled = self.stream.isatty()
         self._shown = 0.0
+        self._stage = ""
 
     def update(self, stage: str, done: int) -> None:
         now = time.monotonic()
-        if not self.enabled or now - self._shown < 0.2:
+        if not self.enabled or (stage == self._stage and now - self._shown < 0.2):
             return
-        self._shown = now
+        self._shown, self._stage = now, stage
         share = f" {100 * done / self.total:3.0f}%" if self.total else ""
         self.stream.write(f"\rrllm advantages: {stage}{share} ({done / 1e6:.1f} MB)")
         self.stream.flush()
@@ -301,6 +301,7 @@ def _components(rows: Ragged, source: str, role: str) -> np.ndarray:
 
 
 def _batch(cols: Columns, index: np.ndarray, role: str, requires: Iterable[str], source: str) -> AdvantageBatch:
+    """One role's batch; error messages name the line a rollout came from."""
     rewards = np.frombuffer(cols.rewards, dtype=np.float64)[index]
     groups = np.frombuffer(cols.groups, dtype=np.int64)[index]
     fields: dict[str, Any] = {}
@@ -315,80 +316,57 @@ def _batch(cols: Columns, index: np.ndarray, role: str, requires: Iterable[str],
             fields[name] = [role] * len(index)
         elif name == "task_ids":
             fields[name] = np.array([cols.group_labels[g] for g in groups], dtype=object)
-    return AdvantageBatch(rewards, groups, **fields)
 
+    def describe(position: int) -> str:
+        return f"line {int(index[position]) + 1} of {source} (group {cols.group_labels[groups[position]]!r})"
 
-def _summary(prefix: str, values: np.ndarray, metrics: dict[str, float], zero_fraction: bool = False) -> None:
-    if len(values) == 0:
-        return
-    metrics.update(
-        {
-            f"{prefix}/mean": float(np.mean(values)),
-            f"{prefix}/std": float(np.std(values)),
-            f"{prefix}/max": float(np.max(values)),
-            f"{prefix}/min": float(np.min(values)),
-        }
-    )
-    if zero_fraction:
-        metrics[f"{prefix}/fraction_zero"] = float(np.count_nonzero(np.abs(values) < 1e-8) / len(values))
+    return AdvantageBatch(rewards, groups, describe=describe, **fields)
 
 
 def estimate(cols: Columns, config: AlgorithmConfig, source: str) -> tuple[Any, dict[str, float]]:
-    """Advantages in line order (a float array, or a list of per-step rows) and the summary metrics."""
+    """Advantages in line order (a float array, or a list of per-step rows) and the summary metrics.
+
+    Each role's batch goes through the same pipeline as every other door (reward policy, option
+    checks, output checks).
+    """
     n = len(cols)
     roles = np.frombuffer(cols.roles, dtype=np.int64)
     rewards_all = np.frombuffer(cols.rewards, dtype=np.float64)
-    bad_groups = _nonfinite_groups(cols, config, source)
     advantages: Any = np.zeros(n)
     metrics: dict[str, float] = {}
     for role_id, role in enumerate(cols.role_names):
         index = np.flatnonzero(roles == role_id)
-        good = None if bad_groups is None else ~bad_groups[np.frombuffer(cols.groups, dtype=np.int64)[index]]
         name = estimator_name(config.estimator_for(role))
         entry = get_estimator(name)
         batch = _batch(cols, index, role, entry.requires, source)
-        if good is not None:
-            batch.rewards = np.where(good, batch.rewards, 0.0)
-        result = invoke(entry, batch, config.options_for(name), ambient=config.ambient_options()).advantages
-        _summary(f"reward/{role}", rewards_all[index] if good is None else rewards_all[index][good], metrics)
+        outcome = invoke(
+            entry,
+            batch,
+            config.options_for(name),
+            ambient=config.ambient_options(),
+            nonfinite_rewards=config.nonfinite_rewards,
+        )
+        result = outcome.advantages
+        good = None if outcome.zeroed_groups is None else ~batch.layout.spread(outcome.zeroed_groups)
+        if outcome.excluded is not None:
+            good = ~outcome.excluded
+        summarize(f"reward/{role}", rewards_all[index] if good is None else rewards_all[index][good], metrics)
         if isinstance(result, Ragged):
             if not isinstance(advantages, list):
                 advantages = [float(a) for a in advantages]
             rows = [result.values[result.offsets[i] : result.offsets[i + 1]] for i in range(len(index))]
-            for position, line, row in zip(range(len(index)), index, rows, strict=True):
-                keep = good is None or good[position]
-                advantages[line] = row.tolist() if keep else [0.0] * len(row)
+            for line, row in zip(index.tolist(), rows, strict=True):
+                advantages[line] = row.tolist()
             kept = [row for position, row in enumerate(rows) if good is None or good[position]]
-            _summary(f"advantage/{role}", np.concatenate(kept) if kept else np.zeros(0), metrics, True)
+            summarize(f"advantage/{role}", np.concatenate(kept) if kept else np.zeros(0), metrics, True)
         else:
-            values = result if good is None else np.where(good, result, 0.0)
             if isinstance(advantages, list):
-                for line, value in zip(index.tolist(), values.tolist(), strict=True):
+                for line, value in zip(index.tolist(), result.tolist(), strict=True):
                     advantages[line] = value
             else:
-                advantages[index] = values
-            _summary(f"advantage/{role}", values if good is None else values[good], metrics, True)
+                advantages[index] = result
+            summarize(f"advantage/{role}", result if good is None else result[good], metrics, True)
     return advantages, metrics
-
-
-def _nonfinite_groups(cols: Columns, config: AlgorithmConfig, source: str) -> np.ndarray | None:
-    """Groups with a NaN/inf reward: an error naming the line, or (policy 'zero') a mask of them."""
-    if not cols.nonfinite:
-        return None
-    first = cols.nonfinite[0]
-    if config.nonfinite_rewards == "error":
-        raise RolloutFileError(
-            f"{source}: rollout {first + 1} has reward {cols.rewards[first]}; rewards must be finite. Fix it, or "
-            "set rllm.algorithm.nonfinite_rewards=zero to give such groups zero advantage."
-        )
-    bad = np.zeros(len(cols.group_labels), dtype=bool)
-    bad[[cols.groups[i] for i in cols.nonfinite]] = True
-    warnings.warn(
-        f"{int(bad.sum())} group(s) have NaN or infinite rewards and get zero advantage (nonfinite_rewards=zero).",
-        RLLMWarning,
-        stacklevel=2,
-    )
-    return bad
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -461,8 +439,10 @@ def _spool(handle: IO[bytes], source: str) -> Input:
     fd, name = tempfile.mkstemp(prefix="rllm-advantages-", suffix=".jsonl")
     copy = Input(Path(name), source, spooled=True)
     try:
-        with open(fd, "wb") as spool:
-            shutil.copyfileobj(handle, spool)
+        with open(fd, "wb", buffering=0) as spool:
+            read = getattr(handle, "read1", handle.read)  # what has arrived, not a full buffer's worth
+            while chunk := read(1 << 16):
+                spool.write(chunk)
     except BaseException:
         copy.remove_copy()
         raise
@@ -475,23 +455,24 @@ def run(args: argparse.Namespace) -> int:
         words.overrides.append(f"rllm.algorithm.adv_estimator={args.estimator}")
         words.overrides.append(f"algorithm.adv_estimator={args.estimator}")
     config = AlgorithmConfig.from_config(words.load())
-    source = _input(words.others[0] if words.others else None)
-    progress = Progress(source.size())
-    try:
-        reader = Reader(source.source, config, _needed_fields(config), args.field)
-        with source.open() as handle:
-            for number, raw in _lines(handle, progress, "reading"):
-                reader.add(number, raw)
-        cols = reader.columns
-        # One call per role: numpy takes milliseconds here, while loading the numba kernels costs
-        # seconds per process (bench/jsonl.py measured 2.5 s on a 30 MB file).
-        with fused.path("numpy"):
-            advantages, metrics = estimate(cols, config, source.source)
-        with open_output(args.output) as out, source.open() as handle:
-            _write(handle, out, cols, advantages, args.field, progress)
-    finally:
-        progress.close()
-        source.remove_copy()
+    with exit_on_signals():  # SIGTERM/SIGHUP still remove the copy of stdin and the temporary output
+        source = _input(words.others[0] if words.others else None)
+        progress = Progress(source.size())
+        try:
+            reader = Reader(source.source, config, _needed_fields(config), args.field)
+            with source.open() as handle:
+                for number, raw in _lines(handle, progress, "reading"):
+                    reader.add(number, raw)
+            cols = reader.columns
+            # One call per role: numpy takes milliseconds here, while loading the numba kernels costs
+            # seconds per process (bench/jsonl.py measured 2.5 s on a 30 MB file).
+            with numpy_only():
+                advantages, metrics = estimate(cols, config, source.source)
+            with open_output(args.output) as out, source.open() as handle:
+                _write(handle, out, cols, advantages, args.field, progress)
+        finally:
+            progress.close()
+            source.remove_copy()
     report = sys.stderr if not args.output or args.output == "-" else sys.stdout
     names = sorted({estimator_name(config.estimator_for(role)) for role in cols.role_names})
     print(f"{len(cols)} rollouts in {len(cols.group_labels)} groups, estimator {', '.join(names)}:", file=report)

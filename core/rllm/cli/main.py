@@ -77,7 +77,12 @@ def _terminal_warnings() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     with _terminal_warnings():
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, extras = parser.parse_known_args(argv)
+        command_parser = getattr(args, "parser", parser)
+        if extras and hasattr(args, "words") and not any(e.startswith("-") and e != "-" for e in extras):
+            args.words += extras  # words after options: `rllm advantages in.jsonl -e rloo key=value`
+        elif extras:
+            command_parser.error(f"unrecognized arguments: {' '.join(extras)}")
         return _run(parser, args)
 
 

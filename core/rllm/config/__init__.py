@@ -1,13 +1,13 @@
 """Run configuration: the schema, the layered OmegaConf loader and the algorithm settings.
 
-The loader (and omegaconf with it) is imported on first use of its names, so that
-``import rllm`` stays cheap.
+The loader (and omegaconf with it) is imported on first use of its names, so that using
+``AlgorithmConfig`` costs no omegaconf.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rllm.config.algorithm import AlgorithmConfig, EstimatorName, estimator_name, rLLMAdvantageEstimator
 from rllm.config.schema import CORE_KEYS, ConfigKey, Schema
@@ -46,3 +46,16 @@ def __getattr__(name: str) -> Any:
     if name in _LOADER_NAMES:
         return getattr(import_module("rllm.config.loading"), name)
     raise AttributeError(f"module 'rllm.config' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from rllm.config.loading import (
+        CONFIG_FILE,
+        check_keys,
+        current_schema,
+        default_config,
+        is_override,
+        load_config,
+        save_config,
+        validate_config,
+    )

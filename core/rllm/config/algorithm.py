@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -12,7 +13,7 @@ from rllm.errors import ConfigError
 from rllm.estimators.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
 
 if TYPE_CHECKING:  # omegaconf loads only when a run configuration is read
-    from omegaconf import DictConfig
+    pass
 
 
 def _as_estimator(name: EstimatorName) -> EstimatorName:
@@ -23,20 +24,63 @@ def _as_estimator(name: EstimatorName) -> EstimatorName:
 
 
 NonFinitePolicy = Literal["error", "zero", "exclude"]
+LR_SCHEDULES = ("constant", "linear", "cosine")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+ROUTER_REPLAY = ("disabled", "R2", "R3")
+TIS_MODES = ("token", "sequence")
+
+_USE_RLLM_DEPRECATED = (
+    "algorithm.use_rllm is deprecated and ignored: advantages are always computed by rllm's estimators. "
+    "Remove the key from your config."
+)
+
+
+def _one_of(key: str, value: Any, choices: Sequence[Any]) -> None:
+    if value not in choices:
+        shown = ", ".join("null" if c is None else repr(c) for c in choices)
+        raise ConfigError(f"{key} must be one of {shown}; got {value!r}.")
+
+
+@dataclass
+class RolloutCorrectionConfig:
+    """Rollout correction for backends that sample with one engine and train with another.
+
+    ``tis_mode`` (None, ``"token"`` or ``"sequence"``) turns on truncated importance sampling
+    at that level with weights clamped at ``tis_cap``; ``bypass_mode`` True uses the rollout
+    logprobs as the old policy (None: the backend's default).
+    """
+
+    tis_mode: Literal["token", "sequence"] | None = None
+    bypass_mode: bool | None = None
+    tis_cap: float = 2.0
+
+    def __post_init__(self) -> None:
+        _one_of("rllm.algorithm.rollout_correction.tis_mode", self.tis_mode, (None, *TIS_MODES))
+        if not self.tis_cap > 0:
+            raise ConfigError(f"rllm.algorithm.rollout_correction.tis_cap must be positive; got {self.tis_cap!r}.")
+
 
 _FIELD_KEYS = {
     key.path.rsplit(".", 1)[-1]: key
     for key in CORE_KEYS
-    if key.path.startswith("rllm.algorithm.") and key.type not in ("mapping",) and key.names is None
+    if key.path.startswith("rllm.algorithm.")
+    and key.path.count(".") == 2  # the section's own keys; rollout_correction.* are checked by its dataclass
+    and key.type not in ("mapping",)
+    and key.names is None
 }
 """Schema keys of the fields that are checked the same way as in a config file."""
 
 
 @dataclass
 class AlgorithmConfig:
-    """Configuration of the advantage step.
+    """Configuration of the advantage step, and the loss settings backends read.
 
-    Beyond the documented fields: ``epsilon`` (the std guard; ``None`` keeps the estimator's
+    ``estimator_map`` values are estimator names, or ``(estimator, loss_fn)`` pairs that also
+    choose the policy loss of that role; pairs are split into ``estimator_map`` and
+    ``loss_fn_map``. ``use_rllm`` is deprecated (a warning when set); ``per_step`` mode becomes
+    ``broadcast`` with a DeprecationWarning.
+
+    Beyond rLLM's fields: ``epsilon`` (the std guard; ``None`` keeps the estimator's
     default), ``gamma`` and ``lam`` (discount and GAE lambda of the per-step estimators),
     ``estimator_options`` (extra keyword options for the estimators, e.g.
     ``preset``; a key naming an estimator holds options for it alone) and
@@ -45,15 +89,23 @@ class AlgorithmConfig:
     leaves only the unscorable rollouts out of every statistic and gives them advantage 0).
     """
 
-    use_rllm: bool = False
+    use_rllm: bool | None = None
     estimator: EstimatorName = rLLMAdvantageEstimator.GRPO
-    estimator_map: dict[str, EstimatorName] = field(default_factory=dict)
+    estimator_map: dict[str, Any] = field(default_factory=dict)
+    loss_fn_map: dict[str, str] = field(default_factory=dict)
     stepwise_advantage_mode: Literal["broadcast", "per_step"] = "broadcast"
     norm_adv_by_std_in_grpo: bool = True
     use_precomputed_advantage: bool = False
-    loss_fn: Literal["importance_sampling", "ppo", "cispo", "dro", "cross_entropy"] | None = None
+    loss_fn: str | None = None
     lr_schedule: Literal["linear", "cosine", "constant"] = "constant"
+    warmup_steps: int = -1
     warmup_steps_ratio: float = 0.0
+    kl_beta: float = 0.0
+    eps_clip: float = 0.2
+    eps_clip_high: float | None = None
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] | None = None
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    router_replay: Literal["disabled", "R2", "R3"] = "disabled"
     epsilon: float | None = None
     gamma: float = 1.0
     lam: float = 0.95
@@ -65,8 +117,26 @@ class AlgorithmConfig:
     def __post_init__(self) -> None:
         for name, key in _FIELD_KEYS.items():
             key.check(getattr(self, name))
+        if self.use_rllm is not None:
+            warnings.warn(_USE_RLLM_DEPRECATED, DeprecationWarning, stacklevel=3)
         self.estimator = _as_estimator(self.estimator)
-        self.estimator_map = {str(role): _as_estimator(name) for role, name in self.estimator_map.items()}
+        self.loss_fn_map = {str(role): str(loss) for role, loss in self.loss_fn_map.items()}
+        estimators: dict[str, EstimatorName] = {}
+        for role, value in self.estimator_map.items():
+            if isinstance(value, tuple | list):
+                if len(value) != 2:
+                    raise ConfigError(
+                        f"estimator_map[{role!r}] must be an estimator name or an (estimator, loss_fn) pair; "
+                        f"got {len(value)} elements."
+                    )
+                value, self.loss_fn_map[str(role)] = value[0], str(value[1])
+            estimators[str(role)] = _as_estimator(value)
+        self.estimator_map = estimators
+        _one_of("rllm.algorithm.lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        _one_of("rllm.algorithm.loss_agg_mode", self.loss_agg_mode, (None, *LOSS_AGG_MODES))
+        _one_of("rllm.algorithm.router_replay", self.router_replay, ROUTER_REPLAY)
+        if isinstance(self.rollout_correction, Mapping):
+            self.rollout_correction = RolloutCorrectionConfig(**self.rollout_correction)
         if self.stepwise_advantage_mode == "per_step":
             warnings.warn(
                 "stepwise_advantage_mode='per_step' is not supported by the unified pipeline and was "
@@ -77,9 +147,19 @@ class AlgorithmConfig:
             self.stepwise_advantage_mode = "broadcast"
         if self.stepwise_advantage_mode != "broadcast":
             raise ConfigError(f"stepwise_advantage_mode={self.stepwise_advantage_mode!r} is unknown; use 'broadcast'.")
+        if self.epsilon is not None and not self.epsilon >= 0:
+            raise ConfigError(f"epsilon must be a non-negative number, got {self.epsilon!r}.")
+        if self.nonfinite_rewards not in ("error", "zero", "exclude"):
+            raise ConfigError(
+                f"nonfinite_rewards must be 'error', 'zero' or 'exclude', got {self.nonfinite_rewards!r}."
+            )
 
     def estimator_for(self, role: str) -> EstimatorName:
         return self.estimator_map.get(role, self.estimator)
+
+    def loss_fn_for(self, role: str) -> str | None:
+        """The policy loss of ``role``: its ``loss_fn_map`` entry, else ``loss_fn`` (None: the backend's default)."""
+        return self.loss_fn_map.get(role, self.loss_fn)
 
     def options_for(self, name: str) -> dict[str, Any]:
         """The ``estimator_options`` that apply to estimator ``name``."""
@@ -99,28 +179,111 @@ class AlgorithmConfig:
         return ambient
 
     @classmethod
-    def from_config(cls, config: DictConfig) -> AlgorithmConfig:
-        """Read the fields from a run configuration (rLLM's keys).
+    def from_config(
+        cls,
+        config: Mapping[str, Any],
+        *,
+        stepwise_advantage_mode: str | None = None,
+        estimator_map: Mapping[str, Any] | None = None,
+    ) -> AlgorithmConfig:
+        """Read the fields from a run configuration, or from its ``rllm.algorithm`` section alone.
 
-        The estimator comes from the top-level ``algorithm.adv_estimator`` (verl's key) when
-        present, else from ``rllm.algorithm.adv_estimator``.
+        Given the whole run configuration (it has an ``rllm`` key), the estimator comes from the
+        top-level ``algorithm.adv_estimator`` (verl's key) when present, else from
+        ``rllm.algorithm.adv_estimator``; the mode from ``rllm.stepwise_advantage.mode``. Given
+        the section (rLLM's current form), ``stepwise_advantage_mode`` defaults to
+        ``broadcast``. ``estimator_map`` (pairs allowed) is merged over the configured map.
         """
-        rllm = config.rllm
-        algo = rllm.get("algorithm", None) or {}
-        stepwise = rllm.get("stepwise_advantage", None) or {}
-        top = config.get("algorithm", None) or {}
-        name = top.get("adv_estimator", None) or algo.get("adv_estimator", "grpo")
-        estimator_map = algo.get("estimator_map", None) or {}
-        options = algo.get("estimator_options", None) or {}
-        fields = {key: algo[key] for key in _FIELD_KEYS if key in algo}
+        if "rllm" in config:
+            rllm = config["rllm"]
+            algo = rllm.get("algorithm", None) or {}
+            stepwise = rllm.get("stepwise_advantage", None) or {}
+            top = config.get("algorithm", None) or {}
+            name = top.get("adv_estimator", None) or algo.get("adv_estimator", "grpo")
+            mode = stepwise_advantage_mode or stepwise.get("mode", "broadcast")
+            normalize_by_steps = bool(stepwise.get("normalize_by_steps", False))
+            norm = stepwise.get("norm_adv_by_std_in_grpo", None)
+            if norm is None:
+                norm = algo.get("norm_adv_by_std_in_grpo", True)
+            use_rllm = stepwise.get("use_rllm", algo.get("use_rllm", None))
+        else:
+            algo = config
+            unknown = sorted(set(algo) - _SECTION_KEYS)
+            if unknown:
+                close = difflib.get_close_matches(unknown[0], sorted(_SECTION_KEYS), n=1, cutoff=0.6)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"Unknown key {unknown[0]!r} in the rllm.algorithm section.{hint}")
+            name = algo.get("adv_estimator", "grpo")
+            mode = stepwise_advantage_mode or "broadcast"
+            normalize_by_steps = False
+            norm = algo.get("norm_adv_by_std_in_grpo", True)
+            use_rllm = algo.get("use_rllm", None)
+        if use_rllm is False:  # the seed's default value, as config files carry it: not a use of the key
+            use_rllm = None
+        correction = _plain(algo.get("rollout_correction", None) or {})
+        extra = sorted(set(correction) - {"tis_mode", "bypass_mode", "tis_cap"})
+        if extra:
+            raise ConfigError(
+                f"Unknown key 'rllm.algorithm.rollout_correction.{extra[0]}'; its keys are bypass_mode, tis_mode "
+                "and tis_cap."
+            )
         return cls(
             estimator=str(name),
-            estimator_map={str(k): str(v) for k, v in _plain(estimator_map).items()},
-            stepwise_advantage_mode=stepwise.get("mode", "broadcast"),
-            normalize_by_steps=bool(stepwise.get("normalize_by_steps", False)),
-            estimator_options=dict(_plain(options)),
-            **fields,
+            estimator_map={**_plain(algo.get("estimator_map", None) or {}), **(estimator_map or {})},
+            loss_fn_map={str(k): str(v) for k, v in _plain(algo.get("loss_fn_map", None) or {}).items()},
+            stepwise_advantage_mode=mode,
+            normalize_by_steps=normalize_by_steps,
+            norm_adv_by_std_in_grpo=bool(norm),
+            use_rllm=use_rllm,
+            use_precomputed_advantage=algo.get("use_precomputed_advantage", False),
+            loss_fn=algo.get("loss_fn", None),
+            lr_schedule=algo.get("lr_schedule", "constant"),
+            warmup_steps=int(algo.get("warmup_steps", -1)),
+            warmup_steps_ratio=float(algo.get("warmup_steps_ratio", 0.0)),
+            kl_beta=float(algo.get("kl_beta", 0.0)),
+            eps_clip=float(algo.get("eps_clip", 0.2)),
+            eps_clip_high=algo.get("eps_clip_high", None),
+            loss_agg_mode=algo.get("loss_agg_mode", None),
+            rollout_correction=RolloutCorrectionConfig(
+                tis_mode=correction.get("tis_mode", None),
+                bypass_mode=correction.get("bypass_mode", None),
+                tis_cap=float(correction.get("tis_cap", 2.0)),
+            ),
+            router_replay=algo.get("router_replay", "disabled"),
+            epsilon=algo.get("epsilon", None),
+            gamma=float(algo.get("gamma", 1.0)),
+            lam=float(algo.get("lam", 0.95)),
+            estimator_options=dict(_plain(algo.get("estimator_options", None) or {})),
+            nonfinite_rewards=algo.get("nonfinite_rewards", "error"),
         )
+
+
+_SECTION_KEYS = frozenset(
+    {
+        "adv_estimator",
+        "norm_adv_by_std_in_grpo",
+        "use_rllm",
+        "use_precomputed_advantage",
+        "loss_fn",
+        "loss_agg_mode",
+        "lr_schedule",
+        "warmup_steps",
+        "warmup_steps_ratio",
+        "kl_beta",
+        "eps_clip",
+        "eps_clip_high",
+        "router_replay",
+        "rollout_correction",
+        "estimator_map",
+        "loss_fn_map",
+        "estimator_options",
+        "epsilon",
+        "gamma",
+        "lam",
+        "nonfinite_rewards",
+    }
+)
+"""Keys of the ``rllm.algorithm`` section: rLLM's, and this project's additions."""
 
 
 def _plain(node: Any) -> dict[str, Any]:

@@ -8,7 +8,8 @@ anything runs. Overrides follow Hydra's grammar:
 ``key=value``
     set a key (a YAML value: ``3``, ``0.5``, ``true``, ``null``, ``[a,b]``, ``'quoted'``);
 ``+key=value``
-    add a key that is not set yet (a role in ``estimator_map``, an estimator option);
+    add a key that is not set yet (a role in ``estimator_map``, an estimator option; plain
+    ``key=value`` adds one there too);
 ``++key=value``
     set a key whether or not it is set;
 ``~key`` or ``~key=value``

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
+from numbers import Real
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,6 +16,7 @@ import numpy as np
 from rllm.errors import DataError, EstimatorOutputError, RewardError, RLLMWarning
 from rllm.estimators.batch import AdvantageBatch, FieldSource, FloatArray, GroupLayout, IndexArray, Ragged
 from rllm.estimators.compute import get_estimator
+from rllm.estimators.diagnostics import difficulty_metrics
 from rllm.estimators.names import estimator_name
 from rllm.estimators.pipeline import check_rewards, invoke
 from rllm.estimators.state import EstimatorStates
@@ -24,26 +27,45 @@ if TYPE_CHECKING:
 
 
 def _precomputed_advantages(group: TrajectoryGroup) -> list[float]:
-    """Per-token advantages a workflow set itself; a step without one gets 0."""
+    """The per-token advantages a workflow set itself, written back to each step as one value per token.
+
+    A scalar is expanded over the step's response tokens and a step without one gets zeros (as
+    rLLM does); a list of the wrong length is replaced by zeros on the step, with a warning. A
+    NaN or infinite value, or a value that is neither a number nor a sequence of numbers, is an
+    error naming the group.
+    """
     values: list[float] = []
     for traj in group.trajectories:
-        for step in traj.steps:
+        for index, step in enumerate(traj.steps):
             n_tokens = len(step.response_ids)
-            if step.advantage is None:
-                step.advantage = 0.0
-            if isinstance(step.advantage, list | tuple | np.ndarray):
-                if len(step.advantage) != n_tokens:
+            where = f"Group {group.group_id!r}, trajectory {traj.uid!r}, step {index}"
+            given = 0.0 if step.advantage is None else step.advantage
+            if isinstance(given, Real) and not isinstance(given, bool):
+                tokens = [float(given)] * n_tokens
+            elif isinstance(given, list | tuple | np.ndarray) and np.ndim(given) == 1:
+                try:
+                    tokens = [float(a) for a in given]
+                except (TypeError, ValueError):
+                    raise DataError(f"{where}: step.advantage holds a non-number; give numbers only.") from None
+                if len(tokens) != n_tokens:
                     warnings.warn(
-                        f"Group {group.group_id!r}, trajectory {traj.uid!r}: a step has {len(step.advantage)} "
-                        f"per-token advantages for {n_tokens} response tokens; using zeros for that step.",
+                        f"{where} has {len(tokens)} per-token advantages for {n_tokens} response tokens; "
+                        "using zeros for that step.",
                         RLLMWarning,
                         stacklevel=4,
                     )
-                    values.extend([0.0] * n_tokens)
-                else:
-                    values.extend(float(a) for a in step.advantage)
+                    tokens = [0.0] * n_tokens
             else:
-                values.extend([float(step.advantage)] * n_tokens)
+                raise DataError(
+                    f"{where}: step.advantage is a {type(given).__name__}; with use_precomputed_advantage it must "
+                    "be a number (spread over the response tokens) or one number per response token."
+                )
+            if not all(map(math.isfinite, tokens)):
+                raise DataError(
+                    f"{where} has a NaN or infinite precomputed advantage; fix the workflow that computes it."
+                )
+            step.advantage = tokens
+            values.extend(tokens)
     return values
 
 
@@ -120,14 +142,17 @@ def _group_ids(groups: list[TrajectoryGroup]) -> list[str]:
     return [g.group_id for g in groups]
 
 
-def _describer(per_group: list[list[Trajectory]]) -> Callable[[int], str]:
+def _describer(groups: list[TrajectoryGroup], per_group: list[list[Trajectory]]) -> Callable[[int], str]:
     """Names the trajectory at a batch position (only called to word an error)."""
 
     def describe(position: int) -> str:
-        for trajectories in per_group:
+        for group, trajectories in zip(groups, per_group, strict=True):
             if position < len(trajectories):
                 traj = trajectories[position]
-                return f"trajectory {traj.uid!r} (name {traj.name!r}, position {position}, reward {traj.reward!r})"
+                return (
+                    f"trajectory {traj.uid!r} (name {traj.name!r}, position {position}, reward {traj.reward!r}) "
+                    f"in group {group.group_id!r}"
+                )
             position -= len(trajectories)
         return f"position {position}"
 
@@ -136,12 +161,13 @@ def _describer(per_group: list[list[Trajectory]]) -> Callable[[int], str]:
 
 def _reward_metrics(role: str, rewards: np.ndarray, good: np.ndarray | None, metrics: dict[str, float]) -> None:
     """Reward statistics over the rollouts that count; how many did not, when some did not."""
-    _summary(f"reward/{role}", rewards if good is None else rewards[good], metrics)
+    summarize(f"reward/{role}", rewards if good is None else rewards[good], metrics)
     if good is not None:
         metrics[f"reward/{role}/left_out"] = float(len(good) - np.count_nonzero(good))
 
 
-def _summary(prefix: str, values: np.ndarray, metrics: dict[str, float], zero_fraction: bool = False) -> None:
+def summarize(prefix: str, values: np.ndarray, metrics: dict[str, float], zero_fraction: bool = False) -> None:
+    """``{prefix}/mean``, ``std``, ``max`` and ``min`` of ``values`` (and the share of zeros) into ``metrics``."""
     if len(values) == 0:
         return
     metrics[f"{prefix}/mean"] = float(np.mean(values))
@@ -320,7 +346,7 @@ def collect_advantages(
         )
         rewards = _rewards(role_groups, per_group)
         batch = AdvantageBatch(
-            rewards, layout, sources=_sources(role_groups, per_group, role), describe=_describer(per_group)
+            rewards, layout, sources=_sources(role_groups, per_group, role), describe=_describer(role_groups, per_group)
         )
         if not collect_advantage:
             zeroed = check_rewards(batch, config.nonfinite_rewards)
@@ -335,6 +361,7 @@ def collect_advantages(
             config.options_for(name),
             ambient=config.ambient_options(),
             nonfinite_rewards=config.nonfinite_rewards,
+            context={"algorithm_config": config, "traj_groups": role_groups},
             state=None if states is None else states.get(name, entry.target, role),
         )
         advantages = outcome.advantages
@@ -342,9 +369,13 @@ def collect_advantages(
             advantages = _divide_by_steps(per_group, advantages)
         collected.roles[role] = RoleAdvantages(per_group, advantages)
         good = None if outcome.zeroed_groups is None else ~layout.spread(outcome.zeroed_groups)
+        skipped = outcome.zeroed_groups
         if outcome.excluded is not None:
             good = ~outcome.excluded
+            skipped = np.zeros(layout.n_groups, dtype=bool)  # groups with an unscorable rollout: spread unknown
+            skipped[layout.group_index[outcome.excluded]] = True
         _reward_metrics(role, rewards, good, metrics)
+        metrics.update(difficulty_metrics(role, rewards, layout, skipped))
         replaced = 0
         if isinstance(advantages, Ragged):
             if write_steps:
@@ -366,7 +397,7 @@ def collect_advantages(
         for role, tokens in precomputed.items():
             advantages_by_role[role] = np.concatenate([advantages_by_role.get(role, np.zeros(0)), tokens])
         for role, values in advantages_by_role.items():
-            _summary(f"advantage/{role}", values, metrics, zero_fraction=True)
+            summarize(f"advantage/{role}", values, metrics, zero_fraction=True)
     return collected
 
 

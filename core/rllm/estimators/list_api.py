@@ -2,7 +2,10 @@
 
 Functions here take one reward array per group and return ``(advantages, returns)``, one
 array per group, always as a pair. They run the same vectorized kernels as
-:func:`rllm.compute_advantages`.
+:func:`rllm.compute_advantages`. Both of rLLM's calling conventions work: the seed's
+``fn(rewards, **options)`` and today's ``fn(rewards, algorithm_config, **kwargs)``, where the
+config's switches (``norm_adv_by_std_in_grpo``, ``epsilon``, ``estimator_options``, ...) apply
+and ``traj_groups=[...]`` reaches estimators that read it.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from rllm.errors import EstimatorNotFoundError, GroupError
+from rllm.config.algorithm import AlgorithmConfig
+from rllm.errors import ConfigError, EstimatorCallError, EstimatorNotFoundError, GroupError
 from rllm.estimators.batch import AdvantageBatch, GroupLayout
 from rllm.estimators.compute import get_estimator
 from rllm.estimators.names import EstimatorName, estimator_name
@@ -60,24 +64,84 @@ def register_rllm_adv_estimator(
 
 
 def run_on_groups(
-    entry: EstimatorEntry, rewards: Sequence[Any], options: dict[str, Any]
+    entry: EstimatorEntry,
+    rewards: Sequence[Any],
+    options: dict[str, Any],
+    *,
+    algorithm_config: AlgorithmConfig | None = None,
+    traj_groups: Sequence[Any] | None = None,
 ) -> tuple[GroupArrays, GroupArrays]:
-    """The list-of-arrays door: per-group reward arrays in, ``(advantages, returns)`` per group out."""
+    """The list-of-arrays door: per-group reward arrays in, ``(advantages, returns)`` per group out.
+
+    With ``algorithm_config`` its run settings and ``estimator_options`` apply (explicit
+    ``options`` win) and estimators that take the config receive it; ``traj_groups`` (aligned
+    with ``rewards``) reach estimators that take them.
+    """
     arrays = [np.asarray(r, dtype=np.float64).reshape(-1) for r in rewards]
     empty = [g for g, a in enumerate(arrays) if len(a) == 0]
     if empty:
         raise GroupError(f"Reward group(s) at position {empty} are empty; every group needs at least one reward.")
     layout = GroupLayout.from_sizes([len(a) for a in arrays])
     batch = AdvantageBatch(np.concatenate(arrays) if arrays else np.zeros(0), layout)
-    nonfinite = options.pop("nonfinite_rewards", "error")
-    advantages = invoke(entry, batch, options, nonfinite_rewards=nonfinite).advantages
-    parts = layout.split(np.asarray(advantages)) if len(arrays) else []
+    nonfinite = options.pop("nonfinite_rewards", None)
+    ambient: dict[str, Any] = {}
+    context: dict[str, Any] = {}
+    if algorithm_config is not None:
+        if not isinstance(algorithm_config, AlgorithmConfig):
+            raise ConfigError(
+                f"Estimator {entry.name!r} was given algorithm_config of type {type(algorithm_config).__name__}; "
+                "pass an rllm AlgorithmConfig (rllm.trainer.algorithms.config.AlgorithmConfig) or leave it out."
+            )
+        ambient = algorithm_config.ambient_options()
+        options = {**algorithm_config.options_for(entry.name), **options}
+        nonfinite = nonfinite or algorithm_config.nonfinite_rewards
+        context["algorithm_config"] = algorithm_config
+    if traj_groups is not None:
+        if len(traj_groups) != len(arrays):
+            raise GroupError(
+                f"traj_groups has {len(traj_groups)} groups for {len(arrays)} reward groups; pass the "
+                "TrajectoryGroups aligned with rewards, one per reward array."
+            )
+        context["traj_groups"] = list(traj_groups)
+    outcome = invoke(entry, batch, options, ambient=ambient, nonfinite_rewards=nonfinite or "error", context=context)
+    parts = layout.split(np.asarray(outcome.advantages)) if len(arrays) else []
     return parts, [part.copy() for part in parts]
 
 
+def _layouts(
+    who: str, args: tuple[Any, ...], kwargs: dict[str, Any], seed: tuple[str, ...], today: tuple[str, ...]
+) -> AlgorithmConfig | None:
+    """Resolve positional arguments of either convention into ``kwargs``; returns the config, if any.
+
+    The second argument is the ``AlgorithmConfig`` in today's convention (then ``today`` names
+    the positions after it); anything else follows the seed's positions (``seed``).
+    """
+    config = kwargs.pop("algorithm_config", None)
+    names = seed
+    if args and isinstance(args[0], AlgorithmConfig):
+        if config is not None:
+            raise EstimatorCallError(f"{who}() got algorithm_config both by position and by keyword; pass it once.")
+        config, args, names = args[0], args[1:], today
+    if len(args) > len(names):
+        expected = (
+            ", ".join(("rewards", "algorithm_config", *today)) if names is today else ", ".join(("rewards", *seed))
+        )
+        raise EstimatorCallError(
+            f"{who}() takes the positional arguments ({expected}); got {len(args)} after rewards. "
+            "Pass an AlgorithmConfig second, or options by keyword."
+        )
+    for name, value in zip(names, args, strict=False):
+        if name in kwargs:
+            raise EstimatorCallError(f"{who}() got multiple values for argument {name!r}.")
+        kwargs[name] = value
+    return config
+
+
 def _list_callable(entry: EstimatorEntry, label: str) -> Callable[..., tuple[GroupArrays, GroupArrays]]:
-    def estimator(rewards: Sequence[Any], **options: Any) -> tuple[GroupArrays, GroupArrays]:
-        return run_on_groups(entry, rewards, options)
+    def estimator(rewards: Sequence[Any], *args: Any, **options: Any) -> tuple[GroupArrays, GroupArrays]:
+        config = _layouts(estimator.__name__, args, options, (), ())
+        traj_groups = options.pop("traj_groups", None)
+        return run_on_groups(entry, rewards, options, algorithm_config=config, traj_groups=traj_groups)
 
     estimator.__name__ = f"{label}_advantages"
     estimator.__doc__ = entry.target.__doc__
@@ -85,12 +149,19 @@ def _list_callable(entry: EstimatorEntry, label: str) -> Callable[..., tuple[Gro
 
 
 def get_rllm_adv_estimator(name: EstimatorName) -> Callable[..., tuple[GroupArrays, GroupArrays]]:
-    """The estimator registered as ``name``, callable as ``fn(rewards=[group arrays], **options)``.
+    """The estimator registered as ``name``, callable as ``fn(rewards, algorithm_config=None, **options)``.
 
     Whatever its style, it returns the pair ``(advantages, returns)``, one array per group.
     """
     entry = get_estimator(name)
     return _list_callable(entry, entry.name)
+
+
+register_adv_estimator = register_rllm_adv_estimator
+"""The registration decorator under the name rLLM uses today (the seed's name stays)."""
+
+get_adv_estimator = get_rllm_adv_estimator
+"""The lookup under the name rLLM uses today (the seed's name stays)."""
 
 
 class EstimatorRegistryView(MutableMapping[str, Callable[..., Any]]):
@@ -138,35 +209,74 @@ def _builtin(name: str) -> EstimatorEntry:
     return builtin[0] if builtin else get_estimator(name)
 
 
-def calculate_grpo_advantages(
-    rewards: Sequence[np.ndarray],
-    norm_adv_by_std_in_grpo: bool = True,
-    epsilon: float | None = None,
-    **kwargs: Any,
+def _classic(
+    name: str,
+    who: str,
+    rewards: Sequence[Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    seed: tuple[str, ...] = (),
+    today: tuple[str, ...] = (),
 ) -> tuple[GroupArrays, GroupArrays]:
-    """GRPO per group: ``(r - mean) / (std + epsilon)``; population std, epsilon 1e-6 unless a ``preset`` differs."""
-    options = {"norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo, **kwargs}
-    if epsilon is not None:
-        options["epsilon"] = epsilon
-    return run_on_groups(_builtin("grpo"), rewards, options)
+    """One of the classic ``calculate_*`` functions: the built-in ``name`` called in either convention.
+
+    ``seed`` and ``today`` name the positional parameters after ``rewards`` (seed) or after the
+    config (today), so both of rLLM's signatures of the function are accepted.
+    """
+    config = _layouts(who, args, kwargs, seed, today)
+    if kwargs.get("epsilon", 0.0) is None:  # epsilon=None, like the config's null: the estimator's own default
+        del kwargs["epsilon"]
+    traj_groups = kwargs.pop("traj_groups", None)
+    return run_on_groups(_builtin(name), rewards, kwargs, algorithm_config=config, traj_groups=traj_groups)
 
 
-def calculate_reinforce_advantages(rewards: Sequence[np.ndarray], **kwargs: Any) -> tuple[GroupArrays, GroupArrays]:
+def calculate_grpo_advantages(
+    rewards: Sequence[np.ndarray], *args: Any, **kwargs: Any
+) -> tuple[GroupArrays, GroupArrays]:
+    """GRPO per group: ``(r - mean) / (std + epsilon)``; population std, epsilon 1e-6 unless a ``preset`` differs.
+
+    ``calculate_grpo_advantages(rewards, algorithm_config)`` reads ``norm_adv_by_std_in_grpo`` from
+    the config; ``calculate_grpo_advantages(rewards, norm_adv_by_std_in_grpo=True, episilon=1e-6)``
+    is the seed's form.
+    """
+    return _classic(
+        "grpo", "calculate_grpo_advantages", rewards, args, kwargs, seed=("norm_adv_by_std_in_grpo", "episilon")
+    )
+
+
+def calculate_reinforce_advantages(
+    rewards: Sequence[np.ndarray], *args: Any, **kwargs: Any
+) -> tuple[GroupArrays, GroupArrays]:
     """REINFORCE: the advantage is the reward (no baseline)."""
-    return run_on_groups(_builtin("reinforce"), rewards, kwargs)
+    return _classic("reinforce", "calculate_reinforce_advantages", rewards, args, kwargs)
 
 
 def calculate_reinforce_plus_plus_baseline_advantages(
-    rewards: Sequence[np.ndarray], epsilon: float | None = None, **kwargs: Any
+    rewards: Sequence[np.ndarray], *args: Any, **kwargs: Any
 ) -> tuple[GroupArrays, GroupArrays]:
-    """REINFORCE++ with group-mean baseline, whitened by the std over all groups passed in."""
-    options = dict(kwargs) if epsilon is None else {**kwargs, "epsilon": epsilon}
-    return run_on_groups(_builtin("reinforce_plus_plus_baseline"), rewards, options)
+    """REINFORCE++ with group-mean baseline, whitened by the std over all groups passed in.
+
+    Forms: ``(rewards, epsilon=1e-6)`` (seed) and ``(rewards, algorithm_config, epsilon=1e-6)``.
+    """
+    name = "calculate_reinforce_plus_plus_baseline_advantages"
+    return _classic("reinforce_plus_plus_baseline", name, rewards, args, kwargs, ("epsilon",), ("epsilon",))
 
 
-def calculate_rloo_advantages(rewards: Sequence[np.ndarray], **kwargs: Any) -> tuple[GroupArrays, GroupArrays]:
+def calculate_prpo_advantages(
+    rewards: Sequence[np.ndarray], *args: Any, **kwargs: Any
+) -> tuple[GroupArrays, GroupArrays]:
+    """PRPO: raw rewards whitened by the mean and population std of all groups passed in (+ epsilon).
+
+    Forms: ``(rewards, algorithm_config, epsilon=1e-6)`` and, without a config, ``(rewards, epsilon=1e-6)``.
+    """
+    return _classic("prpo", "calculate_prpo_advantages", rewards, args, kwargs, ("epsilon",), ("epsilon",))
+
+
+def calculate_rloo_advantages(
+    rewards: Sequence[np.ndarray], *args: Any, **kwargs: Any
+) -> tuple[GroupArrays, GroupArrays]:
     """RLOO (https://arxiv.org/abs/2402.14740): each reward minus the mean of the others in its group."""
-    return run_on_groups(_builtin("rloo"), rewards, kwargs)
+    return _classic("rloo", "calculate_rloo_advantages", rewards, args, kwargs)
 
 
 def _one_group(name: str, rewards: np.ndarray, options: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:

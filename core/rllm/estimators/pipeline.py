@@ -21,6 +21,7 @@ from rllm.errors import (
     EstimatorFailedError,
     EstimatorOptionError,
     EstimatorOutputError,
+    MissingInputError,
     RewardError,
     RLLMError,
     RLLMWarning,
@@ -28,7 +29,7 @@ from rllm.errors import (
 from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, Ragged
 from rllm.estimators.numerics import resolve_numerics
 from rllm.estimators.state import EstimatorState, state_factory
-from rllm.plugins.options import NUMERICS_NAMES, resolve_options
+from rllm.plugins.options import CONFIG_NAMES, CONTEXT_NAMES, NUMERICS_NAMES, resolve_options
 from rllm.plugins.registry import EstimatorEntry
 
 NonFinitePolicy = Literal["error", "zero", "exclude"]
@@ -55,19 +56,26 @@ def invoke(
     *,
     ambient: Mapping[str, Any] | None = None,
     nonfinite_rewards: str = "error",
+    context: Mapping[str, Any] | None = None,
     state: EstimatorState | None = None,
 ) -> Outcome:
     """Run ``entry`` on ``batch``: checked rewards, checked options, read-only inputs, checked output.
 
     ``options`` are what the caller named (an option the estimator does not declare is an
     error); ``ambient`` are run-configuration settings, passed only to estimators that declare them.
-    A stateful estimator (:mod:`rllm.estimators.state`) receives ``state``, or a fresh one.
+    ``context`` (``algorithm_config``, ``traj_groups``) reaches estimators whose signature takes it;
+    one that takes ``algorithm_config`` gets a default config built from the run settings when
+    the caller has none. A stateful estimator (:mod:`rllm.estimators.state`) receives ``state``,
+    or a fresh one.
     """
     for name in entry.requires:
         batch.require(name, entry.name)
     batch.nonfinite_rewards = nonfinite_rewards
     zeroed = check_rewards(batch, nonfinite_rewards)
-    kwargs = _keyword_arguments(entry, options or {}, ambient or {})
+    options = dict(options or {})
+    context = {**{k: options.pop(k) for k in CONTEXT_NAMES if k in options}, **(context or {})}
+    kwargs = _keyword_arguments(entry, options, ambient or {})
+    kwargs.update(_context_arguments(entry, context, {**(ambient or {}), **options}))
     factory = state_factory(entry.target)
     if factory is not None:
         kwargs["state"] = state if state is not None else factory()
@@ -91,6 +99,27 @@ def _keyword_arguments(entry: EstimatorEntry, options: Mapping[str, Any], ambien
         preset = chosen.pop("preset", None) or declaration.default_preset
         kwargs["numerics"] = resolve_numerics(preset, estimator=entry.name, **chosen)
     return kwargs
+
+
+def _context_arguments(
+    entry: EstimatorEntry, context: Mapping[str, Any], settings: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The context names ``entry``'s signature takes, from ``context`` (a default ``algorithm_config``)."""
+    declaration = entry.declaration
+    given = {name: context[name] for name in declaration.wants if context.get(name) is not None}
+    if "algorithm_config" in declaration.wants and "algorithm_config" not in given:
+        from rllm.config.algorithm import AlgorithmConfig  # the config package imports the estimators
+
+        fields = {k: v for k, v in settings.items() if k in CONFIG_NAMES and k != "preset" and v is not None}
+        given["algorithm_config"] = AlgorithmConfig(**fields)
+    missing = [name for name in declaration.needs if name not in given]
+    if missing:
+        raise MissingInputError(
+            f"Estimator {entry.name!r} ({entry.source.describe()}) takes {', '.join(missing)}, which this "
+            "caller did not give. The collection step passes the role's TrajectoryGroups; through the list "
+            "API pass traj_groups=[...] aligned with the reward groups."
+        )
+    return given
 
 
 def first_nonfinite(values: NDArray[Any]) -> tuple[int, int] | None:
@@ -147,9 +176,9 @@ def check_rewards(batch: AdvantageBatch, policy: str) -> NDArray[np.bool_] | Non
     layout = batch.layout
     if policy == "error":
         group = layout.label(int(layout.group_index[first]))
-        where = batch.describe(first) if batch.describe else f"position {first} (value {batch.rewards[first]})"
+        where = batch.describe(first) if batch.describe else f"at position {first} in group {group!r}"
         raise RewardError(
-            f"{count} reward(s) are missing, NaN or infinite; the first is {where} in group {group!r}. "
+            f"{count} reward(s) are missing, NaN or infinite; the first is {where} (value {batch.rewards[first]}). "
             "Fix the reward function, drop those rollouts, or set nonfinite_rewards='zero' to give such "
             "groups zero advantage."
         )

@@ -23,19 +23,25 @@ Each hook receives a ``register`` callable bound to your plugin, so every entry 
 attributed to it in ``rllm plugins`` and in error messages. An implementation may accept
 fewer arguments than the spec lists (pluggy passes only those it names), so hooks can grow
 new arguments without breaking plugins.
+
+rllm calls each plugin's hooks once, when a registry is first used (``import rllm`` only
+discovers the entry points). The hookimpl options ``wrapper``, ``hookwrapper``,
+``tryfirst`` and ``trylast`` have no meaning for registration hooks and are refused, as is a
+hook name rllm does not define. What ``register`` receives is checked (see each hook);
+a refusal names your plugin and fails the whole plugin, so nothing half-registered stays.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import pluggy
 
-from rllm.plugins.options import Option
+if TYPE_CHECKING:
+    from rllm.plugins.options import Option
 
 PROJECT_NAME = "rllm"
-ENTRY_POINT_GROUP = "rllm.estimators"
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
@@ -53,6 +59,39 @@ OPTIONAL_FIELDS = (
     "task_ids",
 )
 """Batch fields beyond rewards that an estimator may list in ``requires``."""
+
+KERNEL_NAMES = ("group_centre", "sorted_runs", "run_starts")
+"""The toolkit primitives a plugin may provide a faster implementation of (``rllm_register_kernels``)."""
+
+REFUSED_HOOKIMPL_OPTIONS = ("wrapper", "hookwrapper", "tryfirst", "trylast")
+"""pluggy hookimpl options that mean nothing for registration hooks; a plugin using one is refused."""
+
+BACKEND_METHODS: dict[str, bool] = {
+    "init_rollout_engine": False,
+    "validate_config": False,
+    "get_dataloader": False,
+    "builtin_task": False,
+    "shutdown": False,
+    "save_checkpoint": False,
+    "load_checkpoint": False,
+    "generate_episodes": True,
+    "transform_to_backend_batch": False,
+    "process_backend_batch": True,
+    "compute_advantages": True,
+    "update_policy": True,
+    "on_train_start": True,
+    "on_train_end": True,
+    "on_epoch_start": True,
+    "on_epoch_end": True,
+    "on_batch_start": True,
+    "on_batch_end": True,
+    "on_validation_start": True,
+    "on_validation_end": True,
+}
+"""Methods of :class:`rllm.trainer.protocol.BackendProtocol` the trainer calls, and whether each is ``async``."""
+
+BACKEND_ABSTRACT_METHODS = ("init_rollout_engine", "get_dataloader", "transform_to_backend_batch", "update_policy")
+"""Protocol methods without a default: a backend subclassing the protocol must override them."""
 
 
 class EstimatorRegistrar(Protocol):
@@ -72,7 +111,7 @@ class EstimatorRegistrar(Protocol):
 
 
 class NamedRegistrar(Protocol):
-    """The ``register`` argument of the grouping-hook and backend hooks."""
+    """The ``register`` argument of the grouping-hook, backend and kernel hooks."""
 
     def __call__(self, name: str, target: Any, *, replace: bool = False) -> None: ...
 
@@ -120,6 +159,9 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
             Required to take over a name the built-in plugin already provides; without
             it your registration is ignored with a warning.
 
+        Refused, naming your plugin: an empty or non-string name, a non-callable ``fn``, an
+        unknown ``style``, an unknown field in ``requires``, an unknown keyword.
+
     Example::
 
         from rllm.toolkit import Option, normalise_groups, rewards_as
@@ -141,11 +183,18 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
 def rllm_register_grouping_hooks(register: NamedRegistrar) -> None:
     """Register trajectory grouping hooks that turn episodes into trajectory groups.
 
-    :param register: ``register(name, hook, *, replace=False)``. ``hook`` is called as
-        ``hook(episodes, **options)`` with a list of :class:`rllm.Episode` and returns a list
-        of :class:`rllm.TrajectoryGroup` (all rollouts an estimator compares with each
-        other). Users select it by name with ``rllm.grouping_hook`` or pass it to the
-        trainer. ``replace`` is needed to take over a built-in name.
+    :param register: ``register(name, hook, *, replace=False)``.
+
+        ``name`` (str)
+            What users write as ``rllm.grouping_hook`` (or pass to the trainer as
+            ``traj_grouping_hook``).
+        ``hook`` (callable)
+            Called as ``hook(episodes, **options)`` with a list of :class:`rllm.Episode`;
+            returns a list of :class:`rllm.TrajectoryGroup` (all rollouts an estimator
+            compares with each other). A non-callable ``hook`` is refused.
+        ``replace`` (bool)
+            Required to take over a built-in name (``task_and_role``); without it your
+            registration is ignored with a warning.
 
     Example::
 
@@ -160,13 +209,49 @@ def rllm_register_grouping_hooks(register: NamedRegistrar) -> None:
 
 
 @hookspec
+def rllm_register_kernels(register: NamedRegistrar) -> None:
+    """Register faster implementations of the toolkit's named primitives.
+
+    :param register: ``register(name, fn, *, replace=False)``.
+
+        ``name`` (str)
+            One of :data:`KERNEL_NAMES` (``"group_centre"``, ``"sorted_runs"``,
+            ``"run_starts"``); any other name is refused, since nothing would call it.
+        ``fn`` (callable)
+            The implementation; it takes the same arguments and returns the same values as
+            the toolkit's own version of that primitive, which it stands in for. A
+            non-callable ``fn`` is refused.
+        ``replace`` (bool)
+            Required to take over a kernel the built-in plugin provides; without it your
+            registration is ignored with a warning.
+
+    Example::
+
+        @rllm.hookimpl
+        def rllm_register_kernels(register):
+            from my_package import fast
+
+            register("group_centre", fast.group_centre)
+    """
+
+
+@hookspec
 def rllm_register_backends(register: NamedRegistrar) -> None:
     """Register training backends that the trainer can run against.
 
-    :param register: ``register(name, backend_cls, *, replace=False)``. ``backend_cls``
-        implements :class:`rllm.trainer.BackendProtocol` and is constructed as
-        ``backend_cls(config=config, **backend_args)``. Users select it by name with
-        ``rllm.backend``. ``replace`` is needed to take over a built-in name.
+    :param register: ``register(name, backend_cls, *, replace=False)``.
+
+        ``name`` (str)
+            What users write as ``rllm.backend``.
+        ``backend_cls`` (type)
+            A class implementing :class:`rllm.trainer.protocol.BackendProtocol` (subclass it,
+            or the embedded backend), constructed as ``backend_cls(config=config,
+            **backend_args)``. Refused unless it is a class with every method in
+            :data:`BACKEND_METHODS` (``async def`` where marked), overrides those in
+            :data:`BACKEND_ABSTRACT_METHODS`, and accepts ``config``.
+        ``replace`` (bool)
+            Required to take over a built-in name (``embedded``); without it your
+            registration is ignored with a warning.
 
     Example::
 

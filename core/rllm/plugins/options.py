@@ -183,6 +183,10 @@ class Declaration:
     open: bool = False
     """True for an undeclared estimator whose signature takes ``**kwargs``: any option passes through."""
     declared: bool = True
+    wants: tuple[str, ...] = ()
+    """Collection context the signature takes (``algorithm_config``, ``traj_groups``; see :data:`CONTEXT_NAMES`)."""
+    needs: tuple[str, ...] = ()
+    """The part of ``wants`` that the signature requires (no default)."""
 
     def names(self) -> frozenset[str]:
         names = {option.name for option in self.options}
@@ -200,7 +204,26 @@ class Declaration:
 UNDECLARED = Declaration(options=(), open=True, declared=False)
 """Placeholder for entries made without :func:`declare` (they accept any option)."""
 
-_POSITIONAL = frozenset({"rewards", "batch", "algorithm_config", "traj_groups"})
+CONTEXT_NAMES: tuple[str, ...] = ("algorithm_config", "traj_groups")
+"""What the collection step hands an estimator besides rewards: the run's ``AlgorithmConfig`` and the
+role's ``TrajectoryGroup`` list aligned with the groups (rLLM's current estimator contract)."""
+
+_POSITIONAL = frozenset({"rewards", "batch", *CONTEXT_NAMES})
+
+
+def _context(params: list[inspect.Parameter], declared: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Context names the signature takes, and those it requires.
+
+    Undeclared estimators with ``**kwargs`` take every context name, as rLLM passes them to every
+    estimator; declared ones get only what their signature names.
+    """
+    by_name = {p.name: p for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL}
+    takes_any = not declared and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    wants = tuple(name for name in CONTEXT_NAMES if name in by_name or takes_any)
+    needs = tuple(
+        name for name in CONTEXT_NAMES if name in by_name and by_name[name].default is inspect.Parameter.empty
+    )
+    return wants, needs
 
 
 def declare(fn: Callable[..., Any], options: Sequence[Option] | None, numerics: bool | str) -> Declaration:
@@ -210,15 +233,18 @@ def declare(fn: Callable[..., Any], options: Sequence[Option] | None, numerics: 
     """
     if isinstance(numerics, str):
         return replace(declare(fn, options, True), default_preset=numerics)
+    try:
+        params: list[inspect.Parameter] | None = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = None
     if options is not None:
         options = tuple(options)
         for option in options:
             if not isinstance(option, Option):
                 raise TypeError(f"options must be rllm.toolkit.Option objects, got {option!r}")
-        return Declaration(options=options, numerics=numerics)
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
+        wants, needs = _context(params or [], declared=True)
+        return Declaration(options=options, numerics=numerics, wants=wants, needs=needs)
+    if params is None:
         return Declaration(options=(), numerics=numerics, open=True, declared=False)
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
     derived = tuple(
@@ -228,7 +254,8 @@ def declare(fn: Callable[..., Any], options: Sequence[Option] | None, numerics: 
         and p.name not in _POSITIONAL
         and p.name != "numerics"
     )
-    return Declaration(options=derived, numerics=numerics, open=takes_any, declared=False)
+    wants, needs = _context(params, declared=False)
+    return Declaration(options=derived, numerics=numerics, open=takes_any, declared=False, wants=wants, needs=needs)
 
 
 def resolve_options(

@@ -1,4 +1,4 @@
-"""Named registries (estimators, grouping hooks, backends) that remember who registered what.
+"""Named registries (estimators, grouping hooks, backends, kernels) that remember who registered what.
 
 A name may be claimed by the built-in plugin, by installed plugins and by user code at run
 time. Lookup resolves the claims: user code beats plugins (and warns when it takes a name
@@ -9,33 +9,17 @@ when it registered with ``replace=True``, and two plugins claiming one name make
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from rllm.errors import EstimatorConflictError, EstimatorNotFoundError, RLLMWarning
-from rllm.plugins.options import UNDECLARED, Declaration
-
-SourceKind = Literal["builtin", "plugin", "runtime"]
-
-
-@dataclass(frozen=True)
-class Source:
-    """Who registered an entry: a plugin (with its distribution) or user code."""
-
-    kind: SourceKind
-    plugin: str
-    distribution: str | None = None
-    version: str | None = None
-
-    def describe(self) -> str:
-        if self.kind == "runtime":
-            return f"user code ({self.plugin})"
-        dist = f", distribution {self.distribution} {self.version or ''}".rstrip() if self.distribution else ""
-        label = "built-in plugin" if self.kind == "builtin" else "plugin"
-        return f"{label} '{self.plugin}'{dist}"
+from rllm.errors import NameConflictError, NameNotFoundError, PluginContractError, RLLMWarning
+from rllm.plugins.discovery import Source, SourceKind
+from rllm.plugins.hookspecs import OPTIONAL_FIELDS
+from rllm.plugins.options import UNDECLARED, Declaration, Option, declare
 
 
 @dataclass(frozen=True)
@@ -61,10 +45,21 @@ _PRECEDENCE: dict[SourceKind, int] = {"runtime": 2, "plugin": 1, "builtin": 0}
 
 
 class Registry(Generic[E]):
-    """Claims on names of one kind of thing (``what``: "estimator", "backend", ...)."""
+    """Claims on names of one kind of thing (``what``: "estimator", "backend", ...).
 
-    def __init__(self, what: str) -> None:
+    ``not_found`` and ``conflict`` are the error types for an unknown name and for a name two
+    plugins claim, so the type of the error says which kind of thing was asked for.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        not_found: type[NameNotFoundError],
+        conflict: type[NameConflictError],
+    ) -> None:
         self.what = what
+        self.not_found = not_found
+        self.conflict = conflict
         self._claims: dict[str, list[E]] = {}
 
     def add(self, entry: E) -> None:
@@ -120,7 +115,7 @@ class Registry(Generic[E]):
     def resolve(self, name: str) -> E:
         claims = self._claims.get(name)
         if not claims:
-            raise EstimatorNotFoundError(self._unknown_message(name))
+            raise self.not_found(self._unknown_message(name))
         top = max(_PRECEDENCE[c.source.kind] for c in claims)
         best = [c for c in claims if _PRECEDENCE[c.source.kind] == top]
         if top == _PRECEDENCE["plugin"] and any(c.source.kind == "builtin" for c in claims):
@@ -130,7 +125,7 @@ class Registry(Generic[E]):
             best = replacing
         if len(best) > 1:
             who = "; ".join(c.source.describe() for c in best)
-            raise EstimatorConflictError(
+            raise self.conflict(
                 f"{self.what.capitalize()} name {name!r} is registered by more than one plugin: {who}. "
                 f"Uninstall one of them, or disable one, e.g. RLLM_DISABLED_PLUGINS={best[-1].source.plugin}"
             )
@@ -149,14 +144,62 @@ class Registry(Generic[E]):
 
 @dataclass(frozen=True)
 class EstimatorEntry(Entry):
-    """An estimator claim: how to call it and which batch fields it needs."""
+    """An estimator claim: how to call it and what it declares (the keywords of ``register``).
+
+    A declaration field is one dataclass field below, checked in ``__post_init__``; the
+    registrar forwards every keyword it does not know itself to :meth:`declare`.
+    """
 
     style: Literal["grouped", "batch"] = "grouped"
     requires: tuple[str, ...] = ()
+    options: tuple[Option, ...] | None = None
+    """The declared options (None: derived from the function's signature)."""
+    numerics: bool | str = False
+    """True (or a default preset's name): the estimator takes the numerics options."""
     declaration: Declaration = UNDECLARED
+    """What the estimator accepts, resolved from ``options`` and ``numerics`` when the entry is made."""
 
     @property
     def doc(self) -> str:
         """The first line of the estimator's docstring."""
         text = (getattr(self.target, "__doc__", None) or "").strip()
         return text.splitlines()[0] if text else ""
+
+    @classmethod
+    def declare(
+        cls, name: str, target: Any, source: Source, *, replace: bool = False, **declaration: Any
+    ) -> EstimatorEntry:
+        """The entry for one ``register(name, fn, **declaration)`` call; unknown keywords are refused."""
+        base = {f.name for f in dataclasses.fields(Entry)} | {"declaration"}
+        known = [f.name for f in dataclasses.fields(cls) if f.name not in base]
+        for key in declaration:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise PluginContractError(
+                    f"{source.describe()} registered estimator {name!r} with unknown keyword {key!r}{hint}; "
+                    f"register() accepts replace, {', '.join(known)}."
+                )
+        return cls(name=name, target=target, source=source, replace=replace, **declaration)
+
+    def __post_init__(self) -> None:
+        who = f"{self.source.describe()} registered estimator {self.name!r}"
+        if self.style not in ("grouped", "batch"):
+            raise PluginContractError(f"{who} with style {self.style!r}; use 'grouped' or 'batch'.")
+        if isinstance(self.requires, str) or not isinstance(self.requires, Iterable):
+            raise PluginContractError(f"{who} with requires={self.requires!r}; give a list of field names.")
+        requires = tuple(self.requires)
+        unknown = [f for f in requires if f not in OPTIONAL_FIELDS]
+        if unknown:
+            raise PluginContractError(
+                f"{who} requiring unknown batch fields {unknown}; known fields: {', '.join(OPTIONAL_FIELDS)}."
+            )
+        object.__setattr__(self, "requires", requires)
+        if self.options is not None:
+            object.__setattr__(self, "options", tuple(self.options))
+        if self.declaration is UNDECLARED:
+            try:
+                declared = declare(self.target, self.options, self.numerics)
+            except TypeError as exc:
+                raise PluginContractError(f"{who} with invalid options: {exc}.") from None
+            object.__setattr__(self, "declaration", declared)

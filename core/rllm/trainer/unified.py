@@ -300,6 +300,7 @@ class UnifiedTrainer:
         self.run_dir.acquire()
         try:
             self.run_dir.claim()
+            save_config(self.config, self.output_dir)  # what this run ran with: `rllm train -c` reruns it
             await self._fit_locked()
         finally:
             if self.logger is not None:
@@ -310,7 +311,6 @@ class UnifiedTrainer:
         await self.agent_workflow_engine.initialize_pool()
         state = TrainerState(rs_state=RejectionSamplingState())
         resumed = self._restore(state)
-        save_config(self.config, self.output_dir)  # once the directory is locked, claimed and cleared
         state.total_steps = self._total_steps(state)
         self.logger = MetricsLogger(
             self.rllm_config.trainer.logger, self.output_dir, state.total_steps, progress=self.progress

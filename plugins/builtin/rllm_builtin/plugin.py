@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rllm import ConfigKey, hookimpl
+from rllm import hookimpl
+from rllm.config import ConfigKey
 from rllm.plugins import ConfigSectionRegistrar, EstimatorRegistrar, NamedRegistrar
 from rllm.toolkit import NUMERICS_OPTIONS, Option
 from rllm_builtin import estimators
@@ -15,7 +16,7 @@ GAMMA = Option("gamma", (float,), 1.0, "discount of the return-to-go over steps"
 
 @hookimpl
 def rllm_register_estimators(register: EstimatorRegistrar) -> None:
-    plain = ("rloo", "reinforce", "reinforce_plus_plus_baseline", "dr_grpo", "grpo_batch_std", "maxrl")
+    plain = ("rloo", "reinforce", "reinforce_plus_plus_baseline", "prpo", "dr_grpo", "grpo_batch_std", "maxrl")
     for name in plain:
         register(name, getattr(estimators, name), style="batch", options=(), numerics=True)
     f_norm = Option("f_norm", (float,), 1.0, "divides the advantages (verl's GPG option)", minimum=1e-12)

@@ -94,3 +94,13 @@ def reinforce_plus_plus_baseline(batch: AdvantageBatch, *, numerics: Numerics) -
     xs = rewards_as(batch, numerics)
     centred = normalise_groups(batch, xs, numerics, "reinforce_plus_plus_baseline", by_std=False)
     return whiten(centred, numerics, shift=False)
+
+
+def prpo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
+    """PRPO (rLLM): raw rewards whitened over the batch, ``(r_i - mean) / (std + eps)``, with no group baseline.
+
+    The batch is all groups of one role; the std is the population std unless ``std`` or
+    ``whiten_std`` say otherwise, and ``whiten`` selects the variance-based styles as for
+    REINFORCE++.
+    """
+    return whiten(rewards_as(batch, numerics).copy(), numerics)

@@ -1,0 +1,112 @@
+"""What each registration hook fills, and the checks an object must pass to be registered.
+
+The checks run when a plugin registers, so a wrong object is refused naming the plugin
+instead of failing later inside a training run. They look only at the object itself (no
+trainer, omegaconf or backend module is imported to check a backend).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rllm.errors import (
+    BackendConflictError,
+    BackendNotFoundError,
+    EstimatorConflictError,
+    EstimatorNotFoundError,
+    GroupingHookConflictError,
+    GroupingHookNotFoundError,
+    KernelConflictError,
+    KernelNotFoundError,
+    NameConflictError,
+    NameNotFoundError,
+)
+from rllm.plugins.hookspecs import BACKEND_ABSTRACT_METHODS, BACKEND_METHODS, KERNEL_NAMES
+
+PROTOCOL_MODULE, PROTOCOL_CLASS = "rllm.trainer.protocol", "BackendProtocol"
+
+
+def callable_problem(name: str, target: Any) -> str | None:
+    """Why ``target`` cannot be a grouping hook: it must be callable."""
+    return None if callable(target) else f"is {target!r}, which is not callable"
+
+
+def kernel_problem(name: str, target: Any) -> str | None:
+    """Why ``target`` cannot be the kernel ``name``: an unknown name is never called, and it must be callable."""
+    if name not in KERNEL_NAMES:
+        close = difflib.get_close_matches(name, KERNEL_NAMES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"is not a kernel rllm uses{hint}; kernel names: {', '.join(KERNEL_NAMES)}"
+    return callable_problem(name, target)
+
+
+def _is_protocol_base(owner: type) -> bool:
+    return owner.__module__ == PROTOCOL_MODULE and owner.__qualname__ == PROTOCOL_CLASS
+
+
+def backend_problem(name: str, target: Any) -> str | None:
+    """Why ``target`` does not implement the backend protocol, or None when it does."""
+    if not isinstance(target, type):
+        return f"is {target!r}, not a class (register the backend class; rllm constructs it)"
+    problems = []
+    for method, is_async in BACKEND_METHODS.items():
+        owner = next((k for k in target.__mro__ if method in vars(k)), None)
+        function = getattr(target, method, None)
+        if owner is None or not callable(function):
+            problems.append(f"has no method {method}()")
+        elif method in BACKEND_ABSTRACT_METHODS and _is_protocol_base(owner):
+            problems.append(f"does not override {method}()")
+        elif is_async != inspect.iscoroutinefunction(function):
+            problems.append(f"{method}() must {'' if is_async else 'not '}be async def")
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):  # a class whose signature Python cannot read is given the benefit of the doubt
+        parameters = None
+    if parameters is not None and not any(
+        p.name == "config" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters
+    ):
+        problems.append("cannot be constructed as backend_cls(config=...)")
+    if not problems:
+        return None
+    return (
+        f"does not implement rllm.trainer.protocol.BackendProtocol: it {', '.join(problems)} "
+        "(subclass BackendProtocol, or the embedded backend, and override its stages)"
+    )
+
+
+@dataclass(frozen=True)
+class HookKind:
+    """One registration hook: the manager's registry it fills and how a registered object is checked.
+
+    ``attribute`` names both the registry on the manager and the list on ``PluginInfo``.
+    ``problem`` is None for estimators, whose declaration is checked by ``EstimatorEntry``.
+    """
+
+    hook: str
+    attribute: str
+    what: str
+    not_found: type[NameNotFoundError]
+    conflict: type[NameConflictError]
+    problem: Callable[[str, Any], str | None] | None = None
+
+
+HOOK_KINDS = (
+    HookKind("rllm_register_estimators", "estimators", "estimator", EstimatorNotFoundError, EstimatorConflictError),
+    HookKind(
+        "rllm_register_grouping_hooks",
+        "grouping_hooks",
+        "grouping hook",
+        GroupingHookNotFoundError,
+        GroupingHookConflictError,
+        callable_problem,
+    ),
+    HookKind(
+        "rllm_register_backends", "backends", "backend", BackendNotFoundError, BackendConflictError, backend_problem
+    ),
+    HookKind("rllm_register_kernels", "kernels", "kernel", KernelNotFoundError, KernelConflictError, kernel_problem),
+)
+"""Every registration hook, in the order a plugin's hooks run."""

@@ -1,0 +1,13 @@
+"""Algorithm and trainer-stage configuration types at rLLM's current path."""
+
+from rllm.config.algorithm import AlgorithmConfig, RolloutCorrectionConfig, rLLMAdvantageEstimator
+from rllm.config.stages import CompactFilteringConfig, RejectionSamplingConfig, TransformConfig
+
+__all__ = [
+    "AlgorithmConfig",
+    "CompactFilteringConfig",
+    "RejectionSamplingConfig",
+    "RolloutCorrectionConfig",
+    "TransformConfig",
+    "rLLMAdvantageEstimator",
+]

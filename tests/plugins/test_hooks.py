@@ -1,0 +1,132 @@
+"""Every hook, end to end: a pip-installed distribution registers through it and rllm uses what it registered.
+
+``test_every_hookspec_has_an_end_to_end_test`` fails when a hook is added to
+``rllm.plugins.hookspecs`` without a fixture distribution implementing it and a
+``test_hook_<hook name>`` here that uses the installed environment.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+from plugin_env import FIXTURES, Env, train_records
+
+from rllm.plugins import hookspecs
+
+pytestmark = pytest.mark.slow
+
+HOOKS = sorted(name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction) if hasattr(fn, "rllm_spec"))
+
+
+def advantage_roles(record: dict[str, object]) -> set[str]:
+    return {key.split("/")[1] for key in record if key.startswith("advantage/") and key.endswith("/max")}
+
+
+def test_hook_rllm_register_estimators(env: Env, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = env.train(out, "rllm.algorithm.adv_estimator=median_baseline", RLLM_PLUGINS="example")
+    assert done.returncode == 0, done.stderr
+    steps = train_records(out)
+    assert [r["step"] for r in steps] == [1, 2]
+    # Rewards are 0 or 1, so a group's median is 0, 0.5 or 1 and median_baseline's advantages lie in
+    # {-1, -0.5, 0, 0.5, 1}; grpo's would reach sqrt(7) for one success in eight. The plugin's function ran.
+    for record in steps:
+        for key in ("advantage/solver/max", "advantage/solver/min"):
+            assert record[key] in (-1.0, -0.5, 0.0, 0.5, 1.0)
+
+
+def test_hook_rllm_register_backends(env: Env, tmp_path: Path) -> None:
+    chosen, replaced = tmp_path / "chosen", tmp_path / "replaced"
+    done = env.train(chosen, "rllm.backend=recording", RLLM_PLUGINS="trainer_parts")
+    assert done.returncode == 0, done.stderr
+    assert [r["fixture/recording_updates"] for r in train_records(chosen)] == [1.0, 2.0]
+    # The plugin took the built-in name with replace=True: the default backend is now its class, silently.
+    done = env.train(replaced, RLLM_PLUGINS="trainer_parts")
+    assert done.returncode == 0, done.stderr
+    assert "PluginWarning" not in done.stderr
+    assert [r["fixture/recording_updates"] for r in train_records(replaced)] == [1.0, 2.0]
+
+
+def test_hook_rllm_register_grouping_hooks(env: Env, tmp_path: Path) -> None:
+    chosen, replaced = tmp_path / "chosen", tmp_path / "replaced"
+    done = env.train(chosen, "rllm.grouping_hook=pooled", RLLM_PLUGINS="trainer_parts")
+    assert done.returncode == 0, done.stderr
+    assert [advantage_roles(r) for r in train_records(chosen)] == [{"pooled"}, {"pooled"}]
+    done = env.train(replaced, RLLM_PLUGINS="trainer_parts")  # replace=True on the built-in "task_and_role"
+    assert done.returncode == 0, done.stderr
+    assert [advantage_roles(r) for r in train_records(replaced)] == [{"by_task"}, {"by_task"}]
+
+
+def test_hook_rllm_register_kernels(env: Env) -> None:
+    result = env.py_json(
+        """
+        import json, numpy as np, rllm
+        from rllm_fixture_kernels import plugin
+        kernel = rllm.get_plugin_manager().kernels.resolve("sorted_runs")
+        runs = [kernel.target(np.array(labels, dtype=np.int64)) for labels in ([0, 0, 1, 1, 1, 4], [1, 0], [])]
+        print(json.dumps({"runs": runs, "calls": plugin.calls, "by": kernel.source.describe()}))
+        """,
+        RLLM_PLUGINS="fast_centre",
+    )
+    assert result["runs"] == [3, None, 0]
+    assert result["calls"] == 3
+    assert result["by"] == "plugin 'fast_centre', distribution rllm-fixture-kernels 0.1.0"
+
+
+def test_backend_and_grouping_conflicts_name_both_plugins(env: Env, tmp_path: Path) -> None:
+    for override, what in (("rllm.backend=recording", "Backend"), ("rllm.grouping_hook=pooled", "Grouping hook")):
+        done = env.train(tmp_path / what, override, RLLM_PLUGINS="trainer_parts,rival")
+        assert done.returncode == 2, done.stderr
+        error = done.stderr.strip().splitlines()[-1]
+        assert error.startswith(f"rllm train: error: {what} name '")
+        for part in ("more than one plugin", "plugin 'trainer_parts'", "rllm-fixture-rival 1.0.0"):
+            assert part in error
+        assert "Traceback" not in done.stderr
+        assert not (tmp_path / what / "metrics.jsonl").exists()
+
+
+def test_shadowing_builtin_backend_and_grouping_hook_warns_and_keeps_the_builtin(env: Env, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = env.train(out, RLLM_PLUGINS="rival")
+    assert done.returncode == 0, done.stderr
+    for what, name in (("backend", "embedded"), ("grouping hook", "task_and_role")):
+        who = "plugin 'rival', distribution rllm-fixture-rival 1.0.0"
+        assert f"{who} registers {what} '{name}', which is built in" in done.stderr
+    records = train_records(out)
+    assert [advantage_roles(r) for r in records] == [{"solver"}, {"solver"}]
+    assert not any("fixture/recording_updates" in r for r in records)
+    assert env.plugins(RLLM_PLUGINS="rival")["rival"]["status"] == "conflict"
+
+
+def test_unknown_backend_is_its_own_error_type(env: Env) -> None:
+    result = env.py_json(
+        """
+        import json, rllm
+        from rllm.errors import BackendNotFoundError, EstimatorNotFoundError, NameNotFoundError
+        try:
+            rllm.get_plugin_manager().backends.resolve("recordin")
+        except NameNotFoundError as exc:
+            print(json.dumps([type(exc).__name__, isinstance(exc, EstimatorNotFoundError), str(exc)]))
+        """,
+        RLLM_PLUGINS="trainer_parts",
+    )
+    assert result[:2] == ["BackendNotFoundError", False]
+    assert "Unknown backend 'recordin'. Did you mean 'recording'?" in result[2]
+
+
+def test_every_hookspec_has_an_end_to_end_test() -> None:
+    tests = {
+        node.name: [arg.arg for arg in node.args.args]
+        for node in ast.parse(Path(__file__).read_text(encoding="utf-8")).body
+        if isinstance(node, ast.FunctionDef)
+    }
+    fixture_sources = "\n".join(path.read_text(encoding="utf-8") for path in FIXTURES.glob("*/*/plugin.py"))
+    example = (Path(__file__).resolve().parents[2] / "plugins" / "example").glob("*/plugin.py")
+    sources = fixture_sources + "\n".join(path.read_text(encoding="utf-8") for path in example)
+    assert HOOKS, "no hookspecs found"
+    for hook in HOOKS:
+        assert "env" in tests.get(f"test_hook_{hook}", []), f"no end-to-end test test_hook_{hook}(env, ...) here"
+        assert f"def {hook}(" in sources, f"no fixture distribution implements {hook}"
