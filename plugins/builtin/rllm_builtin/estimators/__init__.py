@@ -15,6 +15,7 @@ from rllm_builtin.estimators.multi_reward import gdpo
 from rllm_builtin.estimators.pass_at_k import pkpo
 from rllm_builtin.estimators.passk import grpo_passk
 from rllm_builtin.estimators.returns import gae, reinforce_plus_plus
+from rllm_builtin.estimators.turns import turn_grpo
 
 __all__ = [
     "dr_grpo",
@@ -34,4 +35,5 @@ __all__ = [
     "reinforce_plus_plus_baseline",
     "remax",
     "rloo",
+    "turn_grpo",
 ]
