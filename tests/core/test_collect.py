@@ -200,4 +200,9 @@ def test_a_trajectory_in_two_groups_is_refused_naming_both() -> None:
     b = TrajectoryGroup.for_task("t2", "solver", [a.trajectories[0], Trajectory(reward=1.0, steps=[Step()])])
     with pytest.raises(rllm.DataError, match=r"is in two groups, 't1:solver' and 't2:solver'"):
         collect([a, b], AlgorithmConfig())
-    assert advantages(a) == [[None, None], [None, None]]  # refused before anything was written
+    # The array path refuses it when a backend first reads the arrays.
+    for step in (s for t in [*a.trajectories, *b.trajectories] for s in t.steps):
+        step.advantage = None
+    collected = rllm.collect_advantages([a, b], AlgorithmConfig(), write_steps=False)
+    with pytest.raises(rllm.DataError, match=r"is in two groups"):
+        collected.roles["solver"].per_step()

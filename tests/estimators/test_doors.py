@@ -8,8 +8,13 @@ grouped-style plugin estimator and a batch-style one.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import math
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +23,7 @@ import pytest
 import rllm
 import rllm.toolkit
 from rllm import AlgorithmConfig, Step, Trajectory, TrajectoryGroup
+from rllm.cli.main import main as cli_main
 from rllm.errors import EstimatorOptionError, RewardError
 from rllm.experimental.common import advantage as list_api
 from rllm.plugins.manager import PluginManager
@@ -57,6 +63,26 @@ def via_mix(name: str, groups: list[list[float]], options: dict[str, Any]) -> li
     labels = [i for i, g in enumerate(groups) for _ in g]
     values = rllm.compute_advantages("mix", flat, labels, components={name: {"weight": 1.0, **options}})
     return _regroup(np.asarray(values).tolist(), groups)
+
+
+def via_cli(name: str, groups: list[list[float]], options: dict[str, Any]) -> list[list[float]]:
+    """``rllm advantages`` on a JSON Lines file, options as config overrides, run in this process."""
+    with tempfile.TemporaryDirectory() as folder:
+        source, out = Path(folder) / "in.jsonl", Path(folder) / "out.jsonl"
+        lines = [{"task_id": g, "reward": r} for g, group in enumerate(groups) for r in group]
+        source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        overrides = [f"rllm.algorithm.estimator_options.{name}.{k}={json.dumps(v)}" for k, v in options.items()]
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            code = cli_main(["advantages", str(source), "-e", name, "-o", str(out), *overrides])
+        if code != 0:
+            raise CliError(stderr.getvalue())
+        values = [json.loads(line)["advantage"] for line in out.read_text().splitlines()]
+    return _regroup(values, groups)
+
+
+class CliError(Exception):
+    """The command line's one-line error, for matching against the other doors' exceptions."""
 
 
 CALCULATE = {
@@ -208,3 +234,22 @@ def test_nonfinite_exclude_policy_through_mix_and_collection() -> None:
     assert [t.steps[0].advantage for t in group.trajectories] == [-2.0, 2.0, 0.0]
     assert metrics["reward/r/left_out"] == 1.0
     assert metrics["reward/r/mean"] == 2.0  # over the scorable rollouts only
+
+
+def test_the_command_line_door_gives_the_same_numbers_and_errors() -> None:
+    got = via_cli("rloo", REWARDS, {})
+    assert np.allclose(np.concatenate(got), [-2.0, 2.0, -6.0, 0.0, 6.0])
+    with pytest.raises(CliError, match=r"'rloo'.*no option 'singel'.*Did you mean 'single'"):
+        via_cli("rloo", REWARDS, {"singel": "zero"})
+    with pytest.raises(CliError, match=r"'single' of estimator 'rloo'.*one of 'raw', 'zero', 'error'"):
+        via_cli("rloo", REWARDS, {"single": 3})
+    with pytest.raises(CliError, match=r"NaN or infinite; the first is line 2 of"):
+        via_cli("rloo", [[1.0, math.nan], [0.0, 4.0]], {})
+
+
+def test_the_command_line_door_runs_plugin_estimators_like_the_others(plugin_manager: PluginManager) -> None:
+    rllm.register_rllm_adv_estimator("shift_by_ten")(shift_by_ten)
+    factor = rllm.toolkit.Option("factor", (float,), 2.0, "multiplier")
+    rllm.register_rllm_adv_estimator("doubled", style="batch", options=[factor])(doubled)
+    assert via_cli("shift_by_ten", REWARDS, {}) == [[11.0, 13.0], [10.0, 14.0, 18.0]]
+    assert via_cli("doubled", REWARDS, {"factor": 3}) == [[3.0, 9.0], [0.0, 12.0, 24.0]]

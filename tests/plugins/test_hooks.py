@@ -50,6 +50,20 @@ def test_hook_rllm_register_backends(env: Env, tmp_path: Path) -> None:
     assert [r["fixture/recording_updates"] for r in train_records(replaced)] == [1.0, 2.0]
 
 
+def test_hook_rllm_register_config_sections(env: Env, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = env.train(run_dir, "rllm.backend=recording", "rllm.recording.weight=2.5", RLLM_PLUGINS="trainer_parts")
+    assert done.returncode == 0, done.stderr
+    assert [r["fixture/recording_weight"] for r in train_records(run_dir)] == [2.5, 2.5]
+    bad = env.train(
+        tmp_path / "bad", "rllm.backend=recording", "rllm.recording.weight=abc", RLLM_PLUGINS="trainer_parts"
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "rllm.recording.weight" in bad.stderr and not (tmp_path / "bad").exists()
+    keys = env.run([env.rllm, "config", "--keys"], RLLM_PLUGINS="trainer_parts")
+    assert "rllm.recording.weight" in keys.stdout
+
+
 def test_hook_rllm_register_grouping_hooks(env: Env, tmp_path: Path) -> None:
     chosen, replaced = tmp_path / "chosen", tmp_path / "replaced"
     done = env.train(chosen, "rllm.grouping_hook=pooled", RLLM_PLUGINS="trainer_parts")

@@ -126,9 +126,34 @@ def _suggest(path: str, known: Iterable[str]) -> str:
     return f" Did you mean '{close[0]}'?" if close else ""
 
 
+_UPSTREAM_ONLY: tuple[tuple[str, str], ...] = (
+    ("rllm.gateway", "model gateway"),
+    ("rllm.remote_runtime", "remote runtimes"),
+    ("rllm.async_training", "asynchronous training"),
+    ("rllm.agent", "agent registry"),
+    ("rllm.env", "environment registry"),
+    ("rllm.rollout.train", "sampling parameters (backends sample as their own sections say)"),
+    ("rllm.rollout.val", "sampling parameters (backends sample as their own sections say)"),
+    ("rllm.data.max_prompt_length", "tokenised datasets"),
+    ("rllm.data.max_response_length", "tokenised datasets"),
+    ("rllm.data.seed", "dataset shuffling seed (the embedded backend: rllm.embedded.seed)"),
+    ("rllm.workflow.use_workflow", "workflow registry (pass the workflow class to UnifiedTrainer)"),
+    ("rllm.workflow.name", "workflow registry (pass the workflow class to UnifiedTrainer)"),
+    ("rllm.workflow.workflow_args", "workflow registry (pass workflow_args to UnifiedTrainer)"),
+    ("rllm.workflow.warm_queue_size", "asynchronous workflow queue"),
+)
+"""Keys of rLLM subsystems this project does not have: refused with a message that says so."""
+
+
 def _check_path(path: str, schema: Schema, source: str) -> None:
     known = set(schema.by_path()) | schema.sections()
     if path not in known and not _under(path, schema.open_paths()):
+        for prefix, subsystem in _UPSTREAM_ONLY:
+            if path == prefix or path.startswith(prefix + "."):
+                raise ConfigError(
+                    f"'{path}' in {source} belongs to rLLM's {subsystem}, which rllm does not have; remove it "
+                    "(docs/compat.md lists what rllm keeps of rLLM's configuration)."
+                )
         raise ConfigError(
             f"Unknown config key '{path}' in {source}.{_suggest(path, known)} See `rllm config --keys` for every key."
         )

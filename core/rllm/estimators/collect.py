@@ -6,7 +6,7 @@ import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property, partial
 from itertools import chain
 from numbers import Real
 from typing import TYPE_CHECKING, Any
@@ -287,14 +287,18 @@ class RoleAdvantages:
     """The role's trajectories, group by group, in batch order."""
     advantages: FloatArray | Ragged
     """One per trajectory, or (per-step estimators) one row of step advantages per trajectory."""
+    verify: Callable[[], None] = lambda: None
+    """Refuses a trajectory object found in two groups; run before the arrays are first used."""
 
     @cached_property
     def trajectories(self) -> list[Trajectory]:
         """The trajectories in batch order: ``advantages[i]`` belongs to ``trajectories[i]``."""
+        self.verify()
         return list(chain.from_iterable(self.per_group))
 
     def per_step(self) -> tuple[FloatArray, IndexArray]:
         """Every step's advantage, trajectory by trajectory, and the index of each step's trajectory."""
+        self.verify()
         if isinstance(self.advantages, Ragged):
             counts = self.advantages.lengths
             values = self.advantages.values
@@ -336,7 +340,10 @@ def collect_advantages(
     precomputed: dict[str, list[float]] = {}
     by_role = _by_role(groups, config.use_precomputed_advantage, collect_advantage, precomputed)
 
-    _check_distinct(by_role)
+    # A trajectory object in two groups would count twice. Checking every object costs about half of
+    # the bare loop, so it runs only when it can matter: when writing finds steps already set (which a
+    # repeated trajectory always causes), or when a backend first reads the arrays.
+    verify = cache(partial(_check_distinct, by_role))
     collected = Collected(metrics={})
     metrics = collected.metrics
     advantages_by_role: dict[str, np.ndarray] = {}
@@ -367,7 +374,7 @@ def collect_advantages(
         advantages = outcome.advantages
         if config.normalize_by_steps:
             advantages = _divide_by_steps(per_group, advantages)
-        collected.roles[role] = RoleAdvantages(per_group, advantages)
+        collected.roles[role] = RoleAdvantages(per_group, advantages, verify)
         good = None if outcome.zeroed_groups is None else ~layout.spread(outcome.zeroed_groups)
         skipped = outcome.zeroed_groups
         if outcome.excluded is not None:
@@ -387,6 +394,7 @@ def collect_advantages(
             values = advantages if good is None else advantages[good]
         advantages_by_role[role] = values
         if replaced:
+            verify()
             warnings.warn(
                 f"[role={role}] {replaced} step(s) carried precomputed advantages; they were overwritten "
                 f"with {name!r} advantages because use_precomputed_advantage is false.",

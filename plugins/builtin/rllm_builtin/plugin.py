@@ -44,6 +44,20 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
         options=[GAMMA],
         numerics=True,
     )
+    turn_options = [
+        GAMMA,
+        Option(
+            "baseline",
+            (str,),
+            "all",
+            "compare a turn with all rollouts of the group, or survivors only",
+            ("all", "survivors"),
+        ),
+        NORM_BY_STD,
+    ]
+    register(
+        "turn_grpo", estimators.turn_grpo, style="batch", requires=["step_rewards"], options=turn_options, numerics=True
+    )
     gae_options = [
         GAMMA,
         Option("lam", (float,), 0.95, "GAE lambda: how far credit reaches back", minimum=0.0),

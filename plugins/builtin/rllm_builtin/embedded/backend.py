@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from rllm.errors import CheckpointError, ConfigError, TrainerError
+from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
 from rllm.trainer import BackendProtocol, TaskSetup, TrainerState
 from rllm.types import Step
 from rllm_builtin.embedded.policy import LOSS_FUNCTIONS, SoftmaxPolicy, lr_factor, policy_loss
@@ -25,6 +26,19 @@ from rllm_builtin.embedded.tasks import EOS, VOCAB, ArithmeticWorkflow, build_ta
 
 POLICY_FILE = "policy.npz"
 STATE_FILE = "embedded.json"
+
+
+_UNHONOURED: tuple[tuple[str, Any, str], ...] = (
+    ("kl_beta", 0.0, "it keeps no reference policy, so there is no KL term"),
+    ("eps_clip", 0.2, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
+    ("eps_clip_high", None, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
+    ("loss_agg_mode", None, "it sums token losses"),
+    ("router_replay", "disabled", "its policy has no mixture-of-experts router"),
+    ("rollout_correction.tis_mode", None, "it samples and trains with the same policy"),
+    ("rollout_correction.bypass_mode", None, "it samples and trains with the same policy"),
+    ("loss_fn_map", {}, "it applies rllm.algorithm.loss_fn to every role"),
+)
+"""rLLM's algorithm keys the embedded backend cannot honour: (key, default, why)."""
 
 
 @dataclass
@@ -132,6 +146,16 @@ class EmbeddedBackend(BackendProtocol):
             if size is not None and int(size) < 1:
                 raise ConfigError(f"rllm.data.{key} must be at least 1 (or null for val_batch_size), got {size}.")
         lr_factor(str(self.config.rllm.algorithm.lr_schedule), 0.0, 1, 1)
+        self._warn_unhonoured()
+
+    def _warn_unhonoured(self) -> None:
+        """rLLM's algorithm keys this backend has no use for: said once per run, never silently ignored."""
+        algorithm = self.config.rllm.algorithm
+        for key, default, why in _UNHONOURED:
+            value = OmegaConf.select(algorithm, key, default=default)
+            if value != default:
+                shown = f"rllm.algorithm.{key}={value!r}"
+                warnings.warn(f"{shown} has no effect with the embedded backend: {why}.", RLLMWarning, stacklevel=2)
 
     def builtin_task(self) -> TaskSetup:
         tasks = build_tasks([str(name) for name in self.options.tasks])
@@ -193,11 +217,15 @@ class EmbeddedBackend(BackendProtocol):
         batch: TokenBatch = trainer_state.backend_batch
         advantages = batch.advantages()
         n = len(batch.tokens)
+        algorithm = self.config.rllm.algorithm
+        warmup_steps = int(algorithm.get("warmup_steps", -1))
+        warmup_ratio = (  # rLLM's warmup_steps, when set, wins over the ratio
+            warmup_steps / max(trainer_state.total_steps, 1)
+            if warmup_steps >= 0
+            else float(algorithm.warmup_steps_ratio)
+        )
         lr = float(self.options.lr) * lr_factor(
-            str(self.config.rllm.algorithm.lr_schedule),
-            float(self.config.rllm.algorithm.warmup_steps_ratio),
-            trainer_state.global_step,
-            trainer_state.total_steps,
+            str(algorithm.lr_schedule), warmup_ratio, trainer_state.global_step, trainer_state.total_steps
         )
         clip_low, clip_high = float(self.options.clip_ratio_low), float(self.options.clip_ratio_high)
         losses, clipped, entropies, kls, norms = [], [], [], [], []

@@ -16,6 +16,7 @@ from rllm_builtin.estimators.pass_at_k import pkpo
 from rllm_builtin.estimators.passk import grpo_passk
 from rllm_builtin.estimators.returns import gae, reinforce_plus_plus
 from rllm_builtin.estimators.running import ema_baseline
+from rllm_builtin.estimators.turns import turn_grpo
 
 __all__ = [
     "dr_grpo",
@@ -36,4 +37,5 @@ __all__ = [
     "reinforce_plus_plus_baseline",
     "remax",
     "rloo",
+    "turn_grpo",
 ]
