@@ -6,7 +6,9 @@ and write errors that surface as tracebacks or lose data. Probes per class (20 i
 - data loss (9): a second trainer on a busy run directory is refused while the first keeps
   every step, with ``resume_mode=auto`` and with ``disable`` (2); ten SIGKILLs at seeded
   random points, then a resume whose metrics and episode logs hold every step exactly once
-  and equal an uninterrupted run's, with no scratch left behind (1); an old-format
+  and equal an uninterrupted run's, with no scratch left behind (1); three SIGKILLs of a run
+  whose estimator (``ema_baseline``) and dynamic sampler keep state across steps, resumed to
+  the uninterrupted run's metrics, estimator state, refill position and policy (1); an old-format
   checkpoint skipped for the newest intact one (1); a full disk while metrics are rewritten,
   while a checkpoint is written and while metric lines are appended, and a read-only file
   system, each keeping the previous checkpoint intact and the run resumable (4).
@@ -18,7 +20,8 @@ and write errors that surface as tracebacks or lose data. Probes per class (20 i
   full-disk failures and the read-only file system (4) each end with exactly one
   ``rllm train: error:`` line and exit status 2.
 
-Runtime: 27 s of CPU time for some 26 ``rllm train`` processes (each starts in about
+Runtime: 27 s of CPU time for some 26 ``rllm train`` processes (plus about 8 s for the five of
+the stateful probe) (each starts in about
 0.5 s; completed runs also draw their learning curve), measured at 63-76 s wall time on two
 cores shared at a load average of 4-6; the processes run one at a time (two at most), so
 an idle machine needs about the CPU time. The disk probes mount a 1 MiB tmpfs, which needs
