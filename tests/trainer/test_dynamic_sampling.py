@@ -20,6 +20,7 @@ from rllm.trainer.sampling import (
     reward_spread,
     substitute,
 )
+from rllm.trainer.unified import UnifiedTrainer
 from rllm.types import Trajectory, TrajectoryGroup
 
 
@@ -93,6 +94,30 @@ def test_filter_uniform_groups_is_dynamic_sampling_with_tolerance_zero_and_drop(
         )
     with pytest.raises(ConfigError, match=r"rllm.rejection_sample.enable .* enable one of them"):
         DynamicSamplingConfig.from_config(_section(rejection_sample__enable=True, dynamic_sampling__enable=True))
+
+
+def test_replace_in_the_trainer_fills_every_batch_that_has_signal(make_config) -> None:
+    config = make_config(
+        "rllm.dynamic_sampling.enable=true",
+        "rllm.dynamic_sampling.strategy=replace",
+        "rllm.data.train_batch_size=8",
+        "rllm.rollout.n=4",
+        "rllm.trainer.total_batches=12",
+        "rllm.trainer.test_freq=0",
+    )
+    trainer = UnifiedTrainer(None, config, progress=False)
+    try:
+        trainer.fit()
+    finally:
+        trainer.shutdown()
+    records = [r for r in read_metrics(trainer.output_dir / METRICS_FILE) if r["kind"] == "train"]
+    with_signal = [r for r in records if r["sampling/groups_uniform"] < r["sampling/target_groups"]]
+    assert len(with_signal) >= 6
+    for r in with_signal:  # every uniform group became a copy: the update sees a full batch of signal
+        assert r["sampling/effective_groups"] == r["sampling/target_groups"]
+        assert r["sampling/groups_replaced"] == r["sampling/groups_uniform"]
+        assert r["sampling/rounds"] == 1  # no extra generation
+    assert sum(r["sampling/groups_replaced"] for r in with_signal) > 0
 
 
 DEMO = [
