@@ -40,6 +40,8 @@ def test_ema_baseline_by_hand_across_steps() -> None:
 def test_ema_baseline_per_role_and_its_options() -> None:
     by_role = rllm.compute_advantages("ema_baseline", [1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1], key="role")
     assert by_role.tolist() == [0.25, -0.75, 0.25, 0.25]  # one baseline, the batch mean 0.75
+    by_group = rllm.compute_advantages("ema_baseline", [1.0, 0.0, 1.0, 1.0], ["a", "a", "b", "b"])
+    assert by_group.tolist() == [0.5, -0.5, 0.0, 0.0]  # without task_ids, each group label is a task
     with pytest.raises(EstimatorOptionError, match=r"'decay' of estimator 'ema_baseline' must be in \[0, 1\)"):
         rllm.compute_advantages("ema_baseline", [1.0, 0.0], [0, 0], task_ids=["a", "a"], decay=1.0)
     with pytest.raises(EstimatorOptionError, match="key"):

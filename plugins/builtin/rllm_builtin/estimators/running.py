@@ -27,6 +27,8 @@ class EMABaselines:
 def ema_baseline(batch: AdvantageBatch, *, state: EMABaselines, decay: float = 0.9, key: str = "task") -> FloatArray:
     """Reward minus a moving-average baseline per task (or per role) kept across steps.
 
+    Tasks are the batch's ``task_ids`` (the trainer fills them), or else its group labels.
+
     For each key in the batch, with ``m`` the mean of this batch's rewards for it: a key seen
     before has baseline ``b``, its rollouts get ``r - b`` and then ``b <- decay*b + (1-decay)*m``;
     a key seen for the first time starts at ``b = m`` (its rollouts get ``r - m``).
@@ -35,7 +37,12 @@ def ema_baseline(batch: AdvantageBatch, *, state: EMABaselines, decay: float = 0
         raise EstimatorOptionError(f"Option 'decay' of estimator 'ema_baseline' must be in [0, 1); got {decay!r}.")
     rewards = np.asarray(batch.rewards, dtype=np.float64)
     if key == "task":
-        labels = [str(label) for label in batch.require("task_ids", "ema_baseline")]
+        task_ids = getattr(batch, "task_ids", None)
+        if task_ids is None:  # groups are tasks (rllm advantages, compute_advantages without task_ids)
+            layout = batch.layout
+            group_labels = [str(layout.label(g)) for g in range(layout.n_groups)]
+            task_ids = [group_labels[g] for g in layout.group_index.tolist()]
+        labels = [str(label) for label in task_ids]
     else:
         roles = getattr(batch, "roles", None)
         labels = ["all" if roles is None else str(role) for role in (roles if roles is not None else rewards)]
