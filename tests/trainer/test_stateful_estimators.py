@@ -90,3 +90,24 @@ def test_checkpoints_hold_the_estimator_state_and_version_1_checkpoints_still_re
     longer.shutdown()
     resumed = json.loads((Path(longer.output_dir) / "checkpoints" / "step_3" / "estimators.json").read_text())
     assert len(resumed["ema_baseline"]["solver"]["baselines"]) == 20  # only step 3's tasks: it started afresh
+
+
+def test_an_estimator_state_of_the_wrong_shape_makes_the_checkpoint_unusable(make_config) -> None:
+    import hashlib
+
+    from rllm.errors import CorruptCheckpointError
+
+    args = ("rllm.algorithm.adv_estimator=ema_baseline", "rllm.trainer.test_freq=0", "rllm.trainer.total_batches=1")
+    trainer = UnifiedTrainer(None, make_config(*args), progress=False)
+    trainer.fit()
+    trainer.shutdown()
+    step = Path(trainer.output_dir) / "checkpoints" / "step_1"
+    data = b"[1, 2]"  # JSON, listed in a consistent manifest, but not {estimator: {role: state}}
+    (step / "estimators.json").write_bytes(data)
+    manifest = json.loads((step / MANIFEST).read_text())
+    manifest["files"]["estimators.json"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (step / MANIFEST).write_text(json.dumps(manifest))
+    again = UnifiedTrainer(None, make_config(*args[:2], "rllm.trainer.total_batches=2"), progress=False)
+    with pytest.raises(CorruptCheckpointError, match=r"step_1' holds data this rllm cannot read.*Estimator states"):
+        again.fit()
+    again.shutdown()

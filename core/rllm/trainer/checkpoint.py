@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rllm.errors import CheckpointError, CorruptCheckpointError
+from rllm.estimators.state import EstimatorStates
 from rllm.io import write_atomic
 from rllm.trainer.jsondata import decode_rejection_state, encode_rejection_state
 from rllm.trainer.protocol import BackendProtocol, TrainerState
@@ -251,6 +252,7 @@ class CheckpointManager:
             rs_state = decode_rejection_state(json.loads((path / RS_FILE).read_bytes()))
             has_states = (path / ESTIMATORS_FILE).is_file()
             estimators = json.loads((path / ESTIMATORS_FILE).read_bytes()) if has_states else {}
+            EstimatorStates().load_state_dict(estimators)  # its shape is checked before anything is restored
             sampling = (
                 SamplingState.from_json(json.loads((path / SAMPLING_FILE).read_bytes()))
                 if (path / SAMPLING_FILE).is_file()

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -42,6 +42,8 @@ Spread = Literal["std", "range"]
 
 @dataclass(frozen=True)
 class DynamicSamplingConfig:
+    """The ``rllm.dynamic_sampling`` settings (see the module docstring)."""
+
     enabled: bool = False
     strategy: Strategy = "drop"
     spread: Spread = "std"
@@ -108,7 +110,7 @@ class SamplingState:
 
 
 def refill_tasks(
-    dataset: Sequence[Any], count: int, exclude: set[str], state: SamplingState, task_id: Any
+    dataset: Sequence[Any], count: int, exclude: set[str], state: SamplingState, task_id: Callable[[Any, int], str]
 ) -> list[Any]:
     """The next ``count`` tasks of the refill order whose ids are not in ``exclude`` (fewer if none are left).
 
@@ -116,10 +118,13 @@ def refill_tasks(
     advances past every task looked at.
     """
     out: list[Any] = []
+    order, cycle = None, None
     for _ in range(len(dataset)):
         if len(out) == count:
             break
-        index = int(np.random.default_rng([7919, state.cycle]).permutation(len(dataset))[state.cursor])
+        if cycle != state.cycle:
+            order, cycle = np.random.default_rng([7919, state.cycle]).permutation(len(dataset)), state.cycle
+        index = int(order[state.cursor])  # type: ignore[index]
         state.cursor += 1
         if state.cursor == len(dataset):
             state.cycle, state.cursor = state.cycle + 1, 0
