@@ -43,7 +43,7 @@ def test_verls_grpo_equals_rllm_grpo_with_the_verl_preset(name: str) -> None:
 def test_verl_options_are_passed_and_checked() -> None:
     centred = rllm.compute_advantages("verl.grpo", REWARDS, GROUPS, norm_adv_by_std_in_grpo=False)
     np.testing.assert_allclose(centred[[0, 2, 5]], [1 / 6, -1 / 3, 1 / 6], atol=1e-6)
-    with pytest.raises(rllm.RLLMError, match="'verl.rloo'.*has no option 'clip'"):
+    with pytest.raises(rllm.RLLMError, match=r"'verl\.rloo'.*has no option 'clip'"):
         rllm.compute_advantages("verl.rloo", REWARDS, GROUPS, clip=1.0)
 
 
@@ -57,11 +57,13 @@ def test_verls_rloo_equals_rllms() -> None:
 
 
 def test_verls_opo_needs_and_uses_response_lengths() -> None:
-    with pytest.raises(MissingInputError, match="'verl.opo' needs the input 'response_lengths'"):
+    with pytest.raises(MissingInputError, match=r"'verl\.opo' needs the input 'response_lengths'"):
         rllm.compute_advantages("verl.opo", REWARDS, GROUPS)
     lengths = np.array([3, 1, 2, 5, 4, 1, 2, 2, 6, 1])
     got = rllm.compute_advantages("verl.opo", REWARDS, GROUPS, response_lengths=lengths)
-    np.testing.assert_allclose(got, rllm.compute_advantages("opo", REWARDS, GROUPS, response_lengths=lengths), atol=1e-6)
+    np.testing.assert_allclose(
+        got, rllm.compute_advantages("opo", REWARDS, GROUPS, response_lengths=lengths), atol=1e-6
+    )
 
 
 def test_verls_per_token_estimator_returns_one_advantage_per_step() -> None:

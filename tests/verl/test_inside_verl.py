@@ -83,12 +83,12 @@ def test_options_and_verl_settings_reach_the_estimator() -> None:
 
 
 def test_an_unknown_option_is_an_error_naming_it(padded_batch: Callable[..., Any]) -> None:
-    with pytest.raises(EstimatorOptionError, match="'rloo'.*has no option 'prest'"):
+    with pytest.raises(EstimatorOptionError, match=r"'rloo'.*has no option 'prest'"):
         verl_dispatch(padded_batch(), "rllm.rloo", rllm_options={"prest": "verl"})
 
 
 def test_options_must_be_a_mapping(padded_batch: Callable[..., Any]) -> None:
-    with pytest.raises(rllm.ConfigError, match="algorithm.rllm_options must be a mapping"):
+    with pytest.raises(rllm.ConfigError, match=r"algorithm\.rllm_options must be a mapping"):
         verl_dispatch(padded_batch(), "rllm.rloo", rllm_options="verl")
 
 
@@ -126,9 +126,8 @@ def test_per_step_estimator_gets_tokens_as_steps_and_returns_token_advantages() 
 
 
 def test_group_labels_are_required() -> None:
-    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
-
     import torch
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
     with pytest.raises(MissingInputError, match="non_tensor_batch\\['uid'\\]"):
         get_adv_estimator_fn("rllm.grpo")(token_level_rewards=torch.ones(2, 1), response_mask=torch.ones(2, 1))

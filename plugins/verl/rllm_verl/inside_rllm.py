@@ -52,7 +52,9 @@ class VerlEstimator:
 VERL_ESTIMATORS: tuple[VerlEstimator, ...] = (
     VerlEstimator("grpo", "verl's GRPO (per-group loop, unbiased std)", options=(NORM_BY_STD, EPSILON)),
     VerlEstimator("grpo_vectorized", "verl's vectorized GRPO (torch)", options=(NORM_BY_STD, EPSILON)),
-    VerlEstimator("grpo_passk", "verl's pass@k GRPO: best of each group over the runner-up", options=(NORM_BY_STD, EPSILON)),
+    VerlEstimator(
+        "grpo_passk", "verl's pass@k GRPO: best of each group over the runner-up", options=(NORM_BY_STD, EPSILON)
+    ),
     VerlEstimator("rloo", "verl's RLOO (per-group loop)"),
     VerlEstimator("rloo_vectorized", "verl's vectorized RLOO (torch)"),
     VerlEstimator("opo", "verl's OPO: length-weighted group baseline", requires=("response_lengths",)),
@@ -163,4 +165,3 @@ def _padded(rows: Ragged) -> tuple[torch.Tensor, torch.Tensor]:
     padded = torch.zeros(mask.shape, dtype=torch.float32)
     padded[mask] = torch.as_tensor(np.array(rows.values, dtype=np.float32))
     return padded, mask.to(torch.float32)
-

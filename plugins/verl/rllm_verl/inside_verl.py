@@ -115,16 +115,17 @@ def run_for_verl(
     options, ambient = settings(config)
     with torch.no_grad():
         mask = response_mask.to(token_level_rewards.dtype)
-        scores = (token_level_rewards * mask).sum(dim=-1)
         batch = AdvantageBatch(
-            _numpy(scores),
+            _numpy((token_level_rewards * mask).sum(dim=-1)),
             np.asarray(index),
-            response_lengths=_numpy(response_mask.sum(dim=-1)),
             baseline_rewards=None if reward_baselines is None else _numpy(reward_baselines.reshape(-1)),
-            sources={"step_rewards": lambda: _token_rows(token_level_rewards, response_mask)},
+            sources={  # built only for an estimator that reads them
+                "response_lengths": lambda: _numpy(mask.sum(dim=-1)),
+                "step_rewards": lambda: _token_rows(token_level_rewards, response_mask),
+            },
         )
         advantages = run_estimator(name, batch, options, ambient=ambient)
-        return broadcast(advantages, token_level_rewards, response_mask)
+        return broadcast(advantages, token_level_rewards, mask)
 
 
 def settings(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -142,16 +143,19 @@ def settings(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return dict(options), ambient
 
 
-def broadcast(advantages: FloatArray | Ragged, like: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """One advantage per response copied over its masked tokens (or per-step advantages put on them)."""
+def broadcast(advantages: FloatArray | Ragged, like: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """One advantage per response copied over its masked tokens (or per-step advantages put on them).
+
+    ``mask`` is the response mask in ``like``'s dtype; the result has ``like``'s dtype and device.
+    """
     import torch
 
     if isinstance(advantages, Ragged):
         out = torch.zeros_like(like)
-        out[response_mask.bool()] = torch.tensor(advantages.values, dtype=like.dtype, device=like.device)
+        out[mask.bool()] = torch.tensor(advantages.values, dtype=like.dtype, device=like.device)
         return out
     per_response = torch.tensor(np.asarray(advantages), dtype=like.dtype, device=like.device)
-    return per_response.unsqueeze(-1) * response_mask.to(like.dtype)
+    return per_response.unsqueeze(-1) * mask
 
 
 def _token_rows(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> Ragged:
