@@ -5,7 +5,7 @@
    the same 131,072 responses.
 2. rllm against verl's own ``grpo_vectorized`` and ``rloo_vectorized`` (torch, CPU) on the same
    1,048,576 responses, rllm on its numpy path (default install) and its compiled path
-   (``rllm[fast]``), with rllm's default numerics and with ``preset="verl"`` (float32, unbiased std).
+   (the fast plugin, ``rllm[fast]``), with rllm's default numerics and with ``preset="verl"`` (float32, unbiased std).
 
 Every ratio is the median of paired runs measured in this run, one side right after the other,
 because this machine's speed drifts. ``python bench/verl_bridge.py [--quick]`` runs it alone
@@ -21,12 +21,13 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
 
 import rllm
-from rllm.estimators import fused
+from rllm.toolkit import kernel, numpy_only
 
 BRIDGE_SIZE = 131_072
 VERL_SIZE = 1_048_576
@@ -104,10 +105,12 @@ def against_verl(n: int, rounds: int, rng: np.random.Generator) -> None:
     rewards = (rng.random(n) < 0.5).astype(np.float32)
     ids = np.repeat(np.arange(n // GROUP), GROUP)
     tokens, mask = torch.as_tensor(rewards).unsqueeze(-1), torch.ones(n, 1)
-    paths = ["numpy"] + (["fused"] if fused.kernels() is not None else [])
+    paths: dict[str, Callable[[], AbstractContextManager[Any]]] = {"numpy": numpy_only}
+    if kernel("group_centre") is not None:
+        paths["fast"] = nullcontext
     print(f"\n## rllm against verl's own vectorized estimators, {n:,} responses (groups of 8, in order)")
     print(f"verl: torch {torch.__version__} on {torch.get_num_threads()} threads; rllm path numpy = default install,")
-    print("fused = rllm[fast] (numba); verl/rllm = median of paired runs (verl's time over rllm's)")
+    print("fast = the fast plugin's compiled kernels (numba); verl/rllm = median of paired runs (verl's time / rllm's)")
     print(f"{'verl estimator':<16} {'rllm call':<22} {'path':<6} {'verl ms':>8} {'rllm ms':>8} {'verl/rllm':>9}")
     for verl_name, ours in (("grpo_vectorized", "grpo"), ("rloo_vectorized", "rloo")):
         verl_fn = get_adv_estimator_fn(verl_name)
@@ -118,17 +121,17 @@ def against_verl(n: int, rounds: int, rng: np.random.Generator) -> None:
         reference = verl_call()[0][:, 0].numpy()
         for options in ({}, {"preset": "verl"}):
             call = f"{ours}" + (", preset=verl" if options else "")
-            for path in paths:
-                with fused.path(path):
+            for path, context in paths.items():
+                with context():
 
                     def rllm_call(ours: str = ours, options: dict[str, Any] = options) -> Any:
                         return rllm.compute_advantages(ours, rewards, ids, **options)
 
-                    warm = rllm_call()  # compiles the kernels on the fused path
+                    warm = rllm_call()  # compiles the kernels on the fast path
                     if options and not np.allclose(warm, reference, atol=1e-5):
                         raise SystemExit(f"rllm {call} differs from verl's {verl_name}")
                     ratio, rllm_best, verl_best = paired(rllm_call, verl_call, rounds)
-                verdict = "" if path != "fused" else f" ({'meets' if ratio >= TARGET else 'misses'} {TARGET:.0f}x)"
+                verdict = "" if path != "fast" else f" ({'meets' if ratio >= TARGET else 'misses'} {TARGET:.0f}x)"
                 print(
                     f"{verl_name:<16} {call:<22} {path:<6} {verl_best * 1e3:8.2f} {rllm_best * 1e3:8.2f} "
                     f"{ratio:9.1f}{verdict}"

@@ -113,19 +113,18 @@ def run_for_verl(
             "non_tensor_batch['uid']; this batch has no 'uid'."
         )
     options, ambient = settings(config)
-    with torch.no_grad():
-        mask = response_mask.to(token_level_rewards.dtype)
+    with torch.no_grad():  # a float tensor times the (integer or boolean) mask keeps the float dtype
         batch = AdvantageBatch(
-            _numpy((token_level_rewards * mask).sum(dim=-1)),
+            _numpy((token_level_rewards * response_mask).sum(dim=-1)),
             np.asarray(index),
             baseline_rewards=None if reward_baselines is None else _numpy(reward_baselines.reshape(-1)),
             sources={  # built only for an estimator that reads them
-                "response_lengths": lambda: _numpy(mask.sum(dim=-1)),
+                "response_lengths": lambda: _numpy(response_mask.sum(dim=-1)),
                 "step_rewards": lambda: _token_rows(token_level_rewards, response_mask),
             },
         )
         advantages = run_estimator(name, batch, options, ambient=ambient)
-        return broadcast(advantages, token_level_rewards, mask)
+        return broadcast(advantages, token_level_rewards, response_mask)
 
 
 def settings(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -143,19 +142,19 @@ def settings(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return dict(options), ambient
 
 
-def broadcast(advantages: FloatArray | Ragged, like: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def broadcast(advantages: FloatArray | Ragged, like: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """One advantage per response copied over its masked tokens (or per-step advantages put on them).
 
-    ``mask`` is the response mask in ``like``'s dtype; the result has ``like``'s dtype and device.
+    The result has ``like``'s dtype and device.
     """
     import torch
 
     if isinstance(advantages, Ragged):
         out = torch.zeros_like(like)
-        out[mask.bool()] = torch.tensor(advantages.values, dtype=like.dtype, device=like.device)
+        out[response_mask.bool()] = torch.tensor(advantages.values, dtype=like.dtype, device=like.device)
         return out
     per_response = torch.tensor(np.asarray(advantages), dtype=like.dtype, device=like.device)
-    return per_response.unsqueeze(-1) * mask
+    return (per_response.unsqueeze(-1) * response_mask).to(like.dtype)
 
 
 def _token_rows(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> Ragged:
