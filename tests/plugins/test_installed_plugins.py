@@ -20,6 +20,7 @@ def test_all_installed_plugins_are_listed_with_their_status(env: Env) -> None:
     assert set(plugins) == {
         "builtin",
         "fast",  # rllm's own kernel plugin; this environment has no numba, so it registers nothing
+        "verl",  # rllm's own verl bridge; this environment has no verl, so it registers nothing
         "example",
         "broken",
         "conflict_a",
