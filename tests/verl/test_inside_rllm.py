@@ -56,6 +56,23 @@ def test_verls_rloo_equals_rllms() -> None:
     assert (expected[6], vectorized[6]) == (3.0, 0.0)
 
 
+@pytest.mark.parametrize(
+    ("name", "fields"),
+    [
+        ("gpg", {}),
+        ("grpo_passk", {}),
+        ("reinforce_plus_plus_baseline", {}),
+        ("remax", {"baseline_rewards": np.linspace(0.0, 1.0, len(REWARDS) - 1)}),
+    ],
+)
+def test_verls_estimator_equals_rllms_under_the_verl_preset(name: str, fields: dict[str, np.ndarray]) -> None:
+    rewards, groups = np.delete(REWARDS, 6), np.delete(GROUPS, 6)  # verl's pass@k refuses a group of one
+    got = rllm.compute_advantages(f"verl.{name}", rewards, groups, **fields)
+    expected = rllm.compute_advantages(name, rewards, groups, preset="verl", **fields)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert np.ptp(expected) > 0.5
+
+
 def test_verls_opo_needs_and_uses_response_lengths() -> None:
     with pytest.raises(MissingInputError, match=r"'verl\.opo' needs the input 'response_lengths'"):
         rllm.compute_advantages("verl.opo", REWARDS, GROUPS)
@@ -72,6 +89,16 @@ def test_verls_per_token_estimator_returns_one_advantage_per_step() -> None:
     got = rllm.compute_advantages("verl.reinforce_plus_plus", [1.0, 2.0], [0, 0], step_rewards=[[0, 1], [0, 0, 2]])
     assert isinstance(got, rllm.Ragged) and got.lengths.tolist() == [2, 3]
     np.testing.assert_allclose(got.values, [-1.0954451, -1.0954451, 0.7302967, 0.7302967, 0.7302967], atol=1e-5)
+
+
+def test_verls_gae_gets_step_values() -> None:
+    # gamma = lam = 1: A_t = return-to-go - V_t. Rewards [0, 1], values [0, 0.5] give [1, 0.5];
+    # rewards [0, 0, 2], values [1, 0, 1] give [1, 2, 1]. verl whitens over the 5 tokens: mean 1.1,
+    # unbiased variance 1.2 / 4 = 0.3, so (x - 1.1) / 0.5477226
+    got = rllm.compute_advantages(
+        "verl.gae", [1.0, 2.0], [0, 0], step_rewards=[[0, 1], [0, 0, 2]], step_values=[[0, 0.5], [1, 0, 1]]
+    )
+    np.testing.assert_allclose(got.values, [-0.1825742, -1.0954451, -0.1825742, 1.6431677, -0.1825742], atol=1e-5)
 
 
 def test_import_rllm_imports_neither_torch_nor_verl_even_when_listing() -> None:
