@@ -26,6 +26,7 @@ from rllm.estimators.statistics import (
     suffix_discounted,
     whiten,
 )
+from rllm.plugins.fields import BatchField
 from rllm.plugins.options import CONFIG_OPTIONS, NUMERICS_OPTIONS, Option
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "PRIMITIVES",
     "RLOO_FACTOR",
     "AdvantageBatch",
+    "BatchField",
     "FloatArray",
     "GroupLayout",
     "IndexArray",
