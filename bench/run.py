@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 from jsonl import jsonl_benchmark
+from verl_bridge import available as verl_available
+from verl_bridge import verl_rows
 
 import rllm
 import rllm_fast
@@ -291,6 +293,10 @@ def main() -> None:
     collection(n_groups, 3 if args.quick else 7, rng)
     import_cost(5 if args.quick else 15)
     jsonl_benchmark(size_mb=5 if args.quick else 100, rounds=1 if args.quick else 3)
+    if verl_available():
+        verl_rows(quick=args.quick, rng=rng)
+    else:
+        print("\n## verl: not installed (pip install 'rllm[verl]'): no bridge or verl rows")
 
 
 if __name__ == "__main__":

@@ -155,3 +155,11 @@ class EstimatorCallError(RLLMError, TypeError):
 
 class OutputFileError(RLLMError, OSError):
     """An output file cannot be written; whatever was there before is left as it was."""
+
+
+class BatchFieldNotFoundError(NameNotFoundError):
+    """No plugin declares a batch field under the requested name."""
+
+
+class BatchFieldConflictError(NameConflictError):
+    """Two plugins declared the same batch field, or a name was re-registered."""

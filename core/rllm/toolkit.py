@@ -27,6 +27,7 @@ from rllm.estimators.statistics import (
     suffix_discounted,
     whiten,
 )
+from rllm.plugins.fields import BatchField
 from rllm.plugins.options import CONFIG_OPTIONS, NUMERICS_OPTIONS, Option
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "PRIMITIVES",
     "RLOO_FACTOR",
     "AdvantageBatch",
+    "BatchField",
     "EstimatorState",
     "EstimatorStates",
     "FloatArray",

@@ -170,8 +170,8 @@ def test_invalid_registrations_name_the_plugin(plugin_manager: PluginManager) ->
     source = plugin_source("careless", "dist-c", "0.1")
     with pytest.raises(PluginError, match=r"plugin 'careless', distribution dist-c 0\.1.*non-callable"):
         plugin_manager.add_estimator("x", 3, source)  # type: ignore[arg-type]
-    with pytest.raises(PluginError, match="unknown batch fields"):
-        plugin_manager.add_estimator("x", constant(1), source, requires=["lengths"])
+    with pytest.raises(PluginError, match="not field names"):
+        plugin_manager.add_estimator("x", constant(1), source, requires=["response lengths"])
     with pytest.raises(PluginError, match="style"):
         plugin_manager.add_estimator("x", constant(1), source, style="flat")
 
@@ -189,3 +189,10 @@ def test_warnings_do_not_fire_for_a_clean_registry(plugin_manager: PluginManager
         warnings.simplefilter("error")
         plugin_manager.register(Claims(clean=constant(1)), plugin_source("clean", "dist-clean"))
     assert value_of(plugin_manager, "clean") == 1.0
+
+
+def test_an_undeclared_required_field_is_named_with_the_closest_one(plugin_manager: PluginManager) -> None:
+    source = plugin_source("careless", "dist-c", "0.1")
+    plugin_manager.add_estimator("needs_lengths", constant(1), source, requires=["response_length"])
+    with pytest.raises(rllm.MissingInputError, match=r"'response_length'.*Did you mean 'response_lengths'"):
+        rllm.compute_advantages("needs_lengths", [1.0, 2.0], [0, 0])

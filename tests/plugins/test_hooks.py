@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,42 @@ def test_hook_rllm_register_config_sections(env: Env, tmp_path: Path) -> None:
     assert "rllm.recording.weight" in bad.stderr and not (tmp_path / "bad").exists()
     keys = env.run([env.rllm, "config", "--keys"], RLLM_PLUGINS="trainer_parts")
     assert "rllm.recording.weight" in keys.stdout
+
+
+def test_hook_rllm_register_batch_fields(env: Env, tmp_path: Path) -> None:
+    # Group [1, 3] (mean 2) with difficulties [0.5, 2]: (1 - 2) * 0.5 and (3 - 2) * 2.
+    result = env.py_json(
+        """
+        import json, rllm
+        from rllm import AlgorithmConfig, Step, Trajectory, TrajectoryGroup
+        direct = rllm.compute_advantages("difficulty_weighted", [1.0, 3.0], [0, 0], difficulty=[0.5, 2.0])
+        pairs = ((1.0, 0.5), (3.0, 2.0))
+        trajectories = [Trajectory(reward=r, steps=[Step()], info={"difficulty": d}) for r, d in pairs]
+        group = TrajectoryGroup.for_task("t", "solver", trajectories)
+        config = AlgorithmConfig(estimator="difficulty_weighted")
+        rllm.collect_reward_and_advantage_from_trajectory_groups([group], config)
+        try:
+            rllm.compute_advantages("difficulty_weighted", [1.0, 3.0], [0, 0])
+        except rllm.MissingInputError as exc:
+            missing = str(exc)
+        print(json.dumps({"direct": direct.tolist(), "collected": [t.steps[0].advantage for t in trajectories],
+                          "missing": missing}))
+        """,
+        RLLM_PLUGINS="fields",
+    )
+    assert result["direct"] == result["collected"] == [-0.5, 2.0]
+    assert "'difficulty'" in result["missing"]
+    source = tmp_path / "rollouts.jsonl"
+    source.write_text('{"task_id": "t", "reward": 1, "hardness": 0.5}\n{"task_id": "t", "reward": 3, "hardness": 2}\n')
+    done = env.run([env.rllm, "advantages", str(source), "-e", "difficulty_weighted"], RLLM_PLUGINS="fields")
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["advantage"] for line in done.stdout.splitlines()] == [-0.5, 2.0]
+    helped = env.run([env.rllm, "advantages", "--help"], RLLM_PLUGINS="fields").stdout
+    assert "hardness" in helped and "how hard the task is" in helped
+    listed = json.loads(
+        env.run([env.rllm, "estimators", "difficulty_weighted", "--json"], RLLM_PLUGINS="fields").stdout
+    )
+    assert listed[0]["requires"] == ["difficulty"]
 
 
 def test_hook_rllm_register_grouping_hooks(env: Env, tmp_path: Path) -> None:

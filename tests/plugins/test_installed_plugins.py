@@ -20,6 +20,7 @@ def test_all_installed_plugins_are_listed_with_their_status(env: Env) -> None:
     assert set(plugins) == {
         "builtin",
         "fast",  # rllm's own kernel plugin; this environment has no numba, so it registers nothing
+        "verl",  # rllm's own verl bridge; this environment has no verl, so it registers nothing
         "example",
         "broken",
         "conflict_a",
@@ -31,6 +32,7 @@ def test_all_installed_plugins_are_listed_with_their_status(env: Env) -> None:
         "exits",
         "chatty",
         "sleepy",
+        "fields",
     }
     assert next(iter(plugins)) == "builtin"
     assert plugins["builtin"]["status"] == "ok"  # trainer_parts replacing two of its names is no conflict of its own

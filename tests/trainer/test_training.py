@@ -150,3 +150,16 @@ def test_each_role_gets_its_own_estimator(make_config, plugin_manager, train) ->
     _, records = train(config, workflow_class=TwoRoleWorkflow)
     assert sorted(calls) == [("checker_est", 20)] * 2 + [("solver_est", 20)] * 2
     assert {"reward/solver/mean", "reward/checker/mean"} <= set(records[0])
+
+
+def test_turn_level_credit_trains_the_multi_turn_task(make_config, train) -> None:
+    # digit_chain scores every turn; turn_grpo compares each turn with the same turn of the task's rollouts.
+    config = make_config(
+        "rllm.embedded.tasks=[digit_chain]",
+        "rllm.algorithm.adv_estimator=turn_grpo",
+        "rllm.trainer.total_epochs=6",
+        "rllm.trainer.test_freq=0",
+    )
+    _, records = train(config)
+    rewards = [r["reward/solver/mean"] for r in records if r["kind"] == "train"]
+    assert np.mean(rewards[-5:]) > 0.3 > np.mean(rewards[:3])

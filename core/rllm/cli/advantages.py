@@ -25,7 +25,7 @@ import numpy as np
 from rllm.cli.args import add_config_arguments, command_parser, split_words
 from rllm.config.algorithm import AlgorithmConfig, estimator_name
 from rllm.errors import RLLMError, RolloutFileError
-from rllm.estimators.batch import AdvantageBatch, Ragged
+from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, Ragged, declared_fields
 from rllm.estimators.collect import summarize
 from rllm.estimators.compute import get_estimator
 from rllm.estimators.pipeline import invoke
@@ -63,7 +63,7 @@ file is replaced atomically, keeping its permissions; a FIFO, device or '-' is s
 
 def _fields_help() -> str:
     """The per-line fields, and which registered estimators need them (help must work even if plugins fail)."""
-    lines = [f"  {name:<18} {doc}" for name, doc in LINE_FIELDS.values()]
+    lines = [f"  {name:<18} {doc}" for name, doc in _line_fields().values()]
     from rllm.plugins.manager import get_plugin_manager
 
     try:
@@ -78,7 +78,7 @@ def _fields_help() -> str:
         except RLLMError:  # a name two plugins claim is reported when it is used
             continue
         if requires:
-            needs.append(f"{name} ({', '.join(LINE_FIELDS.get(r, (r,))[0] for r in requires)})")
+            needs.append(f"{name} ({', '.join(_line_fields().get(r, (r,))[0] for r in requires)})")
     return "\n".join(lines) + "\nEstimators that need them: " + ", ".join(needs) + "\n"
 
 
@@ -156,6 +156,16 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _line_fields() -> dict[str, tuple[str, str]]:
+    """Batch field -> (per-line JSON key, what it holds): the built-in ones and those plugins declare."""
+    try:
+        declared = declared_fields()
+    except RLLMError:  # a broken plugin in strict mode is reported when the command runs
+        declared = {}
+    extra = {name: (field.line_key(name), field.doc or "declared by a plugin") for name, field in declared.items()}
+    return {**LINE_FIELDS, **extra}
+
+
 class Reader:
     """Pass 1: parse each line, check it, and keep only the fields its role's estimator needs.
 
@@ -169,9 +179,14 @@ class Reader:
         self._group_index: dict[tuple[tuple[str, Any], int], int] = {}
         self._role_index: dict[str, int] = {}
         self._requires: list[tuple[str, frozenset[str]]] = []
-        for name in fields & {"response_lengths", "baseline_rewards"}:
+        self.line_fields = _line_fields()
+        declared = declared_fields() if fields - set(LINE_FIELDS) else {}
+        row_fields = {"step_rewards", "step_values", "reward_components"} | {
+            n for n, f in declared.items() if f.per_step
+        }
+        for name in fields - row_fields:
             self.columns.numbers[name] = array("d")
-        for name in fields & {"step_rewards", "step_values", "reward_components"}:
+        for name in fields & row_fields:
             self.columns.rows[name] = (array("d"), array("q", [0]))
 
     def fail(self, number: int, message: str) -> RolloutFileError:
@@ -223,7 +238,7 @@ class Reader:
 
     def _fields(self, number: int, record: Mapping[str, Any], estimator: str, requires: frozenset[str]) -> None:
         for name, values in self.columns.numbers.items():
-            json_name, what = LINE_FIELDS[name]
+            json_name, what = self.line_fields[name]
             value = record.get(json_name)
             if value is None and name not in requires:
                 values.append(math.nan)
@@ -234,7 +249,7 @@ class Reader:
                 raise self.fail(number, f"'{json_name}' must be {what.split(':')[0]}, got {value!r}.")
             values.append(float(value))
         for name, (values, offsets) in self.columns.rows.items():
-            json_name = LINE_FIELDS[name][0]
+            json_name = self.line_fields[name][0]
             value = record.get(json_name)
             if value is None and name in requires:
                 raise self.fail(number, f"no '{json_name}' field, which estimator {estimator!r} needs.")
@@ -273,9 +288,10 @@ def _lines(handle: IO[bytes], progress: Progress, stage: str) -> Iterator[tuple[
 def _needed_fields(config: AlgorithmConfig) -> set[str]:
     """Batch fields the configured estimators (default and per role) require."""
     needed: set[str] = set()
+    line_fields = _line_fields()
     for name in {estimator_name(config.estimator), *map(estimator_name, config.estimator_map.values())}:
         for field_name in get_estimator(name).requires:
-            if field_name not in LINE_FIELDS and field_name not in ("roles", "task_ids"):
+            if field_name not in line_fields and field_name not in ("roles", "task_ids"):
                 raise RolloutFileError(
                     f"Estimator {name!r} needs {field_name!r}, which no JSON Lines field provides; "
                     "use rllm.compute_advantages from Python."
@@ -306,6 +322,8 @@ def _batch(cols: Columns, index: np.ndarray, role: str, requires: Iterable[str],
     groups = np.frombuffer(cols.groups, dtype=np.int64)[index]
     fields: dict[str, Any] = {}
     for name in requires:
+        if name not in OPTIONAL_FIELDS and (name in cols.numbers or name in cols.rows):
+            continue  # a plugin's field: below
         if name in cols.numbers:
             fields[name] = np.frombuffer(cols.numbers[name], dtype=np.float64)[index]
         elif name == "reward_components":
@@ -320,7 +338,15 @@ def _batch(cols: Columns, index: np.ndarray, role: str, requires: Iterable[str],
     def describe(position: int) -> str:
         return f"line {int(index[position]) + 1} of {source} (group {cols.group_labels[groups[position]]!r})"
 
-    return AdvantageBatch(rewards, groups, describe=describe, **fields)
+    extra: dict[str, Any] = {}
+    for name in requires:
+        if name in OPTIONAL_FIELDS:
+            continue
+        if name in cols.numbers:
+            extra[name] = np.frombuffer(cols.numbers[name], dtype=np.float64)[index]
+        elif name in cols.rows:
+            extra[name] = _rows(*cols.rows[name], index)
+    return AdvantageBatch(rewards, groups, describe=describe, extra=extra, **fields)
 
 
 def estimate(cols: Columns, config: AlgorithmConfig, source: str) -> tuple[Any, dict[str, float]]:

@@ -8,6 +8,7 @@ every estimator can do segment reductions without a Python loop over groups.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
@@ -19,6 +20,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from rllm.errors import GroupError, MissingInputError
 from rllm.estimators import acceleration
+from rllm.plugins.fields import BatchField
 from rllm.plugins.hookspecs import OPTIONAL_FIELDS
 
 __all__ = ["OPTIONAL_FIELDS", "AdvantageBatch", "GroupLayout", "Ragged"]
@@ -493,6 +495,7 @@ class AdvantageBatch:
         task_ids: ArrayLike | None = None,
         sources: Mapping[str, FieldSource] | None = None,
         describe: Callable[[int], str] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         self.rewards: FloatArray = np.asarray(rewards, dtype=dtype)
         if self.rewards.ndim != 1:
@@ -518,10 +521,16 @@ class AdvantageBatch:
             "roles": roles,
             "task_ids": task_ids,
         }
-        self._sources = {k: v for k, v in (sources or {}).items() if given.get(k) is None}
-        unknown = sorted(set(self._sources) - set(given))
+        declared = declared_fields() if extra or set(sources or ()) - set(given) else {}
+        unknown = sorted((set(sources or ()) | set(extra or ())) - set(given) - set(declared))
         if unknown:
-            raise GroupError(f"Unknown batch field(s) {', '.join(unknown)}; known: {', '.join(OPTIONAL_FIELDS)}.")
+            known = ", ".join([*OPTIONAL_FIELDS, *declared])
+            raise GroupError(f"Unknown batch field(s) {', '.join(unknown)}; known: {known}.")
+        self._per_step = {
+            name: declared[name].per_step for name in (*(extra or ()), *(sources or ())) if name in declared
+        }
+        given.update(extra or {})
+        self._sources = {k: v for k, v in (sources or {}).items() if given.get(k) is None}
         for name, value in given.items():
             if name not in self._sources:
                 setattr(self, name, self._checked(name, value))
@@ -534,9 +543,12 @@ class AdvantageBatch:
             return _components(value, n, self.dtype)
         if name == "component_weights":
             return np.asarray(value, dtype=self.dtype).reshape(-1)
-        if name in ("step_rewards", "step_values"):
+        if name in ("step_rewards", "step_values") or self._per_step.get(name, False):
             return _ragged(value, n, name, self.dtype)
         return _per_item(value, n, name, None if name in ("roles", "task_ids") else self.dtype)
+
+    def _field_names(self) -> list[str]:
+        return [*OPTIONAL_FIELDS, *self._per_step]
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for fields left to a source: build them once, on first use.
@@ -552,7 +564,7 @@ class AdvantageBatch:
     def freeze(self) -> None:
         """Make the rewards and every field read-only views: an estimator cannot change the caller's arrays."""
         self._frozen = True
-        for name in ("rewards", *OPTIONAL_FIELDS):
+        for name in ("rewards", *self._field_names()):
             if name in self.__dict__:
                 setattr(self, name, _read_only(self.__dict__[name]))
 
@@ -572,7 +584,7 @@ class AdvantageBatch:
         given = {"component_weights": self.__dict__.get("component_weights")}
         sources = {
             name: partial(_take, self, name, keep)
-            for name in OPTIONAL_FIELDS
+            for name in self._field_names()
             if name != "component_weights" and (name in self.__dict__ or name in self._sources)
         }
         sub = AdvantageBatch(
@@ -583,6 +595,14 @@ class AdvantageBatch:
 
     def require(self, name: str, estimator: str) -> Any:
         value = getattr(self, name, None)
+        if value is None and name not in OPTIONAL_FIELDS and name not in declared_fields():
+            known = [*OPTIONAL_FIELDS, *declared_fields()]
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise MissingInputError(
+                f"Estimator {estimator!r} requires the batch field {name!r}, which is neither built in nor "
+                f"declared by an installed plugin.{hint} Fields: {', '.join(known)}."
+            )
         if value is None:
             raise MissingInputError(
                 f"Estimator {estimator!r} needs the input {name!r}, which this batch does not have. "
@@ -590,6 +610,14 @@ class AdvantageBatch:
                 "(see docs/estimators.md)."
             )
         return value
+
+
+def declared_fields() -> dict[str, BatchField]:
+    """Batch fields the installed plugins declare (``rllm_register_batch_fields``), by name."""
+    from rllm.plugins.manager import get_plugin_manager
+
+    registry = get_plugin_manager().batch_fields
+    return {name: registry.resolve(name).target for name in registry.names()}
 
 
 def _take(batch: AdvantageBatch, name: str, keep: NDArray[np.bool_]) -> Any:

@@ -14,12 +14,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rllm.errors import DataError, EstimatorOutputError, RewardError, RLLMWarning
-from rllm.estimators.batch import AdvantageBatch, FieldSource, FloatArray, GroupLayout, IndexArray, Ragged
+from rllm.estimators.batch import (
+    AdvantageBatch,
+    FieldSource,
+    FloatArray,
+    GroupLayout,
+    IndexArray,
+    Ragged,
+    declared_fields,
+)
 from rllm.estimators.compute import get_estimator
 from rllm.estimators.diagnostics import difficulty_metrics
 from rllm.estimators.names import estimator_name
 from rllm.estimators.pipeline import check_rewards, invoke
 from rllm.estimators.state import EstimatorStates
+from rllm.plugins.fields import BatchField
 from rllm.types import Step, Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -133,6 +142,7 @@ def _sources(groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]
         "baseline_rewards": lambda: _per_trajectory(flat(), "baseline_reward"),
         "reward_components": lambda: _components(flat()),
         "roles": lambda: [role] * len(flat()),
+        **{name: partial(_declared, field, flat) for name, field in declared_fields().items()},
         "task_ids": lambda: [g.group_task_id for g in groups for _ in g.trajectories],
     }
 
@@ -140,6 +150,11 @@ def _sources(groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]
 def _group_ids(groups: list[TrajectoryGroup]) -> list[str]:
     """Group labels for messages (read only when an error names a group)."""
     return [g.group_id for g in groups]
+
+
+def _declared(field: BatchField, flat: Callable[[], list[Trajectory]]) -> list[Any]:
+    """A plugin-declared batch field, read from every trajectory of the batch."""
+    return [field.read(trajectory) for trajectory in flat()]
 
 
 def _describer(groups: list[TrajectoryGroup], per_group: list[list[Trajectory]]) -> Callable[[int], str]:

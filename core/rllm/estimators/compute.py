@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from rllm.errors import EstimatorNotFoundError
-from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, FloatArray, Ragged
+from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, FloatArray, Ragged, declared_fields
 from rllm.estimators.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
 from rllm.estimators.pipeline import invoke
 from rllm.plugins.manager import get_plugin_manager
@@ -66,6 +66,7 @@ def compute_advantages(
     """
     entry = get_estimator(estimator)
     fields = {name: options.pop(name) for name in OPTIONAL_FIELDS if name in options}
+    extra = {name: options.pop(name) for name in declared_fields() if name in options}
     dtype = options.get("dtype") if options.get("dtype") in ("float32", "float64", np.float32, np.float64) else None
-    batch = AdvantageBatch(rewards, group_ids, dtype=dtype or np.float64, **fields)
+    batch = AdvantageBatch(rewards, group_ids, dtype=dtype or np.float64, extra=extra, **fields)
     return invoke(entry, batch, options, nonfinite_rewards=nonfinite_rewards).advantages

@@ -16,6 +16,8 @@ from typing import Any
 from rllm.errors import (
     BackendConflictError,
     BackendNotFoundError,
+    BatchFieldConflictError,
+    BatchFieldNotFoundError,
     EstimatorConflictError,
     EstimatorNotFoundError,
     GroupingHookConflictError,
@@ -25,6 +27,7 @@ from rllm.errors import (
     NameConflictError,
     NameNotFoundError,
 )
+from rllm.plugins.fields import batch_field_problem
 from rllm.plugins.hookspecs import BACKEND_ABSTRACT_METHODS, BACKEND_METHODS, KERNEL_NAMES
 
 PROTOCOL_MODULE, PROTOCOL_CLASS = "rllm.trainer.protocol", "BackendProtocol"
@@ -108,5 +111,13 @@ HOOK_KINDS = (
         "rllm_register_backends", "backends", "backend", BackendNotFoundError, BackendConflictError, backend_problem
     ),
     HookKind("rllm_register_kernels", "kernels", "kernel", KernelNotFoundError, KernelConflictError, kernel_problem),
+    HookKind(
+        "rllm_register_batch_fields",
+        "batch_fields",
+        "batch field",
+        BatchFieldNotFoundError,
+        BatchFieldConflictError,
+        batch_field_problem,
+    ),
 )
 """Every registration hook, in the order a plugin's hooks run."""

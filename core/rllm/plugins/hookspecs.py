@@ -236,6 +236,35 @@ def rllm_register_kernels(register: NamedRegistrar) -> None:
 
 
 @hookspec
+def rllm_register_batch_fields(register: NamedRegistrar) -> None:
+    """Declare new batch fields: per-trajectory inputs your estimators can ``require``.
+
+    :param register: ``register(name, field, *, replace=False)``.
+
+        ``name`` (str)
+            The field's name, a Python identifier that is not a built-in field; estimators
+            list it in ``requires`` and read it as ``batch.require(name, ...)``.
+        ``field`` (:class:`rllm.toolkit.BatchField`)
+            How the field is filled: ``read(trajectory)`` returns a number (or, with
+            ``per_step=True``, one number per step), used by the collection step;
+            ``rllm.compute_advantages`` takes it as a keyword array; ``rllm advantages``
+            reads the per-line key ``jsonl_key`` (default: ``name``). ``doc`` says what it
+            holds (``rllm advantages --help`` lists it).
+        ``replace`` (bool)
+            Required to take over a field another plugin declares.
+
+    Example::
+
+        from rllm.toolkit import BatchField
+
+        @rllm.hookimpl
+        def rllm_register_batch_fields(register):
+            register("difficulty", BatchField(read=lambda t: t.info["difficulty"],
+                                              doc="number: the task's difficulty in [0, 1]"))
+    """
+
+
+@hookspec
 def rllm_register_backends(register: NamedRegistrar) -> None:
     """Register training backends that the trainer can run against.
 

@@ -86,6 +86,7 @@ class PluginInfo:
     grouping_hooks: list[str] = field(default_factory=list)
     backends: list[str] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
+    batch_fields: list[str] = field(default_factory=list)
     load_seconds: float = 0.0
 
     @property
@@ -159,6 +160,7 @@ class PluginManager:
         self.grouping_hooks: Registry[Entry] = self._registry(HOOK_KINDS[1])
         self.backends: Registry[Entry] = self._registry(HOOK_KINDS[2])
         self.kernels: Registry[Entry] = self._registry(HOOK_KINDS[3])
+        self.batch_fields: Registry[Entry] = self._registry(HOOK_KINDS[4])
         self.plugins: dict[str, PluginInfo] = {}
         self.failures: list[PluginError] = []
         self.strict = strict

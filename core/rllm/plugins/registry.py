@@ -189,10 +189,11 @@ class EstimatorEntry(Entry):
         if isinstance(self.requires, str) or not isinstance(self.requires, Iterable):
             raise PluginContractError(f"{who} with requires={self.requires!r}; give a list of field names.")
         requires = tuple(self.requires)
-        unknown = [f for f in requires if f not in OPTIONAL_FIELDS]
-        if unknown:
+        invalid = [f for f in requires if not isinstance(f, str) or not f.isidentifier()]
+        if invalid:
             raise PluginContractError(
-                f"{who} requiring unknown batch fields {unknown}; known fields: {', '.join(OPTIONAL_FIELDS)}."
+                f"{who} requiring {invalid}, which are not field names; built-in fields: {', '.join(OPTIONAL_FIELDS)} "
+                "(plugins declare more with rllm_register_batch_fields)."
             )
         object.__setattr__(self, "requires", requires)
         if self.options is not None:

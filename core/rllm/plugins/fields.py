@@ -1,0 +1,42 @@
+"""Batch fields that plugins add: per-trajectory inputs an estimator can ``require`` like a built-in one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rllm.plugins.hookspecs import OPTIONAL_FIELDS
+
+
+@dataclass(frozen=True)
+class BatchField:
+    """How to fill one batch field.
+
+    ``read(trajectory)`` gives the trajectory's value: a number, or with ``per_step`` a list of
+    numbers, one per step. The collection step calls it for every trajectory of a batch whose
+    estimator requires the field; ``rllm.compute_advantages`` takes the field as a keyword
+    array; ``rllm advantages`` reads it from the per-line JSON key ``jsonl_key`` (default: the
+    field's name).
+    """
+
+    read: Callable[[Any], Any]
+    per_step: bool = False
+    doc: str = ""
+    jsonl_key: str | None = None
+
+    def line_key(self, name: str) -> str:
+        return self.jsonl_key or name
+
+
+def batch_field_problem(name: str, target: Any) -> str | None:
+    """Why ``target`` cannot be registered as batch field ``name``, or None."""
+    if not isinstance(target, BatchField):
+        return f"is {target!r}, not an rllm.toolkit.BatchField(read=..., per_step=..., doc=...)"
+    if not name.isidentifier():
+        return "is not a valid field name: use a Python identifier, e.g. 'difficulty'"
+    if name in OPTIONAL_FIELDS or name == "rewards":
+        return f"is a field rllm already fills; built-in fields: rewards, {', '.join(OPTIONAL_FIELDS)}"
+    if not callable(target.read):
+        return f"has read={target.read!r}, which is not callable"
+    return None

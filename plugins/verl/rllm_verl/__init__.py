@@ -1,0 +1,14 @@
+"""The bridge between rllm and verl, in both directions.
+
+* rllm inside verl: the ``verl.plugins`` entry point (:mod:`rllm_verl.verl_plugin`) registers
+  every rllm estimator in verl's advantage-estimator registry as ``rllm.<name>``, so a verl run
+  selects one with ``algorithm.adv_estimator=rllm.maxrl`` (:mod:`rllm_verl.inside_verl`).
+* verl inside rllm: the ``rllm.estimators`` entry point (:mod:`rllm_verl.inside_rllm`) makes
+  verl's estimators available to rllm as ``verl.<name>`` when verl is installed.
+
+Neither direction imports torch or verl until a bridged estimator runs: ``import rllm`` stays light.
+"""
+
+from rllm_verl.inside_verl import OPTIONS_KEY, register_in_verl
+
+__all__ = ["OPTIONS_KEY", "register_in_verl"]

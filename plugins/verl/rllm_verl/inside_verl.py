@@ -1,0 +1,178 @@
+"""rllm estimators as verl advantage estimators: ``algorithm.adv_estimator=rllm.<name>``.
+
+verl calls an advantage estimator with token-level rewards ``(batch, response_length)``, the
+response mask, the group labels ``index`` (the batch's ``uid``), the algorithm config and, when
+its batch has them, ``reward_baselines``. The adapter sums each response's rewards over its mask
+into one score, takes response lengths from the mask, runs the rllm estimator through rllm's one
+invocation pipeline (options, rewards and outputs are checked exactly as in rllm), and returns
+the advantages broadcast over the mask, in verl's dtype and on verl's device, as both advantages
+and returns (the outcome estimators of verl do the same).
+
+Estimator options come from the algorithm config under :data:`OPTIONS_KEY`
+(``algorithm.rllm_options``); verl's own ``norm_adv_by_std_in_grpo``, ``gamma`` and ``lam``
+reach the estimators that declare them, as rllm's run-level settings do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import rllm
+from rllm.errors import ConfigError, MissingInputError
+from rllm.toolkit import AdvantageBatch, FloatArray, Ragged, run_estimator
+
+if TYPE_CHECKING:
+    import torch
+
+PREFIX = "rllm."
+"""verl sees rllm's estimator ``maxrl`` as ``rllm.maxrl``."""
+OPTIONS_KEY = "rllm_options"
+"""Key of the algorithm config holding the rllm estimator's options (``algorithm.rllm_options``)."""
+BRIDGED_PREFIX = "verl."
+"""verl's own estimators as rllm sees them (:mod:`rllm_verl.inside_rllm`): never sent back to verl."""
+RUN_SETTINGS = ("norm_adv_by_std_in_grpo", "gamma", "lam")
+"""verl algorithm settings passed to rllm estimators that declare them."""
+FROM_VERL = {
+    "response_lengths": "the response mask",
+    "baseline_rewards": "reward_baselines (the batch's greedy-rollout rewards, as for verl's remax)",
+    "step_rewards": "token_level_rewards over the mask (one step per response token)",
+}
+"""The rllm batch fields an adapter can fill, and what of verl's input fills them."""
+
+VerlEstimatorFn = Callable[..., "tuple[torch.Tensor, torch.Tensor]"]
+_adapters: dict[str, VerlEstimatorFn] = {}
+
+
+def register_in_verl() -> list[str]:
+    """Register every rllm estimator in verl's registry as ``rllm.<name>``; returns the verl names.
+
+    The ``verl.plugins`` entry point runs this whenever verl is imported, in every process
+    (driver and Ray workers) that has rllm installed. Call it yourself after registering an
+    estimator in code once verl is imported, or where verl's plugin discovery is switched off
+    (``VERL_USE_EXTERNAL_PLUGINS=none``). Calling it again is harmless.
+    """
+    from verl.trainer.ppo.core_algos import register_adv_est
+
+    registered = []
+    for name in rllm.get_plugin_manager().estimators.names():
+        if name.startswith(BRIDGED_PREFIX):
+            continue
+        adapter = _adapters.get(name)
+        if adapter is None:
+            adapter = _adapters[name] = make_adapter(name)
+        register_adv_est(PREFIX + name)(adapter)
+        registered.append(PREFIX + name)
+    return registered
+
+
+def make_adapter(name: str) -> VerlEstimatorFn:
+    """A function with verl's advantage-estimator signature that runs rllm's estimator ``name``."""
+
+    def estimator(
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        index: np.ndarray | None = None,
+        config: Any = None,
+        reward_baselines: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        advantages = run_for_verl(name, token_level_rewards, response_mask, index, config, reward_baselines)
+        return advantages, advantages
+
+    estimator.__name__ = estimator.__qualname__ = f"rllm_{name}"
+    estimator.__doc__ = f"rllm's estimator {name!r} run by verl (see rllm_verl.inside_verl)."
+    return estimator
+
+
+def run_for_verl(
+    name: str,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray | None,
+    config: Any,
+    reward_baselines: torch.Tensor | None,
+) -> torch.Tensor:
+    """Advantages of rllm's estimator ``name`` on verl's inputs, shaped and typed like ``token_level_rewards``."""
+    import torch
+
+    entry = rllm.get_estimator(name)
+    missing = [field for field in entry.requires if field not in FROM_VERL]
+    if "baseline_rewards" in entry.requires and reward_baselines is None:
+        missing.append("baseline_rewards")
+    if missing:
+        raise MissingInputError(
+            f"rllm estimator {name!r} needs {', '.join(map(repr, missing))}, which verl does not pass to "
+            f"advantage estimators. Inside verl an rllm estimator gets: "
+            f"{'; '.join(f'{k} from {v}' for k, v in FROM_VERL.items())}."
+        )
+    if index is None:
+        raise MissingInputError(
+            f"rllm estimator {name!r} needs group labels, which verl passes as 'index' from the batch's "
+            "non_tensor_batch['uid']; this batch has no 'uid'."
+        )
+    options, ambient = settings(config)
+    with torch.no_grad():  # a float tensor times the (integer or boolean) mask keeps the float dtype
+        batch = AdvantageBatch(
+            _numpy((token_level_rewards * response_mask).sum(dim=-1)),
+            np.asarray(index),
+            baseline_rewards=None if reward_baselines is None else _numpy(reward_baselines.reshape(-1)),
+            sources={  # built only for an estimator that reads them
+                "response_lengths": lambda: _numpy(response_mask.sum(dim=-1)),
+                "step_rewards": lambda: _token_rows(token_level_rewards, response_mask),
+            },
+        )
+        advantages = run_estimator(name, batch, options, ambient=ambient)
+        return broadcast(advantages, token_level_rewards, response_mask)
+
+
+def settings(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The estimator options (``algorithm.rllm_options``) and run-level settings of verl's algorithm config."""
+    if config is None:
+        return {}, {}
+    raw = config.get(OPTIONS_KEY)
+    options = _plain(raw) if raw is not None else {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(
+            f"algorithm.{OPTIONS_KEY} must be a mapping of rllm estimator options, e.g. "
+            f"{{preset: verl}}; got {type(raw).__name__} {raw!r}."
+        )
+    ambient = {key: _plain(config.get(key)) for key in RUN_SETTINGS if config.get(key) is not None}
+    return dict(options), ambient
+
+
+def broadcast(advantages: FloatArray | Ragged, like: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """One advantage per response copied over its masked tokens (or per-step advantages put on them).
+
+    The result has ``like``'s dtype and device.
+    """
+    import torch
+
+    if isinstance(advantages, Ragged):
+        out = torch.zeros_like(like)
+        out[response_mask.bool()] = torch.tensor(advantages.values, dtype=like.dtype, device=like.device)
+        return out
+    per_response = torch.tensor(np.asarray(advantages), dtype=like.dtype, device=like.device)
+    return (per_response.unsqueeze(-1) * response_mask).to(like.dtype)
+
+
+def _token_rows(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> Ragged:
+    """Each response's token rewards under its mask, as rllm's per-step rewards."""
+    lengths = _numpy(response_mask.sum(dim=-1)).astype(np.intp)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.intp)
+    np.cumsum(lengths, out=offsets[1:])
+    return Ragged(values=_numpy(token_level_rewards[response_mask.bool()]), offsets=offsets)
+
+
+def _numpy(tensor: torch.Tensor) -> FloatArray:
+    import torch
+
+    return tensor.detach().to(device="cpu", dtype=torch.float64).numpy()
+
+
+def _plain(value: Any) -> Any:
+    """OmegaConf containers (verl's config) as plain dicts and lists; anything else unchanged."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value

@@ -1,0 +1,25 @@
+"""The ``verl.plugins`` entry point: verl imports this module when it is imported itself.
+
+verl swallows an exception raised by a plugin (it logs it at debug level), so a failure here
+is reported as a warning instead: without it a run would only say that ``rllm.<name>`` is an
+unknown estimator.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from rllm.errors import PluginWarning
+from rllm_verl.inside_verl import register_in_verl
+
+try:
+    REGISTERED: list[str] = register_in_verl()
+except Exception as exc:
+    REGISTERED = []
+    warnings.warn(
+        f"rllm could not register its estimators in verl ({type(exc).__name__}: {exc}); the rllm.* "
+        "estimators are unavailable in this process. Check that rllm and verl import together, "
+        "then call rllm_verl.register_in_verl() to see the full error.",
+        PluginWarning,
+        stacklevel=2,
+    )

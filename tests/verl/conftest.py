@@ -1,0 +1,59 @@
+"""The verl bridge's tests run only where verl is installed (``pip install 'rllm[verl]'``; CI installs it)."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+VERL_MISSING = importlib.util.find_spec("verl") is None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    skip = pytest.mark.skip(reason="verl is not installed here: pip install torch==2.13.0 'rllm[verl]' (CI does)")
+    for item in items:
+        if VERL_MISSING and "tests/verl/" in item.nodeid.replace("\\", "/"):
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def padded_batch() -> Callable[..., dict[str, Any]]:
+    """verl-shaped inputs: right-padded token rewards of different lengths, string uids in shuffled groups.
+
+    Each response's reward is split over its tokens (so the sum over the mask matters) and the
+    padding holds junk that a correct adapter never reads.
+    """
+
+    def make(n_groups: int = 6, seed: int = 0, dtype: str = "float32") -> dict[str, Any]:
+        import torch
+
+        rng = np.random.default_rng(seed)
+        sizes = rng.integers(2, 7, size=n_groups)
+        uids = np.array([f"prompt-{g}" for g, k in enumerate(sizes) for _ in range(k)], dtype=object)
+        order = rng.permutation(len(uids))
+        uids = uids[order]
+        n = len(uids)
+        lengths = rng.integers(1, 9, size=n)
+        width = int(lengths.max()) + 2
+        mask = np.arange(width)[None, :] < lengths[:, None]
+        token_rewards = np.where(mask, rng.random(size=(n, width)), 99.0)  # junk on the padding
+        torch_dtype = getattr(torch, dtype)
+        return {
+            "uids": uids,
+            "lengths": lengths,
+            "scores": (token_rewards * mask).sum(axis=1),
+            "mask": mask,
+            "token_level_rewards": torch.tensor(token_rewards, dtype=torch_dtype),
+            "response_mask": torch.tensor(mask, dtype=torch.int64),
+        }
+
+    return make
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # verl announces the training engines it cannot load (none is needed for advantages).
+    config.addinivalue_line("filterwarnings", "ignore:.*engine is not available:UserWarning")
+    config.addinivalue_line("filterwarnings", "ignore:Ray state API is no longer experimental:DeprecationWarning")

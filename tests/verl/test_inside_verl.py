@@ -1,0 +1,144 @@
+"""rllm's estimators run by verl's own dispatch: ``compute_advantage`` on a ``DataProto``, by name ``rllm.<name>``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rllm
+from rllm.errors import EstimatorOptionError, MissingInputError
+
+OPTIONS: dict[str, dict[str, Any]] = {"mix": {"components": "0.7*grpo + 0.3*rloo"}}
+"""Options an estimator cannot run without."""
+OUTCOME_ONLY = sorted(
+    name
+    for name in rllm.get_plugin_manager().estimators.names()
+    if not name.startswith("verl.") and set(rllm.get_estimator(name).requires) <= {"response_lengths"}
+)
+
+
+def verl_dispatch(inputs: dict[str, Any], estimator: str, **algorithm: Any) -> Any:
+    """verl's ``compute_advantage`` on a DataProto built from ``inputs``; the DataProto it returns."""
+    from omegaconf import OmegaConf
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    tensors = {"token_level_rewards": inputs["token_level_rewards"], "response_mask": inputs["response_mask"]}
+    tensors.update(inputs.get("extra", {}))
+    data = DataProto.from_dict(tensors=tensors, non_tensors={"uid": inputs["uids"]})
+    config = OmegaConf.create({"adv_estimator": estimator, "norm_adv_by_std_in_grpo": True, "gamma": 1.0, **algorithm})
+    return compute_advantage(
+        data,
+        adv_estimator=estimator,
+        norm_adv_by_std_in_grpo=config.norm_adv_by_std_in_grpo,
+        config=config,
+    )
+
+
+def on_tokens(per_response: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    return per_response[:, None] * mask
+
+
+def test_the_estimators_under_test_cover_the_outcome_family() -> None:
+    assert {"grpo", "rloo", "maxrl", "opo", "mix", "dr_grpo", "gpg"} <= set(OUTCOME_ONLY)
+    assert "gae" not in OUTCOME_ONLY and "remax" not in OUTCOME_ONLY
+
+
+@pytest.mark.parametrize("name", OUTCOME_ONLY)
+def test_verl_dispatch_runs_every_outcome_estimator_like_rllm(name: str, padded_batch: Callable[..., Any]) -> None:
+    import torch
+
+    inputs = padded_batch(seed=len(name))
+    options = OPTIONS.get(name, {})
+    out = verl_dispatch(inputs, f"rllm.{name}", rllm_options=options)
+    expected = rllm.compute_advantages(
+        name, inputs["scores"], inputs["uids"], response_lengths=inputs["lengths"], **options
+    )
+    advantages = out.batch["advantages"]
+    assert advantages.dtype == torch.float32 and advantages.shape == inputs["token_level_rewards"].shape
+    np.testing.assert_allclose(advantages.numpy(), on_tokens(expected, inputs["mask"]), rtol=2e-6, atol=2e-6)
+    assert torch.equal(out.batch["returns"], advantages)
+    assert not advantages.numpy()[~inputs["mask"]].any()  # padding stays zero
+    assert np.ptp(expected) > 0.1  # the comparison is not between two arrays of zeros
+
+
+def test_options_and_verl_settings_reach_the_estimator() -> None:
+    import torch
+
+    # one group, rewards 1, 0, 0, 0 on the last of two tokens: rllm's default GRPO gives
+    # 0.75 / (0.4330127 + 1e-6) = 1.7320468 and -0.5773489 (population std); preset verl gives
+    # 1.5, -0.5 (unbiased std)
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    inputs = {"token_level_rewards": rewards, "response_mask": torch.ones(4, 2), "uids": np.array(["a"] * 4, object)}
+    default = verl_dispatch(inputs, "rllm.grpo").batch["advantages"][:, 0].tolist()
+    assert default == pytest.approx([1.7320468, -0.5773489, -0.5773489, -0.5773489], abs=1e-6)
+    verl_like = verl_dispatch(inputs, "rllm.grpo", rllm_options={"preset": "verl"}).batch["advantages"][:, 1]
+    assert verl_like.tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5], abs=1e-5)
+    # verl's own switch (algorithm.norm_adv_by_std_in_grpo=False) reaches rllm's GRPO: r - mean
+    centred = verl_dispatch(inputs, "rllm.grpo", norm_adv_by_std_in_grpo=False).batch["advantages"][:, 0]
+    assert centred.tolist() == pytest.approx([0.75, -0.25, -0.25, -0.25])
+
+
+def test_an_unknown_option_is_an_error_naming_it(padded_batch: Callable[..., Any]) -> None:
+    with pytest.raises(EstimatorOptionError, match=r"'rloo'.*has no option 'prest'"):
+        verl_dispatch(padded_batch(), "rllm.rloo", rllm_options={"prest": "verl"})
+
+
+def test_options_must_be_a_mapping(padded_batch: Callable[..., Any]) -> None:
+    with pytest.raises(rllm.ConfigError, match=r"algorithm\.rllm_options must be a mapping"):
+        verl_dispatch(padded_batch(), "rllm.rloo", rllm_options="verl")
+
+
+def test_a_field_verl_does_not_pass_is_an_error_naming_it(padded_batch: Callable[..., Any]) -> None:
+    with pytest.raises(MissingInputError, match="'gae' needs 'step_values'"):
+        verl_dispatch(padded_batch(), "rllm.gae")
+    with pytest.raises(MissingInputError, match="'remax' needs 'baseline_rewards'"):
+        verl_dispatch(padded_batch(), "rllm.remax")
+
+
+def test_remax_reads_verls_reward_baselines(padded_batch: Callable[..., Any]) -> None:
+    import torch
+
+    inputs = padded_batch(seed=3)
+    baselines = np.linspace(0.0, 1.0, len(inputs["uids"]))
+    inputs["extra"] = {"reward_baselines": torch.tensor(baselines, dtype=torch.float32)}
+    got = verl_dispatch(inputs, "rllm.remax").batch["advantages"].numpy()
+    expected = rllm.compute_advantages("remax", inputs["scores"], inputs["uids"], baseline_rewards=baselines)
+    np.testing.assert_allclose(got, on_tokens(expected, inputs["mask"]), rtol=2e-6, atol=2e-6)
+
+
+def test_per_step_estimator_gets_tokens_as_steps_and_returns_token_advantages() -> None:
+    import torch
+
+    # reinforce_plus_plus, gamma 1: returns-to-go of [0, 1] and [0, 0, 2] are [1, 1] and [2, 2, 2];
+    # whitened over the 5 steps (mean 1.6, population std 0.4898979 + eps 1e-6): -0.6 / 0.489899
+    # = -1.2247424 twice, 0.4 / 0.489899 = 0.8164949 three times
+    rewards = torch.tensor([[0.0, 1.0, 7.0], [0.0, 0.0, 2.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    inputs = {"token_level_rewards": rewards, "response_mask": mask, "uids": np.array(["a", "a"], object)}
+    out = verl_dispatch(inputs, "rllm.reinforce_plus_plus").batch["advantages"]
+    assert out.dtype == torch.float64  # verl's dtype is kept
+    expected = [[-1.2247424, -1.2247424, 0.0], [0.8164949] * 3]
+    np.testing.assert_allclose(out.numpy(), expected, atol=1e-6)
+
+
+def test_group_labels_are_required() -> None:
+    import torch
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    with pytest.raises(MissingInputError, match="non_tensor_batch\\['uid'\\]"):
+        get_adv_estimator_fn("rllm.grpo")(token_level_rewards=torch.ones(2, 1), response_mask=torch.ones(2, 1))
+
+
+def test_every_rllm_estimator_is_in_verls_registry_and_verls_own_are_not_sent_back() -> None:
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+    from rllm_verl import register_in_verl
+
+    mine = {name for name in rllm.get_plugin_manager().estimators.names() if not name.startswith("verl.")}
+    assert {f"rllm.{name}" for name in mine} <= set(ADV_ESTIMATOR_REGISTRY)
+    assert not any(name.startswith("rllm.verl.") for name in ADV_ESTIMATOR_REGISTRY)
+    assert sorted(register_in_verl()) == sorted(f"rllm.{name}" for name in mine)  # a second call is harmless
