@@ -208,6 +208,7 @@ def test_plugin_registering_with_the_decorator_while_it_is_imported(env: Env) ->
         "grouping_hooks": [],
         "backends": [],
         "kernels": [],
+        "batch_fields": [],
         "load_seconds": 0,
         "slow": False,
     }

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from rllm import register_rllm_adv_estimator
+from rllm.errors import ConfigError
 from rllm.experimental.unified_trainer import TrainerState, UnifiedTrainer
 from rllm.types import Episode, Step, TerminationReason, Trajectory
 from rllm.workflows.workflow import Workflow
@@ -163,3 +164,36 @@ def test_turn_level_credit_trains_the_multi_turn_task(make_config, train) -> Non
     _, records = train(config)
     rewards = [r["reward/solver/mean"] for r in records if r["kind"] == "train"]
     assert np.mean(rewards[-5:]) > 0.3 > np.mean(rewards[:3])
+
+
+def test_each_role_trains_with_its_own_loss(make_config, train) -> None:
+    from rllm_builtin.embedded.policy import policy_loss
+
+    config = make_config(
+        "rllm.algorithm.loss_fn=ppo",
+        "+rllm.algorithm.loss_fn_map.checker=importance_sampling",
+        "rllm.trainer.total_batches=2",
+        "rllm.trainer.test_freq=0",
+    )
+    trainer, records = train(config, workflow_class=TwoRoleWorkflow)
+    assert [r["kind"] for r in records].count("train") == 2
+    assert trainer.backend.role_losses == {"checker": "importance_sampling"}
+
+    # Mixed losses in one minibatch: each token's terms are those of its own role's loss.
+    from rllm_builtin.embedded.backend import _losses
+
+    rng = np.random.default_rng(0)
+    logp, old, adv = np.log(rng.random(6)), np.log(rng.random(6)), rng.normal(size=6)
+    kinds = np.array(["ppo", "importance_sampling", "ppo", "cispo", "importance_sampling", "ppo"], dtype=object)
+    mixed = _losses(kinds, logp, old, adv, 0.2, 0.2)
+    for kind in ("ppo", "importance_sampling", "cispo"):
+        rows = kinds == kind
+        alone = policy_loss(kind, logp[rows], old[rows], adv[rows], 0.2, 0.2)
+        np.testing.assert_array_equal(mixed.loss[rows], alone.loss)
+        np.testing.assert_array_equal(mixed.d_logp[rows], alone.d_logp)
+
+
+def test_an_unsupported_loss_for_a_role_is_named(make_config) -> None:
+    config = make_config("+rllm.algorithm.loss_fn_map.checker=dro")
+    with pytest.raises(ConfigError, match=r"loss 'dro' of role 'checker'.*not supported by the embedded backend"):
+        UnifiedTrainer(None, config, workflow_class=TwoRoleWorkflow, progress=False)

@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from rllm import AlgorithmConfig
 from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
 from rllm.trainer import BackendProtocol, TaskSetup, TrainerState
 from rllm.types import Step
-from rllm_builtin.embedded.policy import LOSS_FUNCTIONS, SoftmaxPolicy, lr_factor, policy_loss
+from rllm_builtin.embedded.policy import LOSS_FUNCTIONS, LossTerms, SoftmaxPolicy, lr_factor, policy_loss
 from rllm_builtin.embedded.tasks import EOS, VOCAB, ArithmeticWorkflow, build_tasks, decode
 
 POLICY_FILE = "policy.npz"
@@ -36,7 +37,6 @@ _UNHONOURED: tuple[tuple[str, Any, str], ...] = (
     ("router_replay", "disabled", "its policy has no mixture-of-experts router"),
     ("rollout_correction.tis_mode", None, "it samples and trains with the same policy"),
     ("rollout_correction.bypass_mode", None, "it samples and trains with the same policy"),
-    ("loss_fn_map", {}, "it applies rllm.algorithm.loss_fn to every role"),
 )
 """rLLM's algorithm keys the embedded backend cannot honour: (key, default, why)."""
 
@@ -100,6 +100,8 @@ class TokenBatch:
     rollout_logprobs: np.ndarray
     steps: list[Step]
     token_index: np.ndarray
+    losses: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
+    """The policy loss of each token's role (``rllm.algorithm.loss_fn_map``, else ``loss_fn``)."""
     old_logprobs: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def advantages(self) -> np.ndarray:
@@ -111,6 +113,27 @@ class TokenBatch:
             per_token = np.ravel(advantage)  # a scalar broadcast to every token, or one value per token
             values[row] = per_token[index] if per_token.size > 1 else per_token[0]
         return values
+
+
+def _role_losses(config: DictConfig) -> dict[str, str]:
+    """role -> policy loss, from ``loss_fn_map`` and ``(estimator, loss)`` pairs in ``estimator_map``."""
+    algorithm = AlgorithmConfig.from_config(config)
+    return {role: str(algorithm.loss_fn_for(role)) for role in algorithm.loss_fn_map}
+
+
+def _losses(
+    kinds: np.ndarray, logp: np.ndarray, old_logp: np.ndarray, advantages: np.ndarray, clip_low: float, clip_high: float
+) -> LossTerms:
+    """Per-token loss terms when tokens of different roles use different losses (one call per loss)."""
+    first = kinds[0] if len(kinds) else "ppo"
+    if (kinds == first).all():
+        return policy_loss(str(first), logp, old_logp, advantages, clip_low, clip_high)
+    loss, d_logp, clipped = np.empty_like(logp), np.empty_like(logp), np.zeros(len(logp), dtype=bool)
+    for kind in dict.fromkeys(kinds.tolist()):
+        rows = kinds == kind
+        terms = policy_loss(str(kind), logp[rows], old_logp[rows], advantages[rows], clip_low, clip_high)
+        loss[rows], d_logp[rows], clipped[rows] = terms.loss, terms.d_logp, terms.clipped
+    return LossTerms(loss, d_logp, clipped)
 
 
 class EmbeddedBackend(BackendProtocol):
@@ -128,6 +151,7 @@ class EmbeddedBackend(BackendProtocol):
         self.sample_rng = np.random.default_rng(seed)
         self.update_rng = np.random.default_rng(seed + 1)
         self.loss_fn = str(config.rllm.algorithm.loss_fn or "ppo")
+        self.role_losses = _role_losses(config)
 
     def validate_config(self) -> None:
         if self.loss_fn not in LOSS_FUNCTIONS:
@@ -135,6 +159,13 @@ class EmbeddedBackend(BackendProtocol):
                 f"rllm.algorithm.loss_fn={self.loss_fn!r} is not supported by the embedded backend; use one of "
                 f"{', '.join(LOSS_FUNCTIONS)} (null means ppo)."
             )
+        for role, loss in self.role_losses.items():
+            if loss not in LOSS_FUNCTIONS:
+                raise ConfigError(
+                    f"The policy loss {loss!r} of role {role!r} (rllm.algorithm.loss_fn_map, or an (estimator, loss) "
+                    f"pair in estimator_map) is not supported by the embedded backend; use one of "
+                    f"{', '.join(LOSS_FUNCTIONS)}."
+                )
         for key in ("lr", "temperature"):
             if not float(self.options[key]) > 0:
                 raise ConfigError(f"rllm.embedded.{key} must be positive, got {self.options[key]}.")
@@ -180,8 +211,9 @@ class EmbeddedBackend(BackendProtocol):
 
     # -- stages 4, 5 and 7 -------------------------------------------------------------------
     def transform_to_backend_batch(self, trainer_state: TrainerState) -> TokenBatch:
-        features, tokens, logprobs, steps, index = [], [], [], [], []
+        features, tokens, logprobs, steps, index, losses = [], [], [], [], [], []
         for group in trainer_state.trajectory_groups:
+            loss = self.role_losses.get(group.group_role, self.loss_fn)
             for trajectory in group.trajectories:
                 for step in trajectory.steps:
                     context = list(step.prompt_ids)
@@ -191,10 +223,13 @@ class EmbeddedBackend(BackendProtocol):
                         logprobs.append(step.logprobs[i] if step.logprobs else np.nan)
                         steps.append(step)
                         index.append(i)
+                        losses.append(loss)
                         context.append(token)
         if not tokens:
             raise TrainerError("The trajectory groups hold no response tokens; the workflow produced empty steps.")
-        return TokenBatch(np.array(features), np.array(tokens), np.array(logprobs), steps, np.array(index))
+        batch = TokenBatch(np.array(features), np.array(tokens), np.array(logprobs), steps, np.array(index))
+        batch.losses = np.array(losses, dtype=object)
+        return batch
 
     async def process_backend_batch(self, trainer_state: TrainerState) -> None:
         """Log-probabilities of the sampled tokens under the policy before the update (PPO's old policy)."""
@@ -235,7 +270,9 @@ class EmbeddedBackend(BackendProtocol):
                 log_p = self.policy.log_probs(batch.features[rows])
                 probs = np.exp(log_p)
                 logp = log_p[np.arange(len(rows)), batch.tokens[rows]]
-                terms = policy_loss(self.loss_fn, logp, batch.old_logprobs[rows], advantages[rows], clip_low, clip_high)
+                terms = _losses(
+                    batch.losses[rows], logp, batch.old_logprobs[rows], advantages[rows], clip_low, clip_high
+                )
                 d_logits = -probs
                 d_logits[np.arange(len(rows)), batch.tokens[rows]] += 1.0
                 d_logits *= terms.d_logp[:, None]
