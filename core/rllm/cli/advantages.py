@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import numpy as np
 
@@ -222,6 +222,7 @@ class Reader:
         reward = record.get("reward")
         if not _is_number(reward):
             raise self.fail(number, f"'reward' must be a number, got {reward!r}.")
+        reward = float(cast(float, reward))
         if not math.isfinite(reward):
             cols.nonfinite.append(len(cols))
         role_id = self._role(role)
@@ -229,7 +230,7 @@ class Reader:
         group = self._group_index.setdefault(key, len(self._group_index))
         if group == len(cols.group_labels):
             cols.group_labels.append(label)
-        cols.rewards.append(float(reward))
+        cols.rewards.append(reward)
         cols.groups.append(group)
         cols.roles.append(role_id)
         cols.has_field.append(self.out_field in record)

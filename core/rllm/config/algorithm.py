@@ -6,7 +6,7 @@ import difflib
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from rllm.config.schema import CORE_KEYS
 from rllm.errors import ConfigError
@@ -231,7 +231,7 @@ class AlgorithmConfig:
             estimator=str(name),
             estimator_map={**_plain(algo.get("estimator_map", None) or {}), **(estimator_map or {})},
             loss_fn_map={str(k): str(v) for k, v in _plain(algo.get("loss_fn_map", None) or {}).items()},
-            stepwise_advantage_mode=mode,
+            stepwise_advantage_mode=cast(Literal["broadcast", "per_step"], mode),
             normalize_by_steps=normalize_by_steps,
             norm_adv_by_std_in_grpo=bool(norm),
             use_rllm=use_rllm,

@@ -23,7 +23,7 @@ import difflib
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -203,7 +203,8 @@ def parse_value(text: str) -> Any:
         parsed = OmegaConf.from_dotlist([f"value={text}"])
     except (yaml.YAMLError, OmegaConfBaseException) as exc:
         raise ConfigError(f"Value {text!r} is not valid YAML: {_one_line(exc)}") from None
-    return OmegaConf.to_container(parsed, resolve=False)["value"]
+    container = OmegaConf.to_container(parsed, resolve=False)
+    return cast(dict[str, Any], container)["value"]
 
 
 def is_override(arg: str) -> bool:

@@ -177,7 +177,7 @@ def _bool_key(path: str, default: bool, doc: str) -> ConfigKey:
     return ConfigKey(path, "bool", default, doc)
 
 
-def _count(path: str, default: int, doc: str, minimum: int = 1, **extra: Any) -> ConfigKey:
+def _count(path: str, default: int | None, doc: str, minimum: int = 1, **extra: Any) -> ConfigKey:
     return ConfigKey(path, "int", default, doc, minimum=minimum, **extra)
 
 

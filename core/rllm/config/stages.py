@@ -63,7 +63,9 @@ class RejectionSamplingConfig:
     ``none`` keeps every group with at least ``min_trajs_per_group`` trajectories; ``episode``
     also accumulates batches until ``min_partial_solve_tasks`` tasks were solved by some but
     not all rollouts; ``group`` filters by group size only. ``filter_uniform_groups`` drops
-    groups whose rollouts were all correct or all wrong (no learning signal).
+    groups whose rewards are all equal (no learning signal) and generates more until the
+    batch is full: the trainer runs it as dynamic sampling with tolerance 0 and the ``drop``
+    strategy (docs/trainer.md, "Dynamic sampling").
     """
 
     mode: RejectionMode = "none"

@@ -363,9 +363,7 @@ def collect_advantages(
     metrics = collected.metrics
     advantages_by_role: dict[str, np.ndarray] = {}
     for role, (role_groups, per_group) in by_role.items():
-        layout = GroupLayout.from_sizes(
-            list(map(len, per_group)), lambda groups=role_groups: [g.group_id for g in groups]
-        )
+        layout = GroupLayout.from_sizes(list(map(len, per_group)), partial(_group_ids, role_groups))
         rewards = _rewards(role_groups, per_group)
         batch = AdvantageBatch(
             rewards, layout, sources=_sources(role_groups, per_group, role), describe=_describer(role_groups, per_group)

@@ -74,7 +74,7 @@ def discover_plugins() -> list[Discovered]:
             builtin = own and ep.name == BUILTIN_PLUGIN  # rllm's other entry points (fast) are ordinary plugins
             plugin_name = ep.name if ep.name not in names else f"{ep.name}@{dist_name}"
             names.add(plugin_name)
-            kind = "builtin" if builtin else "plugin"
+            kind: SourceKind = "builtin" if builtin else "plugin"
             found[(ep.name, ep.value)] = Discovered(ep, Source(kind, plugin_name, dist_name, dist and dist.version))
         _discovered = sorted(found.values(), key=lambda d: (d.source.kind != "builtin", d.source.plugin))
     return _discovered

@@ -36,6 +36,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from types import FrameType
 from typing import Any, Literal
 
 import pluggy
@@ -53,6 +54,7 @@ from rllm.plugins import hookspecs
 from rllm.plugins.contract import HOOK_KINDS, HookKind
 from rllm.plugins.discovery import (
     BUILTIN_DISTRIBUTION,
+    ENTRY_POINT_GROUP,
     Discovered,
     _normalise,
     discover_plugins,
@@ -135,7 +137,8 @@ _RLLM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 def _warn(message: str) -> None:
     """A :class:`PluginWarning` attributed to the first caller outside rllm (``sys:1`` under the ``rllm`` command)."""
-    level, frame = 2, sys._getframe(1)
+    level = 2
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_RLLM_DIR):
         level, frame = level + 1, frame.f_back
     warnings.warn(message, PluginWarning, stacklevel=level)
@@ -235,7 +238,7 @@ class PluginManager:
     def _refuse_hookimpl_options(self, plugin: object) -> None:
         """Registration hooks run once per plugin, outside pluggy's call loop: ordering and wrapping mean nothing."""
         for attribute in dir(plugin):
-            options = self.hooks.parse_hookimpl_opts(plugin, attribute) or {}
+            options: dict[str, Any] = dict(self.hooks.parse_hookimpl_opts(plugin, attribute) or {})
             refused = [f"{option}=True" for option in hookspecs.REFUSED_HOOKIMPL_OPTIONS if options.get(option)]
             if refused:
                 raise PluginContractError(
@@ -339,7 +342,7 @@ class PluginManager:
             discovered = discover_plugins()
             if not any(found.source.kind == "builtin" for found in discovered):
                 _warn(
-                    f"The {BUILTIN_DISTRIBUTION} distribution declares no {hookspecs.ENTRY_POINT_GROUP!r} entry point, "
+                    f"The {BUILTIN_DISTRIBUTION} distribution declares no {ENTRY_POINT_GROUP!r} entry point, "
                     "so the built-in estimators are missing: reinstall rllm (pip install -e . in a checkout)."
                 )
             for found in discovered:

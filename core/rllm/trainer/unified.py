@@ -465,8 +465,11 @@ class UnifiedTrainer:
             seen = {episode.task_id for episode in state.episodes}
             if state.sampling_state is None:
                 state.sampling_state = SamplingState()
+            dataset = self.train_dataset
+            if dataset is None:
+                raise TrainerError("Dynamic sampling refills from the training set, but this run has none.")
             while len(kept) < target and rounds < config.max_rounds:
-                tasks = refill_tasks(self.train_dataset, target - len(kept), seen, state.sampling_state, task_id_of)
+                tasks = refill_tasks(dataset, target - len(kept), seen, state.sampling_state, task_id_of)
                 if not tasks:
                     break
                 rounds += 1

@@ -47,12 +47,12 @@ def pass_at_k_metrics(episodes: Sequence[Episode], ks: Sequence[int] = (1,)) -> 
             if values:
                 metrics[f"{prefix}/pass@{k}"] = float(np.mean(values))
         metrics[f"{prefix}/num_tasks"] = float(len(per_task))
-        values: dict[str, list[float]] = defaultdict(list)
+        by_metric: dict[str, list[float]] = defaultdict(list)
         for episode in source_episodes:
             for key, value in episode.metrics.items():
                 if isinstance(value, int | float | np.number):
-                    values[key].append(float(value))
-        for key, series in values.items():
+                    by_metric[key].append(float(value))
+        for key, series in by_metric.items():
             metrics[f"{prefix}/{key}"] = float(np.mean(series))
         for reason in TerminationReason:
             share = sum(ep.termination_reason is reason for ep in source_episodes) / len(source_episodes)

@@ -33,9 +33,9 @@ def _jit(signatures: list[Any] | None = None) -> Callable[[Callable[..., Any]], 
 
     def compile_one(fn: Callable[..., Any]) -> Any:
         try:
-            return numba.njit(signatures, cache=True, **_OPTIONS)(fn)
+            return numba.njit(signatures, cache=True, **_OPTIONS)(fn)  # type: ignore[call-overload]
         except RuntimeError:  # numba found no writable cache directory
-            return numba.njit(signatures, **_OPTIONS)(fn)
+            return numba.njit(signatures, **_OPTIONS)(fn)  # type: ignore[call-overload]
 
     return compile_one
 
