@@ -198,6 +198,7 @@ def test_a_pass_at_k_larger_than_the_validation_samples_is_refused(make_config) 
 def test_rejection_multiplier_enlarges_the_training_batch(make_config, train) -> None:
     config = make_config(
         "rllm.rejection_sample.enable=true",
+        "rllm.rejection_sample.mode=batch",
         "rllm.rejection_sample.multiplier=2",
         "rllm.trainer.total_batches=1",
         "rllm.trainer.test_freq=0",
@@ -207,3 +208,12 @@ def test_rejection_multiplier_enlarges_the_training_batch(make_config, train) ->
     assert record["batch/num_episodes"] == 2 * 20 * 8
     kept = record["rejection/groups_kept"]
     assert kept == record["rejection/solve_partial"] < 40  # batch mode: partially solved tasks only
+
+
+def test_enabling_rejection_sampling_without_a_mode_means_episode_as_in_rllm(make_config) -> None:
+    from rllm.trainer.rejection import RejectionSamplingConfig
+
+    config = make_config("rllm.rejection_sample.enable=true")
+    assert RejectionSamplingConfig.from_config(config.rllm.rejection_sample).mode == "episode"
+    grouped = make_config("rllm.rejection_sample.enable=true", "rllm.rejection_sample.mode=group")
+    assert RejectionSamplingConfig.from_config(grouped.rllm.rejection_sample).mode == "none"  # size filter only

@@ -366,9 +366,11 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey(
         "rllm.rejection_sample.mode",
         "str",
-        "batch",
-        "batch: filter each batch; episode: accumulate kept groups across batches.",
-        choices=("batch", "episode"),
+        None,
+        "batch: keep each batch's partly solved groups; episode: accumulate until enough are solved; "
+        "none/group: drop only groups below min_trajs_per_group; null: episode when enabled (rLLM's default).",
+        choices=("none", "batch", "episode", "group"),
+        nullable=True,
     ),
     _count("rllm.rejection_sample.multiplier", 1, "Tasks sampled per batch slot, to make up for rejected ones."),
     _count("rllm.rejection_sample.min_partial_solve_tasks", 1, "Partly solved tasks to gather before training.", 0),

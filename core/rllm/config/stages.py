@@ -52,8 +52,8 @@ class CompactFilteringConfig:
         return bool(getattr(self, f"mask_{reason.value}", False))
 
 
-RejectionMode = Literal["none", "episode", "group"]
-REJECTION_MODES: tuple[str, ...] = ("none", "episode", "group")
+RejectionMode = Literal["none", "episode", "group", "batch"]
+REJECTION_MODES: tuple[str, ...] = ("none", "episode", "group", "batch")
 
 
 @dataclass
@@ -62,7 +62,8 @@ class RejectionSamplingConfig:
 
     ``none`` keeps every group with at least ``min_trajs_per_group`` trajectories; ``episode``
     also accumulates batches until ``min_partial_solve_tasks`` tasks were solved by some but
-    not all rollouts; ``group`` filters by group size only. ``filter_uniform_groups`` drops
+    not all rollouts; ``group`` filters by group size only; ``batch`` (rllm's) keeps only each
+    batch's partly solved groups. ``filter_uniform_groups`` drops
     groups whose rewards are all equal (no learning signal) and generates more until the
     batch is full: the trainer runs it as dynamic sampling with tolerance 0 and the ``drop``
     strategy (docs/trainer.md, "Dynamic sampling").

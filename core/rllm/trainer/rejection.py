@@ -52,8 +52,11 @@ class RejectionSamplingConfig:
                 "rllm.rejection_sample.multiplier is not 1 but rejection sampling is disabled; set "
                 "rllm.rejection_sample.enable=true or multiplier=1."
             )
+        mode = section.get("mode", None) or "episode"  # rLLM: enable without a mode means episode
+        if mode == "group":  # rLLM's group mode filters by group size only, which is what none does here
+            mode = "none"
         return cls(
-            mode=str(section.get("mode", "episode")) if enabled else "none",  # type: ignore[arg-type]
+            mode=str(mode) if enabled else "none",  # type: ignore[arg-type]
             min_partial_solve_tasks=int(section.get("min_partial_solve_tasks", 1)),
             min_trajs_per_group=int(section.get("min_trajs_per_group", 2)),
         )
