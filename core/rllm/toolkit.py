@@ -25,6 +25,7 @@ from rllm.estimators.statistics import (
     rewards_as,
     suffix_discounted,
     whiten,
+    whitening_weights,
 )
 from rllm.plugins.options import CONFIG_OPTIONS, NUMERICS_OPTIONS, Option
 
@@ -59,4 +60,5 @@ __all__ = [
     "run_estimator",
     "suffix_discounted",
     "whiten",
+    "whitening_weights",
 ]
