@@ -36,7 +36,8 @@ class Batch:
 
     @property
     def scores(self) -> np.ndarray:
-        return self.token_rewards.sum(axis=1)
+        """Each response's reward, summed over its tokens as verl sums them (the same float32 rounding)."""
+        return self.tensor(self.token_rewards).sum(dim=-1).numpy()
 
     def tensor(self, values: np.ndarray) -> Any:
         import torch

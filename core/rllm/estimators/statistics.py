@@ -17,7 +17,7 @@ import numpy as np
 from rllm.errors import GroupError, RewardError, RLLMWarning
 from rllm.estimators import acceleration
 from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, Ragged
-from rllm.estimators.numerics import Numerics
+from rllm.estimators.numerics import PRESETS, Numerics
 
 
 def rewards_as(batch: AdvantageBatch, numerics: Numerics, values: Any = None) -> FloatArray:
@@ -179,8 +179,8 @@ def whiten(values: FloatArray, numerics: Numerics, shift: bool = True, weights: 
     return values
 
 
-_warned_fallbacks: set[tuple[str, str | None]] = set()
-"""(estimator, preset) pairs already warned that token whitening fell back to responses."""
+_warned_fallbacks: set[tuple[str, str]] = set()
+"""(estimator, preset or option) pairs already warned that token whitening fell back to responses."""
 
 
 def whitening_weights(batch: AdvantageBatch, numerics: Numerics, estimator: str) -> FloatArray | None:
@@ -198,15 +198,15 @@ def whitening_weights(batch: AdvantageBatch, numerics: Numerics, estimator: str)
         if not (np.isfinite(lengths).all() and (lengths >= 0).all()):
             first = int(np.flatnonzero(~(np.isfinite(lengths) & (lengths >= 0)))[0])
             raise GroupError(
-                f"Estimator {estimator!r}: response_lengths[{first}] is {lengths[first]!r}; "
+                f"Estimator {estimator!r}: response_lengths[{first}] is {float(lengths[first])}; "
                 "response lengths are token counts (finite, non-negative)."
             )
         if lengths.sum() > 0:
             return lengths
-    key = (estimator, numerics.preset)
-    if key not in _warned_fallbacks:
-        _warned_fallbacks.add(key)
-        source = f"preset {numerics.preset!r}" if numerics.preset else "whiten_weight='tokens'"
+    preset = PRESETS.get(numerics.preset or "")
+    source = f"preset {numerics.preset!r}" if preset and preset.whiten_weight == "tokens" else "whiten_weight='tokens'"
+    if (estimator, source) not in _warned_fallbacks:
+        _warned_fallbacks.add((estimator, source))
         warnings.warn(
             f"Estimator {estimator!r} under {source} whitens over tokens, but the batch has no response "
             "lengths: it falls back to response-level whitening (each response counted once). Pass "
