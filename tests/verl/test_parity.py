@@ -165,7 +165,7 @@ def test_gdpo_equals_verls_with_reward_components_and_weights(seed: int, by_std:
     from omegaconf import OmegaConf
 
     batch = make_batch(seed)
-    n, width = batch.mask.shape
+    n = len(batch.uids)
     weights = [1.0, 0.5, 2.0]
     keys = ["accuracy", "format", "length"]
     prompt = 4  # verl finds the last response token from the attention mask after the prompt
@@ -177,7 +177,10 @@ def test_gdpo_equals_verls_with_reward_components_and_weights(seed: int, by_std:
         norm_adv_by_std_in_grpo=by_std,
         config=OmegaConf.create({"gdpo_reward_keys": keys, "gdpo_reward_weights": weights}),
         non_tensor_batch={key: batch.components[:, k] for k, key in enumerate(keys)},
-        batch={"prompts": torch.zeros((n, prompt), dtype=torch.long), "attention_mask": torch.tensor(attention, dtype=torch.long)},
+        batch={
+            "prompts": torch.zeros((n, prompt), dtype=torch.long),
+            "attention_mask": torch.tensor(attention, dtype=torch.long),
+        },
     )
     ours = rllm.compute_advantages(
         "gdpo",

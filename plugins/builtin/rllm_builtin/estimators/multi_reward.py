@@ -19,9 +19,9 @@ def gdpo(
 
     For every component ``k`` the GRPO advantage ``A_ik`` of that component alone is
     computed within the groups; ``A_i = sum_k w_k A_ik`` is then whitened over the batch
-    (``numerics.whiten``; over tokens under ``whiten_weight="tokens"``, as verl). Normalising first stops a component with a large scale from
-    dominating. Weights come from the ``component_weights`` option, else the batch field,
-    else all 1.
+    (``numerics.whiten``; over tokens under ``whiten_weight="tokens"``, as verl). Normalising
+    first stops a component with a large scale from dominating. Weights come from the
+    ``component_weights`` option, else the batch field, else all 1.
     """
     components = batch.require("reward_components", "gdpo")
     weights = component_weights if component_weights is not None else batch.component_weights
