@@ -199,7 +199,7 @@ def whitening_weights(batch: AdvantageBatch, numerics: Numerics, estimator: str)
             first = int(np.flatnonzero(~(np.isfinite(lengths) & (lengths >= 0)))[0])
             raise GroupError(
                 f"Estimator {estimator!r}: response_lengths[{first}] is {float(lengths[first])}; "
-                "response lengths are token counts (finite, non-negative)."
+                "give each response's number of tokens (finite, >= 0)."
             )
         if lengths.sum() > 0:
             return lengths
