@@ -26,6 +26,7 @@ from rllm.estimators.statistics import (
     rewards_as,
     suffix_discounted,
     whiten,
+    whitening_weights,
 )
 from rllm.plugins.fields import BatchField
 from rllm.plugins.options import CONFIG_OPTIONS, NUMERICS_OPTIONS, Option
@@ -65,4 +66,5 @@ __all__ = [
     "stateful",
     "suffix_discounted",
     "whiten",
+    "whitening_weights",
 ]

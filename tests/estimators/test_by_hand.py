@@ -39,9 +39,12 @@ def test_reinforce_plus_plus_baseline_whitens_over_the_batch() -> None:
     # std 0.7905694: 0.5 / 0.7905704 = 0.632455, 1 / 0.7905704 = 1.264911
     got = adv("reinforce_plus_plus_baseline", [1, 0, 3, 1], ["a", "a", "b", "b"])
     assert got == pytest.approx([0.632455, -0.632455, 1.264911, -1.264911], rel=1e-5)
-    # verl whitening: unbiased variance 2.5 / 3 = 0.833333, sqrt(0.833333 + 1e-8) = 0.912871:
-    # 0.5 / 0.912871 = 0.547723, 1 / 0.912871 = 1.095445
-    got = adv("reinforce_plus_plus_baseline", [1, 0, 3, 1], ["a", "a", "b", "b"], preset="verl")
+    # verl whitening with one token per response: unbiased variance 2.5 / 3 = 0.833333,
+    # sqrt(0.833333 + 1e-8) = 0.912871: 0.5 / 0.912871 = 0.547723, 1 / 0.912871 = 1.095445
+    # (other lengths: tests/estimators/test_token_whitening.py)
+    got = adv(
+        "reinforce_plus_plus_baseline", [1, 0, 3, 1], ["a", "a", "b", "b"], preset="verl", response_lengths=[1] * 4
+    )
     assert got == pytest.approx([0.547723, -0.547723, 1.095445, -1.095445], rel=1e-5)
 
 

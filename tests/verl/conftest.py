@@ -9,7 +9,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-VERL_MISSING = importlib.util.find_spec("verl") is None
+
+def _verl_missing() -> bool:
+    """Whether verl is not installed. With ``tests/`` on sys.path this directory itself looks like a
+    namespace package ``verl`` (no ``__init__.py``, no origin), which is not verl."""
+    spec = importlib.util.find_spec("verl")
+    return spec is None or spec.origin is None
+
+
+VERL_MISSING = _verl_missing()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

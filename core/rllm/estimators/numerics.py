@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -21,6 +21,7 @@ StdDivisor = Literal["population", "unbiased"]
 SinglePolicy = Literal["raw", "zero", "error"]
 ZeroVariancePolicy = Literal["eps", "zero"]
 WhitenMode = Literal["std", "var_add", "var_clamp"]
+WhitenWeight = Literal["responses", "tokens"]
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "std": ("population", "unbiased"),
@@ -28,6 +29,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "zero_variance": ("eps", "zero"),
     "dtype": ("float64", "float32"),
     "whiten": ("std", "var_add", "var_clamp"),
+    "whiten_weight": ("responses", "tokens"),
 }
 
 
@@ -46,6 +48,12 @@ class Numerics:
     ``x / (std + eps)``; ``"var_add"`` is ``(x - mean) / sqrt(var + whiten_eps)``;
     ``"var_clamp"`` is ``(x - mean) / sqrt(max(var, whiten_eps))``.
     ``whiten_eps`` and ``whiten_std`` default to ``eps`` and ``std``.
+    ``whiten_weight``: what one value of a per-trajectory whitening counts as: one response
+    (``"responses"``), or as many tokens as the response has (``"tokens"``: the batch's
+    ``response_lengths`` weight the mean and the variance, whose n - 1 correction then counts
+    tokens), as verl, SkyRL and OpenRLHF whiten. Without lengths ``"tokens"`` falls back to
+    responses, with one warning. Per-step estimators whiten over their steps either way.
+    ``preset``: the preset these numerics came from (named in messages; not compared).
     """
 
     std: StdDivisor = "population"
@@ -56,6 +64,8 @@ class Numerics:
     whiten: WhitenMode = "std"
     whiten_eps: float | None = None
     whiten_std: StdDivisor | None = None
+    whiten_weight: WhitenWeight = "responses"
+    preset: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         for name, allowed in _CHOICES.items():
@@ -80,11 +90,14 @@ class Numerics:
         return np.dtype(self.dtype)
 
 
+_TOKEN_WHITENING: dict[str, Any] = {"whiten": "var_add", "whiten_eps": 1e-8, "whiten_weight": "tokens"}
+"""verl's ``masked_whiten`` (SkyRL has a copy): over tokens, unbiased variance, 1e-8 inside the square root."""
+
 PRESETS: dict[str, Numerics] = {
-    "rllm": Numerics(std="population", eps=1e-6, single="raw", dtype="float64"),
-    "verl": Numerics(std="unbiased", eps=1e-6, single="raw", dtype="float32", whiten="var_add", whiten_eps=1e-8),
-    "skyrl": Numerics(std="unbiased", eps=1e-6, single="raw", dtype="float32", whiten="var_add", whiten_eps=1e-8),
-    "trl": Numerics(std="unbiased", eps=1e-4, single="zero", dtype="float32"),
+    "rllm": Numerics(std="population", eps=1e-6, single="raw", dtype="float64", preset="rllm"),
+    "verl": Numerics(std="unbiased", eps=1e-6, single="raw", dtype="float32", **_TOKEN_WHITENING, preset="verl"),
+    "skyrl": Numerics(std="unbiased", eps=1e-6, single="raw", dtype="float32", **_TOKEN_WHITENING, preset="skyrl"),
+    "trl": Numerics(std="unbiased", eps=1e-4, single="zero", dtype="float32", preset="trl"),
     "openrlhf": Numerics(
         std="unbiased",
         eps=1e-9,
@@ -93,13 +106,15 @@ PRESETS: dict[str, Numerics] = {
         whiten="var_clamp",
         whiten_eps=1e-8,
         whiten_std="population",
+        whiten_weight="tokens",
+        preset="openrlhf",
     ),
 }
 """Numeric conventions of each framework (sources and caveats in docs/estimators.md)."""
 
 ESTIMATOR_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("skyrl", "rloo"): {"single": "zero"},
-    ("verl", "rloo_vectorized"): {"single": "zero"},  # verl's vectorized RLOO gives groups of one 0, its loop r
+    ("verl", "rloo_vectorized"): {"single": "zero"},  # verl's vectorized RLOO gives groups of one 0, its loop keeps r
 }
 """Where a framework treats one estimator differently from its others: (preset, estimator) -> fields."""
 
@@ -115,6 +130,7 @@ NUMERICS_OPTIONS = (
     "whiten",
     "whiten_eps",
     "whiten_std",
+    "whiten_weight",
 )
 """Keyword options every normalising built-in estimator accepts."""
 
@@ -133,6 +149,7 @@ def resolve_numerics(
     whiten: WhitenMode | None = None,
     whiten_eps: float | None = None,
     whiten_std: StdDivisor | None = None,
+    whiten_weight: WhitenWeight | None = None,
 ) -> Numerics:
     """A preset (default ``"rllm"``), its per-``estimator`` exceptions, then explicit options on top.
 
@@ -152,6 +169,7 @@ def resolve_numerics(
         "whiten": whiten,
         "whiten_eps": whiten_eps,
         "whiten_std": whiten_std,
+        "whiten_weight": whiten_weight,
         "eps": float(chosen[0]) if chosen else None,
     }
     valid = {f.name for f in fields(Numerics)}

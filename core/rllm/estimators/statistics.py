@@ -9,14 +9,15 @@ Estimator authors reach these through :mod:`rllm.toolkit`.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
 
-from rllm.errors import GroupError, RewardError
+from rllm.errors import GroupError, RewardError, RLLMWarning
 from rllm.estimators import acceleration
 from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, Ragged
-from rllm.estimators.numerics import Numerics
+from rllm.estimators.numerics import PRESETS, Numerics
 
 
 def rewards_as(batch: AdvantageBatch, numerics: Numerics, values: Any = None) -> FloatArray:
@@ -146,16 +147,22 @@ def normalise_groups(
     return centred
 
 
-def whiten(values: FloatArray, numerics: Numerics, shift: bool = True) -> FloatArray:
+def whiten(values: FloatArray, numerics: Numerics, shift: bool = True, weights: FloatArray | None = None) -> FloatArray:
     """Batch whitening in the style ``numerics.whiten`` names, in place (``values`` must be fresh).
 
     ``shift=False`` keeps the batch mean under ``whiten="std"`` (rLLM's REINFORCE++ baseline,
     whose input is already centred per group); the variance modes always subtract it.
+    ``weights`` (see :func:`whitening_weights`) count value i ``weights[i]`` times in the mean
+    and the variance, whose n - 1 correction then counts weights: one value per response
+    standing for all its tokens, as verl's ``masked_whiten`` sees them.
     """
     if len(values) == 0:
         return values
-    mean = values.mean()
-    std = batch_std(values, mean, 1 if (numerics.whiten_std or numerics.std) == "unbiased" else 0)
+    if weights is None:
+        mean = values.mean()
+    else:
+        mean = values.dtype.type(np.einsum("i,i->", weights, values, dtype=np.float64) / weights.sum())
+    std = batch_std(values, mean, 1 if (numerics.whiten_std or numerics.std) == "unbiased" else 0, weights)
     eps = numerics.eps if numerics.whiten_eps is None else numerics.whiten_eps
     if numerics.whiten == "std":
         denominator = std + eps
@@ -172,16 +179,56 @@ def whiten(values: FloatArray, numerics: Numerics, shift: bool = True) -> FloatA
     return values
 
 
+_warned_fallbacks: set[tuple[str, str]] = set()
+"""(estimator, preset or option) pairs already warned that token whitening fell back to responses."""
+
+
+def whitening_weights(batch: AdvantageBatch, numerics: Numerics, estimator: str) -> FloatArray | None:
+    """The response lengths that weight a per-trajectory whitening under ``whiten_weight="tokens"``, else None.
+
+    Without lengths (or when every length is 0, e.g. trajectories without token ids) the
+    whitening counts responses, and the first such call per estimator and preset warns,
+    since the numbers then differ from the peer's that whitens over tokens.
+    """
+    if numerics.whiten_weight != "tokens":
+        return None
+    lengths = getattr(batch, "response_lengths", None)
+    if lengths is not None:
+        lengths = np.asarray(lengths, dtype=np.float64)
+        if not (np.isfinite(lengths).all() and (lengths >= 0).all()):
+            first = int(np.flatnonzero(~(np.isfinite(lengths) & (lengths >= 0)))[0])
+            raise GroupError(
+                f"Estimator {estimator!r}: response_lengths[{first}] is {float(lengths[first])}; "
+                "give each response's number of tokens (finite, >= 0)."
+            )
+        if lengths.sum() > 0:
+            return lengths
+    preset = PRESETS.get(numerics.preset or "")
+    source = f"preset {numerics.preset!r}" if preset and preset.whiten_weight == "tokens" else "whiten_weight='tokens'"
+    if (estimator, source) not in _warned_fallbacks:
+        _warned_fallbacks.add((estimator, source))
+        warnings.warn(
+            f"Estimator {estimator!r} under {source} whitens over tokens, but the batch has no response "
+            "lengths: it falls back to response-level whitening (each response counted once). Pass "
+            "response_lengths (token counts), or set whiten_weight='responses' to choose that.",
+            RLLMWarning,
+            stacklevel=2,
+        )
+    return None
+
+
 _CHUNK = 1 << 15
 
 
-def batch_std(values: FloatArray, mean: float, ddof: int) -> float:
+def batch_std(values: FloatArray, mean: float, ddof: int, weights: FloatArray | None = None) -> float:
     """Standard deviation of all ``values`` about ``mean`` (0 when there are too few), computed in chunks.
 
     Two passes (the mean is given), no full-size temporary for the deviations, and values so
-    large that their squares overflow are scaled by a power of two first (exact).
+    large that their squares overflow are scaled by a power of two first (exact). With
+    ``weights`` value i counts ``weights[i]`` times, the divisor being ``sum(weights) - ddof``.
     """
-    if len(values) <= ddof:
+    count = len(values) if weights is None else float(weights.sum())
+    if count <= ddof:
         return 0.0
     buffer = np.empty(min(len(values), _CHUNK), dtype=values.dtype)
     total = 0.0
@@ -189,11 +236,15 @@ def batch_std(values: FloatArray, mean: float, ddof: int) -> float:
         for start in range(0, len(values), _CHUNK):  # a loop over fixed-size chunks, not groups
             part = values[start : start + _CHUNK]
             deviations = np.subtract(part, mean, out=buffer[: len(part)])
-            total += float(np.einsum("i,i->", deviations, deviations))
+            if weights is None:
+                total += float(np.einsum("i,i->", deviations, deviations))
+            else:
+                chunk_weights = weights[start : start + _CHUNK]
+                total += float(np.einsum("i,i,i->", deviations, deviations, chunk_weights, dtype=np.float64))
     if not np.isfinite(total) and np.isfinite(mean):
         scale = _power_of_two_above(float(np.max(np.abs(values - mean))))
-        return batch_std(values / scale, mean / scale, ddof) * scale
-    return float(np.sqrt(total / (len(values) - ddof)))
+        return batch_std(values / scale, mean / scale, ddof, weights) * scale
+    return float(np.sqrt(total / (count - ddof)))
 
 
 def _power_of_two_above(value: float) -> float:

@@ -150,6 +150,13 @@ NUMERICS_OPTIONS: tuple[Option, ...] = (
     Option("whiten", (str,), None, "batch whitening: std, var_add or var_clamp", ("std", "var_add", "var_clamp")),
     Option("whiten_eps", (float,), None, "epsilon of batch whitening (default: eps)", minimum=0.0),
     Option("whiten_std", (str,), None, "std divisor of batch whitening (default: std)", STD_CHOICES),
+    Option(
+        "whiten_weight",
+        (str,),
+        None,
+        "whitening counts each response once (responses) or once per token (tokens)",
+        ("responses", "tokens"),
+    ),
 )
 """Options of every estimator registered with ``numerics=True``; resolved into one ``Numerics``."""
 

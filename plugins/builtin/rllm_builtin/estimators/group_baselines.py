@@ -22,6 +22,7 @@ from rllm.toolkit import (
     normalise_groups,
     rewards_as,
     whiten,
+    whitening_weights,
 )
 
 
@@ -88,12 +89,14 @@ def reinforce_plus_plus_baseline(batch: AdvantageBatch, *, numerics: Numerics) -
     """REINFORCE++ with a group baseline (Hu 2025; verl): ``c_i = r_i - mean_g``, then whitened over the batch.
 
     Whitening follows ``numerics.whiten``: ``c / (std(c) + eps)`` for rLLM, ``(c - mean(c)) /
-    sqrt(var(c) + 1e-8)`` for verl. The batch is all groups of one role. A group of one has
-    baseline 0 (``single="raw"``) or advantage 0 (``single="zero"``).
+    sqrt(var(c) + 1e-8)`` for verl, whose mean and variance count each response once per token
+    (``whiten_weight="tokens"``, from ``response_lengths``). The batch is all groups of one
+    role. A group of one has baseline 0 (``single="raw"``) or advantage 0 (``single="zero"``).
     """
+    name = "reinforce_plus_plus_baseline"
     xs = rewards_as(batch, numerics)
-    centred = normalise_groups(batch, xs, numerics, "reinforce_plus_plus_baseline", by_std=False)
-    return whiten(centred, numerics, shift=False)
+    centred = normalise_groups(batch, xs, numerics, name, by_std=False)
+    return whiten(centred, numerics, shift=False, weights=whitening_weights(batch, numerics, name))
 
 
 def prpo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
@@ -101,6 +104,6 @@ def prpo(batch: AdvantageBatch, *, numerics: Numerics) -> FloatArray:
 
     The batch is all groups of one role; the std is the population std unless ``std`` or
     ``whiten_std`` say otherwise, and ``whiten`` selects the variance-based styles as for
-    REINFORCE++.
+    REINFORCE++ (``whiten_weight="tokens"`` counts each reward once per response token).
     """
-    return whiten(rewards_as(batch, numerics).copy(), numerics)
+    return whiten(rewards_as(batch, numerics).copy(), numerics, weights=whitening_weights(batch, numerics, "prpo"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from rllm.errors import GroupError, RewardError
-from rllm.toolkit import AdvantageBatch, FloatArray, Numerics, normalise_groups, rewards_as, whiten
+from rllm.toolkit import AdvantageBatch, FloatArray, Numerics, normalise_groups, rewards_as, whiten, whitening_weights
 
 
 def gdpo(
@@ -19,9 +19,9 @@ def gdpo(
 
     For every component ``k`` the GRPO advantage ``A_ik`` of that component alone is
     computed within the groups; ``A_i = sum_k w_k A_ik`` is then whitened over the batch
-    (``numerics.whiten``). Normalising first stops a component with a large scale from
-    dominating. Weights come from the ``component_weights`` option, else the batch field,
-    else all 1.
+    (``numerics.whiten``; over tokens under ``whiten_weight="tokens"``, as verl). Normalising
+    first stops a component with a large scale from dominating. Weights come from the
+    ``component_weights`` option, else the batch field, else all 1.
     """
     components = batch.require("reward_components", "gdpo")
     weights = component_weights if component_weights is not None else batch.component_weights
@@ -50,4 +50,4 @@ def gdpo(
         # Unscorable for this component only: left out of its statistics, contributing 0.
         part = batch.subset(scored)
         total[scored] += weights[k] * normalise_groups(part, xs[scored], numerics, "gdpo", norm_adv_by_std_in_grpo)
-    return whiten(total, numerics)
+    return whiten(total, numerics, weights=whitening_weights(batch, numerics, "gdpo"))
