@@ -84,8 +84,13 @@ VERL_ESTIMATORS: tuple[VerlEstimator, ...] = (
 
 
 def verl_installed() -> bool:
-    """Whether verl can be imported, found without importing it."""
-    return importlib.util.find_spec("verl") is not None
+    """Whether verl can be imported, found without importing it.
+
+    A folder named ``verl`` on the path (``tests/verl`` when pytest runs) is a namespace
+    package with no origin, not verl.
+    """
+    spec = importlib.util.find_spec("verl")
+    return spec is not None and spec.origin is not None
 
 
 @rllm.hookimpl
