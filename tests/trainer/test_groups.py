@@ -216,4 +216,4 @@ def test_enabling_rejection_sampling_without_a_mode_means_episode_as_in_rllm(mak
     config = make_config("rllm.rejection_sample.enable=true")
     assert RejectionSamplingConfig.from_config(config.rllm.rejection_sample).mode == "episode"
     grouped = make_config("rllm.rejection_sample.enable=true", "rllm.rejection_sample.mode=group")
-    assert RejectionSamplingConfig.from_config(grouped.rllm.rejection_sample).mode == "none"  # size filter only
+    assert RejectionSamplingConfig.from_config(grouped.rllm.rejection_sample).mode == "group"  # a size filter only

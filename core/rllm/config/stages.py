@@ -90,11 +90,18 @@ class RejectionSamplingConfig:
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any] | None) -> RejectionSamplingConfig:
-        """From ``rllm.rejection_sample``: without ``mode``, ``enable: true`` means ``episode``."""
+        """From ``rllm.rejection_sample``: off unless ``enable``; enabled without ``mode`` means ``episode``."""
         section = section or {}
-        mode = section.get("mode", None)
-        if mode is None:
-            mode = "episode" if section.get("enable", False) else "none"
+        enabled = bool(section.get("enable", False))
+        multiplier = int(section.get("multiplier", 1))
+        if multiplier < 1:
+            raise ConfigError(f"rllm.rejection_sample.multiplier must be at least 1, got {multiplier}.")
+        if not enabled and multiplier != 1:
+            raise ConfigError(
+                "rllm.rejection_sample.multiplier is not 1 but rejection sampling is disabled; set "
+                "rllm.rejection_sample.enable=true or multiplier=1."
+            )
+        mode = (section.get("mode", None) or "episode") if enabled else "none"
         return cls(
             mode=str(mode),  # type: ignore[arg-type]
             min_trajs_per_group=int(section.get("min_trajs_per_group", 2)),

@@ -8,33 +8,16 @@ in one group; plugins register others under a name (``rllm.grouping_hook``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from rllm.config.stages import CompactFilteringConfig
 from rllm.errors import DataError, TrainerError
-from rllm.types import Episode, TerminationReason, TrajectoryGroup
+from rllm.types import Episode, TrajectoryGroup
 
 GroupingHook = Callable[..., list[TrajectoryGroup]]
 UNNAMED = "default_traj_name"
-
-
-@dataclass
-class CompactFilteringConfig:
-    """Which termination reasons take an episode out of training (all off unless ``enable``)."""
-
-    enable: bool = False
-    masked: frozenset[TerminationReason] = field(default_factory=frozenset)
-
-    @classmethod
-    def from_config(cls, section: Mapping[str, Any] | None) -> CompactFilteringConfig:
-        section = section or {}
-        masked = frozenset(reason for reason in TerminationReason if section.get(f"mask_{reason.value}", False))
-        return cls(enable=bool(section.get("enable", False)), masked=masked)
-
-    def masks(self, episode: Episode) -> bool:
-        return self.enable and episode.termination_reason in self.masked
 
 
 def _metadata(episode: Episode) -> dict[str, Any]:
@@ -104,7 +87,7 @@ def transform_episodes_to_trajectory_groups(
     broadcast: bool = True,
 ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
     """Mask episodes by termination reason, group the rest with ``grouping_hook``, fill rewards."""
-    kept = [episode for episode in episodes if not compact_filtering.masks(episode)]
+    kept = [episode for episode in episodes if not compact_filtering.should_mask(episode.termination_reason)]
     before = sum(len(ep.trajectories) for ep in episodes)
     groups = grouping_hook(kept)
     if not isinstance(groups, list) or not all(isinstance(g, TrajectoryGroup) for g in groups):

@@ -10,7 +10,12 @@ baseline to compare against). Then, by ``mode``:
     are kept, since all-right or all-wrong groups carry no group-relative signal;
 ``episode``
     groups are accumulated across batches until at least ``min_partial_solve_tasks``
-    partially solved tasks have been seen, then everything accumulated is released at once.
+    partially solved tasks have been seen, then everything accumulated is released at once;
+``group``
+    rLLM's name for the size filter alone: as ``none``.
+
+The settings are :class:`rllm.config.stages.RejectionSamplingConfig` (rLLM's shape, one class
+for the documented import paths and the trainer).
 """
 
 from __future__ import annotations
@@ -18,48 +23,12 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
 
-from rllm.errors import ConfigError, RLLMWarning
+from rllm.config.stages import RejectionSamplingConfig
+from rllm.errors import RLLMWarning
 from rllm.types import Episode, TrajectoryGroup
-
-RejectionMode = Literal["none", "batch", "episode"]
-
-
-@dataclass
-class RejectionSamplingConfig:
-    mode: RejectionMode = "none"
-    min_partial_solve_tasks: int = 1
-    min_trajs_per_group: int = 2
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("none", "batch", "episode"):
-            raise ConfigError(f"rllm.rejection_sample.mode={self.mode!r} is unknown; use 'batch' or 'episode'.")
-        if self.min_trajs_per_group < 1:
-            raise ConfigError(
-                f"rllm.rejection_sample.min_trajs_per_group must be at least 1, got {self.min_trajs_per_group}."
-            )
-
-    @classmethod
-    def from_config(cls, section: Mapping[str, Any]) -> RejectionSamplingConfig:
-        enabled = bool(section.get("enable", False))
-        if int(section.get("multiplier", 1)) < 1:
-            raise ConfigError(f"rllm.rejection_sample.multiplier must be at least 1, got {section.get('multiplier')}.")
-        if not enabled and int(section.get("multiplier", 1)) != 1:
-            raise ConfigError(
-                "rllm.rejection_sample.multiplier is not 1 but rejection sampling is disabled; set "
-                "rllm.rejection_sample.enable=true or multiplier=1."
-            )
-        mode = section.get("mode", None) or "episode"  # rLLM: enable without a mode means episode
-        if mode == "group":  # rLLM's group mode filters by group size only, which is what none does here
-            mode = "none"
-        return cls(
-            mode=str(mode) if enabled else "none",  # type: ignore[arg-type]
-            min_partial_solve_tasks=int(section.get("min_partial_solve_tasks", 1)),
-            min_trajs_per_group=int(section.get("min_trajs_per_group", 2)),
-        )
 
 
 @dataclass
