@@ -286,10 +286,6 @@ class GroupLayout:
         out = self.spread(means)
         return np.subtract(x, out, out=out), means
 
-    def sum_sq_dev(self, centred: FloatArray) -> FloatArray:
-        """Per-group sum of squared deviations, from already centred values (two-pass variance)."""
-        return self.sum_sq(centred)
-
     def split(self, x: NDArray[Any]) -> list[NDArray[Any]]:
         """Per-group arrays, in group order."""
         grouped = x if self.order is None else x[self.order]

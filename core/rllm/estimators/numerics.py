@@ -7,9 +7,6 @@ pins every one of these choices; a preset reproduces one framework's numbers.
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
@@ -118,22 +115,6 @@ ESTIMATOR_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
 }
 """Where a framework treats one estimator differently from its others: (preset, estimator) -> fields."""
 
-NUMERICS_OPTIONS = (
-    "preset",
-    "std",
-    "eps",
-    "epsilon",
-    "episilon",
-    "single",
-    "zero_variance",
-    "dtype",
-    "whiten",
-    "whiten_eps",
-    "whiten_std",
-    "whiten_weight",
-)
-"""Keyword options every normalising built-in estimator accepts."""
-
 
 def resolve_numerics(
     preset: str | None = None,
@@ -174,32 +155,3 @@ def resolve_numerics(
     }
     valid = {f.name for f in fields(Numerics)}
     return replace(base, **{k: v for k, v in overrides.items() if v is not None and k in valid})
-
-
-def numerics_parameters() -> list[inspect.Parameter]:
-    """:data:`NUMERICS_OPTIONS` as keyword-only parameters defaulting to None (for signatures)."""
-    return [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None) for n in NUMERICS_OPTIONS]
-
-
-def with_numerics(estimator: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Give a kernel ``fn(batch, *, numerics, **own)`` the numerics keyword options.
-
-    The wrapped estimator's signature lists its own options plus :data:`NUMERICS_OPTIONS`,
-    so the dispatcher can tell which options it takes; they are resolved into one
-    :class:`Numerics` (with ``estimator``'s preset exceptions) before the kernel runs.
-    """
-
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        signature = inspect.signature(fn)
-        own = [p for p in signature.parameters.values() if p.name != "numerics"]
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            chosen = {k: kwargs.pop(k) for k in NUMERICS_OPTIONS if k in kwargs}
-            numerics = resolve_numerics(chosen.pop("preset", None), estimator=estimator, **chosen)
-            return fn(*args, numerics=numerics, **kwargs)
-
-        wrapper.__signature__ = signature.replace(parameters=own + numerics_parameters())  # type: ignore[attr-defined]
-        return wrapper
-
-    return decorate

@@ -195,10 +195,6 @@ class MetricsLogger:
             self.sinks.append(JsonlSink(output_dir / METRICS_FILE))
         self.started = time.time()
 
-    def set_total(self, total_steps: int) -> None:
-        if self.progress is not None:
-            self.progress.total = max(total_steps, 1)
-
     def log(self, data: Mapping[str, Any], step: int, kind: str = "train", epoch: int | None = None) -> None:
         record: dict[str, Any] = {"kind": kind, "step": step}
         if epoch is not None:
