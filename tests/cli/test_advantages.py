@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import pty
 import subprocess
@@ -221,3 +222,23 @@ def test_nonfinite_policy_zero_gives_those_groups_zero(tmp_path: Path, capsys: p
     assert main(["advantages", str(source), "-e", "rloo", "-o", str(out), "rllm.algorithm.nonfinite_rewards=zero"]) == 0
     assert "rllm: warning: 1 group(s) have NaN or infinite rewards" in capsys.readouterr().err
     assert [json.loads(line)["advantage"] for line in out.read_text().splitlines()] == [0.0, 0.0, -2.0, 2.0]
+
+
+def test_normalize_by_steps_is_applied_or_refused_never_ignored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "steps.jsonl"
+    lines = [
+        {"task_id": 0, "reward": 1.0, "step_rewards": [0, 1]},
+        {"task_id": 0, "reward": 0.0, "step_rewards": [0, 0, 0]},
+    ]
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "out.jsonl"
+    on = "rllm.stepwise_advantage.normalize_by_steps=true"
+    assert main(["advantages", str(source), "-e", "reinforce_plus_plus", "-o", str(out), on]) == 0
+    # Returns [1, 1] and [0, 0, 0], whitened (mean 0.4, population std sqrt(0.24)), then divided by 2 and 3 steps.
+    std = math.sqrt(0.24) + 1e-6
+    rows = [json.loads(line)["advantage"] for line in out.read_text().splitlines()]
+    assert rows[0] == pytest.approx([0.6 / std / 2] * 2) and rows[1] == pytest.approx([-0.4 / std / 3] * 3)
+    assert main(["advantages", str(source), "-e", "grpo", on]) == 2
+    assert "'grpo' gives one advantage per line" in capsys.readouterr().err

@@ -26,9 +26,8 @@ from rllm.cli.args import add_config_arguments, command_parser, split_words
 from rllm.config.algorithm import AlgorithmConfig, estimator_name
 from rllm.errors import RLLMError, RolloutFileError
 from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, Ragged, declared_fields
-from rllm.estimators.collect import summarize
+from rllm.estimators.collect import estimate_role, per_step_share, summarize
 from rllm.estimators.compute import get_estimator
-from rllm.estimators.pipeline import invoke
 from rllm.io import exit_on_signals, open_output
 from rllm.toolkit import numpy_only
 from rllm.types import DEFAULT_ROLE
@@ -363,20 +362,20 @@ def estimate(cols: Columns, config: AlgorithmConfig, source: str) -> tuple[Any, 
     metrics: dict[str, float] = {}
     for role_id, role in enumerate(cols.role_names):
         index = np.flatnonzero(roles == role_id)
-        name = estimator_name(config.estimator_for(role))
-        entry = get_estimator(name)
-        batch = _batch(cols, index, role, entry.requires, source)
-        outcome = invoke(
-            entry,
-            batch,
-            config.options_for(name),
-            ambient=config.ambient_options(),
-            nonfinite_rewards=config.nonfinite_rewards,
-        )
+        requires = get_estimator(estimator_name(config.estimator_for(role))).requires
+        batch = _batch(cols, index, role, requires, source)
+        outcome = estimate_role(config, role, batch)
         result = outcome.advantages
-        good = None if outcome.zeroed_groups is None else ~batch.layout.spread(outcome.zeroed_groups)
-        if outcome.excluded is not None:
-            good = ~outcome.excluded
+        if config.normalize_by_steps:
+            if not isinstance(result, Ragged):
+                chosen = estimator_name(config.estimator_for(role))
+                raise RolloutFileError(
+                    "rllm.stepwise_advantage.normalize_by_steps divides step advantages by the step count, but "
+                    f"{chosen!r} gives one advantage per line; use a per-step estimator (with step_rewards) or "
+                    "leave normalize_by_steps off."
+                )
+            result = per_step_share(result)
+        good = outcome.counted(batch.layout)
         summarize(f"reward/{role}", rewards_all[index] if good is None else rewards_all[index][good], metrics)
         if isinstance(result, Ragged):
             if not isinstance(advantages, list):

@@ -26,7 +26,7 @@ from rllm.estimators.batch import (
 from rllm.estimators.compute import get_estimator
 from rllm.estimators.diagnostics import difficulty_metrics
 from rllm.estimators.names import estimator_name
-from rllm.estimators.pipeline import check_rewards, invoke
+from rllm.estimators.pipeline import Outcome, check_rewards, invoke
 from rllm.estimators.state import EstimatorStates
 from rllm.plugins.fields import BatchField
 from rllm.types import Step, Trajectory, TrajectoryGroup
@@ -208,6 +208,31 @@ def _broadcast(per_group: list[list[Trajectory]], advantages: list[float]) -> in
     return replaced
 
 
+def estimate_role(
+    config: AlgorithmConfig,
+    role: str,
+    batch: AdvantageBatch,
+    *,
+    context: Mapping[str, Any] | None = None,
+    state: Any = None,
+) -> Outcome:
+    """One role's advantages under ``config`` (its estimator, options and reward policy), through the pipeline.
+
+    The collection step and ``rllm advantages`` both call this, so a run configuration means
+    the same thing to both.
+    """
+    name = estimator_name(config.estimator_for(role))
+    return invoke(
+        get_estimator(name),
+        batch,
+        config.options_for(name),
+        ambient=config.ambient_options(),
+        nonfinite_rewards=config.nonfinite_rewards,
+        context=context,
+        state=state,
+    )
+
+
 def _divide_by_steps(per_group: list[list[Trajectory]], advantages: FloatArray | Ragged) -> Ragged:
     """``normalize_by_steps``: every step's advantage divided by its trajectory's number of steps.
 
@@ -219,6 +244,11 @@ def _divide_by_steps(per_group: list[list[Trajectory]], advantages: FloatArray |
         offsets = np.zeros(len(counts) + 1, dtype=np.intp)
         np.cumsum(counts, out=offsets[1:])
         advantages = Ragged(values=np.repeat(advantages, counts), offsets=offsets)
+    return per_step_share(advantages)
+
+
+def per_step_share(advantages: Ragged) -> Ragged:
+    """Each row's values divided by the row's length (``normalize_by_steps`` on per-step advantages)."""
     lengths = advantages.lengths
     return advantages.with_values(advantages.values / np.repeat(np.maximum(lengths, 1), lengths))
 
@@ -375,23 +405,16 @@ def collect_advantages(
             continue
         name = estimator_name(config.estimator_for(role))
         entry = get_estimator(name)
-        outcome = invoke(
-            entry,
-            batch,
-            config.options_for(name),
-            ambient=config.ambient_options(),
-            nonfinite_rewards=config.nonfinite_rewards,
-            context={"algorithm_config": config, "traj_groups": role_groups},
-            state=None if states is None else states.get(name, entry.target, role),
-        )
+        context = {"algorithm_config": config, "traj_groups": role_groups}
+        state = None if states is None else states.get(name, entry.target, role)
+        outcome = estimate_role(config, role, batch, context=context, state=state)
         advantages = outcome.advantages
         if config.normalize_by_steps:
             advantages = _divide_by_steps(per_group, advantages)
         collected.roles[role] = RoleAdvantages(per_group, advantages, verify)
-        good = None if outcome.zeroed_groups is None else ~layout.spread(outcome.zeroed_groups)
+        good = outcome.counted(layout)
         skipped = outcome.zeroed_groups
         if outcome.excluded is not None:
-            good = ~outcome.excluded
             skipped = np.zeros(layout.n_groups, dtype=bool)  # groups with an unscorable rollout: spread unknown
             skipped[layout.group_index[outcome.excluded]] = True
         _reward_metrics(role, rewards, good, metrics)

@@ -48,6 +48,12 @@ class Outcome:
     excluded: NDArray[np.bool_] | None = None
     """``nonfinite_rewards="exclude"``: trajectories left out of every statistic, with advantage 0."""
 
+    def counted(self, layout: GroupLayout) -> NDArray[np.bool_] | None:
+        """Per trajectory, whether its reward counts in summaries (None: all of them)."""
+        if self.excluded is not None:
+            return ~self.excluded
+        return None if self.zeroed_groups is None else ~layout.spread(self.zeroed_groups)
+
 
 def invoke(
     entry: EstimatorEntry,
