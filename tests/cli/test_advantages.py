@@ -141,7 +141,7 @@ def test_stdin_input_and_other_fields_kept(tmp_path: Path) -> None:
         {"task_id": "q", "reward": 3, "text": "a é", "advantage": 2.0},
         {"task_id": "q", "reward": 1, "advantage": -2.0},
     ]
-    assert b"2 rollouts in 1 groups, estimator rloo" in result.stderr
+    assert b"2 rollouts in 1 group, estimator rloo" in result.stderr
     assert list(tmp_path.iterdir()) == []  # the copy of stdin is gone
 
 

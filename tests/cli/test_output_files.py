@@ -123,7 +123,7 @@ def test_output_onto_a_folder_is_refused(source: Path, tmp_path: Path, capsys: p
 def test_dash_streams_to_stdout(source: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(source, "-") == 0
     out, err = capsys.readouterr()
-    assert out == EXPECTED and "2 rollouts in 1 groups" in err
+    assert out == EXPECTED and "2 rollouts in 1 group," in err
 
 
 def test_sigterm_while_writing_removes_the_temp_file_and_keeps_the_old_content(tmp_path: Path) -> None:

@@ -501,7 +501,9 @@ def run(args: argparse.Namespace) -> int:
             source.remove_copy()
     report = sys.stderr if not args.output or args.output == "-" else sys.stdout
     names = sorted({estimator_name(config.estimator_for(role)) for role in cols.role_names})
-    print(f"{len(cols)} rollouts in {len(cols.group_labels)} groups, estimator {', '.join(names)}:", file=report)
+    rollouts, groups = len(cols), len(cols.group_labels)
+    counted = f"{rollouts} rollout{'s' * (rollouts != 1)} in {groups} group{'s' * (groups != 1)}"
+    print(f"{counted}, estimator {', '.join(names)}:", file=report)
     for key in sorted(metrics):
         print(f"  {key} = {metrics[key]:.6g}", file=report)
     return 0
