@@ -206,3 +206,18 @@ def test_a_trajectory_in_two_groups_is_refused_naming_both() -> None:
     collected = rllm.collect_advantages([a, b], AlgorithmConfig(), write_steps=False)
     with pytest.raises(rllm.DataError, match=r"is in two groups"):
         collected.roles["solver"].per_step()
+
+
+@pytest.mark.parametrize("reward", ["1.5", "abc", [1.0]])
+def test_a_reward_that_is_not_a_number_is_refused_not_converted(reward: object) -> None:
+    g = group("t", "solver", [1.0, 0.0])
+    g.trajectories[0].reward = reward  # type: ignore[assignment]
+    with pytest.raises(RewardError, match=rf"{g.trajectories[0].uid}.*has reward .*a reward is a number"):
+        collect([g], AlgorithmConfig())
+
+
+def test_a_missing_reward_is_unscorable_under_the_exclude_policy() -> None:
+    g = group("t", "solver", [None, 1.0, 0.0])
+    metrics = collect([g], AlgorithmConfig(estimator="rloo", nonfinite_rewards="exclude"))
+    assert advantages(g)[0] == [0.0, 0.0] and metrics["reward/solver/left_out"] == 1.0
+    assert advantages(g)[1][0] == 1.0 and advantages(g)[2][0] == -1.0  # RLOO over [1, 0]

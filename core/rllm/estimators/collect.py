@@ -78,23 +78,28 @@ def _precomputed_advantages(group: TrajectoryGroup) -> list[float]:
     return values
 
 
-def _missing_reward(group: TrajectoryGroup) -> None:
-    for position, traj in enumerate(group.trajectories):
-        if traj.reward is None:
-            raise RewardError(
-                f"Trajectory {traj.uid!r} (name {traj.name!r}, position {position}) in group "
-                f"{group.group_id!r} has no reward. Set trajectory.reward for every trajectory of the "
-                "group (the grouping hook copies the last step's reward when all are unset)."
-            )
-
-
 def _rewards(groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]]) -> np.ndarray:
+    """Every trajectory's reward; None becomes NaN, which the reward policy handles (error, zero or exclude).
+
+    Anything else that is not a number (a string such as ``"1.5"`` included) is refused, not converted.
+    """
+    rewards = [t.reward for trajectories in per_group for t in trajectories]
     try:
-        return np.array([t.reward for trajectories in per_group for t in trajectories], dtype=np.float64)
-    except TypeError:
-        for group in groups:
-            _missing_reward(group)
-        raise
+        values = np.array(rewards)
+    except ValueError:  # nested values of different lengths: refused below, naming the trajectory
+        values = np.zeros((0, 0))
+    if values.ndim == 1 and values.dtype.kind in "fiub":
+        return values.astype(np.float64, copy=False)
+    for group in groups:
+        for position, traj in enumerate(group.trajectories):
+            reward = traj.reward
+            if reward is not None and not isinstance(reward, Real):
+                raise RewardError(
+                    f"Trajectory {traj.uid!r} (name {traj.name!r}, position {position}) in group "
+                    f"{group.group_id!r} has reward {reward!r}; a reward is a number (or None when it "
+                    "cannot be scored)."
+                )
+    return np.array([np.nan if r is None else r for r in rewards], dtype=np.float64)
 
 
 def _steps(trajectories: list[Trajectory], read: Callable[[Step], Any]) -> Ragged | None:
