@@ -39,7 +39,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -170,25 +170,30 @@ def _episodes(run_dir: Path) -> dict[str, list[dict]]:
     return files
 
 
-def test_ten_sigkills_then_resume_give_every_step_once_as_an_uninterrupted_run(tmp_path: Path) -> None:
-    killed_dir, clean_dir = tmp_path / "killed", tmp_path / "clean"
-    clean = subprocess.Popen(_command(clean_dir, *KILL_RUN), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    rng = random.Random(11)
-    kill_steps = []
-    for _ in range(KILLS):
-        target = max(_steps(killed_dir), default=0) + rng.randint(1, 3)
-        process = subprocess.Popen(
-            _command(killed_dir, *KILL_RUN), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+def _kill_repeatedly(
+    run_dir: Path, run: Sequence[str], rng: random.Random, kills: int, ahead: tuple[int, int]
+) -> list[int]:
+    """Start the run ``kills`` times, SIGKILL it each time a few steps (``ahead``) further on; the steps reached."""
+    reached = []
+    for _ in range(kills):
+        target = max(_steps(run_dir), default=0) + rng.randint(*ahead)
+        process = subprocess.Popen(_command(run_dir, *run), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
-        while max(_steps(killed_dir), default=0) < target and process.poll() is None:
+        while max(_steps(run_dir), default=0) < target and process.poll() is None:
             assert time.monotonic() < deadline, "no progress"
             time.sleep(0.005)
         time.sleep(rng.uniform(0, 0.02))  # land anywhere: mid-step, mid-validation, mid-checkpoint
         process.send_signal(signal.SIGKILL)
-        process.wait()
-        assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()  # type: ignore[union-attr]
-        kill_steps.append(max(_steps(killed_dir)))
+        _, err = process.communicate()
+        assert process.returncode == -signal.SIGKILL, err.decode()
+        reached.append(max(_steps(run_dir)))
+    return reached
+
+
+def test_ten_sigkills_then_resume_give_every_step_once_as_an_uninterrupted_run(tmp_path: Path) -> None:
+    killed_dir, clean_dir = tmp_path / "killed", tmp_path / "clean"
+    clean = subprocess.Popen(_command(clean_dir, *KILL_RUN), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    kill_steps = _kill_repeatedly(killed_dir, KILL_RUN, random.Random(11), KILLS, (1, 3))
     assert kill_steps[-1] < TOTAL  # every kill hit a run in progress
 
     resumed = _train(killed_dir, *KILL_RUN)
@@ -235,22 +240,7 @@ def test_sigkilled_stateful_run_resumes_to_the_uninterrupted_result(tmp_path: Pa
     clean = subprocess.Popen(
         _command(clean_dir, *STATEFUL_RUN), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
-    rng = random.Random(5)
-    kills = []
-    for _ in range(3):
-        target = max(_steps(killed_dir), default=0) + rng.randint(3, 8)
-        process = subprocess.Popen(
-            _command(killed_dir, *STATEFUL_RUN), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
-        deadline = time.monotonic() + 60
-        while max(_steps(killed_dir), default=0) < target and process.poll() is None:
-            assert time.monotonic() < deadline, "no progress"
-            time.sleep(0.005)
-        time.sleep(rng.uniform(0, 0.02))
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-        assert process.returncode == -signal.SIGKILL
-        kills.append(max(_steps(killed_dir)))
+    kills = _kill_repeatedly(killed_dir, STATEFUL_RUN, random.Random(5), 3, (3, 8))
     assert kills[-1] < STATEFUL_TOTAL
 
     resumed = _train(killed_dir, *STATEFUL_RUN)
