@@ -30,15 +30,21 @@ STATE_FILE = "embedded.json"
 
 
 _UNHONOURED: tuple[tuple[str, Any, str], ...] = (
-    ("kl_beta", 0.0, "it keeps no reference policy, so there is no KL term"),
-    ("eps_clip", 0.2, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
-    ("eps_clip_high", None, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
-    ("loss_agg_mode", None, "it sums token losses"),
-    ("router_replay", "disabled", "its policy has no mixture-of-experts router"),
-    ("rollout_correction.tis_mode", None, "it samples and trains with the same policy"),
-    ("rollout_correction.bypass_mode", None, "it samples and trains with the same policy"),
+    ("algorithm.kl_beta", 0.0, "it keeps no reference policy, so there is no KL term"),
+    ("algorithm.eps_clip", 0.2, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
+    ("algorithm.eps_clip_high", None, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
+    ("algorithm.loss_agg_mode", None, "it sums token losses"),
+    ("algorithm.router_replay", "disabled", "its policy has no mixture-of-experts router"),
+    ("algorithm.rollout_correction.tis_mode", None, "it samples and trains with the same policy"),
+    ("algorithm.rollout_correction.bypass_mode", None, "it samples and trains with the same policy"),
+    (
+        "stepwise_advantage.enable",
+        False,
+        "it always trains every step as its own sample with its trajectory's advantage (what the switch turns "
+        "on in verl), so the switch changes nothing",
+    ),
 )
-"""rLLM's algorithm keys the embedded backend cannot honour: (key, default, why)."""
+"""rLLM's keys the embedded backend cannot honour: (path under ``rllm``, default, why)."""
 
 
 @dataclass
@@ -180,12 +186,11 @@ class EmbeddedBackend(BackendProtocol):
         self._warn_unhonoured()
 
     def _warn_unhonoured(self) -> None:
-        """rLLM's algorithm keys this backend has no use for: said once per run, never silently ignored."""
-        algorithm = self.config.rllm.algorithm
+        """rLLM's keys this backend has no use for: said once per run, never silently ignored."""
         for key, default, why in _UNHONOURED:
-            value = OmegaConf.select(algorithm, key, default=default)
+            value = OmegaConf.select(self.config.rllm, key, default=default)
             if value != default:
-                shown = f"rllm.algorithm.{key}={value!r}"
+                shown = f"rllm.{key}={value!r}"
                 warnings.warn(f"{shown} has no effect with the embedded backend: {why}.", RLLMWarning, stacklevel=2)
 
     def builtin_task(self) -> TaskSetup:
