@@ -207,6 +207,13 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         names=_registered("grouping_hooks"),
     ),
     ConfigKey(
+        "rllm.grouping_hook_options",
+        "mapping",
+        {},
+        "Keyword options of the grouping hook, called as hook(episodes, **options); task_and_role takes "
+        "impute_missing_names, default_traj_name and drop_unnamed_traj.",
+    ),
+    ConfigKey(
         "rllm.algorithm.adv_estimator",
         "str",
         "grpo",

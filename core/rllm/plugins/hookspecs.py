@@ -189,9 +189,11 @@ def rllm_register_grouping_hooks(register: NamedRegistrar) -> None:
             What users write as ``rllm.grouping_hook`` (or pass to the trainer as
             ``traj_grouping_hook``).
         ``hook`` (callable)
-            Called as ``hook(episodes, **options)`` with a list of :class:`rllm.Episode`;
-            returns a list of :class:`rllm.TrajectoryGroup` (all rollouts an estimator
-            compares with each other). A non-callable ``hook`` is refused.
+            Called as ``hook(episodes, **options)`` with a list of :class:`rllm.Episode` and
+            the run's ``rllm.grouping_hook_options`` (an option the hook's signature does not
+            take is refused before the run starts); returns a list of
+            :class:`rllm.TrajectoryGroup` (all rollouts an estimator compares with each
+            other). A non-callable ``hook`` is refused.
         ``replace`` (bool)
             Required to take over a built-in name (``task_and_role``); without it your
             registration is ignored with a warning.

@@ -38,6 +38,7 @@ from rllm.trainer.grouping import (
     GroupingHook,
     check_estimator_roles,
     transform_episodes_to_trajectory_groups,
+    with_options,
 )
 from rllm.trainer.logging import METRICS_FILE, EpisodeLogger, MetricsLogger, truncate_metrics
 from rllm.trainer.protocol import BackendProtocol, TrainerState, task_id_of
@@ -79,10 +80,12 @@ def _resolve_backend(backend_cls: type[BackendProtocol] | str | None, config: Di
 
 
 def _resolve_grouping_hook(hook: GroupingHook | str | None, config: DictConfig) -> GroupingHook:
+    """The hook to call as ``hook(episodes)``, with ``rllm.grouping_hook_options`` bound."""
+    options = OmegaConf.to_container(config.rllm.grouping_hook_options, resolve=True)
     if callable(hook):
-        return hook
+        return with_options(hook, options, getattr(hook, "__qualname__", repr(hook)))  # type: ignore[arg-type]
     name = hook or str(config.rllm.grouping_hook)
-    return get_plugin_manager().grouping_hooks.resolve(name).target
+    return with_options(get_plugin_manager().grouping_hooks.resolve(name).target, options, name)  # type: ignore[arg-type]
 
 
 def _episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
