@@ -220,9 +220,11 @@ def rllm_register_kernels(register: NamedRegistrar) -> None:
             One of :data:`KERNEL_NAMES` (``"group_centre"``, ``"sorted_runs"``,
             ``"run_starts"``); any other name is refused, since nothing would call it.
         ``fn`` (callable)
-            The implementation; it takes the same arguments and returns the same values as
-            the toolkit's own version of that primitive, which it stands in for. A
-            non-callable ``fn`` is refused.
+            The implementation of the numpy path it stands in for: the arguments it takes
+            and the values it returns, per name, are in :mod:`rllm.estimators.acceleration`
+            (``rllm.toolkit.PRIMITIVES`` is the same tuple as :data:`KERNEL_NAMES`; the
+            toolkit's ``CENTRE``, ``DIVIDE_BY_STD`` and ``RLOO_FACTOR`` are
+            ``group_centre``'s modes). A non-callable ``fn`` is refused.
         ``replace`` (bool)
             Required to take over a kernel the built-in plugin provides; without it your
             registration is ignored with a warning.
