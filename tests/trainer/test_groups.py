@@ -114,7 +114,9 @@ def test_grouping_hook_options_come_from_the_config(make_config, train) -> None:
 
 def test_a_grouping_hook_option_the_hook_does_not_take_is_refused(make_config) -> None:
     config = make_config("+rllm.grouping_hook_options.drop_unamed_traj=true")
-    with pytest.raises(ConfigError, match=r"grouping_hook_options\.drop_unamed_traj .*'task_and_role'.*drop_unnamed_traj"):
+    with pytest.raises(
+        ConfigError, match=r"grouping_hook_options\.drop_unamed_traj .*'task_and_role'.*drop_unnamed_traj"
+    ):
         UnifiedTrainer(None, config)
 
 

@@ -169,6 +169,7 @@ class PluginManager:
         self.strict = strict
         self._loading = False
         self._importing: Source | None = None
+        self._running: Source | None = None
         self._pending: dict[str, Discovered] = {}
         self._registered_on_import: dict[str, list[str]] = {}
         self._claims_on_import: dict[Source, list[Claim]] = {}
@@ -214,6 +215,15 @@ class PluginManager:
         return info
 
     def _register_hooks(self, plugin: object, source: Source, info: PluginInfo) -> None:
+        self._running = source
+        try:
+            self._run_hooks(plugin, source, info)
+        finally:
+            self._running = None
+        if not self._loading:  # during a load, every plugin's fields are known only at its end
+            self._check_requirements(source)
+
+    def _run_hooks(self, plugin: object, source: Source, info: PluginInfo) -> None:
         self._refuse_hookimpl_options(plugin)
         try:
             self.hooks.register(plugin, name=source.plugin)
@@ -280,10 +290,46 @@ class PluginManager:
             raise PluginContractError(f"{who} registered an estimator with an invalid name {name!r}.")
         if not callable(fn):
             raise PluginContractError(f"{who} registered estimator {name!r} with a non-callable {fn!r}.")
-        self.estimators.add(EstimatorEntry.declare(name, fn, source, replace=replace, **declaration))
+        entry = EstimatorEntry.declare(name, fn, source, replace=replace, **declaration)
+        if not (self._loading or self._running or self._importing):
+            self._refuse_unknown_fields(entry)
+        self.estimators.add(entry)
         if source in self._claims_on_import:  # a decorator run while the plugin's module was imported
             self._registered_on_import.setdefault(source.plugin, []).append(name)
             self._claims_on_import[source].append((name, fn, {"replace": replace, **declaration}))
+
+    def _refuse_unknown_fields(self, entry: EstimatorEntry) -> None:
+        """A ``requires`` entry naming no batch field (built in or declared by a loaded plugin) is refused."""
+        known = [*hookspecs.OPTIONAL_FIELDS, *self.batch_fields.names()]
+        for field_name in entry.requires:
+            if field_name not in known:
+                close = difflib.get_close_matches(field_name, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise PluginContractError(
+                    f"{entry.source.describe()} registered estimator {entry.name!r} requiring {field_name!r}, which "
+                    f"is no batch field{hint}; fields: {', '.join(known)} (declare new ones with "
+                    "rllm_register_batch_fields)"
+                )
+
+    def _check_requirements(self, source: Source) -> None:
+        for name in self.estimators.names():
+            for entry in self.estimators.claims(name):
+                if entry.source == source:
+                    self._refuse_unknown_fields(entry)
+
+    def _check_loaded_requirements(self) -> None:
+        """After a load: fail (and roll back) each loaded plugin whose estimators require an unknown field."""
+        sources = {c.source for name in self.estimators.names() for c in self.estimators.claims(name)}
+        for source in sorted(sources, key=lambda source: source.plugin):
+            info = self.plugins.get(source.plugin)
+            plugin = self.hooks.get_plugin(source.plugin)
+            if source.kind == "runtime" or info is None or info.status != "ok":
+                continue
+            try:
+                self._check_requirements(source)
+            except PluginContractError as exc:
+                self._roll_back(plugin, source, info)
+                self._fail(info, PluginContractError, str(exc), exc)
 
     def add(self, kind: HookKind, name: str, target: Any, source: Source, *, replace: bool = False) -> None:
         """Validate and record one grouping-hook, backend or kernel claim."""
@@ -357,6 +403,7 @@ class PluginManager:
                     self._claims_on_import[found.source] = []
                 else:
                     self.load_entry_point(found.entry_point, found.source)
+            self._check_loaded_requirements()
         finally:
             self._loading = False
         self.warn_ignored()
