@@ -34,7 +34,7 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from types import FrameType
 from typing import Any, Literal
@@ -51,7 +51,7 @@ from rllm.errors import (
     RLLMError,
 )
 from rllm.plugins import hookspecs
-from rllm.plugins.contract import HOOK_KINDS, HookKind
+from rllm.plugins.contract import CONFIG_SECTIONS, HOOK_KINDS, HookKind
 from rllm.plugins.discovery import (
     BUILTIN_DISTRIBUTION,
     ENTRY_POINT_GROUP,
@@ -89,6 +89,7 @@ class PluginInfo:
     backends: list[str] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
     batch_fields: list[str] = field(default_factory=list)
+    config_sections: list[str] = field(default_factory=list)
     load_seconds: float = 0.0
 
     @property
@@ -149,7 +150,7 @@ def _describe(exc: BaseException) -> str:
 
 
 class PluginManager:
-    """The registries of estimators, grouping hooks, backends and kernels, and the plugins that filled them.
+    """The registries of every hook kind (estimators, ..., config sections) and the plugins that filled them.
 
     ``strict`` (None: read ``RLLM_STRICT_PLUGINS`` when a failure happens) makes failures
     errors: :meth:`load` raises one :class:`PluginsFailedError` after trying every plugin,
@@ -164,6 +165,7 @@ class PluginManager:
         self.backends: Registry[Entry] = self._registry(HOOK_KINDS[2])
         self.kernels: Registry[Entry] = self._registry(HOOK_KINDS[3])
         self.batch_fields: Registry[Entry] = self._registry(HOOK_KINDS[4])
+        self.config_sections: Registry[Entry] = self._registry(CONFIG_SECTIONS)
         self.plugins: dict[str, PluginInfo] = {}
         self.failures: list[PluginError] = []
         self.strict = strict
@@ -274,6 +276,14 @@ class PluginManager:
                 names.append(name)
 
             return register_estimator
+
+        if kind is CONFIG_SECTIONS:
+
+            def register_section(section: str, keys: Iterable[Any] | None = None) -> None:
+                self.add(kind, section, None if keys is None else tuple(keys), source)
+                names.append(section)
+
+            return register_section
 
         def register(name: str, target: Any, *, replace: bool = False) -> None:
             self.add(kind, name, target, source, replace=replace)
@@ -482,8 +492,13 @@ class PluginManager:
         return plugin
 
     def warn_ignored(self) -> None:
-        """Warn about every plugin claim on a built-in name made without ``replace=True`` (it never wins)."""
+        """Warn about every plugin claim on a built-in name made without ``replace=True`` (it never wins).
+
+        Config sections have no ``replace``; a section that is taken is reported when the schema is built.
+        """
         for kind in HOOK_KINDS:
+            if kind is CONFIG_SECTIONS:
+                continue
             registry = self.registry(kind)
             for entry in registry.ignored_claims():
                 _warn(
@@ -511,6 +526,8 @@ class PluginManager:
                 continue
             problems = []
             for kind in HOOK_KINDS:
+                if kind is CONFIG_SECTIONS:  # a taken section is reported when the schema is built
+                    continue
                 registry = self.registry(kind)
                 for name in getattr(info, kind.attribute):
                     try:
