@@ -15,6 +15,11 @@ from pathlib import Path
 
 import pytest
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_MODULES = (  # a name is public if the module's __all__ lists it (or, without __all__, has no leading _)
     "rllm",
@@ -36,6 +41,16 @@ def test_layers_and_forbidden_imports_hold() -> None:
     result = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Contracts: 2 kept, 0 broken" in result.stdout
+
+
+def test_core_is_forbidden_every_plugin_package_the_distribution_ships() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    shipped = {name for name in config["tool"]["setuptools"]["packages"]["find"]["include"] if "." not in name}
+    plugins = shipped - {"rllm"}
+    linter = config["tool"]["importlinter"]
+    forbidden = next(c for c in linter["contracts"] if c["type"] == "forbidden" and c["source_modules"] == ["rllm"])
+    assert plugins and set(forbidden["forbidden_modules"]) == plugins
+    assert set(linter["root_packages"]) == shipped
 
 
 def rllm_imports(package: Path) -> list[tuple[str, int, str, str]]:

@@ -6,14 +6,11 @@ import difflib
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
+from rllm.config.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
 from rllm.config.schema import CORE_KEYS
 from rllm.errors import ConfigError
-from rllm.estimators.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
-
-if TYPE_CHECKING:  # omegaconf loads only when a run configuration is read
-    pass
 
 
 def _as_estimator(name: EstimatorName) -> EstimatorName:

@@ -31,6 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rllm.config.schema import CORE_KEYS, ConfigKey, Schema, section_keys
 from rllm.errors import ConfigError, PluginWarning
+from rllm.plugins.options import PRESET_NAMES
 
 CONFIG_FILE = "config.yaml"
 """Name of the resolved configuration every run writes into its run directory."""
@@ -304,9 +305,7 @@ def _parent_and_leaf(config: DictConfig, path: str) -> tuple[DictConfig, str]:
 
 
 def _preset_names() -> list[str]:
-    from rllm.estimators.numerics import PRESETS
-
-    return sorted(PRESETS)
+    return sorted(PRESET_NAMES)
 
 
 def _check_presets(options: Mapping[str, Any]) -> None:

@@ -13,21 +13,13 @@ from typing import Any, Literal
 import numpy as np
 
 from rllm.errors import ConfigError
+from rllm.plugins.options import NUMERICS_CHOICES
 
 StdDivisor = Literal["population", "unbiased"]
 SinglePolicy = Literal["raw", "zero", "error"]
 ZeroVariancePolicy = Literal["eps", "zero"]
 WhitenMode = Literal["std", "var_add", "var_clamp"]
 WhitenWeight = Literal["responses", "tokens"]
-
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "std": ("population", "unbiased"),
-    "single": ("raw", "zero", "error"),
-    "zero_variance": ("eps", "zero"),
-    "dtype": ("float64", "float32"),
-    "whiten": ("std", "var_add", "var_clamp"),
-    "whiten_weight": ("responses", "tokens"),
-}
 
 
 @dataclass(frozen=True)
@@ -65,11 +57,11 @@ class Numerics:
     preset: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        for name, allowed in _CHOICES.items():
+        for name, allowed in NUMERICS_CHOICES.items():
             value = getattr(self, name)
             if value not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}.")
-        if self.whiten_std is not None and self.whiten_std not in _CHOICES["std"]:
+        if self.whiten_std is not None and self.whiten_std not in NUMERICS_CHOICES["std"]:
             raise ConfigError(f"whiten_std must be 'population' or 'unbiased'; got {self.whiten_std!r}.")
         for name in ("eps", "whiten_eps"):
             value = getattr(self, name)
