@@ -49,3 +49,36 @@ def test_kernel_names_are_one_tuple_and_each_is_documented() -> None:
     assert (acceleration.GROUP_CENTRE, acceleration.SORTED_RUNS, acceleration.RUN_STARTS) == hookspecs.KERNEL_NAMES
     for name in hookspecs.KERNEL_NAMES:
         assert f'``"{name}"``: ``fn(' in (acceleration.__doc__ or ""), f"acceleration does not document {name}"
+
+
+def test_algorithm_config_defaults_are_the_schema_keys() -> None:
+    from rllm.config.algorithm import _FIELD_KEYS, _SECTION_KEYS, AlgorithmConfig
+    from rllm.config.schema import CORE_KEYS
+
+    section = {
+        key.path.removeprefix("rllm.algorithm."): key for key in CORE_KEYS if key.path.startswith("rllm.algorithm.")
+    }
+    assert {name.split(".")[0] for name in section} == set(_SECTION_KEYS)
+    default = AlgorithmConfig()
+    assert _FIELD_KEYS, "no algorithm field is tied to the schema"
+    for name, key in _FIELD_KEYS.items():
+        assert getattr(default, name) == key.default, f"AlgorithmConfig.{name} drifted from {key.path}"
+    assert AlgorithmConfig.from_config({}) == default
+    assert default.estimator == section["adv_estimator"].default
+
+
+def test_checks_the_schema_makes_unreachable_are_gone() -> None:
+    """The schema refuses these values first, naming the key; AlgorithmConfig keeps no second check."""
+    import inspect
+
+    from rllm.config.algorithm import AlgorithmConfig
+    from rllm.errors import ConfigError
+    from rllm.trainer.protocol import BackendProtocol
+
+    source = inspect.getsource(AlgorithmConfig.__post_init__)
+    for gone in ("lr_schedule", "loss_agg_mode", "router_replay", "nonfinite_rewards", "self.epsilon"):
+        assert gone not in source
+    for field_name, value in (("lr_schedule", "step"), ("nonfinite_rewards", "ignore"), ("epsilon", -1.0)):
+        with pytest.raises(ConfigError, match=rf"^rllm\.algorithm\.{field_name} must be"):
+            AlgorithmConfig(**{field_name: value})  # type: ignore[arg-type]
+    assert "name" not in vars(BackendProtocol)  # never read by the trainer

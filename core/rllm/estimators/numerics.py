@@ -7,7 +7,7 @@ pins every one of these choices; a preset reproduces one framework's numbers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -145,5 +145,4 @@ def resolve_numerics(
         "whiten_weight": whiten_weight,
         "eps": float(chosen[0]) if chosen else None,
     }
-    valid = {f.name for f in fields(Numerics)}
-    return replace(base, **{k: v for k, v in overrides.items() if v is not None and k in valid})
+    return replace(base, **{k: v for k, v in overrides.items() if v is not None})

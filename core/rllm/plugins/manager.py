@@ -61,11 +61,6 @@ from rllm.plugins.discovery import (
 )
 from rllm.plugins.registry import Entry, EstimatorEntry, Registry, Source
 
-if sys.version_info >= (3, 12):
-    pass
-else:  # pragma: no cover - exercised on older interpreters
-    pass
-
 PluginStatus = Literal["ok", "failed", "blocked", "conflict"]
 Claim = tuple[str, Callable[..., Any], dict[str, Any]]
 """An estimator registered by decorator while its plugin's module was imported: name, function, keywords."""

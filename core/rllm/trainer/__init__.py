@@ -1,7 +1,8 @@
 """The training loop: :class:`UnifiedTrainer`, the backend protocol and the workflow engine.
 
-Names are imported on first use, so ``import rllm`` (which registers the built-in backend
-and grouping hook) does not pay for the trainer and asyncio until a run needs them.
+Names are imported on first use, so ``import rllm`` (which only discovers the plugins' entry
+points; the built-in backend and grouping hook register when a registry is first used) does
+not pay for the trainer and asyncio until a run needs them.
 """
 
 from __future__ import annotations

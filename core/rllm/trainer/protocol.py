@@ -107,8 +107,6 @@ class BackendProtocol:
     :meth:`compute_advantages`, :meth:`update_policy`.
     """
 
-    name = "backend"
-
     def __init__(self, config: DictConfig, **kwargs: Any) -> None:
         self.config = config
 

@@ -145,8 +145,6 @@ def _losses(
 class EmbeddedBackend(BackendProtocol):
     """Policy-gradient training of a numpy softmax policy on the built-in arithmetic tasks."""
 
-    name = "embedded"
-
     def __init__(self, config: DictConfig, **kwargs: Any) -> None:
         super().__init__(config)
         options = config.rllm.embedded
