@@ -82,3 +82,20 @@ def test_checks_the_schema_makes_unreachable_are_gone() -> None:
         with pytest.raises(ConfigError, match=rf"^rllm\.algorithm\.{field_name} must be"):
             AlgorithmConfig(**{field_name: value})  # type: ignore[arg-type]
     assert "name" not in vars(BackendProtocol)  # never read by the trainer
+
+
+def test_batch_fields_are_one_table() -> None:
+    from pathlib import Path
+
+    from rllm.cli.advantages import LINE_FIELDS
+    from rllm.estimators import OPTIONAL_FIELDS as ESTIMATOR_FIELDS
+    from rllm.plugins.fields import BUILTIN_FIELDS
+
+    assert hookspecs.OPTIONAL_FIELDS == ESTIMATOR_FIELDS == tuple(BUILTIN_FIELDS)
+    readable = {name for name, field in BUILTIN_FIELDS.items() if field.jsonl_key}
+    assert set(LINE_FIELDS) == readable and readable
+    assert all(LINE_FIELDS[name] == (BUILTIN_FIELDS[name].jsonl_key, BUILTIN_FIELDS[name].doc) for name in readable)
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "estimators.md").read_text(encoding="utf-8")
+    table = [line for line in guide.splitlines() if line.startswith("| `")]
+    for name in BUILTIN_FIELDS:
+        assert any(f"`{name}`" in line.split("|")[1] for line in table), f"docs/estimators.md lacks field {name}"

@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import pluggy
 
+from rllm.plugins import fields as _fields
+
 if TYPE_CHECKING:
     from rllm.plugins.options import Option
 
@@ -48,17 +50,8 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 EstimatorStyle = Literal["grouped", "batch"]
 
-OPTIONAL_FIELDS = (
-    "response_lengths",
-    "baseline_rewards",
-    "reward_components",
-    "component_weights",
-    "step_rewards",
-    "step_values",
-    "roles",
-    "task_ids",
-)
-"""Batch fields beyond rewards that an estimator may list in ``requires``."""
+OPTIONAL_FIELDS = _fields.OPTIONAL_FIELDS
+"""Batch fields beyond rewards that an estimator may list in ``requires`` (from ``BUILTIN_FIELDS``)."""
 
 KERNEL_NAMES = ("group_centre", "sorted_runs", "run_starts")
 """The toolkit primitives a plugin may provide a faster implementation of (``rllm_register_kernels``)."""
