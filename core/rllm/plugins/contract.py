@@ -30,7 +30,7 @@ from rllm.errors import (
 from rllm.plugins.fields import batch_field_problem
 from rllm.plugins.hookspecs import BACKEND_ABSTRACT_METHODS, BACKEND_METHODS, KERNEL_NAMES
 
-PROTOCOL_MODULE, PROTOCOL_CLASS = "rllm.trainer.protocol", "BackendProtocol"
+PROTOCOL_MODULE, PROTOCOL_CLASS = "rllm.trainer.backend_protocol", "BackendProtocol"
 CONFIG_KEY_MODULE, CONFIG_KEY_CLASS = "rllm.config.schema", "ConfigKey"
 
 
@@ -93,7 +93,7 @@ def backend_problem(name: str, target: Any) -> str | None:
     if not problems:
         return None
     return (
-        f"does not implement rllm.trainer.protocol.BackendProtocol: it {', '.join(problems)} "
+        f"does not implement rllm.trainer.backend_protocol.BackendProtocol: it {', '.join(problems)} "
         "(subclass BackendProtocol, or the embedded backend, and override its stages)"
     )
 

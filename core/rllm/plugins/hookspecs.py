@@ -81,7 +81,7 @@ BACKEND_METHODS: dict[str, bool] = {
     "on_validation_start": True,
     "on_validation_end": True,
 }
-"""Methods of :class:`rllm.trainer.protocol.BackendProtocol` the trainer calls, and whether each is ``async``."""
+"""Methods of :class:`rllm.trainer.backend_protocol.BackendProtocol` the trainer calls; True: ``async``."""
 
 BACKEND_ABSTRACT_METHODS = ("init_rollout_engine", "get_dataloader", "transform_to_backend_batch", "update_policy")
 """Protocol methods without a default: a backend subclassing the protocol must override them."""
@@ -270,7 +270,7 @@ def rllm_register_backends(register: NamedRegistrar) -> None:
         ``name`` (str)
             What users write as ``rllm.backend``.
         ``backend_cls`` (type)
-            A class implementing :class:`rllm.trainer.protocol.BackendProtocol` (subclass it,
+            A class implementing :class:`rllm.trainer.backend_protocol.BackendProtocol` (subclass it,
             or the embedded backend), constructed as ``backend_cls(config=config,
             **backend_args)``. Refused unless it is a class with every method in
             :data:`BACKEND_METHODS` (``async def`` where marked), overrides those in

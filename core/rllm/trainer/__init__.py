@@ -11,9 +11,9 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "BackendProtocol": "rllm.trainer.protocol",
-    "TaskSetup": "rllm.trainer.protocol",
-    "TrainerState": "rllm.trainer.protocol",
+    "BackendProtocol": "rllm.trainer.backend_protocol",
+    "TaskSetup": "rllm.trainer.backend_protocol",
+    "TrainerState": "rllm.trainer.backend_protocol",
     "Executor": "rllm.trainer.engine",
     "LocalExecutor": "rllm.trainer.engine",
     "WorkflowCall": "rllm.trainer.engine",

@@ -31,6 +31,7 @@ from rllm.errors import ConfigError, RLLMWarning, RunDirError, TrainerError
 from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm.estimators.compute import get_estimator
 from rllm.plugins.manager import get_plugin_manager
+from rllm.trainer.backend_protocol import BackendProtocol, TrainerState, task_id_of
 from rllm.trainer.checkpoint import CheckpointManager
 from rllm.trainer.engine import WorkflowEngine
 from rllm.trainer.grouping import (
@@ -41,7 +42,7 @@ from rllm.trainer.grouping import (
     with_options,
 )
 from rllm.trainer.logging import METRICS_FILE, EpisodeLogger, MetricsLogger, truncate_metrics
-from rllm.trainer.protocol import BackendProtocol, TrainerState, task_id_of
+from rllm.trainer.pass_at_k import pass_at_k_metrics
 from rllm.trainer.rejection import (
     RejectionSamplingConfig,
     RejectionSamplingState,
@@ -50,7 +51,6 @@ from rllm.trainer.rejection import (
 )
 from rllm.trainer.rundir import RunDirectory, check_run_name, os_cause
 from rllm.trainer.sampling import DynamicSamplingConfig, SamplingState, informative, refill_tasks, substitute
-from rllm.trainer.validation import pass_at_k_metrics
 from rllm.types import Episode, TerminationReason, TrajectoryGroup
 from rllm.workflows.workflow import Workflow
 

@@ -1,7 +1,7 @@
 """The embedded backend: trains :class:`SoftmaxPolicy` on the CPU, in the trainer's process.
 
 It is the default backend, so ``rllm train`` works on any laptop, and it is the reference
-for backend authors: every stage of :class:`rllm.trainer.protocol.BackendProtocol` does real
+for backend authors: every stage of :class:`rllm.trainer.backend_protocol.BackendProtocol` does real
 work here. Settings live under ``rllm.embedded`` and ``rllm.data``.
 """
 
