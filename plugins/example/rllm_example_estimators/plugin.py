@@ -149,7 +149,8 @@ class BanditBackend(BackendProtocol):
         gradient = np.zeros(ARMS)
         for step in steps:
             chosen = np.eye(ARMS)[int(step.action)]
-            gradient += float(np.ravel(step.advantage)[0]) * (chosen - probabilities)
+            advantage = 0.0 if step.advantage is None else np.ravel(np.asarray(step.advantage, dtype=float))[0]
+            gradient += float(advantage) * (chosen - probabilities)
         self.logits += LEARNING_RATE * gradient / max(len(steps), 1)
         trainer_state.metrics["example/p_best_arm"] = float(_softmax(self.logits)[BEST_ARM])
 
