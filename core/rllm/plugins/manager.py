@@ -59,7 +59,7 @@ from rllm.plugins.discovery import (
     _normalise,
     discover_plugins,
 )
-from rllm.plugins.registry import Entry, EstimatorEntry, Registry, Source
+from rllm.plugins.registry import Entry, EstimatorEntry, Registry, Source, first_unknown
 
 PluginStatus = Literal["ok", "failed", "blocked", "conflict"]
 Claim = tuple[str, Callable[..., Any], dict[str, Any]]
@@ -306,15 +306,14 @@ class PluginManager:
     def _refuse_unknown_fields(self, entry: EstimatorEntry) -> None:
         """A ``requires`` entry naming no batch field (built in or declared by a loaded plugin) is refused."""
         known = [*hookspecs.OPTIONAL_FIELDS, *self.batch_fields.names()]
-        for field_name in entry.requires:
-            if field_name not in known:
-                close = difflib.get_close_matches(field_name, known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise PluginContractError(
-                    f"{entry.source.describe()} registered estimator {entry.name!r} requiring {field_name!r}, which "
-                    f"is no batch field{hint}; fields: {', '.join(known)} (declare new ones with "
-                    "rllm_register_batch_fields)"
-                )
+        unknown = first_unknown(entry.requires, known)
+        if unknown:
+            field_name, hint = unknown
+            raise PluginContractError(
+                f"{entry.source.describe()} registered estimator {entry.name!r} requiring {field_name!r}, which "
+                f"is no batch field{hint}; fields: {', '.join(known)} (declare new ones with "
+                "rllm_register_batch_fields)"
+            )
 
     def _check_requirements(self, source: Source) -> None:
         for name in self.estimators.names():
