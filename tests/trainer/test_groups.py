@@ -271,3 +271,11 @@ def test_enabling_rejection_sampling_without_a_mode_means_episode_as_in_rllm(mak
     assert RejectionSamplingConfig.from_config(config.rllm.rejection_sample).mode == "episode"
     grouped = make_config("rllm.rejection_sample.enable=true", "rllm.rejection_sample.mode=group")
     assert RejectionSamplingConfig.from_config(grouped.rllm.rejection_sample).mode == "group"  # a size filter only
+
+
+@pytest.mark.parametrize("key", ["n", "n_val"])
+def test_a_rollout_count_below_one_is_refused_by_the_schema_naming_the_key(make_config, key: str) -> None:
+    config = make_config()
+    config.rllm.rollout[key] = 0  # a programmatic config, past load_config's checks
+    with pytest.raises(ConfigError, match=rf"^rllm\.rollout\.{key} must be an integer >= 1; got 0"):
+        UnifiedTrainer(None, config)

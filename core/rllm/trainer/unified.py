@@ -207,9 +207,6 @@ class UnifiedTrainer:
                 f"rllm.trainer.val_pass_at_k={self.val_pass_at_k} asks for pass@{too_many[0]}, but validation draws "
                 f"rllm.rollout.n_val={rllm.rollout.n_val} sample(s) per task; raise rllm.rollout.n_val or drop that k."
             )
-        for key in ("n", "n_val"):
-            if int(rllm.rollout[key]) < 1:
-                raise ConfigError(f"rllm.rollout.{key} must be at least 1, got {rllm.rollout[key]}.")
         if int(rllm.rollout.n) < self.rs_config.min_trajs_per_group:
             warnings.warn(
                 f"rllm.rollout.n={rllm.rollout.n} is below rllm.rejection_sample.min_trajs_per_group="
