@@ -410,8 +410,13 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
     ),
     _count("rllm.dynamic_sampling.max_rounds", 3, "drop: generation rounds per step, the first included."),
     _count("rllm.workflow.n_parallel_tasks", 256, "Workflows run at once."),
-    _count("rllm.workflow.retry_limit", 3, "Extra attempts for a workflow that raised.", 0),
-    _bool_key("rllm.workflow.raise_on_error", True, "Stop training when a workflow keeps failing."),
+    _count("rllm.workflow.retry_limit", 3, "failure_policy=retry: extra attempts for a workflow that raised.", 0),
+    _bool_key(
+        "rllm.workflow.raise_on_error",
+        True,
+        "failure_policy=retry: a workflow still failing after its retries stops training (false: its group is "
+        "dropped, counted).",
+    ),
     ConfigKey(
         "rllm.workflow.timeout",
         "float",
@@ -420,6 +425,39 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         minimum=0,
         above=True,
         nullable=True,
+    ),
+    ConfigKey(
+        "rllm.workflow.failure_policy",
+        "str",
+        "retry",
+        "What a workflow error does: retry (re-run it up to retry_limit times, then raise_on_error decides), "
+        "drop_group (leave its task's group out of the step, counted), fail (stop the run naming the task).",
+        choices=("retry", "drop_group", "fail"),
+    ),
+    _count("rllm.workflow.seed", 0, "Run seed of the episodes: each one's comes from it, the step and its "
+           "(task, rollout) index.", 0),
+    ConfigKey(
+        "rllm.workflow.executor",
+        "str",
+        "local",
+        "Where workflows run: local (the trainer's event loop) or ray (Ray actors; pip install 'rllm[ray]').",
+        choices=("local", "ray"),
+    ),
+    ConfigKey(
+        "rllm.workflow.ray.address",
+        "str",
+        None,
+        "ray: address of an existing cluster (ray.init(address=...)); null starts a local instance.",
+        nullable=True,
+    ),
+    _count("rllm.workflow.ray.num_workers", 2, "ray: worker actors the workflows are spread over."),
+    ConfigKey("rllm.workflow.ray.num_cpus", "float", 1.0, "ray: CPUs each worker actor reserves.", minimum=0),
+    ConfigKey("rllm.workflow.ray.num_gpus", "float", 0.0, "ray: GPUs each worker actor reserves.", minimum=0),
+    ConfigKey(
+        "rllm.workflow.ray.resources",
+        "mapping",
+        {},
+        "ray: custom resources each worker actor reserves, e.g. {sandbox: 1}.",
     ),
     _count("rllm.rollout.n", 8, "Rollouts per task in training."),
     _count("rllm.rollout.n_val", 1, "Rollouts per task in validation."),
