@@ -116,6 +116,10 @@ class EngineStats:
 
 
 def _error_info(exc: BaseException) -> dict[str, str]:
+    """What ``episode.info["error"]`` records; an executor's exception may carry it (a worker's error)."""
+    carried = getattr(exc, "error_info", None)
+    if isinstance(carried, dict):
+        return dict(carried)
     return {
         "message": str(exc),
         "type": type(exc).__name__,
