@@ -10,14 +10,13 @@ seeds and the failure policy stay here, identical for every executor.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 import traceback
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
-
-import numpy as np
 
 from rllm.errors import ConfigError, DataError, WorkflowError
 from rllm.trainer.logging import EpisodeLogger
@@ -62,9 +61,8 @@ def episode_seed(run_seed: int, mode: str, step: int, call_index: int, task_inde
     ``task_index`` the distinct tasks of the batch, ``rollout`` the rollouts of one task. It
     does not depend on scheduling, so every executor gives an episode the same seed.
     """
-    mode_code = 1 if mode == "val" else 0
-    words = [run_seed, mode_code, step, call_index, task_index, rollout]
-    return int(np.random.SeedSequence(words).generate_state(2, np.uint32).astype(np.uint64) @ [1 << 31, 1])
+    words = f"{run_seed},{mode},{step},{call_index},{task_index},{rollout}".encode()
+    return int.from_bytes(hashlib.blake2b(words, digest_size=8).digest(), "little") >> 1
 
 
 def instantiate(call: WorkflowCall, rollout_engine: Any) -> Workflow:
