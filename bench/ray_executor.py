@@ -43,7 +43,7 @@ def _batch() -> tuple[list[dict[str, Any]], list[str]]:
 
 
 async def _gather() -> float:
-    tasks, ids = _batch()
+    tasks, _ = _batch()
     start = time.perf_counter()
     await asyncio.gather(*(EnvironmentCall(None).run(task, f"{i}") for i, task in enumerate(tasks)))
     return time.perf_counter() - start
@@ -90,7 +90,11 @@ def main() -> None:
     floor = medians["gather"]
     print(f"{EPISODES} episodes of one {SLEEP * 1000:.0f} ms environment call, median of {args.rounds} rounds")
     print(f"{'executor':<26}{'seconds':>9}{'episodes/s':>12}{'overhead/episode':>18}")
-    for name, label in [("gather", "bare asyncio.gather"), ("local", "engine, local"), ("ray", "engine, Ray (2 workers)")]:
+    for name, label in [
+        ("gather", "bare asyncio.gather"),
+        ("local", "engine, local"),
+        ("ray", "engine, Ray (2 workers)"),
+    ]:
         seconds = medians[name]
         overhead = "" if name == "gather" else f"{(seconds - floor) / EPISODES * 1e6:.0f} µs"
         print(f"{label:<26}{seconds:>9.3f}{EPISODES / seconds:>12.0f}{overhead:>18}")

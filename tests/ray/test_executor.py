@@ -94,7 +94,7 @@ def test_a_workflow_raising_on_one_task_under_each_policy(policy: str) -> None:
         _run(engine, tasks, ids)
     attempts = 2 if policy == "retry" else 1
     message = str(caught.value)
-    assert f"on task 't1' (episode 't1:" in message and f"after {attempts} attempt(s)" in message
+    assert "on task 't1' (episode 't1:" in message and f"after {attempts} attempt(s)" in message
     assert "RuntimeError: tool server refused t1:" in message and "\n" not in message
     assert "in run" in caught.value.details  # the worker's traceback
 

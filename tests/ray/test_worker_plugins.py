@@ -35,15 +35,26 @@ pytestmark = pytest.mark.slow  # a pip install and a Ray instance of its own
 def plugins_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     target = tmp_path_factory.mktemp("worker_plugins")
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-         "--target", str(target), *map(str, DISTRIBUTIONS)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--target",
+            str(target),
+            *map(str, DISTRIBUTIONS),
+        ],
         check=True,
         capture_output=True,
         timeout=300,
     )
     sys.path.insert(0, str(target))  # the driver imports the workflow class; it never loads these plugins
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(target)}})
+    ray.init(
+        num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(target)}}
+    )
     try:
         yield target
     finally:

@@ -114,7 +114,9 @@ def test_fail_refuses_raise_on_error_false(make_config) -> None:
 
 
 def test_unknown_policy_is_refused_naming_the_key(make_config) -> None:
-    with pytest.raises(ConfigError, match=r"rllm\.workflow\.failure_policy must be one of retry, drop_group, fail; got 'drop'"):
+    with pytest.raises(
+        ConfigError, match=r"rllm\.workflow\.failure_policy must be one of retry, drop_group, fail; got 'drop'"
+    ):
         make_config("rllm.workflow.failure_policy=drop")
 
 

@@ -434,8 +434,12 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "drop_group (leave its task's group out of the step, counted), fail (stop the run naming the task).",
         choices=("retry", "drop_group", "fail"),
     ),
-    _count("rllm.workflow.seed", 0, "Run seed of the episodes: each one's comes from it, the step and its "
-           "(task, rollout) index.", 0),
+    _count(
+        "rllm.workflow.seed",
+        0,
+        "Run seed of the episodes: each one's comes from it, the step and its (task, rollout) index.",
+        0,
+    ),
     ConfigKey(
         "rllm.workflow.executor",
         "str",

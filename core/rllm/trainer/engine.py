@@ -238,9 +238,7 @@ class WorkflowEngine:
             index = ordinal.setdefault(task_id, len(ordinal))
             seed = episode_seed(self.seed, mode, self.step, call_index, index, k)
             calls.append(
-                WorkflowCall(
-                    self.workflow_cls, self.workflow_args, self.rollout_engine, task, f"{task_id}:{k}", seed
-                )
+                WorkflowCall(self.workflow_cls, self.workflow_args, self.rollout_engine, task, f"{task_id}:{k}", seed)
             )
         stats = self.stats
         failed_groups: set[str] = set()
