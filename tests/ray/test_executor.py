@@ -187,3 +187,55 @@ def test_training_gives_the_same_metrics_with_the_ray_executor(tmp_path) -> None
     assert [r["kind"] for r in local] == ["val", "train", "train", "val", "train", "val"]
     assert remote == local
     assert local[1]["batch/num_episodes"] == 160 and local[1]["actor/loss"] != 0
+
+
+def test_an_engine_that_cannot_reach_the_workers_stops_the_run_before_any_rollout() -> None:
+    import threading
+
+    from rllm.errors import TrainerError
+
+    class LockedEngine:
+        def __init__(self) -> None:
+            self.lock = threading.Lock()  # cannot be pickled
+
+    tasks, ids = _tasks(["ok"], repeats=2)
+    engine = WorkflowEngine(Env, rollout_engine=LockedEngine(), executor=RayExecutor(2))
+    with pytest.raises(TrainerError, match=r"rollout engine LockedEngine .*cannot be sent to Ray workers.*for_workers"):
+        _run(engine, tasks, ids)
+    assert engine.stats.attempts == 0
+
+
+def test_for_workers_is_what_the_workers_get() -> None:
+    class Handle:
+        label = "from for_workers"
+
+    class ServerEngine:
+        def __init__(self) -> None:
+            import threading
+
+            self.lock = threading.Lock()  # the engine itself stays in the driver
+
+        def for_workers(self) -> Handle:
+            return Handle()
+
+    class Reads(Workflow):
+        async def run(self, task: dict[str, Any], uid: str, **kwargs: Any) -> Episode:
+            return Episode(termination_reason=TerminationReason.ENV_DONE, metrics={"label": self.rollout_engine.label})
+
+    engine = WorkflowEngine(Reads, rollout_engine=ServerEngine(), executor=RayExecutor(2))
+    episodes = _run(engine, [{"uid": "a"}, {"uid": "b"}], ["a", "b"])
+    assert [ep.metrics["label"] for ep in episodes] == ["from for_workers"] * 2
+
+
+def test_import_rllm_and_the_executor_module_import_no_ray() -> None:
+    import subprocess
+
+    code = (
+        "import sys, rllm, rllm.trainer.unified, rllm.trainer.ray_executor\n"
+        "from rllm.config import load_config\n"
+        "load_config(overrides=['rllm.workflow.executor=ray'])\n"
+        "print('ray' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

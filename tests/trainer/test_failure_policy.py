@@ -187,3 +187,22 @@ def test_engine_gives_workflows_their_seed() -> None:
     episodes = asyncio.run(engine.execute_tasks([{}] * 4, ["a", "a", "b", "a"]))
     expected = [episode_seed(5, "train", 3, 0, t, k) for t, k in [(0, 0), (0, 1), (1, 0), (0, 2)]]
     assert [ep.metrics["seed"] for ep in episodes] == expected
+
+
+def test_ray_executor_without_ray_says_how_to_install_it(make_config, monkeypatch) -> None:
+    import importlib.util
+
+    from rllm.experimental.unified_trainer import UnifiedTrainer
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"rllm\.workflow\.executor=ray needs ray: pip install 'rllm\[ray\]'"):
+        UnifiedTrainer(None, make_config("rllm.workflow.executor=ray"), progress=False)
+
+
+def test_an_executor_passed_and_one_configured_is_refused(make_config) -> None:
+    from rllm.experimental.unified_trainer import UnifiedTrainer
+    from rllm.trainer.engine import LocalExecutor
+
+    with pytest.raises(ConfigError, match=r"executor= and rllm\.workflow\.executor=ray; choose one"):
+        UnifiedTrainer(None, make_config("rllm.workflow.executor=ray"), executor=LocalExecutor(), progress=False)

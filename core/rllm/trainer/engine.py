@@ -43,8 +43,10 @@ FAILURE_POLICIES = ("retry", "drop_group", "fail")
 class Executor(Protocol):
     """Runs workflow calls. ``run`` may be cancelled (on timeout) and must then stop the rollout.
 
-    An executor may also define ``prepare()``: the engine calls it before each batch of calls,
-    since the rollout engine (the policy) may have changed since the last one.
+    An executor may also define ``async prepare(call)``: the engine calls it before each batch
+    with the batch's first call (all of a batch's calls share the workflow class, its arguments
+    and the rollout engine), since the policy may have changed since the last batch. What it
+    raises stops the run, before any rollout.
     """
 
     async def start(self) -> None: ...
@@ -224,9 +226,6 @@ class WorkflowEngine:
         if len(tasks) != len(task_ids):
             raise DataError(f"execute_tasks got {len(tasks)} tasks but {len(task_ids)} task ids.")
         await self.initialize_pool()
-        prepare = getattr(self.executor, "prepare", None)
-        if prepare is not None:
-            await prepare()
         mode = "val" if is_validation else self.mode
         call_index, self._calls_this_step = self._calls_this_step, self._calls_this_step + 1
         seen: Counter[str] = Counter()
@@ -240,6 +239,9 @@ class WorkflowEngine:
             calls.append(
                 WorkflowCall(self.workflow_cls, self.workflow_args, self.rollout_engine, task, f"{task_id}:{k}", seed)
             )
+        prepare = getattr(self.executor, "prepare", None)
+        if prepare is not None and calls:
+            await prepare(calls[0])
         stats = self.stats
         failed_groups: set[str] = set()
         limit = asyncio.Semaphore(self.n_parallel_tasks)

@@ -11,6 +11,7 @@ the task, its id and its seed do. ray is imported when the executor starts, neve
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import traceback
 import uuid
@@ -104,6 +105,8 @@ class RayExecutor:
         num_gpus: float = 0.0,
         resources: Mapping[str, float] | None = None,
     ) -> None:
+        if importlib.util.find_spec("ray") is None:
+            raise ConfigError("rllm.workflow.executor=ray needs ray: pip install 'rllm[ray]'.")
         if int(num_workers) < 1:
             raise ConfigError(f"rllm.workflow.ray.num_workers must be at least 1, got {num_workers}.")
         for key, value in {"num_cpus": num_cpus, "num_gpus": num_gpus, **dict(resources or {})}.items():
@@ -146,9 +149,9 @@ class RayExecutor:
         self.workers = [actor.remote() for _ in range(self.num_workers)]
         self._busy = [0] * self.num_workers
 
-    async def prepare(self) -> None:
+    async def prepare(self, call: WorkflowCall) -> None:
         """A new batch: the rollout engine (the policy) may have changed, so it is sent again."""
-        self._batch = None
+        self._batch = self._publish(call)
 
     def _publish(self, call: WorkflowCall) -> tuple[str, list[Any]]:
         ray = _ray()
@@ -168,7 +171,7 @@ class RayExecutor:
     async def run(self, call: WorkflowCall) -> Episode | None:
         ray = _ray()
         if self._batch is None:
-            self._batch = self._publish(call)
+            self._batch = self._publish(call)  # run() called without prepare(), outside the workflow engine
         key, box = self._batch
         index = min(range(self.num_workers), key=self._busy.__getitem__)
         ref = self.workers[index].run.remote(key, box, call.task, call.uid, call.seed)
