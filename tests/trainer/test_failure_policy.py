@@ -206,3 +206,21 @@ def test_an_executor_passed_and_one_configured_is_refused(make_config) -> None:
 
     with pytest.raises(ConfigError, match=r"executor= and rllm\.workflow\.executor=ray; choose one"):
         UnifiedTrainer(None, make_config("rllm.workflow.executor=ray"), executor=LocalExecutor(), progress=False)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "warning"),
+    [
+        (("rllm.workflow.ray.num_workers=4",), r"rllm\.workflow\.ray\.num_workers has no effect: the executor is local"),
+        (
+            ("rllm.workflow.failure_policy=drop_group", "rllm.workflow.retry_limit=5"),
+            r"rllm\.workflow\.retry_limit has no effect: failure_policy=drop_group",
+        ),
+    ],
+)
+def test_keys_the_run_does_not_read_are_said(make_config, overrides: tuple[str, ...], warning: str) -> None:
+    from rllm.errors import RLLMWarning
+    from rllm.experimental.unified_trainer import UnifiedTrainer
+
+    with pytest.warns(RLLMWarning, match=warning):
+        UnifiedTrainer(None, make_config(*overrides), progress=False).shutdown()
