@@ -211,7 +211,10 @@ def test_an_executor_passed_and_one_configured_is_refused(make_config) -> None:
 @pytest.mark.parametrize(
     ("overrides", "warning"),
     [
-        (("rllm.workflow.ray.num_workers=4",), r"rllm\.workflow\.ray\.num_workers has no effect: the executor is local"),
+        (
+            ("rllm.workflow.ray.num_workers=4",),
+            r"rllm\.workflow\.ray\.num_workers has no effect: the executor is local",
+        ),
         (
             ("rllm.workflow.failure_policy=drop_group", "rllm.workflow.retry_limit=5"),
             r"rllm\.workflow\.retry_limit has no effect: failure_policy=drop_group",
