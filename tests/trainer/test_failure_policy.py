@@ -227,3 +227,12 @@ def test_keys_the_run_does_not_read_are_said(make_config, overrides: tuple[str, 
 
     with pytest.warns(RLLMWarning, match=warning):
         UnifiedTrainer(None, make_config(*overrides), progress=False).shutdown()
+
+
+def test_validation_says_what_it_dropped(make_config, train) -> None:
+    config = make_config("rllm.trainer.val_only=true", "rllm.workflow.failure_policy=drop_group")
+    _, metrics = train(config, RaisesOnOneTask)
+    [record] = metrics
+    assert record["kind"] == "val" and record["val/digit_sum/num_tasks"] == 99
+    assert record["val/workflow/dropped_groups"] == 1 and record["val/workflow/failed"] == 1
+    assert "val/workflow/attempts" not in record and "val/workflow/timeouts" not in record  # zero counts stay out

@@ -554,7 +554,10 @@ class UnifiedTrainer:
         finally:
             state.validating = False
         metrics = pass_at_k_metrics(episodes, self.val_pass_at_k)
-        metrics.update({f"val/{key}": value for key, value in engine.stats.as_metrics().items()})
+        problems = {
+            key: value for key, value in engine.stats.as_metrics().items() if value and key != "workflow/attempts"
+        }
+        metrics.update({f"val/{key}": value for key, value in problems.items()})  # said only when there are any
         groups, _ = transform_episodes_to_trajectory_groups(episodes, self.traj_grouping_hook, self.cf_config)
         rewards = collect_reward_and_advantage_from_trajectory_groups(
             groups, self.algorithm_config, collect_advantage=False
