@@ -76,7 +76,7 @@ def test_error_is_retried_then_its_group_dropped() -> None:
     assert ATTEMPTS["t:0:0"] == 3  # one run and two retries, each with a fresh workflow
     assert ATTEMPTS[recovered.id] == 2 and recovered.termination_reason is TerminationReason.ENV_DONE
     assert recovered.info["attempts"] == 2
-    assert engine.last_stats.as_metrics() == {
+    assert engine.stats.as_metrics() == {
         "workflow/attempts": 5.0,
         "workflow/retries": 3.0,
         "workflow/failed": 1.0,
@@ -99,7 +99,7 @@ def test_hanging_workflow_times_out_without_blocking_the_others() -> None:
     episodes = _run(engine, ["hang"] * 4 + ["ok"] * 4)
     assert [ep.termination_reason for ep in episodes[:4]] == [TerminationReason.TIMEOUT] * 4
     assert all(ep.termination_reason is TerminationReason.ENV_DONE for ep in episodes[4:])
-    assert engine.last_stats.timeouts == 4
+    assert engine.stats.timeouts == 4
     assert all(ATTEMPTS[ep.id] == 1 for ep in episodes[:4])  # a timeout is not retried
 
 

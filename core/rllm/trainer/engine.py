@@ -211,11 +211,6 @@ class WorkflowEngine:
         self.stats = EngineStats()
         self._calls_this_step = 0
 
-    @property
-    def last_stats(self) -> EngineStats:
-        """The counts of the current step (every ``execute_tasks`` call since ``set_training_step``)."""
-        return self.stats
-
     async def execute_tasks(
         self, tasks: Sequence[dict[str, Any]], task_ids: Sequence[str], is_validation: bool = False
     ) -> list[Episode]:
