@@ -239,3 +239,14 @@ def test_import_rllm_and_the_executor_module_import_no_ray() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("options", "culprit"),
+    [({"num_workers": 0}, "num_workers must be at least 1"), ({"resources": {"sandbox": -1}}, "'sandbox'")],
+)
+def test_bad_ray_settings_are_refused_naming_the_key(options: dict[str, Any], culprit: str) -> None:
+    from rllm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=culprit):
+        RayExecutor(**options)  # type: ignore[arg-type]
