@@ -101,7 +101,7 @@ def test_a_workflow_raising_on_one_task_under_each_policy(policy: str) -> None:
 
 def test_timeout_stops_the_rollout_in_the_worker_and_is_not_retried() -> None:
     tasks, ids = _tasks(["hang", "ok"], repeats=2)
-    engine = WorkflowEngine(Env, executor=RayExecutor(2), timeout=1.0, retry_limit=2)
+    engine = WorkflowEngine(Env, executor=RayExecutor(2), timeout=3.0, retry_limit=2)
     episodes = _run(engine, tasks, ids)
     assert [ep.termination_reason for ep in episodes] == [TerminationReason.TIMEOUT] * 2 + [
         TerminationReason.ENV_DONE
