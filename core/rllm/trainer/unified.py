@@ -33,7 +33,7 @@ from rllm.estimators.compute import get_estimator
 from rllm.plugins.manager import get_plugin_manager
 from rllm.trainer.backend_protocol import BackendProtocol, TrainerState, task_id_of
 from rllm.trainer.checkpoint import CheckpointManager
-from rllm.trainer.engine import WorkflowEngine
+from rllm.trainer.engine import Executor, WorkflowEngine
 from rllm.trainer.grouping import (
     CompactFilteringConfig,
     GroupingHook,
@@ -88,6 +88,31 @@ def _resolve_grouping_hook(hook: GroupingHook | str | None, config: DictConfig) 
     return with_options(get_plugin_manager().grouping_hooks.resolve(name).target, options, name)  # type: ignore[arg-type]
 
 
+def _warn_unused_workflow_keys(workflow: DictConfig) -> None:
+    """Keys that the chosen executor or failure policy never reads, when set: said, never silently ignored."""
+    defaults = default_config().rllm.workflow
+    unused = []
+    if str(workflow.executor) == "local":
+        unused += [f"ray.{key}" for key in defaults.ray if workflow.ray[key] != defaults.ray[key]]
+    policy = str(workflow.failure_policy)
+    if policy != "retry":  # under fail, raise_on_error=false is refused by the engine, not merely unused
+        keys = ("retry_limit", "raise_on_error") if policy == "drop_group" else ("retry_limit",)
+        unused += [key for key in keys if workflow[key] != defaults[key]]
+    for key in unused:
+        why = "the executor is local" if key.startswith("ray.") else f"failure_policy={workflow.failure_policy}"
+        warnings.warn(f"rllm.workflow.{key} has no effect: {why}.", RLLMWarning, stacklevel=4)
+
+
+def _configured_executor(workflow: DictConfig) -> Executor | None:
+    """The executor ``rllm.workflow.executor`` names; None is the engine's local one."""
+    _warn_unused_workflow_keys(workflow)
+    if str(workflow.executor) != "ray":
+        return None
+    from rllm.trainer.ray_executor import RayExecutor  # ray is an optional extra: imported only when chosen
+
+    return RayExecutor.from_config(workflow.ray)
+
+
 def _episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     """Averages of the workflows' own metrics and the share of each termination reason."""
     values: dict[str, list[float]] = defaultdict(list)
@@ -139,6 +164,11 @@ class UnifiedTrainer:
             )
         merged: DictConfig = OmegaConf.merge(default_config(), config)  # type: ignore[assignment]
         self.config = validate_config(merged)  # programmatic configs get the checks `rllm train` applies
+        if kwargs.get("executor") is not None and str(self.config.rllm.workflow.executor) != "local":
+            raise ConfigError(
+                f"UnifiedTrainer got executor= and rllm.workflow.executor={self.config.rllm.workflow.executor}; "
+                "choose one (leave rllm.workflow.executor at local when passing an executor)."
+            )
         self.rllm_config = self.config.rllm
         self.workflow_class = workflow_class
         self.workflow_args = dict(workflow_args or {})
@@ -180,8 +210,10 @@ class UnifiedTrainer:
             retry_limit=int(workflow.retry_limit),
             raise_on_error=bool(workflow.raise_on_error),
             timeout=None if workflow.timeout is None else float(workflow.timeout),
-            executor=kwargs.get("executor"),
+            executor=kwargs.get("executor") or _configured_executor(workflow),
             episode_logger=self.episode_logger,
+            failure_policy=str(workflow.failure_policy),
+            seed=int(workflow.seed),
         )
 
     # -- setup ----------------------------------------------------------------------------
@@ -396,6 +428,7 @@ class UnifiedTrainer:
                 await self.backend.on_batch_start(state)
                 with _timer("step", state.timing_dict):
                     await self._train_batch_async(batch, state)
+                state.metrics.update(self.agent_workflow_engine.stats.as_metrics())  # every round of the step
                 state.batches_done = index + 1
                 await self.backend.on_batch_end(state)
                 timings = {f"time/{k}": v for k, v in state.timing_dict.items()}
@@ -419,7 +452,6 @@ class UnifiedTrainer:
         timings = state.timing_dict
         with _timer("generate", timings):  # stage 1
             state.episodes = await self.backend.generate_episodes(batch, agent_workflow_engine=engine)
-        state.metrics.update(engine.last_stats.as_metrics())
         state.metrics.update(_episode_metrics(state.episodes))
         if not state.has_episodes:
             return
@@ -522,6 +554,10 @@ class UnifiedTrainer:
         finally:
             state.validating = False
         metrics = pass_at_k_metrics(episodes, self.val_pass_at_k)
+        problems = {
+            key: value for key, value in engine.stats.as_metrics().items() if value and key != "workflow/attempts"
+        }
+        metrics.update({f"val/{key}": value for key, value in problems.items()})  # said only when there are any
         groups, _ = transform_episodes_to_trajectory_groups(episodes, self.traj_grouping_hook, self.cf_config)
         rewards = collect_reward_and_advantage_from_trajectory_groups(
             groups, self.algorithm_config, collect_advantage=False

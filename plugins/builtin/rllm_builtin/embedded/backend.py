@@ -57,12 +57,20 @@ class Generation:
 
 
 class EmbeddedRolloutEngine:
-    """Samples responses from the current policy, token by token, until EOS or ``max_tokens``."""
+    """Samples responses from the current policy, token by token, until EOS or ``max_tokens``.
+
+    It is plain data (the policy's weights, a generator, the temperature), so the Ray executor
+    sends workers a copy of it per batch: the weights do not change while a batch rolls out.
+    """
 
     def __init__(self, policy: SoftmaxPolicy, rng: np.random.Generator, temperature: float) -> None:
         self.policy = policy
         self.rng = rng
         self.temperature = temperature
+
+    def for_episode(self, seed: int) -> EmbeddedRolloutEngine:
+        """The same policy with the episode's own generator, so its samples do not depend on scheduling."""
+        return EmbeddedRolloutEngine(self.policy, np.random.default_rng(seed), self.temperature)
 
     async def generate(self, prompt_ids: Sequence[int], max_tokens: int = 1) -> Generation:
         context = list(prompt_ids)
