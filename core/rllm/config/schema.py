@@ -54,6 +54,12 @@ class ConfigKey:
     special: tuple[Any, ...] = ()
     nullable: bool = False
 
+    def __post_init__(self) -> None:
+        if self.type not in _TYPE_CHECKS:
+            raise ConfigError(
+                f"Config key {self.path} has unknown type {self.type!r}; use one of {', '.join(_TYPE_CHECKS)}."
+            )
+
     def describe(self) -> str:
         """The expected value in words, e.g. ``an integer >= 1 (or -1)``."""
         choices = self.allowed()
@@ -205,6 +211,13 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "task_and_role",
         "Trajectory grouping hook, by name: which rollouts an estimator compares.",
         names=_registered("grouping_hooks"),
+    ),
+    ConfigKey(
+        "rllm.grouping_hook_options",
+        "mapping",
+        {},
+        "Keyword options of the grouping hook, called as hook(episodes, **options); task_and_role takes "
+        "impute_missing_names, default_traj_name and drop_unnamed_traj.",
     ),
     ConfigKey(
         "rllm.algorithm.adv_estimator",
@@ -571,7 +584,5 @@ def section_keys(section: str, keys: Iterable[ConfigKey]) -> list[ConfigKey]:
     for key in keys:
         if not isinstance(key, ConfigKey):
             raise ConfigError(f"Config section {section!r} declares {key!r}, which is not a rllm.config.ConfigKey.")
-        if key.type not in _TYPE_CHECKS:
-            raise ConfigError(f"Config key {section}.{key.path} has unknown type {key.type!r}.")
         out.append(ConfigKey(**{**key.__dict__, "path": f"{section}.{key.path}"}))
     return out

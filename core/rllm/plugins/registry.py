@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
@@ -38,6 +38,15 @@ class Entry:
         key = getattr(self.target, "__module__", None), getattr(self.target, "__qualname__", None)
         other_key = getattr(other.target, "__module__", None), getattr(other.target, "__qualname__", None)
         return self.source == other.source and None not in key and key == other_key
+
+
+def first_unknown(given: Iterable[str], known: Sequence[str]) -> tuple[str, str] | None:
+    """The first of ``given`` not in ``known``, with a `` (did you mean ...?)`` hint (or ""); None if all are known."""
+    for value in given:
+        if value not in known:
+            close = difflib.get_close_matches(value, known, n=1)
+            return value, f" (did you mean {close[0]!r}?)" if close else ""
+    return None
 
 
 E = TypeVar("E", bound=Entry)
@@ -172,14 +181,13 @@ class EstimatorEntry(Entry):
         """The entry for one ``register(name, fn, **declaration)`` call; unknown keywords are refused."""
         base = {f.name for f in dataclasses.fields(Entry)} | {"declaration"}
         known = [f.name for f in dataclasses.fields(cls) if f.name not in base]
-        for key in declaration:
-            if key not in known:
-                close = difflib.get_close_matches(key, known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise PluginContractError(
-                    f"{source.describe()} registered estimator {name!r} with unknown keyword {key!r}{hint}; "
-                    f"register() accepts replace, {', '.join(known)}."
-                )
+        unknown = first_unknown(declaration, known)
+        if unknown:
+            key, hint = unknown
+            raise PluginContractError(
+                f"{source.describe()} registered estimator {name!r} with unknown keyword {key!r}{hint}; "
+                f"register() accepts replace, {', '.join(known)}."
+            )
         return cls(name=name, target=target, source=source, replace=replace, **declaration)
 
     def __post_init__(self) -> None:

@@ -31,6 +31,7 @@ from rllm.errors import ConfigError, RLLMWarning, RunDirError, TrainerError
 from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm.estimators.compute import get_estimator
 from rllm.plugins.manager import get_plugin_manager
+from rllm.trainer.backend_protocol import BackendProtocol, TrainerState, task_id_of
 from rllm.trainer.checkpoint import CheckpointManager
 from rllm.trainer.engine import Executor, WorkflowEngine
 from rllm.trainer.grouping import (
@@ -38,9 +39,10 @@ from rllm.trainer.grouping import (
     GroupingHook,
     check_estimator_roles,
     transform_episodes_to_trajectory_groups,
+    with_options,
 )
 from rllm.trainer.logging import METRICS_FILE, EpisodeLogger, MetricsLogger, truncate_metrics
-from rllm.trainer.protocol import BackendProtocol, TrainerState, task_id_of
+from rllm.trainer.pass_at_k import pass_at_k_metrics
 from rllm.trainer.rejection import (
     RejectionSamplingConfig,
     RejectionSamplingState,
@@ -49,7 +51,6 @@ from rllm.trainer.rejection import (
 )
 from rllm.trainer.rundir import RunDirectory, check_run_name, os_cause
 from rllm.trainer.sampling import DynamicSamplingConfig, SamplingState, informative, refill_tasks, substitute
-from rllm.trainer.validation import pass_at_k_metrics
 from rllm.types import Episode, TerminationReason, TrajectoryGroup
 from rllm.workflows.workflow import Workflow
 
@@ -79,10 +80,12 @@ def _resolve_backend(backend_cls: type[BackendProtocol] | str | None, config: Di
 
 
 def _resolve_grouping_hook(hook: GroupingHook | str | None, config: DictConfig) -> GroupingHook:
+    """The hook to call as ``hook(episodes)``, with ``rllm.grouping_hook_options`` bound."""
+    options = OmegaConf.to_container(config.rllm.grouping_hook_options, resolve=True)
     if callable(hook):
-        return hook
+        return with_options(hook, options, getattr(hook, "__qualname__", repr(hook)))  # type: ignore[arg-type]
     name = hook or str(config.rllm.grouping_hook)
-    return get_plugin_manager().grouping_hooks.resolve(name).target
+    return with_options(get_plugin_manager().grouping_hooks.resolve(name).target, options, name)  # type: ignore[arg-type]
 
 
 def _warn_unused_workflow_keys(workflow: DictConfig) -> None:
@@ -236,9 +239,6 @@ class UnifiedTrainer:
                 f"rllm.trainer.val_pass_at_k={self.val_pass_at_k} asks for pass@{too_many[0]}, but validation draws "
                 f"rllm.rollout.n_val={rllm.rollout.n_val} sample(s) per task; raise rllm.rollout.n_val or drop that k."
             )
-        for key in ("n", "n_val"):
-            if int(rllm.rollout[key]) < 1:
-                raise ConfigError(f"rllm.rollout.{key} must be at least 1, got {rllm.rollout[key]}.")
         if int(rllm.rollout.n) < self.rs_config.min_trajs_per_group:
             warnings.warn(
                 f"rllm.rollout.n={rllm.rollout.n} is below rllm.rejection_sample.min_trajs_per_group="
