@@ -116,7 +116,7 @@ EMBEDDED_KEYS = (
         "tasks",
         "list[str]",
         ["digit_sum"],
-        "Built-in task families: digit_sum (single turn), digit_chain (three turns).",
+        "Built-in task families: digit_sum, digit_max (single turn), digit_chain (three turns).",
         names=_task_names,
     ),
     ConfigKey("seed", "int", 0, "Seed of the policy's initialisation and of sampling.", minimum=0),

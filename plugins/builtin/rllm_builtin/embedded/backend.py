@@ -22,7 +22,14 @@ from rllm import AlgorithmConfig
 from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
 from rllm.trainer import BackendProtocol, TaskSetup, TrainerState
 from rllm.types import Step
-from rllm_builtin.embedded.policy import LOSS_FUNCTIONS, LossTerms, SoftmaxPolicy, lr_factor, policy_loss
+from rllm_builtin.embedded.policy import (
+    LOSS_FUNCTIONS,
+    LossTerms,
+    SoftmaxPolicy,
+    lr_factor,
+    policy_loss,
+    scheduled_lr,
+)
 from rllm_builtin.embedded.tasks import EOS, VOCAB, ArithmeticWorkflow, build_tasks, decode
 
 POLICY_FILE = "policy.npz"
@@ -252,15 +259,8 @@ class EmbeddedBackend(BackendProtocol):
         batch: TokenBatch = trainer_state.backend_batch
         advantages = batch.advantages()
         n = len(batch.tokens)
-        algorithm = self.config.rllm.algorithm
-        warmup_steps = int(algorithm.get("warmup_steps", -1))
-        warmup_ratio = (  # rLLM's warmup_steps, when set, wins over the ratio
-            warmup_steps / max(trainer_state.total_steps, 1)
-            if warmup_steps >= 0
-            else float(algorithm.warmup_steps_ratio)
-        )
-        lr = float(self.options.lr) * lr_factor(
-            str(algorithm.lr_schedule), warmup_ratio, trainer_state.global_step, trainer_state.total_steps
+        lr = scheduled_lr(
+            float(self.options.lr), self.config.rllm.algorithm, trainer_state.global_step, trainer_state.total_steps
         )
         clip_low, clip_high = float(self.options.clip_ratio_low), float(self.options.clip_ratio_high)
         losses, clipped, entropies, kls, norms = [], [], [], [], []

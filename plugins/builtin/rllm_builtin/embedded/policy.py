@@ -12,6 +12,7 @@ import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -109,3 +110,10 @@ def lr_factor(schedule: str, warmup_ratio: float, step: int, total: int) -> floa
     if schedule == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
     raise ConfigError(f"rllm.algorithm.lr_schedule={schedule!r} is unknown; use constant, linear or cosine.")
+
+
+def scheduled_lr(base: float, algorithm: Any, step: int, total: int) -> float:
+    """``base`` under rLLM's ``lr_schedule`` and warm-up keys; ``warmup_steps``, when set, wins over the ratio."""
+    warmup_steps = int(algorithm.get("warmup_steps", -1))
+    warmup_ratio = warmup_steps / max(total, 1) if warmup_steps >= 0 else float(algorithm.warmup_steps_ratio)
+    return base * lr_factor(str(algorithm.lr_schedule), warmup_ratio, step, total)
