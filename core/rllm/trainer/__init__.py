@@ -10,6 +10,7 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
+    "AgentTrainer": "rllm.trainer.agent",
     "BackendProtocol": "rllm.trainer.protocol",
     "TaskSetup": "rllm.trainer.protocol",
     "TrainerState": "rllm.trainer.protocol",

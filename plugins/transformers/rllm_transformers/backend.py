@@ -319,7 +319,7 @@ class TorchTransformersBackend(TransformersBackend):
                     if self.reference is not None and batch.ref_logps is not None:
                         kl = kl_penalty(logp, batch.ref_logps[rows], kl_kind)
                         loss = loss + kl_beta * aggregate(kl, mask, agg, total_tokens, float(len(mini)))
-                        sums["actor/kl"].append(float((kl * mask).sum() / mask.sum().clamp(min=1)))
+                        sums["actor/kl"].append(float((kl.detach() * mask).sum() / mask.sum().clamp(min=1)))
                     if not torch.isfinite(loss):
                         raise TrainerError(
                             f"Step {trainer_state.global_step}: the policy loss {', '.join(loss_names)!s} is "

@@ -18,8 +18,15 @@ from rllm.trainer.protocol import BackendProtocol
 EXTRA = ("torch", "transformers", "safetensors")
 
 
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules cannot be imported either
+        return False
+
+
 def missing_extra() -> list[str]:
-    return [name for name in EXTRA if importlib.util.find_spec(name) is None]
+    return [name for name in EXTRA if not _installed(name)]
 
 
 class TransformersBackend(BackendProtocol):
