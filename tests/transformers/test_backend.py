@@ -46,7 +46,7 @@ def _train(records: list[dict]) -> list[dict]:
 def test_char_tokenizer_gives_the_digit_tasks_own_ids() -> None:
     tokenizer = char_tokenizer()
     assert tokenizer.encode("35=", add_special_tokens=False) == [3, 5, EQUALS]
-    assert tokenizer.encode("9+1>", add_special_tokens=False) == [9, 1 + 9, 1, 12][:1] + [10, 1, 12]
+    assert tokenizer.encode("9+1>", add_special_tokens=False) == [9, 10, 1, 12]
     assert (tokenizer.eos_token_id, tokenizer.pad_token_id) == (13, 14)
     assert tokenizer.decode([4, 2, 13], skip_special_tokens=True) == "42"
 

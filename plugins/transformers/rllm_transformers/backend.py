@@ -102,10 +102,12 @@ class TorchTransformersBackend(TransformersBackend):
         self.data = config.rllm.data
         self.algorithm = AlgorithmConfig.from_config(config)
         options = self.options
+        self.policy = load_policy(options)
         threads = int(options.num_threads)
+        if threads == 0 and str(options.model) == TINY and self.policy.device.type == "cpu":
+            threads = 1  # the tiny model's ops are too small to split: a second thread only adds contention
         if threads > 0:
             torch.set_num_threads(threads)
-        self.policy = load_policy(options)
         self.model = self.policy.model
         self.tokenizer = self.policy.tokenizer
         self.device = self.policy.device

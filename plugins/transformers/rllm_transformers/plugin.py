@@ -88,7 +88,13 @@ TRANSFORMERS_KEYS = (
     ConfigKey("device", "str", "auto", "auto (cuda if available), cpu or cuda.", choices=("auto", "cpu", "cuda")),
     ConfigKey("dtype", "str", "float32", "Parameter dtype.", choices=("float32", "bfloat16")),
     ConfigKey("seed", "int", 0, "Seed of the initialisation, sampling and mini-batch order.", minimum=0),
-    ConfigKey("num_threads", "int", 0, "torch CPU threads; 0 keeps torch's default.", minimum=0),
+    ConfigKey(
+        "num_threads",
+        "int",
+        0,
+        "torch CPU threads; 0: one for the tiny model on the CPU, else torch's default.",
+        minimum=0,
+    ),
     ConfigKey("hidden_size", "int", 64, "tiny: width (the MLP is twice as wide); a multiple of 4.", minimum=4),
     ConfigKey("num_layers", "int", 2, "tiny: transformer layers.", minimum=1),
     ConfigKey(
