@@ -295,7 +295,10 @@ def test_a_model_directory_that_does_not_exist(tiny_config: MakeConfig, tmp_path
 
 
 def test_a_hub_id_without_network(tiny_config: MakeConfig, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # what an unreachable hub amounts to, without waiting for timeouts
+    import huggingface_hub.constants
+
+    # what an unreachable hub amounts to, without waiting for its connection timeouts (read at import, so patched)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ConfigError, match=r"rllm\.transformers\.model='some-org/no-such-model'.*hub could not be"):
         UnifiedTrainer(None, tiny_config("rllm.transformers.model=some-org/no-such-model"), progress=False)
 
