@@ -114,6 +114,7 @@ def test_every_outcome_estimator_trains_two_steps(tiny_config: MakeConfig, estim
     steps = _train(records)
     assert [r["step"] for r in steps] == [1, 2]
     assert all(math.isfinite(r["actor/loss"]) and r["actor/tokens"] > 0 for r in steps)
+    assert all(r["workflow/retries"] == 0 for r in steps)  # no rollout failed (a pad token once made them retry)
 
 
 def _losses() -> list[str]:

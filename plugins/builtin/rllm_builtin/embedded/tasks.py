@@ -102,7 +102,7 @@ class ArithmeticWorkflow(Workflow):
                     prompt_ids=list(context),
                     response_ids=list(generation.response_ids),
                     logprobs=list(generation.logprobs),
-                    model_response=decode(generation.response_ids),
+                    model_response=generation.text,
                     action=answer,
                 )
             )
