@@ -19,7 +19,7 @@ from rllm.plugins.hookspecs import LOSS_AGG_MODES
 from rllm.plugins.registry import LossEntry
 
 KL_KINDS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
-"""verl's KL estimators (``kl``/``k1``, ``abs``, ``mse``/``k2``, ``low_var_kl``/``k3``); each also with a trailing ``+``."""
+"""verl's KL estimators (k1, abs, k2, k3 and their long names); each also with a trailing ``+``."""
 TIS_MODES = ("token", "sequence")
 """Levels of truncated importance sampling for rollout correction."""
 LossFn = Callable[["LossContext"], tuple[Any, dict[str, float]]]

@@ -87,7 +87,7 @@ def _dppo(ctx: LossContext, kind: str) -> Result:
 
 
 def dppo_tv(ctx: LossContext) -> Result:
-    """DPPO with a total-variation trust region: tokens whose probability moved past the clip range lose their gradient."""
+    """DPPO with a total-variation trust region: tokens whose probability moved past the clip lose their gradient."""
     return _dppo(ctx, "tv")
 
 
