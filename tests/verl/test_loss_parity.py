@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0+cpu)")
 
-from rllm.losses import LOSS_AGG_MODES, KL_KINDS, compute_policy_loss, kl_penalty  # noqa: E402
+from rllm.losses import KL_KINDS, LOSS_AGG_MODES, compute_policy_loss, kl_penalty  # noqa: E402
 
 SHARED = ["vanilla", "dppo_tv", "dppo_kl", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "cispo"]
 PINNED = {"sapo": ["seq-mean-token-mean"], "geo_mean": ["seq-mean-token-mean"]}
@@ -286,7 +286,7 @@ def test_an_unsupported_mode_inside_verl_is_a_named_error() -> None:
     from rllm.errors import LossOptionError
 
     data = batch(8)
-    with pytest.raises(LossOptionError, match="loss_agg_mode='token-mean'.*seq-mean-token-mean"):
+    with pytest.raises(LossOptionError, match=r"loss_agg_mode=.token-mean.*seq-mean-token-mean"):
         get_policy_loss_fn("rllm.sapo")(
             data["old_log_probs"],
             data["log_probs"],

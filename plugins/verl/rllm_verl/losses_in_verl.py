@@ -46,9 +46,8 @@ def _verl_option(config: Any, option: str) -> Any:
         if fields is not None:
             if option in fields:
                 return getattr(section, option)
-        elif isinstance(section, Mapping) or hasattr(section, "_metadata"):  # a dict or an omegaconf DictConfig
-            if option in section:
-                return section[option]
+        elif (isinstance(section, Mapping) or hasattr(section, "_metadata")) and option in section:  # dict, DictConfig
+            return section[option]
     return None
 
 

@@ -57,7 +57,26 @@ LOSSES: dict[str, dict[str, Any]] = {
 """Each built-in loss (the function of that name in ``functions``) and the keywords of its registration."""
 
 
+DESCRIPTIONS = {
+    "vanilla": "PPO clip with dual clip (verl's vanilla)",
+    "dppo_tv": "DPPO, total-variation trust region on token probabilities",
+    "dppo_kl": "DPPO, binary-KL trust region on token probabilities",
+    "gspo": "GSPO: PPO clip of the sequence-level (geometric-mean) ratio",
+    "sapo": "SAPO: a smooth sigmoid gate on the ratio instead of a hard clip",
+    "gpg": "GPG: plain policy gradient -A * log p",
+    "clip_cov": "Clip-Cov: PPO clip, a random share of high-covariance tokens lose their gradient",
+    "kl_cov": "KL-Cov: ratio loss plus |log ratio| on the highest-covariance tokens",
+    "geo_mean": "GMPO: PPO clip of the geometric mean of a sequence's ratios",
+    "dro": "DRO: -A * log p with a quadratic log-ratio penalty (dro_beta)",
+    "cispo": "CISPO: clipped ratio as a constant weight on -A * log p",
+    "reinforce": "REINFORCE: -A * log p (times rollout-correction weights)",
+    "importance_sampling": "tinker's importance_sampling: -ratio * A, no clip",
+    "cross_entropy": "supervised cross-entropy -log p on response tokens",
+}
+"""One line per loss for ``rllm losses`` (the functions' module is not imported to list them)."""
+
+
 def register_losses(register: LossRegistrar) -> None:
     """Register every built-in loss lazily, by import path."""
     for name, declaration in LOSSES.items():
-        register(name, f"{MODULE}:{name}", **declaration)
+        register(name, f"{MODULE}:{name}", description=DESCRIPTIONS[name], **declaration)
