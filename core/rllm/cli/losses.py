@@ -34,7 +34,9 @@ def describe(entry: LossEntry) -> dict[str, Any]:
         "distribution": entry.source.distribution,
         "version": entry.source.version,
         "provided_by": entry.source.describe(),
-        "target": entry.target if isinstance(entry.target, str) else f"{entry.target.__module__}:{entry.target.__qualname__}",
+        "target": entry.target
+        if isinstance(entry.target, str)
+        else f"{entry.target.__module__}:{entry.target.__qualname__}",
         "doc": entry.doc,
         "aliases": list(entry.aliases),
         "agg_modes": list(entry.agg_modes or LOSS_AGG_MODES),
