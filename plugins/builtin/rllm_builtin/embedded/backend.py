@@ -19,8 +19,8 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from rllm import AlgorithmConfig
-from rllm.losses import loss_entry
 from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
+from rllm.losses import loss_entry
 from rllm.trainer import BackendProtocol, TaskSetup, TrainerState
 from rllm.types import Step
 from rllm_builtin.embedded.policy import REGISTRY_LOSSES, LossTerms, SoftmaxPolicy, lr_factor, policy_loss
