@@ -102,7 +102,7 @@ def gspo(ctx: LossContext) -> Result:
     mask, adv, logp = ctx.response_mask, ctx.advantages, ctx.log_probs
     diff = logp - ctx.old_log_probs
     lengths = mask.sum(dim=-1).clamp(min=1)
-    sequence = torch.where(mask.bool(), diff, 0.0).sum(dim=-1) / lengths
+    sequence = (diff * mask).sum(dim=-1) / lengths
     log_ratio = torch.clamp(logp - logp.detach() + sequence.detach().unsqueeze(-1), max=10.0)
     ratio = torch.exp(log_ratio)
     plain, clipped = -adv * ratio, -adv * torch.clamp(ratio, 1 - low, 1 + high)
