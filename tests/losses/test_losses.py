@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rllm.errors import LossNotFoundError, LossOptionError, RLLMError
+from rllm.errors import ConfigError, LossNotFoundError, LossOptionError, RLLMError
 from rllm.losses import check_kl_kind, kl_controller, loss_entry, resolve_loss_options
 
 LOGP = [-0.5, -1.0, -2.0]
@@ -189,3 +189,33 @@ def test_import_rllm_and_listing_losses_import_no_torch() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_settings_from_a_run_config_map_rllms_keys_and_check_them() -> None:
+    from rllm import AlgorithmConfig
+    from rllm.losses import LossSettings
+
+    algorithm = AlgorithmConfig(
+        loss_fn="ppo",
+        loss_fn_map={"judge": "gspo"},
+        eps_clip=0.1,
+        eps_clip_high=0.3,
+        loss_options={"clip_ratio_c": 2.0},
+        loss_agg_mode="seq-mean-token-sum",
+        use_kl_loss=True,
+        kl_beta=0.05,
+        kl_loss_type="k3+",
+    )
+    settings = LossSettings.from_algorithm(algorithm)
+    assert (settings.name, settings.agg_mode, settings.kl_coef, settings.kl_kind) == (
+        "ppo",
+        "seq-mean-token-sum",
+        0.05,
+        "k3+",
+    )
+    assert settings.options == {"clip_ratio": 0.1, "clip_ratio_low": None, "clip_ratio_high": 0.3, "clip_ratio_c": 2.0}
+    with pytest.raises(LossOptionError, match="Loss 'gspo' .* has no option 'clip_ratio_c'"):
+        LossSettings.from_algorithm(algorithm, role="judge")
+    assert LossSettings.from_algorithm(AlgorithmConfig()).name == "vanilla"
+    with pytest.raises(ConfigError, match="rllm.algorithm.kl_loss_type must be one of .*; got 'k9'"):
+        AlgorithmConfig(kl_loss_type="k9")
