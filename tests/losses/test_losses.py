@@ -214,8 +214,8 @@ def test_settings_from_a_run_config_map_rllms_keys_and_check_them() -> None:
         "k3+",
     )
     assert settings.options == {"clip_ratio": 0.1, "clip_ratio_low": None, "clip_ratio_high": 0.3, "clip_ratio_c": 2.0}
-    with pytest.raises(LossOptionError, match="Loss 'gspo' .* has no option 'clip_ratio_c'"):
+    with pytest.raises(LossOptionError, match=r"Loss 'gspo' .* has no option 'clip_ratio_c'"):
         LossSettings.from_algorithm(algorithm, role="judge")
     assert LossSettings.from_algorithm(AlgorithmConfig()).name == "vanilla"
-    with pytest.raises(ConfigError, match="rllm.algorithm.kl_loss_type must be one of .*; got 'k9'"):
+    with pytest.raises(ConfigError, match=r"rllm.algorithm.kl_loss_type must be one of .*; got 'k9'"):
         AlgorithmConfig(kl_loss_type="k9")
