@@ -16,7 +16,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +24,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import load_file, save_file
 
-from rllm.config.algorithm import AlgorithmConfig
+from rllm import AlgorithmConfig
 from rllm.errors import CheckpointError, ConfigError, TrainerError
-from rllm.trainer import TaskSetup, TrainerState
-from rllm.trainer.engine import WorkflowEngine
+from rllm.losses import LossSettings
+from rllm.trainer import TaskSetup, TrainerState, WorkflowEngine
 from rllm.types import Episode, Step
 from rllm_builtin.embedded.backend import TaskLoader
 from rllm_builtin.embedded.policy import scheduled_lr
 from rllm_builtin.embedded.tasks import VOCAB, ArithmeticWorkflow, build_tasks
 from rllm_transformers.engine import Sampling, TransformersEngine
-from rllm_transformers.losses import LOSS_NAMES, Clip, aggregate, kl_penalty, policy_loss
 from rllm_transformers.model import TINY, load_policy
 from rllm_transformers.plugin import TransformersBackend
 
@@ -41,7 +40,7 @@ MODEL_DIR = "model"
 OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
 STATE_FILE = "transformers.json"
-DEFAULT_LOSS = "ppo"
+DEFAULT_LOSS = "vanilla"
 
 _REFUSED: tuple[tuple[str, Any, str], ...] = (
     ("router_replay", "disabled", "its models are trained without router replay; set it to disabled"),
@@ -120,23 +119,20 @@ class TorchTransformersBackend(TransformersBackend):
             betas=(float(options.adam_beta1), float(options.adam_beta2)),
             weight_decay=float(options.weight_decay),
         )
+        # each role's loss from the registry, checked now; kl_beta > 0 adds the KL term with or without use_kl_loss
+        kl = {"kl_coef": self.algorithm.kl_beta} if self.algorithm.kl_beta > 0 else {}
+        self.default_settings = replace(LossSettings.from_algorithm(self.algorithm, "", DEFAULT_LOSS), **kl)
+        self.role_settings = {
+            role: replace(LossSettings.from_algorithm(self.algorithm, role, DEFAULT_LOSS), **kl)
+            for role in self.algorithm.loss_fn_map
+        }
         self.reference = None
-        if self.algorithm.kl_beta > 0:  # a frozen copy of the initial policy
-            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
-        self.loss_fn = str(self.algorithm.loss_fn or DEFAULT_LOSS)
-        self.role_losses = {role: str(self.algorithm.loss_fn_for(role)) for role in self.algorithm.loss_fn_map}
+        if any(s.kl_coef > 0 for s in [self.default_settings, *self.role_settings.values()]):
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)  # the frozen initial policy
         self.engine: TransformersEngine | None = None
 
     # -- setup ------------------------------------------------------------------------------
     def validate_config(self) -> None:
-        losses = {"rllm.algorithm.loss_fn": self.loss_fn}
-        losses.update({f"rllm.algorithm.loss_fn_map[{role!r}]": loss for role, loss in self.role_losses.items()})
-        for key, loss in losses.items():
-            if loss not in LOSS_NAMES:
-                raise ConfigError(
-                    f"{key}={loss!r} is not a policy loss of the transformers backend; use one of "
-                    f"{', '.join(LOSS_NAMES)} (null means {DEFAULT_LOSS})."
-                )
         algorithm = self.config.rllm.algorithm
         for key, default, what in _REFUSED:
             value = OmegaConf.select(algorithm, key, default=default)
@@ -220,7 +216,7 @@ class TorchTransformersBackend(TransformersBackend):
         rows: list[tuple[list[int], list[int], list[float]]] = []
         steps, roles, losses = [], [], []
         for group in trainer_state.trajectory_groups:
-            loss = self.role_losses.get(group.group_role, self.loss_fn)
+            loss = self._settings(group.group_role).name
             for trajectory in group.trajectories:
                 for step in trajectory.steps:
                     if not step.response_ids:
@@ -262,17 +258,6 @@ class TorchTransformersBackend(TransformersBackend):
             gap = (batch.old_logps - batch.rollout_logps).abs()[known]
             trainer_state.metrics["actor/rollout_logprob_diff"] = float(gap.mean())
 
-    def _rollout_weights(self, batch: RowBatch, rows: torch.Tensor) -> torch.Tensor | None:
-        """Truncated importance weights old/rollout (``rollout_correction.tis_mode``), or None when off."""
-        correction = self.algorithm.rollout_correction
-        if correction.tis_mode is None or batch.old_logps is None:
-            return None
-        mask = batch.mask[rows]
-        log_ratio = torch.nan_to_num(batch.old_logps[rows] - batch.rollout_logps[rows]) * mask
-        if correction.tis_mode == "sequence":
-            log_ratio = log_ratio.sum(-1, keepdim=True).expand_as(mask)
-        return torch.exp(log_ratio.clamp(-20, 20)).clamp(max=correction.tis_cap)
-
     async def update_policy(self, trainer_state: TrainerState) -> None:
         batch: RowBatch = trainer_state.backend_batch
         if batch.old_logps is None:
@@ -287,55 +272,37 @@ class TorchTransformersBackend(TransformersBackend):
         )
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        eps_high = self.algorithm.eps_clip_high
-        clip = Clip(self.algorithm.eps_clip, self.algorithm.eps_clip if eps_high is None else float(eps_high))
-        agg = str(self.algorithm.loss_agg_mode or "token-mean")
-        kl_beta, kl_kind = self.algorithm.kl_beta, str(options.kl_type)
         n = len(batch.steps)
         sums: dict[str, list[float]] = defaultdict(list)
         role_names = sorted(set(batch.roles))
         role_of = torch.tensor([role_names.index(role) for role in batch.roles], device=self.device)
-        loss_names = sorted(set(batch.losses))
-        loss_of = torch.tensor([loss_names.index(loss) for loss in batch.losses], device=self.device)
+        losses = ", ".join(sorted({self._settings(role).name for role in role_names}))
         self.model.train()
         for _epoch in range(int(options.ppo_epochs)):
             order = torch.randperm(n, generator=self.update_rng).to(self.device)
             for mini in torch.tensor_split(order, min(int(options.mini_batches), n)):
-                total_tokens = float(batch.mask[mini].sum())
+                total_tokens, total_rows = batch.mask[mini].sum(), len(mini)
                 self.optimizer.zero_grad(set_to_none=True)
                 mini_loss = 0.0
                 for rows in torch.tensor_split(mini, min(int(options.micro_batches), len(mini))):
                     logp, entropy = token_log_probs(self.model, batch.ids[rows], batch.attention[rows])
-                    mask, adv, old = batch.mask[rows], advantages[rows], batch.old_logps[rows]
-                    per_token = torch.zeros_like(logp)
-                    clipped = torch.zeros_like(mask, dtype=torch.bool)
-                    for index, name in enumerate(loss_names):
-                        which = (loss_of[rows] == index)[:, None]
-                        terms, flags = policy_loss(name, logp, old, adv, mask, clip)
-                        per_token = torch.where(which, terms, per_token)
-                        clipped = torch.where(which, flags, clipped)
-                    weights = self._rollout_weights(batch, rows)
-                    if weights is not None:
-                        per_token = per_token * weights
-                    loss = aggregate(per_token, mask, agg, total_tokens, float(len(mini)))
-                    if self.reference is not None and batch.ref_logps is not None:
-                        kl = kl_penalty(logp, batch.ref_logps[rows], kl_kind)
-                        loss = loss + kl_beta * aggregate(kl, mask, agg, total_tokens, float(len(mini)))
-                        sums["actor/kl"].append(float((kl.detach() * mask).sum() / mask.sum().clamp(min=1)))
+                    loss = self._micro_loss(
+                        batch, rows, logp, advantages, role_of, role_names, total_tokens, total_rows, sums
+                    )
                     if not torch.isfinite(loss):
                         raise TrainerError(
-                            f"Step {trainer_state.global_step}: the policy loss {', '.join(loss_names)!s} is "
+                            f"Step {trainer_state.global_step}: the policy loss {losses} is "
                             f"{float(loss.detach())} (not finite); the model was not updated and no checkpoint of this "
                             "step is written. Lower rllm.transformers.lr or check the advantages and rewards."
                         )
                     loss.backward()
                     mini_loss += float(loss.detach())
-                    self._token_metrics(sums, mask, per_token, clipped, entropy, logp, old, role_of[rows], role_names)
+                    self._token_metrics(sums, batch.mask[rows], entropy, logp, batch.old_logps[rows])
                 norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(options.max_grad_norm))
                 if not torch.isfinite(norm):
                     self.optimizer.zero_grad(set_to_none=True)
                     raise TrainerError(
-                        f"Step {trainer_state.global_step}: the gradient of the policy loss {', '.join(loss_names)} "
+                        f"Step {trainer_state.global_step}: the gradient of the policy loss {losses} "
                         "is not finite; the model was not updated and no checkpoint of this step is written."
                     )
                 self.optimizer.step()
@@ -351,30 +318,61 @@ class TorchTransformersBackend(TransformersBackend):
             metrics["perf/rollout_tokens_per_s"] = self.engine.tokens_generated / self.engine.seconds
         trainer_state.metrics.update(metrics)
 
-    @staticmethod
-    def _token_metrics(
-        sums: dict[str, list[float]],
-        mask: torch.Tensor,
-        per_token: torch.Tensor,
-        clipped: torch.Tensor,
-        entropy: torch.Tensor,
+    def _settings(self, role: str) -> LossSettings:
+        return self.role_settings.get(role, self.default_settings)
+
+    def _micro_loss(
+        self,
+        batch: RowBatch,
+        rows: torch.Tensor,
         logp: torch.Tensor,
-        old: torch.Tensor,
+        advantages: torch.Tensor,
         role_of: torch.Tensor,
         role_names: list[str],
+        total_tokens: torch.Tensor,
+        total_rows: int,
+        sums: dict[str, list[float]],
+    ) -> torch.Tensor:
+        """The micro-batch's share of its mini-batch's loss: each role's rows through that role's registered loss."""
+        loss = torch.zeros((), device=self.device)
+        if batch.old_logps is None:
+            raise TrainerError("The policy update ran before stage 5 computed the old log-probs.")
+        for index, role in enumerate(role_names):
+            mine = role_of[rows] == index
+            if not bool(mine.any()):
+                continue
+            picked = rows[mine]
+            mask = batch.mask[picked]
+            settings = self._settings(role)
+            part, metrics = settings.compute(
+                log_probs=logp[mine],
+                old_log_probs=batch.old_logps[picked],
+                advantages=advantages[picked],
+                response_mask=mask,
+                rollout_log_probs=torch.nan_to_num(batch.rollout_logps[picked]) * mask,
+                ref_log_probs=None if batch.ref_logps is None else batch.ref_logps[picked],
+                batch_num_tokens=total_tokens,
+                global_batch_size=total_rows,
+            )
+            loss = loss + part
+            # the role's loss over its own tokens (or sequences), as if it were the whole mini-batch
+            share = (
+                total_rows / len(picked) if settings.agg_mode.startswith("seq") else float(total_tokens / mask.sum())
+            )
+            sums[f"actor/{role}/loss"].append(float(part.detach()) * share)
+            for key, value in metrics.items():
+                sums[f"actor/{key}"].append(float(value))
+        return loss
+
+    @staticmethod
+    def _token_metrics(
+        sums: dict[str, list[float]], mask: torch.Tensor, entropy: torch.Tensor, logp: torch.Tensor, old: torch.Tensor
     ) -> None:
-        """Token means of one micro-batch: clip fraction, entropy, approx. KL to the old policy, loss per role."""
+        """Token means of one micro-batch: entropy and the approximate KL to the old policy."""
         with torch.no_grad():
             count = mask.sum().clamp(min=1)
-            sums["actor/clip_fraction"].append(float((clipped.float() * mask).sum() / count))
             sums["actor/entropy"].append(float((entropy * mask).sum() / count))
-            sums["actor/approx_kl"].append(float(((old - logp) * mask).sum() / count))
-            for index, role in enumerate(role_names):
-                rows = role_of == index
-                if bool(rows.any()):
-                    role_mask = mask[rows]
-                    value = (per_token[rows] * role_mask).sum() / role_mask.sum().clamp(min=1)
-                    sums[f"actor/{role}/loss"].append(float(value))
+            sums["actor/approx_kl"].append(float(((old - logp.detach()) * mask).sum() / count))
 
     # -- checkpoints --------------------------------------------------------------------------
     def save_checkpoint(self, directory: Path) -> None:

@@ -13,7 +13,7 @@ from rllm import hookimpl
 from rllm.config import ConfigKey
 from rllm.errors import ConfigError
 from rllm.plugins import ConfigSectionRegistrar, NamedRegistrar
-from rllm.trainer.protocol import BackendProtocol
+from rllm.trainer import BackendProtocol
 
 EXTRA = ("torch", "transformers", "safetensors")
 
@@ -107,13 +107,6 @@ TRANSFORMERS_KEYS = (
     ConfigKey("ppo_epochs", "int", 1, "Passes over each batch.", minimum=1),
     ConfigKey("mini_batches", "int", 1, "Optimizer steps per pass (later ones are off-policy).", minimum=1),
     ConfigKey("micro_batches", "int", 1, "Gradient-accumulation chunks per mini-batch.", minimum=1),
-    ConfigKey(
-        "kl_type",
-        "str",
-        "low_var_kl",
-        "KL estimator when rllm.algorithm.kl_beta > 0.",
-        choices=("k1", "k2", "k3", "low_var_kl"),
-    ),
     ConfigKey("temperature", "float", 1.0, "Sampling temperature.", minimum=0, above=True),
     ConfigKey("top_p", "float", 1.0, "Nucleus sampling mass; 1: off.", minimum=0, maximum=1, above=True),
     ConfigKey("top_k", "int", 0, "Sample among the k likeliest tokens; 0: off.", minimum=0),
