@@ -16,6 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rllm.errors import ConfigError, TrainerError
+from rllm.losses import loss_entry, loss_names
 from rllm.plugins.manager import get_plugin_manager
 from rllm.trainer import AgentTrainer, UnifiedTrainer
 from rllm.trainer.logging import METRICS_FILE, read_metrics
@@ -23,7 +24,6 @@ from rllm.types import Episode, Step, TerminationReason, Trajectory
 from rllm.workflows import Workflow
 from rllm_builtin.embedded.tasks import EQUALS, digit_max_tasks
 from rllm_transformers.engine import Sampling, TransformersEngine, sampling_log_probs
-from rllm.losses import loss_entry, loss_names
 from rllm_transformers.model import char_tokenizer
 
 MakeConfig = Callable[..., DictConfig]
