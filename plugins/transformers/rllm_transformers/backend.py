@@ -29,7 +29,7 @@ from rllm.errors import CheckpointError, ConfigError, TrainerError
 from rllm.losses import LossSettings
 from rllm.trainer import TaskSetup, TrainerState, WorkflowEngine
 from rllm.types import Episode, Step
-from rllm_builtin.embedded.backend import TaskLoader
+from rllm_builtin.embedded.backend import TaskLoader, task_loader
 from rllm_builtin.embedded.policy import scheduled_lr
 from rllm_builtin.embedded.tasks import VOCAB, ArithmeticWorkflow, build_tasks
 from rllm_transformers.engine import Sampling, TransformersEngine
@@ -98,7 +98,6 @@ class TorchTransformersBackend(TransformersBackend):
     def __init__(self, config: DictConfig, **kwargs: Any) -> None:
         self.config = config
         self.options = config.rllm.transformers
-        self.data = config.rllm.data
         self.algorithm = AlgorithmConfig.from_config(config)
         options = self.options
         self.policy = load_policy(options)
@@ -183,20 +182,7 @@ class TorchTransformersBackend(TransformersBackend):
         return self.engine
 
     def get_dataloader(self, dataset: Sequence[Any] | None, trainer_state: TrainerState) -> TaskLoader:
-        if dataset is None:
-            raise ConfigError(
-                "The transformers backend needs a dataset: pass train_dataset/val_dataset or no workflow."
-            )
-        if trainer_state.validating:
-            size = self.data.val_batch_size
-            return TaskLoader(dataset, int(size) if size else len(dataset), shuffle=False, seed=0)
-        multiplier = int(self.config.rllm.rejection_sample.multiplier)
-        return TaskLoader(
-            dataset,
-            int(self.data.train_batch_size) * multiplier,
-            shuffle=bool(self.data.shuffle),
-            seed=int(self.options.seed) + trainer_state.epoch,
-        )
+        return task_loader(self.config, "transformers", dataset, trainer_state, int(self.options.seed))
 
     async def generate_episodes(
         self, batch: Sequence[Any], agent_workflow_engine: WorkflowEngine, is_validation: bool = False

@@ -101,6 +101,23 @@ class TaskLoader:
             yield [self.tasks[i] for i in order[start : start + self.batch_size]]
 
 
+def task_loader(
+    config: DictConfig, backend: str, dataset: Sequence[Any] | None, trainer_state: TrainerState, seed: int
+) -> TaskLoader:
+    """The batches of ``rllm.data``: validation in order (all at once unless ``val_batch_size``), training
+    shuffled per epoch from ``seed + epoch``, ``train_batch_size`` times rejection sampling's multiplier."""
+    if dataset is None:
+        raise ConfigError(f"The {backend} backend needs a dataset: pass train_dataset/val_dataset or no workflow.")
+    data = config.rllm.data
+    if trainer_state.validating:
+        size = data.val_batch_size
+        return TaskLoader(dataset, int(size) if size else len(dataset), shuffle=False, seed=0)
+    multiplier = int(config.rllm.rejection_sample.multiplier)
+    return TaskLoader(
+        dataset, int(data.train_batch_size) * multiplier, shuffle=bool(data.shuffle), seed=seed + trainer_state.epoch
+    )
+
+
 @dataclass
 class TokenBatch:
     """One row per response token of the trajectory groups; advantages are read after stage 6."""
@@ -212,18 +229,7 @@ class EmbeddedBackend(BackendProtocol):
         return EmbeddedRolloutEngine(self.policy, self.sample_rng, float(self.options.temperature))
 
     def get_dataloader(self, dataset: Sequence[Any] | None, trainer_state: TrainerState) -> TaskLoader:
-        if dataset is None:
-            raise ConfigError("The embedded backend needs a dataset: pass train_dataset/val_dataset or no workflow.")
-        if trainer_state.validating:
-            size = self.data.val_batch_size
-            return TaskLoader(dataset, int(size) if size else len(dataset), shuffle=False, seed=0)
-        multiplier = int(self.config.rllm.rejection_sample.multiplier)
-        return TaskLoader(
-            dataset,
-            int(self.data.train_batch_size) * multiplier,
-            shuffle=bool(self.data.shuffle),
-            seed=int(self.options.seed) + trainer_state.epoch,
-        )
+        return task_loader(self.config, "embedded", dataset, trainer_state, int(self.options.seed))
 
     # -- stages 4, 5 and 7 -------------------------------------------------------------------
     def transform_to_backend_batch(self, trainer_state: TrainerState) -> TokenBatch:
