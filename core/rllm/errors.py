@@ -165,3 +165,15 @@ class BatchFieldNotFoundError(NameNotFoundError):
 
 class BatchFieldConflictError(NameConflictError):
     """Two plugins declared the same batch field, or a name was re-registered."""
+
+
+class LossNotFoundError(NameNotFoundError):
+    """No policy loss is registered under the requested name."""
+
+
+class LossConflictError(NameConflictError):
+    """Two plugins registered the same policy-loss name (or alias), or a name was re-registered."""
+
+
+class LossOptionError(ConfigError):
+    """A policy-loss option, aggregation mode or KL kind is unknown or of the wrong type or value."""

@@ -33,6 +33,7 @@ def test_all_installed_plugins_are_listed_with_their_status(env: Env) -> None:
         "chatty",
         "sleepy",
         "fields",
+        "losses",
     }
     assert next(iter(plugins)) == "builtin"
     assert plugins["builtin"]["status"] == "ok"  # trainer_parts replacing two of its names is no conflict of its own

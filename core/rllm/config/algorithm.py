@@ -99,7 +99,10 @@ class AlgorithmConfig:
     kl_beta: float = 0.0
     eps_clip: float = 0.2
     eps_clip_high: float | None = None
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] | None = None
+    loss_agg_mode: str | None = None
+    loss_options: dict[str, Any] = field(default_factory=dict)
+    use_kl_loss: bool = False
+    kl_loss_type: str = "low_var_kl"
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     router_replay: Literal["disabled", "R2", "R3"] = "disabled"
     epsilon: float | None = None
@@ -231,6 +234,9 @@ class AlgorithmConfig:
             eps_clip=float(algo.get("eps_clip", _DEFAULTS["eps_clip"])),
             eps_clip_high=algo.get("eps_clip_high", _DEFAULTS["eps_clip_high"]),
             loss_agg_mode=algo.get("loss_agg_mode", _DEFAULTS["loss_agg_mode"]),
+            loss_options=dict(_plain(algo.get("loss_options", None) or {})),
+            use_kl_loss=bool(algo.get("use_kl_loss", _DEFAULTS["use_kl_loss"])),
+            kl_loss_type=str(algo.get("kl_loss_type", _DEFAULTS["kl_loss_type"])),
             rollout_correction=RolloutCorrectionConfig(
                 tis_mode=correction.get("tis_mode", None),
                 bypass_mode=correction.get("bypass_mode", None),

@@ -11,6 +11,7 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
+    "AgentTrainer": "rllm.trainer.agent",
     "BackendProtocol": "rllm.trainer.backend_protocol",
     "TaskSetup": "rllm.trainer.backend_protocol",
     "TrainerState": "rllm.trainer.backend_protocol",

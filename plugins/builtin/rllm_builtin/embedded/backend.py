@@ -20,9 +20,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from rllm import AlgorithmConfig
 from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
+from rllm.losses import loss_entry
 from rllm.trainer import BackendProtocol, TaskSetup, TrainerState
 from rllm.types import Step
-from rllm_builtin.embedded.policy import LOSS_FUNCTIONS, LossTerms, SoftmaxPolicy, lr_factor, policy_loss
+from rllm_builtin.embedded.policy import (
+    REGISTRY_LOSSES,
+    LossTerms,
+    SoftmaxPolicy,
+    lr_factor,
+    policy_loss,
+    scheduled_lr,
+)
 from rllm_builtin.embedded.tasks import EOS, VOCAB, ArithmeticWorkflow, build_tasks, decode
 
 POLICY_FILE = "policy.npz"
@@ -34,6 +42,8 @@ _UNHONOURED: tuple[tuple[str, Any, str], ...] = (
     ("algorithm.eps_clip", 0.2, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
     ("algorithm.eps_clip_high", None, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
     ("algorithm.loss_agg_mode", None, "it sums token losses"),
+    ("algorithm.use_kl_loss", False, "it keeps no reference policy, so there is no KL term"),
+    ("algorithm.loss_options", {}, "its numpy losses take their clip ranges from rllm.embedded"),
     ("algorithm.router_replay", "disabled", "its policy has no mixture-of-experts router"),
     ("algorithm.rollout_correction.tis_mode", None, "it samples and trains with the same policy"),
     ("algorithm.rollout_correction.bypass_mode", None, "it samples and trains with the same policy"),
@@ -105,6 +115,23 @@ class TaskLoader:
             yield [self.tasks[i] for i in order[start : start + self.batch_size]]
 
 
+def task_loader(
+    config: DictConfig, backend: str, dataset: Sequence[Any] | None, trainer_state: TrainerState, seed: int
+) -> TaskLoader:
+    """The batches of ``rllm.data``: validation in order (all at once unless ``val_batch_size``), training
+    shuffled per epoch from ``seed + epoch``, ``train_batch_size`` times rejection sampling's multiplier."""
+    if dataset is None:
+        raise ConfigError(f"The {backend} backend needs a dataset: pass train_dataset/val_dataset or no workflow.")
+    data = config.rllm.data
+    if trainer_state.validating:
+        size = data.val_batch_size
+        return TaskLoader(dataset, int(size) if size else len(dataset), shuffle=False, seed=0)
+    multiplier = int(config.rllm.rejection_sample.multiplier)
+    return TaskLoader(
+        dataset, int(data.train_batch_size) * multiplier, shuffle=bool(data.shuffle), seed=seed + trainer_state.epoch
+    )
+
+
 @dataclass
 class TokenBatch:
     """One row per response token of the trajectory groups; advantages are read after stage 6."""
@@ -150,6 +177,19 @@ def _losses(
     return LossTerms(loss, d_logp, clipped)
 
 
+def _numpy_loss(name: str, where: str) -> str:
+    """The numpy kind that runs registry loss ``name``; unknown, or a loss it has no numpy twin of: a named error."""
+    entry = loss_entry(name)
+    canonical = entry.alias_of or entry.name
+    if canonical in REGISTRY_LOSSES and entry.source.kind == "builtin":
+        return REGISTRY_LOSSES[canonical]
+    raise ConfigError(
+        f"{where} is not supported by the embedded backend: {canonical!r} of {entry.source.describe()} "
+        f"is a torch loss its numpy update cannot run; it runs {', '.join(REGISTRY_LOSSES)} (and their aliases, see "
+        "`rllm losses`). Use a torch backend for this loss."
+    )
+
+
 class EmbeddedBackend(BackendProtocol):
     """Policy-gradient training of a numpy softmax policy on the built-in arithmetic tasks."""
 
@@ -166,18 +206,11 @@ class EmbeddedBackend(BackendProtocol):
         self.role_losses = _role_losses(config)
 
     def validate_config(self) -> None:
-        if self.loss_fn not in LOSS_FUNCTIONS:
-            raise ConfigError(
-                f"rllm.algorithm.loss_fn={self.loss_fn!r} is not supported by the embedded backend; use one of "
-                f"{', '.join(LOSS_FUNCTIONS)} (null means ppo)."
-            )
-        for role, loss in self.role_losses.items():
-            if loss not in LOSS_FUNCTIONS:
-                raise ConfigError(
-                    f"The policy loss {loss!r} of role {role!r} (rllm.algorithm.loss_fn_map, or an (estimator, loss) "
-                    f"pair in estimator_map) is not supported by the embedded backend; use one of "
-                    f"{', '.join(LOSS_FUNCTIONS)}."
-                )
+        self.loss_kind = _numpy_loss(self.loss_fn, f"rllm.algorithm.loss_fn={self.loss_fn!r}")
+        self.role_kinds = {
+            role: _numpy_loss(loss, f"The policy loss {loss!r} of role {role!r} (rllm.algorithm.loss_fn_map)")
+            for role, loss in self.role_losses.items()
+        }
         for key in ("lr", "temperature"):
             if not float(self.options[key]) > 0:
                 raise ConfigError(f"rllm.embedded.{key} must be positive, got {self.options[key]}.")
@@ -207,24 +240,13 @@ class EmbeddedBackend(BackendProtocol):
         return EmbeddedRolloutEngine(self.policy, self.sample_rng, float(self.options.temperature))
 
     def get_dataloader(self, dataset: Sequence[Any] | None, trainer_state: TrainerState) -> TaskLoader:
-        if dataset is None:
-            raise ConfigError("The embedded backend needs a dataset: pass train_dataset/val_dataset or no workflow.")
-        if trainer_state.validating:
-            size = self.data.val_batch_size
-            return TaskLoader(dataset, int(size) if size else len(dataset), shuffle=False, seed=0)
-        multiplier = int(self.config.rllm.rejection_sample.multiplier)
-        return TaskLoader(
-            dataset,
-            int(self.data.train_batch_size) * multiplier,
-            shuffle=bool(self.data.shuffle),
-            seed=int(self.options.seed) + trainer_state.epoch,
-        )
+        return task_loader(self.config, "embedded", dataset, trainer_state, int(self.options.seed))
 
     # -- stages 4, 5 and 7 -------------------------------------------------------------------
     def transform_to_backend_batch(self, trainer_state: TrainerState) -> TokenBatch:
         features, tokens, logprobs, steps, index, losses = [], [], [], [], [], []
         for group in trainer_state.trajectory_groups:
-            loss = self.role_losses.get(group.group_role, self.loss_fn)
+            loss = self.role_kinds.get(group.group_role, self.loss_kind)
             for trajectory in group.trajectories:
                 for step in trajectory.steps:
                     context = list(step.prompt_ids)
@@ -263,15 +285,8 @@ class EmbeddedBackend(BackendProtocol):
         batch: TokenBatch = trainer_state.backend_batch
         advantages = batch.advantages()
         n = len(batch.tokens)
-        algorithm = self.config.rllm.algorithm
-        warmup_steps = int(algorithm.get("warmup_steps", -1))
-        warmup_ratio = (  # rLLM's warmup_steps, when set, wins over the ratio
-            warmup_steps / max(trainer_state.total_steps, 1)
-            if warmup_steps >= 0
-            else float(algorithm.warmup_steps_ratio)
-        )
-        lr = float(self.options.lr) * lr_factor(
-            str(algorithm.lr_schedule), warmup_ratio, trainer_state.global_step, trainer_state.total_steps
+        lr = scheduled_lr(
+            float(self.options.lr), self.config.rllm.algorithm, trainer_state.global_step, trainer_state.total_steps
         )
         clip_low, clip_high = float(self.options.clip_ratio_low), float(self.options.clip_ratio_high)
         losses, clipped, entropies, kls, norms = [], [], [], [], []

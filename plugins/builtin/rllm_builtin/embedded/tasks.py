@@ -1,6 +1,8 @@
 """Built-in tasks with verifiable rewards, over a 14-token vocabulary.
 
 ``digit_sum`` (single turn): the prompt ``a + b =`` asks for ``(a + b) mod 10``.
+``digit_max`` (single turn): the prompt ``a b =`` asks for the larger digit (what a small
+transformer learns by RL in seconds; ``mod 10`` it does not learn in hundreds of steps).
 ``digit_chain`` (multi-step): the prompt ``a + b >`` asks for ``a+b``, ``a+2b``, ``a+3b``
 (mod 10), one per turn, each turn seeing the conversation so far; a wrong answer ends the
 episode. The reward is the share of answers given correctly; ``is_correct`` needs all of them.
@@ -37,6 +39,14 @@ def digit_sum_tasks() -> list[dict[str, Any]]:
     ]
 
 
+def digit_max_tasks() -> list[dict[str, Any]]:
+    return [
+        {"uid": f"digit_max:{a},{b}", "data_source": "digit_max", "prompt": [a, b, EQUALS], "answers": [max(a, b)]}
+        for a in range(10)
+        for b in range(10)
+    ]
+
+
 def digit_chain_tasks(turns: int = 3) -> list[dict[str, Any]]:
     return [
         {
@@ -52,6 +62,7 @@ def digit_chain_tasks(turns: int = 3) -> list[dict[str, Any]]:
 
 TASKS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "digit_sum": digit_sum_tasks,
+    "digit_max": digit_max_tasks,
     "digit_chain": digit_chain_tasks,
 }
 
@@ -77,13 +88,21 @@ class ArithmeticWorkflow(Workflow):
         correct = 0
         for expected in answers:
             generation = await self.rollout_engine.generate(context, max_tokens=1)
+            if getattr(generation, "finish_reason", None) == "prompt_length":  # longer than the engine takes
+                if steps:
+                    steps[-1].reward, steps[-1].done = correct / len(answers), True
+                return Episode(
+                    task=task,
+                    termination_reason=TerminationReason.MAX_PROMPT_LENGTH_EXCEEDED,
+                    trajectories=[Trajectory(name=ROLE, task=task, steps=steps)] if steps else [],
+                )
             answer = generation.response_ids[0]
             steps.append(
                 Step(
                     prompt_ids=list(context),
                     response_ids=list(generation.response_ids),
                     logprobs=list(generation.logprobs),
-                    model_response=decode(generation.response_ids),
+                    model_response=generation.text,
                     action=answer,
                 )
             )

@@ -1,0 +1,410 @@
+"""The transformers backend: RL on a causal LM with rllm's estimators (see docs/transformers.md).
+
+Stages: workflows sample through :class:`TransformersEngine` (batched across concurrent
+rollouts); stage 4 packs every step into one right-padded row; stage 5 recomputes the old
+policy's log-probs (or takes the rollout's, with ``bypass_mode``) and the reference policy's;
+stage 7 runs ``ppo_epochs`` passes over shuffled mini-batches, each accumulated over
+micro-batches, with gradient-norm clipping and AdamW. Checkpoints are safetensors and JSON;
+the model part is a ``save_pretrained`` directory, so any checkpoint loads with
+``AutoModelForCausalLM.from_pretrained``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from safetensors.torch import load_file, save_file
+
+from rllm import AlgorithmConfig
+from rllm.errors import CheckpointError, ConfigError, TrainerError
+from rllm.losses import LossSettings
+from rllm.trainer import TaskSetup, TrainerState, WorkflowEngine
+from rllm.types import Episode, Step
+from rllm_builtin.embedded.backend import TaskLoader, task_loader
+from rllm_builtin.embedded.policy import scheduled_lr
+from rllm_builtin.embedded.tasks import VOCAB, ArithmeticWorkflow, build_tasks
+from rllm_transformers.engine import Sampling, TransformersEngine
+from rllm_transformers.model import TINY, load_policy
+from rllm_transformers.plugin import TransformersBackend
+
+MODEL_DIR = "model"
+OPTIMIZER_FILE = "optimizer.safetensors"
+RNG_FILE = "rng.safetensors"
+STATE_FILE = "transformers.json"
+DEFAULT_LOSS = "vanilla"
+
+_REFUSED: tuple[tuple[str, Any, str], ...] = (
+    ("router_replay", "disabled", "its models are trained without router replay; set it to disabled"),
+)
+"""rLLM's algorithm keys this backend cannot honour: (key, default, what to do). Every other key is honoured."""
+
+
+@dataclass
+class RowBatch:
+    """Stage 4's batch: one right-padded row per step, the response tokens marked in ``mask``.
+
+    ``mask[r, j]`` is 1 where token ``j + 1`` of row ``r`` is a response token, so it lines up
+    with the log-prob the model gives at position ``j``.
+    """
+
+    ids: torch.Tensor
+    attention: torch.Tensor
+    mask: torch.Tensor
+    rollout_logps: torch.Tensor
+    steps: list[Step]
+    roles: list[str]
+    losses: list[str]
+    old_logps: torch.Tensor | None = None
+    ref_logps: torch.Tensor | None = None
+
+    def advantages(self) -> torch.Tensor:
+        values = torch.zeros_like(self.mask)
+        for row, step in enumerate(self.steps):
+            if step.advantage is None:
+                raise TrainerError("A step reached the policy update without an advantage; stage 6 did not run.")
+            positions = self.mask[row].nonzero().squeeze(-1)
+            per_token = torch.as_tensor(step.advantage, dtype=values.dtype).reshape(-1)
+            if per_token.numel() not in (1, len(positions)):
+                raise TrainerError(
+                    f"A step has {per_token.numel()} advantages for {len(positions)} response tokens; give one "
+                    "per token or a single one."
+                )
+            values[row, positions] = per_token.to(values.device)
+        return values
+
+
+def token_log_probs(model: Any, ids: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob of each next token of ``ids`` and the entropy of each position's distribution (no gradient)."""
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+    log_p = torch.log_softmax(logits, dim=-1)
+    chosen = log_p.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    with torch.no_grad():
+        entropy = -(log_p.exp() * log_p).sum(-1)
+    return chosen, entropy
+
+
+class TorchTransformersBackend(TransformersBackend):
+    """The implementation behind ``rllm.backend=transformers`` (constructed through :class:`TransformersBackend`)."""
+
+    def __init__(self, config: DictConfig, **kwargs: Any) -> None:
+        self.config = config
+        self.options = config.rllm.transformers
+        self.algorithm = AlgorithmConfig.from_config(config)
+        options = self.options
+        self.policy = load_policy(options)
+        threads = int(options.num_threads)
+        if threads == 0 and str(options.model) == TINY and self.policy.device.type == "cpu":
+            threads = 1  # the tiny model's ops are too small to split: a second thread only adds contention
+        if threads > 0:
+            torch.set_num_threads(threads)
+        self.model = self.policy.model
+        self.tokenizer = self.policy.tokenizer
+        self.device = self.policy.device
+        seed = int(options.seed)
+        self.sample_rng = torch.Generator().manual_seed(seed)
+        self.update_rng = torch.Generator().manual_seed(seed + 1)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=float(options.lr),
+            betas=(float(options.adam_beta1), float(options.adam_beta2)),
+            weight_decay=float(options.weight_decay),
+        )
+        # each role's loss from the registry, checked now; kl_beta > 0 adds the KL term with or without use_kl_loss
+        kl = {"kl_coef": self.algorithm.kl_beta} if self.algorithm.kl_beta > 0 else {}
+        self.default_settings = replace(LossSettings.from_algorithm(self.algorithm, "", DEFAULT_LOSS), **kl)
+        self.role_settings = {
+            role: replace(LossSettings.from_algorithm(self.algorithm, role, DEFAULT_LOSS), **kl)
+            for role in self.algorithm.loss_fn_map
+        }
+        self.reference = None
+        if any(s.kl_coef > 0 for s in [self.default_settings, *self.role_settings.values()]):
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)  # the frozen initial policy
+        self.engine: TransformersEngine | None = None
+
+    # -- setup ------------------------------------------------------------------------------
+    def validate_config(self) -> None:
+        algorithm = self.config.rllm.algorithm
+        for key, default, what in _REFUSED:
+            value = OmegaConf.select(algorithm, key, default=default)
+            if value != default:
+                raise ConfigError(
+                    f"rllm.algorithm.{key}={value!r} is not supported by the transformers backend: {what}."
+                )
+        sampling = self.sampling()
+        exact = sampling.temperature == 1.0 and sampling.top_p == 1.0 and sampling.top_k == 0
+        correction = self.algorithm.rollout_correction
+        if correction.bypass_mode and not exact:
+            raise ConfigError(
+                "rllm.algorithm.rollout_correction.bypass_mode=true takes the rollout's log-probs as the old policy, "
+                "but rllm.transformers.temperature/top_p/top_k change the sampling distribution; sample at "
+                "temperature 1 without top-k/top-p, or leave bypass_mode unset."
+            )
+        if int(self.options.mini_batches) < 1 or int(self.options.micro_batches) < 1:
+            raise ConfigError("rllm.transformers.mini_batches and micro_batches must be at least 1.")
+        scheduled_lr(1.0, algorithm, 1, 1)  # an unknown schedule fails now
+
+    def sampling(self) -> Sampling:
+        options = self.options
+        return Sampling(float(options.temperature), float(options.top_p), int(options.top_k))
+
+    def builtin_task(self) -> TaskSetup:
+        tasks = build_tasks([str(name) for name in self.options.tasks])
+        if str(self.options.model) != TINY:  # the tasks' token ids are the tiny tokenizer's: re-encode the text
+            tasks = [self._encoded(task) for task in tasks]
+        return TaskSetup(workflow_class=ArithmeticWorkflow, train_dataset=tasks, val_dataset=tasks)
+
+    def _encoded(self, task: dict[str, Any]) -> dict[str, Any]:
+        text = "".join(VOCAB[token] for token in task["prompt"])
+        answers = [self.tokenizer.convert_tokens_to_ids(str(answer)) for answer in task["answers"]]
+        return {**task, "prompt": self.tokenizer.encode(text, add_special_tokens=False), "answers": answers}
+
+    def init_rollout_engine(self, **kwargs: Any) -> TransformersEngine:
+        options = self.options
+        self.engine = TransformersEngine(
+            self.model,
+            self.tokenizer,
+            self.device,
+            self.sample_rng,
+            self.sampling(),
+            max_new_tokens=int(options.max_new_tokens),
+            max_prompt_length=int(options.max_prompt_length),
+            greedy_validation=bool(options.greedy_validation),
+        )
+        return self.engine
+
+    def get_dataloader(self, dataset: Sequence[Any] | None, trainer_state: TrainerState) -> TaskLoader:
+        return task_loader(self.config, "transformers", dataset, trainer_state, int(self.options.seed))
+
+    async def generate_episodes(
+        self, batch: Sequence[Any], agent_workflow_engine: WorkflowEngine, is_validation: bool = False
+    ) -> list[Episode]:
+        engine = self.engine
+        if engine is not None:
+            engine.validating = is_validation
+            engine.tokens_generated, engine.seconds = 0, 0.0
+        try:
+            return await super().generate_episodes(batch, agent_workflow_engine, is_validation)
+        finally:
+            if engine is not None:
+                engine.validating = False
+
+    # -- stages 4, 5 and 7 -------------------------------------------------------------------
+    def transform_to_backend_batch(self, trainer_state: TrainerState) -> RowBatch:
+        rows: list[tuple[list[int], list[int], list[float]]] = []
+        steps, roles, losses = [], [], []
+        for group in trainer_state.trajectory_groups:
+            loss = self._settings(group.group_role).name
+            for trajectory in group.trajectories:
+                for step in trajectory.steps:
+                    if not step.response_ids:
+                        continue
+                    logps = list(step.logprobs) if step.logprobs else [math.nan] * len(step.response_ids)
+                    rows.append((list(step.prompt_ids), list(step.response_ids), logps))
+                    steps.append(step)
+                    roles.append(group.group_role)
+                    losses.append(loss)
+        if not rows:
+            raise TrainerError("The trajectory groups hold no response tokens; the workflow produced empty steps.")
+        width = max(len(p) + len(r) for p, r, _ in rows)
+        pad = int(self.tokenizer.pad_token_id)
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros((len(rows), width - 1))
+        rollout = torch.zeros((len(rows), width - 1))
+        for row, (prompt, response, logps) in enumerate(rows):
+            ids[row, : len(prompt) + len(response)] = torch.tensor(prompt + response)
+            attention[row, : len(prompt) + len(response)] = 1
+            span = slice(len(prompt) - 1, len(prompt) - 1 + len(response))
+            mask[row, span] = 1.0
+            rollout[row, span] = torch.tensor(logps[: len(response)], dtype=torch.float32)
+        device = self.device
+        return RowBatch(ids.to(device), attention.to(device), mask.to(device), rollout.to(device), steps, roles, losses)
+
+    async def process_backend_batch(self, trainer_state: TrainerState) -> None:
+        """The old policy's log-probs (PPO's denominator) and, for the KL term, the reference policy's."""
+        batch: RowBatch = trainer_state.backend_batch
+        with torch.no_grad():
+            if self.algorithm.rollout_correction.bypass_mode:
+                batch.old_logps = batch.rollout_logps
+            else:
+                batch.old_logps, _ = token_log_probs(self.model, batch.ids, batch.attention)
+            if self.reference is not None:
+                batch.ref_logps, _ = token_log_probs(self.reference, batch.ids, batch.attention)
+        known = (batch.mask > 0) & ~torch.isnan(batch.rollout_logps)
+        if bool(known.any()):
+            gap = (batch.old_logps - batch.rollout_logps).abs()[known]
+            trainer_state.metrics["actor/rollout_logprob_diff"] = float(gap.mean())
+
+    async def update_policy(self, trainer_state: TrainerState) -> None:
+        batch: RowBatch = trainer_state.backend_batch
+        if batch.old_logps is None:
+            raise TrainerError("The policy update ran before stage 5 computed the old log-probs.")
+        import time
+
+        started = time.perf_counter()
+        options = self.options
+        advantages = batch.advantages()
+        lr = scheduled_lr(
+            float(options.lr), self.config.rllm.algorithm, trainer_state.global_step, trainer_state.total_steps
+        )
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        n = len(batch.steps)
+        sums: dict[str, list[float]] = defaultdict(list)
+        role_names = sorted(set(batch.roles))
+        role_of = torch.tensor([role_names.index(role) for role in batch.roles], device=self.device)
+        losses = ", ".join(sorted({self._settings(role).name for role in role_names}))
+        self.model.train()
+        for _epoch in range(int(options.ppo_epochs)):
+            order = torch.randperm(n, generator=self.update_rng).to(self.device)
+            for mini in torch.tensor_split(order, min(int(options.mini_batches), n)):
+                total_tokens, total_rows = batch.mask[mini].sum(), len(mini)
+                self.optimizer.zero_grad(set_to_none=True)
+                mini_loss = 0.0
+                for rows in torch.tensor_split(mini, min(int(options.micro_batches), len(mini))):
+                    logp, entropy = token_log_probs(self.model, batch.ids[rows], batch.attention[rows])
+                    loss = self._micro_loss(
+                        batch, rows, logp, advantages, role_of, role_names, total_tokens, total_rows, sums
+                    )
+                    if not torch.isfinite(loss):
+                        raise TrainerError(
+                            f"Step {trainer_state.global_step}: the policy loss {losses} is "
+                            f"{float(loss.detach())} (not finite); the model was not updated and no checkpoint of this "
+                            "step is written. Lower rllm.transformers.lr or check the advantages and rewards."
+                        )
+                    loss.backward()
+                    mini_loss += float(loss.detach())
+                    self._token_metrics(sums, batch.mask[rows], entropy, logp, batch.old_logps[rows])
+                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(options.max_grad_norm))
+                if not torch.isfinite(norm):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    raise TrainerError(
+                        f"Step {trainer_state.global_step}: the gradient of the policy loss {losses} "
+                        "is not finite; the model was not updated and no checkpoint of this step is written."
+                    )
+                self.optimizer.step()
+                sums["actor/loss"].append(mini_loss)
+                sums["actor/grad_norm"].append(float(norm))
+        tokens = float(batch.mask.sum())
+        elapsed = time.perf_counter() - started
+        metrics = {key: sum(values) / len(values) for key, values in sums.items() if values}
+        metrics.update(
+            {"actor/lr": lr, "actor/tokens": tokens, "perf/update_tokens_per_s": tokens / max(elapsed, 1e-9)}
+        )
+        if self.engine is not None and self.engine.seconds > 0:
+            metrics["perf/rollout_tokens_per_s"] = self.engine.tokens_generated / self.engine.seconds
+        trainer_state.metrics.update(metrics)
+
+    def _settings(self, role: str) -> LossSettings:
+        return self.role_settings.get(role, self.default_settings)
+
+    def _micro_loss(
+        self,
+        batch: RowBatch,
+        rows: torch.Tensor,
+        logp: torch.Tensor,
+        advantages: torch.Tensor,
+        role_of: torch.Tensor,
+        role_names: list[str],
+        total_tokens: torch.Tensor,
+        total_rows: int,
+        sums: dict[str, list[float]],
+    ) -> torch.Tensor:
+        """The micro-batch's share of its mini-batch's loss: each role's rows through that role's registered loss."""
+        loss = torch.zeros((), device=self.device)
+        if batch.old_logps is None:
+            raise TrainerError("The policy update ran before stage 5 computed the old log-probs.")
+        for index, role in enumerate(role_names):
+            mine = role_of[rows] == index
+            if not bool(mine.any()):
+                continue
+            picked = rows[mine]
+            mask = batch.mask[picked]
+            settings = self._settings(role)
+            part, metrics = settings.compute(
+                log_probs=logp[mine],
+                old_log_probs=batch.old_logps[picked],
+                advantages=advantages[picked],
+                response_mask=mask,
+                rollout_log_probs=torch.nan_to_num(batch.rollout_logps[picked]) * mask,
+                ref_log_probs=None if batch.ref_logps is None else batch.ref_logps[picked],
+                batch_num_tokens=total_tokens,
+                global_batch_size=total_rows,
+            )
+            loss = loss + part
+            # the role's loss over its own tokens (or sequences), as if it were the whole mini-batch
+            share = (
+                total_rows / len(picked) if settings.agg_mode.startswith("seq") else float(total_tokens / mask.sum())
+            )
+            sums[f"actor/{role}/loss"].append(float(part.detach()) * share)
+            for key, value in metrics.items():
+                sums[f"actor/{key}"].append(float(value))
+        return loss
+
+    @staticmethod
+    def _token_metrics(
+        sums: dict[str, list[float]], mask: torch.Tensor, entropy: torch.Tensor, logp: torch.Tensor, old: torch.Tensor
+    ) -> None:
+        """Token means of one micro-batch: entropy and the approximate KL to the old policy."""
+        with torch.no_grad():
+            count = mask.sum().clamp(min=1)
+            sums["actor/entropy"].append(float((entropy * mask).sum() / count))
+            sums["actor/approx_kl"].append(float(((old - logp.detach()) * mask).sum() / count))
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def save_checkpoint(self, directory: Path) -> None:
+        """The model as ``save_pretrained`` writes it, the optimizer's tensors, the generators; the rest JSON."""
+        self.model.save_pretrained(directory / MODEL_DIR, safe_serialization=True)
+        self.tokenizer.save_pretrained(directory / MODEL_DIR)
+        optimizer = self.optimizer.state_dict()
+        tensors = {
+            f"{index}.{name}": value.detach().cpu().contiguous()
+            for index, entry in optimizer["state"].items()
+            for name, value in entry.items()
+        }
+        save_file(tensors, str(directory / OPTIMIZER_FILE))
+        save_file(
+            {"sample": self.sample_rng.get_state(), "update": self.update_rng.get_state()}, str(directory / RNG_FILE)
+        )
+        groups = [
+            {k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in optimizer["param_groups"]
+        ]
+        (directory / STATE_FILE).write_text(json.dumps({"param_groups": groups}), encoding="utf-8")
+
+    def load_checkpoint(self, directory: Path) -> None:
+        from transformers import AutoModelForCausalLM
+
+        try:
+            loaded = AutoModelForCausalLM.from_pretrained(str(directory / MODEL_DIR))
+            tensors = load_file(str(directory / OPTIMIZER_FILE))
+            rng = load_file(str(directory / RNG_FILE))
+            groups = json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))["param_groups"]
+        except (OSError, KeyError, ValueError) as exc:
+            raise CheckpointError(
+                f"Transformers checkpoint in {str(directory)!r} is unreadable ({exc}); delete it to start over."
+            ) from exc
+        try:
+            self.model.load_state_dict(loaded.state_dict())
+        except RuntimeError as exc:
+            raise CheckpointError(
+                f"Checkpoint {str(directory)!r} holds a model of another shape than rllm.transformers.model gives "
+                f"({str(exc).splitlines()[0]}); resume with the same model settings."
+            ) from None
+        state: dict[int, dict[str, torch.Tensor]] = defaultdict(dict)
+        for key, value in tensors.items():
+            index, name = key.split(".", 1)
+            state[int(index)][name] = value
+        for group in groups:
+            group["betas"] = tuple(group["betas"])
+        self.optimizer.load_state_dict({"state": dict(state), "param_groups": groups})
+        self.sample_rng.set_state(rng["sample"])
+        self.update_rng.set_state(rng["update"])

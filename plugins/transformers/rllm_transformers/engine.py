@@ -1,0 +1,210 @@
+"""The rollout engine: workflows ``await generate(prompt_ids)`` one at a time, the engine answers them in batches.
+
+Every call waits on the event loop until the concurrent workflows have all submitted theirs,
+then one left-padded batch is sampled token by token with the model's KV cache. The
+log-probability of each sampled token under the distribution it was drawn from (after
+temperature, top-k and top-p) is returned with it. :class:`RolloutEngine` is the interface a
+server engine (an OpenAI-compatible vLLM or SGLang endpoint) would implement as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from rllm.errors import DataError
+
+PROMPT_TOO_LONG = "prompt_length"
+"""``Generation.finish_reason`` of a prompt longer than ``max_prompt_length``: nothing was generated."""
+
+
+@dataclass
+class Generation:
+    """One model call's answer: the response tokens, their sampling log-probs, its text and why it stopped."""
+
+    response_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str = "stop"
+    """``stop`` (EOS), ``length`` (max tokens) or :data:`PROMPT_TOO_LONG`."""
+    prompt_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    """0: no top-k cut."""
+
+
+class RolloutEngine(Protocol):
+    """What workflows sample from. ``chat`` applies the tokenizer's chat template to the messages."""
+
+    async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation: ...
+
+    async def chat(self, messages: Sequence[dict[str, str]], max_tokens: int | None = None) -> Generation: ...
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    max_tokens: int
+    future: asyncio.Future[Generation]
+
+
+def sampling_log_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """Log-probabilities of the distribution tokens are drawn from: tempered, then cut by top-k and top-p."""
+    logits = logits.float() / sampling.temperature
+    if sampling.top_k > 0 and sampling.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, sampling.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        ordered, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(ordered, dim=-1)
+        before = probs.cumsum(dim=-1) - probs  # mass of the tokens ranked above each one
+        drop = before >= sampling.top_p  # the first token is always kept
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return torch.log_softmax(logits, dim=-1)
+
+
+class TransformersEngine:
+    """Batched sampling from a transformers causal LM, in the trainer's process."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        device: torch.device,
+        generator: torch.Generator,
+        sampling: Sampling,
+        max_new_tokens: int,
+        max_prompt_length: int,
+        greedy_validation: bool,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = device
+        self.generator = generator
+        self.sampling = sampling
+        self.max_new_tokens = max_new_tokens
+        self.max_prompt_length = max_prompt_length
+        self.greedy_validation = greedy_validation
+        self.validating = False
+        self._pending: list[_Request] = []
+        self._flush: asyncio.Task[None] | None = None
+        self.tokens_generated = 0
+        self.seconds = 0.0
+
+    async def chat(self, messages: Sequence[dict[str, str]], max_tokens: int | None = None) -> Generation:
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            raise DataError(
+                "engine.chat() needs a tokenizer with a chat template, and rllm.transformers.model's has none; "
+                "call engine.generate(prompt_ids) with ids you build."
+            )
+        ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        return await self.generate(list(ids), max_tokens)
+
+    async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
+        prompt = [int(token) for token in prompt_ids]
+        if len(prompt) > self.max_prompt_length:
+            return Generation([], [], "", PROMPT_TOO_LONG, prompt)
+        if not prompt:
+            raise DataError("engine.generate() got an empty prompt; give at least one token id.")
+        future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
+        limit = self.max_new_tokens if max_tokens is None else min(int(max_tokens), self.max_new_tokens)
+        self._pending.append(_Request(prompt, max(limit, 1), future))
+        if self._flush is None or self._flush.done():
+            self._flush = asyncio.ensure_future(self._run_when_quiet())
+        return await future
+
+    async def _run_when_quiet(self) -> None:
+        """Yield until no new request arrived for a few turns of the loop, then answer all pending ones."""
+        seen, quiet = -1, 0
+        while quiet < 3:
+            await asyncio.sleep(0)
+            quiet = quiet + 1 if len(self._pending) == seen else 0
+            seen = len(self._pending)
+        requests, self._pending = self._pending, []
+        try:
+            generations = self.sample(requests)
+        except BaseException as exc:
+            for request in requests:
+                if not request.future.done():
+                    request.future.set_exception(exc)
+            return
+        for request, generation in zip(requests, generations, strict=True):
+            if not request.future.done():
+                request.future.set_result(generation)
+
+    @torch.no_grad()
+    def sample(self, requests: Sequence[_Request]) -> list[Generation]:
+        import time
+
+        started = time.perf_counter()
+        model, pad, eos = self.model, int(self.tokenizer.pad_token_id), self.tokenizer.eos_token_id
+        greedy = self.validating and self.greedy_validation
+        width = max(len(r.prompt_ids) for r in requests)
+        ids = torch.full((len(requests), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(requests), width), dtype=torch.long)
+        for row, request in enumerate(requests):  # left padding: every prompt ends in the last column
+            ids[row, width - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids)
+            mask[row, width - len(request.prompt_ids) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        limits = torch.tensor([r.max_tokens for r in requests], device=self.device)
+        steps = int(limits.max())
+        tokens = torch.full((len(requests), steps), pad, dtype=torch.long, device=self.device)
+        logps = torch.zeros((len(requests), steps), device=self.device)
+        alive = torch.ones(len(requests), dtype=torch.bool, device=self.device)
+        stopped = torch.zeros(len(requests), dtype=torch.bool, device=self.device)
+        cache = None
+        was_training = model.training
+        model.eval()
+        try:
+            for t in range(steps):
+                out = model(
+                    input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+                )
+                cache = out.past_key_values
+                logits = out.logits[:, -1, :]
+                if greedy:
+                    log_p = torch.log_softmax(logits.float(), dim=-1)
+                    token = log_p.argmax(dim=-1)
+                else:
+                    log_p = sampling_log_probs(logits, self.sampling)
+                    token = (
+                        torch.multinomial(log_p.exp().cpu(), 1, generator=self.generator).squeeze(-1).to(self.device)
+                    )
+                tokens[:, t] = torch.where(alive, token, pad)
+                logps[:, t] = log_p.gather(-1, token[:, None]).squeeze(-1)
+                if eos is not None:
+                    stopped |= alive & (token == eos)
+                alive &= ~stopped & (t + 1 < limits)
+                if not bool(alive.any()):
+                    break
+                ids = tokens[:, t : t + 1]
+                mask = torch.cat([mask, alive[:, None].long()], dim=-1)
+                positions = positions[:, -1:] + 1
+        finally:
+            model.train(was_training)
+        tokens_cpu, logps_cpu, stopped_cpu = tokens.cpu(), logps.cpu(), stopped.cpu()
+        generations = []
+        for row, request in enumerate(requests):
+            length = request.max_tokens
+            row_tokens = tokens_cpu[row, :length].tolist()
+            if eos is not None and eos in row_tokens:
+                length = row_tokens.index(eos) + 1
+            response = row_tokens[:length]
+            text = self.tokenizer.decode(response, skip_special_tokens=True)
+            reason = "stop" if bool(stopped_cpu[row]) else "length"
+            generations.append(Generation(response, logps_cpu[row, :length].tolist(), text, reason, request.prompt_ids))
+            self.tokens_generated += length
+        self.seconds += time.perf_counter() - started
+        return generations

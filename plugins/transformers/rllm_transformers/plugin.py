@@ -1,0 +1,128 @@
+"""The ``transformers`` plugin's hooks: the backend's name and its ``rllm.transformers`` settings.
+
+Nothing here imports torch or transformers: the registered class checks for the extra when a
+run constructs it, then builds the implementation in :mod:`rllm_transformers.backend`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from rllm import hookimpl
+from rllm.config import ConfigKey
+from rllm.errors import ConfigError
+from rllm.plugins import ConfigSectionRegistrar, NamedRegistrar
+from rllm.trainer import BackendProtocol
+
+EXTRA = ("torch", "transformers", "safetensors")
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules cannot be imported either
+        return False
+
+
+def missing_extra() -> list[str]:
+    return [name for name in EXTRA if not _installed(name)]
+
+
+class TransformersBackend(BackendProtocol):
+    """``rllm.backend=transformers``: constructing it yields the torch implementation, if the extra is installed."""
+
+    name = "transformers"
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> TransformersBackend:
+        if cls is TransformersBackend:
+            missing = missing_extra()
+            if missing:
+                raise ConfigError(
+                    f"rllm.backend=transformers needs {', '.join(missing)}: pip install 'rllm[transformers]' "
+                    "(on a machine without a GPU, install torch's CPU build first)."
+                )
+            from rllm_transformers.backend import TorchTransformersBackend
+
+            cls = TorchTransformersBackend
+        return super().__new__(cls)
+
+    def __init__(self, config: Any, **kwargs: Any) -> None:
+        super().__init__(config)
+
+    def init_rollout_engine(self, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def get_dataloader(self, dataset: Any, trainer_state: Any) -> Any:
+        raise NotImplementedError
+
+    def transform_to_backend_batch(self, trainer_state: Any) -> Any:
+        raise NotImplementedError
+
+    async def update_policy(self, trainer_state: Any) -> None:
+        raise NotImplementedError
+
+
+@hookimpl
+def rllm_register_backends(register: NamedRegistrar) -> None:
+    register("transformers", TransformersBackend)
+
+
+def _task_names() -> list[str]:
+    from rllm_builtin.embedded.tasks import TASKS
+
+    return list(TASKS)
+
+
+TRANSFORMERS_KEYS = (
+    ConfigKey(
+        "model",
+        "str",
+        "tiny",
+        "tiny (a small Qwen2-style model built from a config, random weights, a character tokenizer), a "
+        "directory save_pretrained wrote, or a hub id.",
+    ),
+    ConfigKey(
+        "tasks", "list[str]", ["digit_max"], "Built-in task families (as rllm.embedded.tasks).", names=_task_names
+    ),
+    ConfigKey("device", "str", "auto", "auto (cuda if available), cpu or cuda.", choices=("auto", "cpu", "cuda")),
+    ConfigKey("dtype", "str", "float32", "Parameter dtype.", choices=("float32", "bfloat16")),
+    ConfigKey("seed", "int", 0, "Seed of the initialisation, sampling and mini-batch order.", minimum=0),
+    ConfigKey(
+        "num_threads",
+        "int",
+        0,
+        "torch CPU threads; 0: one for the tiny model on the CPU, else torch's default.",
+        minimum=0,
+    ),
+    ConfigKey("hidden_size", "int", 64, "tiny: width (the MLP is twice as wide); a multiple of 4.", minimum=4),
+    ConfigKey("num_layers", "int", 2, "tiny: transformer layers.", minimum=1),
+    ConfigKey(
+        "lr", "float", 0.003, "AdamW learning rate (scaled by rllm.algorithm.lr_schedule).", minimum=0, above=True
+    ),
+    ConfigKey("weight_decay", "float", 0.0, "AdamW weight decay.", minimum=0),
+    ConfigKey("adam_beta1", "float", 0.9, "AdamW beta1.", minimum=0, maximum=1),
+    ConfigKey("adam_beta2", "float", 0.999, "AdamW beta2.", minimum=0, maximum=1),
+    ConfigKey("max_grad_norm", "float", 1.0, "Gradient-norm clipping.", minimum=0, above=True),
+    ConfigKey("ppo_epochs", "int", 1, "Passes over each batch.", minimum=1),
+    ConfigKey("mini_batches", "int", 1, "Optimizer steps per pass (later ones are off-policy).", minimum=1),
+    ConfigKey("micro_batches", "int", 1, "Gradient-accumulation chunks per mini-batch.", minimum=1),
+    ConfigKey("temperature", "float", 1.0, "Sampling temperature.", minimum=0, above=True),
+    ConfigKey("top_p", "float", 1.0, "Nucleus sampling mass; 1: off.", minimum=0, maximum=1, above=True),
+    ConfigKey("top_k", "int", 0, "Sample among the k likeliest tokens; 0: off.", minimum=0),
+    ConfigKey("max_new_tokens", "int", 16, "Most tokens one generate() call returns (EOS stops earlier).", minimum=1),
+    ConfigKey(
+        "max_prompt_length",
+        "int",
+        512,
+        "Longer prompts are not generated: the workflow ends with max_prompt_length_exceeded.",
+        minimum=1,
+    ),
+    ConfigKey("greedy_validation", "bool", True, "Validation answers greedily (argmax) instead of sampling."),
+)
+"""The ``rllm.transformers`` section."""
+
+
+@hookimpl
+def rllm_register_config_sections(register: ConfigSectionRegistrar) -> None:
+    register("rllm.transformers", TRANSFORMERS_KEYS)
