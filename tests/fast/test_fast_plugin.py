@@ -350,3 +350,46 @@ def test_a_forked_child_gets_its_own_threads() -> None:
     child.join(timeout=60)
     assert child.exitcode == 0
     assert queue.get(timeout=5) == pytest.approx([1 / (0.5 + 1e-6) * 0.5, -0.5 / (0.5 + 1e-6), 0.0, 0.0])
+
+
+@st.composite
+def uniform_groups(draw: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Groups (up to 1000 rollouts) whose rollouts share one non-dyadic reward, in equal, ragged or shuffled layouts.
+
+    A float32 running sum of such a group drifts from its mean, which is how uniform groups once got
+    advantages near +1 under the float32 presets; multiples of 1/8 (``grouped``) never drift.
+    """
+    kind = draw(st.sampled_from(["equal", "ragged", "shuffled"]))
+    n_groups = draw(st.integers(1, 4))
+    if kind == "equal":
+        sizes = [draw(st.integers(2, 1000))] * n_groups
+    else:
+        sizes = draw(st.lists(st.integers(2, 1000), min_size=n_groups, max_size=n_groups))
+    numerators = draw(st.lists(st.integers(-30, 30), min_size=n_groups, max_size=n_groups))
+    denominator = draw(st.sampled_from([3, 7, 10, 11, 100]))
+    rewards = np.repeat(np.array(numerators, dtype=np.float64) / denominator, sizes)
+    labels = np.repeat(np.arange(n_groups, dtype=np.int64), sizes)
+    if kind == "shuffled":
+        order = np.random.default_rng(draw(st.integers(0, 2**32 - 1))).permutation(len(labels))
+        rewards, labels = rewards[order], labels[order]
+    return rewards, labels
+
+
+@needs_numba
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "gpg", "grpo_batch_std"])
+@settings(max_examples=25, deadline=None)
+@given(data=uniform_groups())
+@example(data=(np.full(8, 0.7), np.zeros(8, dtype=np.int64)))
+def test_uniform_groups_get_zero_advantage_on_both_paths(name: str, preset: str, data: Any) -> None:
+    rewards, labels = data
+    with split(2):
+        fast = rllm.compute_advantages(name, rewards, labels, preset=preset)
+    with numpy_only():
+        slow = rllm.compute_advantages(name, rewards, labels, preset=preset)
+    # Every rollout equals its group's mean, so every advantage is 0. A float32 reward is summed in float64
+    # and its mean rounds back to the reward exactly; a float64 sum keeps a residue of about n ulps, which
+    # 1 / (std + eps) can magnify to at most n * 2**-52 * |reward| / 1e-6 (under 1e-6 here).
+    tolerance = 0.0 if fast.dtype == np.float32 else 1e-6
+    assert np.abs(fast).max() <= tolerance, f"fast path: {np.abs(fast).max()} for uniform groups"
+    assert np.abs(slow).max() <= tolerance, f"numpy path: {np.abs(slow).max()} for uniform groups"

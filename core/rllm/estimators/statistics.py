@@ -54,8 +54,16 @@ def lone_groups(layout: GroupLayout, numerics: Numerics, estimator: str) -> np.n
 
 
 def group_means(layout: GroupLayout, xs: FloatArray, lone: np.ndarray | None, numerics: Numerics) -> FloatArray:
-    """Per-group means; a group of one has baseline 0 under ``single="raw"`` (else its own reward)."""
+    """Per-group means; a group of one has baseline 0 under ``single="raw"`` (else its own reward).
+
+    Narrower floats are summed in float64 and the mean rounded once: a float32 running sum of a
+    uniform group of non-dyadic rewards (0.7, 1/3) drifts from the mean by a rounding residue,
+    which ``std + eps`` would turn into large advantages of one sign.
+    """
     k = layout.uniform_size
+    if xs.dtype != np.float64:
+        wide = group_means(layout, xs.astype(np.float64), lone, numerics)
+        return wide.astype(xs.dtype)
     with np.errstate(over="ignore"):
         sums = layout.sum(xs)
     if not np.isfinite(sums).all():  # the sum overflowed: average scaled values (a power of two, exact)
