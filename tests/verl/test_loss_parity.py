@@ -132,11 +132,11 @@ def test_the_batches_engage_every_clip() -> None:
 def test_rollout_is_weights_reach_the_loss_as_in_verl() -> None:
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
-    from rllm.losses import rollout_is_weights
+    from rllm.losses import truncated_is_weights
 
     data = batch(3)
     rollout = data["old_log_probs"] + 0.7 * torch.randn(data["old_log_probs"].shape, dtype=torch.float64)
-    weights = rollout_is_weights(data["old_log_probs"], rollout, data["response_mask"], "token", 2.0)
+    weights = truncated_is_weights(data["old_log_probs"], rollout, data["response_mask"], "token", 2.0)
     assert float(weights.max()) == pytest.approx(2.0)
     for name in ("vanilla", "cispo", "geo_mean"):
         mode = PINNED.get(name, ["token-mean"])[0]

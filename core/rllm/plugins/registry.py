@@ -143,6 +143,18 @@ class Registry(Generic[E]):
         )
 
 
+def _refuse_unknown_keywords(what: str, name: str, source: Source, given: dict[str, Any], known: list[str]) -> None:
+    """A registration keyword ``register()`` does not take names the plugin and the closest keyword."""
+    for key in given:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise PluginContractError(
+                f"{source.describe()} registered {what} {name!r} with unknown keyword {key!r}{hint}; "
+                f"register() accepts replace, {', '.join(known)}."
+            )
+
+
 @dataclass(frozen=True)
 class EstimatorEntry(Entry):
     """An estimator claim: how to call it and what it declares (the keywords of ``register``).
@@ -172,15 +184,9 @@ class EstimatorEntry(Entry):
     ) -> EstimatorEntry:
         """The entry for one ``register(name, fn, **declaration)`` call; unknown keywords are refused."""
         base = {f.name for f in dataclasses.fields(Entry)} | {"declaration"}
-        known = [f.name for f in dataclasses.fields(cls) if f.name not in base]
-        for key in declaration:
-            if key not in known:
-                close = difflib.get_close_matches(key, known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise PluginContractError(
-                    f"{source.describe()} registered estimator {name!r} with unknown keyword {key!r}{hint}; "
-                    f"register() accepts replace, {', '.join(known)}."
-                )
+        _refuse_unknown_keywords(
+            "estimator", name, source, declaration, [f.name for f in dataclasses.fields(cls) if f.name not in base]
+        )
         return cls(name=name, target=target, source=source, replace=replace, **declaration)
 
     def __post_init__(self) -> None:
@@ -256,14 +262,7 @@ class LossEntry(Entry):
     ) -> list[LossEntry]:
         """The entries (the loss, then one per alias) of one ``register(name, fn, **declaration)`` call."""
         known = ["options", "aliases", "agg_modes", "needs_old_log_probs", "description"]
-        for key in declaration:
-            if key not in known:
-                close = difflib.get_close_matches(key, known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise PluginContractError(
-                    f"{source.describe()} registered loss {name!r} with unknown keyword {key!r}{hint}; "
-                    f"register() accepts replace, {', '.join(known)}."
-                )
+        _refuse_unknown_keywords("loss", name, source, declaration, known)
         main = cls(name=name, target=target, source=source, replace=replace, **declaration)
         aliases = [dataclasses.replace(main, name=alias, alias_of=name, aliases=()) for alias in main.aliases]
         return [main, *aliases]
