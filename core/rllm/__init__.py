@@ -16,7 +16,7 @@ from rllm.version import __version__
 
 _EXPORTS: dict[str, str] = {
     "AlgorithmConfig": "rllm.config.algorithm",
-    "rLLMAdvantageEstimator": "rllm.estimators.names",
+    "rLLMAdvantageEstimator": "rllm.config.names",
     "default_config": "rllm.config.loading",
     "load_config": "rllm.config.loading",
     "BackendNotFoundError": "rllm.errors",
@@ -127,6 +127,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from rllm.config.algorithm import AlgorithmConfig
     from rllm.config.loading import default_config, load_config
+    from rllm.config.names import rLLMAdvantageEstimator
     from rllm.errors import (
         BackendNotFoundError,
         ConfigError,
@@ -153,7 +154,6 @@ if TYPE_CHECKING:
     from rllm.estimators.collect import collect_advantages, collect_reward_and_advantage_from_trajectory_groups
     from rllm.estimators.compute import compute_advantages, get_estimator
     from rllm.estimators.list_api import get_rllm_adv_estimator, register_adv_estimator, register_rllm_adv_estimator
-    from rllm.estimators.names import rLLMAdvantageEstimator
     from rllm.estimators.numerics import Numerics
     from rllm.plugins.hookspecs import hookimpl, hookspec
     from rllm.plugins.manager import get_plugin_manager

@@ -82,7 +82,9 @@ class RolloutFileError(RLLMError, ValueError):
 
 
 class WorkflowError(RLLMError):
-    """A workflow kept failing after its retries while ``raise_on_error`` is set."""
+    """A workflow failed and the failure policy stops the run; ``details`` holds the workflow's traceback."""
+
+    details: str = ""
 
 
 class TrainerError(RLLMError):

@@ -85,6 +85,7 @@ def test_embedded_backend_says_which_keys_it_cannot_honour(tmp_path: Path) -> No
             f"rllm.trainer.output_dir={tmp_path / 'run'}",
             "rllm.algorithm.kl_beta=0.1",
             "rllm.algorithm.router_replay=R2",
+            "rllm.stepwise_advantage.enable=true",
         ],
         capture_output=True,
         text=True,
@@ -94,4 +95,5 @@ def test_embedded_backend_says_which_keys_it_cannot_honour(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     assert "rllm.algorithm.kl_beta=0.1 has no effect with the embedded backend" in done.stderr
     assert "rllm.algorithm.router_replay='R2' has no effect with the embedded backend" in done.stderr
+    assert "rllm.stepwise_advantage.enable=True has no effect with the embedded backend" in done.stderr
     assert "eps_clip" not in done.stderr  # left at its default: nothing to say

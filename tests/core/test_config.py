@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
 
-from rllm import AlgorithmConfig, ConfigError, get_plugin_manager, hookimpl, load_config, rLLMAdvantageEstimator
+from rllm import AlgorithmConfig, ConfigError, hookimpl, load_config, rLLMAdvantageEstimator
 from rllm.config import ConfigKey, current_schema
+from rllm.errors import PluginHookError, PluginWarning
+from rllm.plugins import PluginManager
 from rllm.plugins.registry import Source
 
 
@@ -108,15 +109,68 @@ class SectionPlugin:
 
 
 @pytest.fixture
-def section_plugin() -> Iterator[None]:
-    manager = get_plugin_manager()
-    plugin = SectionPlugin()
-    manager.register(plugin, Source("plugin", "sections", "rllm-sections", "1.0"))
-    try:
-        yield
-    finally:
-        manager.hooks.unregister(plugin)
-        del manager.plugins["sections"]
+def section_plugin(plugin_manager: PluginManager) -> None:
+    plugin_manager.register(SectionPlugin(), Source("plugin", "sections", "rllm-sections", "1.0"))
+
+
+def test_declared_sections_are_listed_with_their_plugin(plugin_manager: PluginManager) -> None:
+    info = plugin_manager.register(SectionPlugin(), Source("plugin", "sections", "rllm-sections", "1.0"))
+    assert info.status == "ok" and info.config_sections == ["rllm.my_backend", "rllm.my_backend_extra"]
+    assert "rllm.my_backend.retries" in current_schema().by_path()
+
+
+class HalfDeclared:
+    """Registers an estimator, declares a section, then its config hook raises."""
+
+    @hookimpl
+    def rllm_register_estimators(self, register: Any) -> None:
+        register("half_declared", lambda rewards, **kw: rewards)
+
+    @hookimpl
+    def rllm_register_config_sections(self, register: Any) -> None:
+        register("rllm.half", [ConfigKey("size", "int", 1, "A size.")])
+        raise RuntimeError("settings server unreachable")
+
+
+def test_a_config_hook_that_raises_fails_its_plugin_and_rolls_it_back(plugin_manager: PluginManager) -> None:
+    with pytest.warns(PluginWarning, match=r"'half'.*RuntimeError: settings server unreachable"):
+        info = plugin_manager.register(HalfDeclared(), Source("plugin", "half", "rllm-half", "1.0"))
+    assert info.status == "failed" and info.config_sections == []
+    assert "half_declared" not in plugin_manager.estimators
+    assert "rllm.half.size" not in current_schema().by_path()
+
+
+def test_strict_mode_counts_a_config_hook_that_raises(
+    plugin_manager: PluginManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RLLM_STRICT_PLUGINS", "1")
+    with pytest.raises(PluginHookError, match="'half'"):
+        plugin_manager.register(HalfDeclared(), Source("plugin", "half", "rllm-half", "1.0"))
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        (["endpoint"], "declares 'endpoint', which is not a rllm.config.ConfigKey"),
+        (None, "is not a dotted section name"),
+    ],
+)
+def test_a_wrong_section_declaration_is_refused_naming_the_plugin(
+    plugin_manager: PluginManager, keys: Any, message: str
+) -> None:
+    class Wrong:
+        @hookimpl
+        def rllm_register_config_sections(self, register: Any) -> None:
+            register("rllm.wrong" if keys else "rllm.wrong.", keys)
+
+    with pytest.warns(PluginWarning, match=rf"'wrong'.*{message}"):
+        info = plugin_manager.register(Wrong(), Source("plugin", "wrong", "rllm-wrong", "1.0"))
+    assert info.status == "failed"
+
+
+def test_a_config_key_of_unknown_type_is_refused_where_it_is_made() -> None:
+    with pytest.raises(ConfigError, match=r"Config key size has unknown type 'integer'; use one of int, "):
+        ConfigKey("size", "integer", 1, "A size.")  # type: ignore[arg-type]
 
 
 def test_plugin_declared_section_gets_defaults_and_checks(section_plugin: None) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import re
+import typing
 from pathlib import Path
 
 import pytest
@@ -35,12 +37,29 @@ def test_hook_docstring_documents_each_argument_and_has_an_example(hook: object)
     assert "Example::" in doc and "@rllm.hookimpl" in doc
 
 
+def guide_section(hook_name: str) -> str:
+    """The text of the plugin guide's ``### `hook(...)` `` section, up to the next heading."""
+    guide = GUIDE.read_text(encoding="utf-8")
+    match = re.search(rf"^### `{hook_name}\(.*?(?=^##)", guide, flags=re.MULTILINE | re.DOTALL)
+    assert match, f"docs/plugins.md has no section for {hook_name}"
+    return match.group(0)
+
+
 @pytest.mark.parametrize("hook", HOOKS, ids=lambda fn: fn.__name__)
 def test_plugin_guide_covers_each_hook_and_argument(hook: object) -> None:
-    guide = GUIDE.read_text(encoding="utf-8")
-    assert f"`{hook.__name__}" in guide  # type: ignore[attr-defined]
+    section = guide_section(hook.__name__)  # type: ignore[attr-defined]
     for name in inspect.signature(hook).parameters:  # type: ignore[arg-type]
-        assert f"`{name}`" in guide
+        assert f"`{name}`" in section or f"({name})" in section
+    registrar = typing.get_type_hints(hook)["register"]
+    keywords = [
+        p.name
+        for p in inspect.signature(registrar.__call__).parameters.values()
+        if p.default is not inspect.Parameter.empty
+    ]
+    for keyword in keywords:
+        assert f"`{keyword}`" in section or f"{keyword}=" in section, (
+            f"docs/plugins.md does not document register(..., {keyword}=...)"
+        )
 
 
 def test_every_keyword_of_the_estimator_registrar_is_documented() -> None:

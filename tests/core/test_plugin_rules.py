@@ -191,8 +191,41 @@ def test_warnings_do_not_fire_for_a_clean_registry(plugin_manager: PluginManager
     assert value_of(plugin_manager, "clean") == 1.0
 
 
-def test_an_undeclared_required_field_is_named_with_the_closest_one(plugin_manager: PluginManager) -> None:
+def test_an_undeclared_required_field_is_refused_at_registration(plugin_manager: PluginManager) -> None:
     source = plugin_source("careless", "dist-c", "0.1")
-    plugin_manager.add_estimator("needs_lengths", constant(1), source, requires=["response_length"])
-    with pytest.raises(rllm.MissingInputError, match=r"'response_length'.*Did you mean 'response_lengths'"):
-        rllm.compute_advantages("needs_lengths", [1.0, 2.0], [0, 0])
+    with pytest.raises(
+        PluginError, match=r"'needs_lengths' requiring 'response_length'.*did you mean 'response_lengths'"
+    ):
+        plugin_manager.add_estimator("needs_lengths", constant(1), source, requires=["response_length"])
+    assert "needs_lengths" not in plugin_manager.estimators
+
+
+def test_a_plugin_requiring_an_unknown_field_fails_and_is_rolled_back(plugin_manager: PluginManager) -> None:
+    class Typo:
+        @rllm.hookimpl
+        def rllm_register_estimators(self, register: Any) -> None:
+            register("fine", constant(1))
+            register("typo", constant(1), requires=["dificulty"])
+
+    with pytest.warns(PluginWarning, match=r"'typo'.*requiring 'dificulty', which is no batch field"):
+        info = plugin_manager.register(Typo(), plugin_source("typo", "dist-t"))
+    assert info.status == "failed"
+    assert "fine" not in plugin_manager.estimators and "typo" not in plugin_manager.estimators
+
+
+def test_a_field_the_same_plugin_declares_may_be_required(plugin_manager: PluginManager) -> None:
+    from rllm.toolkit import BatchField
+
+    class Declares:
+        @rllm.hookimpl
+        def rllm_register_estimators(self, register: Any) -> None:
+            register("weighted", constant(1), requires=["difficulty"])
+
+        @rllm.hookimpl
+        def rllm_register_batch_fields(self, register: Any) -> None:
+            register("difficulty", BatchField(read=lambda t: 1.0))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        info = plugin_manager.register(Declares(), plugin_source("declares", "dist-d"))
+    assert info.status == "ok" and "weighted" in plugin_manager.estimators

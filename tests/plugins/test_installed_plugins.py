@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from plugin_env import Env
+from plugin_env import Env, train_records
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,8 @@ def test_all_installed_plugins_are_listed_with_their_status(env: Env) -> None:
     assert example["status"] == "ok"
     assert (example["distribution"], example["version"]) == ("rllm-example-estimators", "1.0.0")
     assert example["estimators"] == ["median_baseline", "rank", "scaled_median"]
-    assert example["hooks"] == ["rllm_register_estimators"]
+    assert example["hooks"] == ["rllm_register_backends", "rllm_register_estimators", "rllm_register_grouping_hooks"]
+    assert (example["grouping_hooks"], example["backends"]) == (["by_task_only"], ["bandit"])
     assert example["module"] == "rllm_example_estimators.plugin"
     broken = plugins["broken"]
     assert broken["status"] == "failed"
@@ -189,6 +190,25 @@ def test_distribution_visible_twice_is_not_a_conflict(env: Env, tmp_path: Path) 
     assert "Warning" not in done.stderr
 
 
+def test_example_backend_trains_with_the_example_grouping_hook(env: Env, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = env.train(
+        out,
+        "rllm.backend=bandit",
+        "rllm.grouping_hook=by_task_only",
+        "+rllm.grouping_hook_options.role=everyone",
+        "rllm.trainer.total_batches=4",
+        RLLM_PLUGINS="example",
+    )
+    assert done.returncode == 0, done.stderr
+    records = train_records(out)
+    # The hook's option named the role; the backend's policy starts uniform over 4 arms (1/4 on the best)
+    # and every update moves probability towards the rewarded arm, so its share only grows.
+    assert all("advantage/everyone/max" in r for r in records)
+    shares = [r["example/p_best_arm"] for r in records]
+    assert len(shares) == 4 and shares[0] > 0.25 and shares == sorted(shares) and shares[-1] > shares[0]
+
+
 def test_example_plugin_runs_from_the_command_line(env: Env) -> None:
     done = env.run([str(env.bin / "rllm"), "advantages", "-e", "median_baseline"], RLLM_PLUGINS="example")
     assert done.returncode == 0, done.stderr
@@ -211,6 +231,7 @@ def test_plugin_registering_with_the_decorator_while_it_is_imported(env: Env) ->
         "kernels": [],
         "batch_fields": [],
         "losses": [],
+        "config_sections": [],
         "load_seconds": 0,
         "slow": False,
     }

@@ -52,43 +52,46 @@ def _run(engine: WorkflowEngine, kinds: list[str], repeats: int = 1) -> list[Epi
 
 def test_ids_order_and_counts_with_every_kind_of_fault() -> None:
     kinds = ["ok", "raise", "raise_once", "hang", "none", "ok"]
-    episodes = _run(_engine(), kinds, repeats=3)
-    assert len(episodes) == 18
-    assert [ep.id for ep in episodes] == [f"t:{i}:{k}" for i in range(6) for k in range(3)]
-    assert len({ep.id for ep in episodes}) == 18  # nothing duplicated
+    engine = _engine()
+    episodes = _run(engine, kinds, repeats=3)
+    # the group of task t:1 keeps failing: it is left out whole, never returned short
+    assert len(episodes) == 15
+    assert [ep.id for ep in episodes] == [f"t:{i}:{k}" for i in (0, 2, 3, 4, 5) for k in range(3)]
     reasons = [ep.termination_reason for ep in episodes]
     expected = {
         "ok": TerminationReason.ENV_DONE,
-        "raise": TerminationReason.ERROR,
         "raise_once": TerminationReason.ENV_DONE,
         "hang": TerminationReason.TIMEOUT,
         "none": TerminationReason.UNKNOWN,
     }
-    assert reasons == [expected[kind] for kind in kinds for _ in range(3)]
-    # task ids with ':' survive: "t:1" is the task of "t:1:2"
-    assert episodes[5].task_id == "t:1" and episodes[5].rollout_idx == 2
+    assert reasons == [expected[kind] for kind in kinds if kind != "raise" for _ in range(3)]
+    assert engine.stats.dropped_groups == 1 and engine.stats.dropped_rollouts == 3
+    # task ids with ':' survive: "t:2" is the task of "t:2:2"
+    assert episodes[5].task_id == "t:2" and episodes[5].rollout_idx == 2
 
 
-def test_error_is_retried_then_reported_with_its_traceback() -> None:
+def test_error_is_retried_then_its_group_dropped() -> None:
     engine = _engine(retry_limit=2)
-    [failed, recovered] = _run(engine, ["raise", "raise_once"])
-    assert ATTEMPTS[failed.id] == 3 and failed.info["attempts"] == 3
-    assert failed.info["error"]["type"] == "RuntimeError"
-    assert "boom in t:0:0" in failed.info["error"]["message"]
-    assert "raise RuntimeError" in failed.info["error"]["traceback"]
+    [recovered] = _run(engine, ["raise", "raise_once"])
+    assert ATTEMPTS["t:0:0"] == 3  # one run and two retries, each with a fresh workflow
     assert ATTEMPTS[recovered.id] == 2 and recovered.termination_reason is TerminationReason.ENV_DONE
-    assert engine.last_stats.as_metrics() == {
+    assert recovered.info["attempts"] == 2
+    assert engine.stats.as_metrics() == {
         "workflow/attempts": 5.0,
         "workflow/retries": 3.0,
         "workflow/failed": 1.0,
         "workflow/timeouts": 0.0,
+        "workflow/dropped_groups": 1.0,
+        "workflow/dropped_rollouts": 1.0,
     }
 
 
-def test_raise_on_error_names_the_episode_and_the_fix() -> None:
-    expected = r"episode 't:1:0' after 2 attempt\(s\): RuntimeError: boom.*raise_on_error=false"
-    with pytest.raises(WorkflowError, match=expected):
+def test_raise_on_error_names_the_task_the_episode_and_the_fix_in_one_line() -> None:
+    expected = r"task 't:1' \(episode 't:1:0'\) after 2 attempt\(s\): RuntimeError: boom.*raise_on_error=false"
+    with pytest.raises(WorkflowError, match=expected) as caught:
         _run(_engine(raise_on_error=True, retry_limit=1), ["ok", "raise", "hang"])
+    assert "\n" not in str(caught.value)
+    assert "raise RuntimeError" in caught.value.details  # the traceback travels beside the message
 
 
 def test_hanging_workflow_times_out_without_blocking_the_others() -> None:
@@ -96,7 +99,7 @@ def test_hanging_workflow_times_out_without_blocking_the_others() -> None:
     episodes = _run(engine, ["hang"] * 4 + ["ok"] * 4)
     assert [ep.termination_reason for ep in episodes[:4]] == [TerminationReason.TIMEOUT] * 4
     assert all(ep.termination_reason is TerminationReason.ENV_DONE for ep in episodes[4:])
-    assert engine.last_stats.timeouts == 4
+    assert engine.stats.timeouts == 4
     assert all(ATTEMPTS[ep.id] == 1 for ep in episodes[:4])  # a timeout is not retried
 
 
@@ -131,10 +134,11 @@ def test_trainer_goes_on_and_counts_failures_when_raise_on_error_is_false(make_c
     _, metrics = train(config, FlakyWorkflow, train_dataset=dataset, val_dataset=dataset)
     records = [r for r in metrics if r["kind"] == "train"]
     assert [r["step"] for r in records] == [1, 2]
-    for record in records:  # one batch of all four tasks per epoch: 12 episodes, 3 failing twice each
-        assert record["batch/num_episodes"] == 12
+    for record in records:  # one batch of all four tasks per epoch: 12 rollouts, task:0's 3 failing twice each
         assert record["workflow/failed"] == 3
         assert record["workflow/attempts"] == 15
-        assert record["batch/termination_reason/error"] == pytest.approx(3 / 12)
-        assert record["grouping/num_trajs_before_filter"] == 9  # the failed episodes have no trajectory
+        assert record["workflow/dropped_groups"] == 1 and record["workflow/dropped_rollouts"] == 3
+        assert record["batch/num_episodes"] == 9  # task:0's group is left out, not trained on short
+        assert record["batch/termination_reason/error"] == 0
+        assert record["grouping/num_groups"] == 3
         assert record["batch/updated"] == 1.0

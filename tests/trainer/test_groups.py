@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rllm import get_plugin_manager
+from rllm.config.stages import TransformConfig
 from rllm.errors import ConfigError, DataError, RLLMWarning
 from rllm.trainer.grouping import (
     CompactFilteringConfig,
@@ -64,6 +65,59 @@ def test_unnamed_trajectories_are_named_by_position_and_empty_ones_skipped() -> 
         "default_traj_name_0",
         "default_traj_name_2",
     ]
+
+
+def _unnamed_pair() -> list[Episode]:
+    """Two rollouts of task t, each with a solver and two unnamed trajectories."""
+    named = [Trajectory(name="solver", steps=[Step()])]
+    return [
+        Episode(id=f"t:{k}", trajectories=[*named, Trajectory(steps=[Step()]), Trajectory(steps=[Step()])])
+        for k in range(2)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("options", "sizes"),
+    [
+        ({}, {"solver": 2, "default_traj_name_1": 2, "default_traj_name_2": 2}),
+        ({"drop_unnamed_traj": True}, {"solver": 2}),
+        ({"impute_missing_names": False}, {"solver": 2, "default_traj_name": 4}),
+        ({"default_traj_name": "solver"}, {"solver_0": 2, "default_traj_name": 4}),
+    ],
+)
+def test_transform_config_fields_are_options_of_the_default_grouping_hook(
+    options: dict[str, object], sizes: dict[str, int]
+) -> None:
+    groups = group_by_task_and_role(_unnamed_pair(), **options)
+    assert {g.group_role: len(g.trajectories) for g in groups} == sizes
+    config = TransformConfig(**options)  # type: ignore[arg-type]
+    again = group_by_task_and_role(_unnamed_pair(), **config.grouping_options())
+    assert {g.group_role: len(g.trajectories) for g in again} == sizes
+
+
+def test_grouping_hook_options_come_from_the_config(make_config, train) -> None:
+    seen: list[dict[str, object]] = []
+
+    def recording(episodes, *, tag: str = "none", **rest):
+        seen.append({"tag": tag, **rest})
+        return group_by_task_and_role(episodes)
+
+    config = make_config(
+        "rllm.trainer.total_batches=1",
+        "rllm.trainer.test_freq=0",
+        "rllm.trainer.val_before_train=false",
+        "+rllm.grouping_hook_options.tag=mine",
+    )
+    train(config, traj_grouping_hook=recording)
+    assert seen and all(call == {"tag": "mine"} for call in seen)
+
+
+def test_a_grouping_hook_option_the_hook_does_not_take_is_refused(make_config) -> None:
+    config = make_config("+rllm.grouping_hook_options.drop_unamed_traj=true")
+    with pytest.raises(
+        ConfigError, match=r"grouping_hook_options\.drop_unamed_traj .*'task_and_role'.*drop_unnamed_traj"
+    ):
+        UnifiedTrainer(None, config)
 
 
 def test_unset_rewards_take_the_last_step_but_mixed_groups_fail() -> None:
@@ -217,3 +271,11 @@ def test_enabling_rejection_sampling_without_a_mode_means_episode_as_in_rllm(mak
     assert RejectionSamplingConfig.from_config(config.rllm.rejection_sample).mode == "episode"
     grouped = make_config("rllm.rejection_sample.enable=true", "rllm.rejection_sample.mode=group")
     assert RejectionSamplingConfig.from_config(grouped.rllm.rejection_sample).mode == "group"  # a size filter only
+
+
+@pytest.mark.parametrize("key", ["n", "n_val"])
+def test_a_rollout_count_below_one_is_refused_by_the_schema_naming_the_key(make_config, key: str) -> None:
+    config = make_config()
+    config.rllm.rollout[key] = 0  # a programmatic config, past load_config's checks
+    with pytest.raises(ConfigError, match=rf"^rllm\.rollout\.{key} must be an integer >= 1; got 0"):
+        UnifiedTrainer(None, config)

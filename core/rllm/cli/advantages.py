@@ -29,6 +29,7 @@ from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, Ragged, decla
 from rllm.estimators.collect import estimate_role, per_step_share, summarize
 from rllm.estimators.compute import get_estimator
 from rllm.io import exit_on_signals, open_output
+from rllm.plugins.fields import BUILTIN_FIELDS
 from rllm.toolkit import numpy_only
 from rllm.types import DEFAULT_ROLE
 
@@ -36,11 +37,7 @@ SAMPLE = "sample_rollouts.jsonl"
 GROUP_FIELDS = ("group_id", "task_id")
 
 LINE_FIELDS: dict[str, tuple[str, str]] = {
-    "response_lengths": ("response_length", "integer >= 0: tokens in the response"),
-    "baseline_rewards": ("baseline_reward", "number: reward of the baseline (e.g. greedy) response"),
-    "reward_components": ("reward_components", "list of numbers, or an object with the same keys on every line"),
-    "step_rewards": ("step_rewards", "list of numbers: reward of each step"),
-    "step_values": ("step_values", "list of numbers: value estimate of each step"),
+    name: (field.jsonl_key, field.doc) for name, field in BUILTIN_FIELDS.items() if field.jsonl_key is not None
 }
 """Estimator input (batch field) -> the per-line JSON field it is read from, and what it holds."""
 

@@ -49,7 +49,7 @@ def _plot(run_dirs: list[Path], output: Path) -> int:
 
 def _opening_line(trainer: Any) -> str:
     """What is trained: backend, estimator(s), steps and run directory."""
-    from rllm.trainer.protocol import TrainerState
+    from rllm.trainer.backend_protocol import TrainerState
     from rllm.trainer.rejection import RejectionSamplingState
 
     algorithm = trainer.algorithm_config

@@ -6,14 +6,11 @@ import difflib
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
+from rllm.config.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
 from rllm.config.schema import CORE_KEYS
 from rllm.errors import ConfigError
-from rllm.estimators.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
-
-if TYPE_CHECKING:  # omegaconf loads only when a run configuration is read
-    pass
 
 
 def _as_estimator(name: EstimatorName) -> EstimatorName:
@@ -24,9 +21,6 @@ def _as_estimator(name: EstimatorName) -> EstimatorName:
 
 
 NonFinitePolicy = Literal["error", "zero", "exclude"]
-LR_SCHEDULES = ("constant", "linear", "cosine")
-LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-ROUTER_REPLAY = ("disabled", "R2", "R3")
 TIS_MODES = ("token", "sequence")
 
 _USE_RLLM_DEPRECATED = (
@@ -69,6 +63,8 @@ _FIELD_KEYS = {
     and key.names is None
 }
 """Schema keys of the fields that are checked the same way as in a config file."""
+_DEFAULTS = {name: key.default for name, key in _FIELD_KEYS.items()}
+"""Each such field's default, read from its schema key (``from_config`` fills a missing key with it)."""
 
 
 @dataclass
@@ -135,9 +131,6 @@ class AlgorithmConfig:
                 value, self.loss_fn_map[str(role)] = value[0], str(value[1])
             estimators[str(role)] = _as_estimator(value)
         self.estimator_map = estimators
-        _one_of("rllm.algorithm.lr_schedule", self.lr_schedule, LR_SCHEDULES)
-        _one_of("rllm.algorithm.loss_agg_mode", self.loss_agg_mode, (None, *LOSS_AGG_MODES))
-        _one_of("rllm.algorithm.router_replay", self.router_replay, ROUTER_REPLAY)
         if isinstance(self.rollout_correction, Mapping):
             self.rollout_correction = RolloutCorrectionConfig(**self.rollout_correction)
         if self.stepwise_advantage_mode == "per_step":
@@ -150,12 +143,6 @@ class AlgorithmConfig:
             self.stepwise_advantage_mode = "broadcast"
         if self.stepwise_advantage_mode != "broadcast":
             raise ConfigError(f"stepwise_advantage_mode={self.stepwise_advantage_mode!r} is unknown; use 'broadcast'.")
-        if self.epsilon is not None and not self.epsilon >= 0:
-            raise ConfigError(f"epsilon must be a non-negative number, got {self.epsilon!r}.")
-        if self.nonfinite_rewards not in ("error", "zero", "exclude"):
-            raise ConfigError(
-                f"nonfinite_rewards must be 'error', 'zero' or 'exclude', got {self.nonfinite_rewards!r}."
-            )
 
     def estimator_for(self, role: str) -> EstimatorName:
         return self.estimator_map.get(role, self.estimator)
@@ -207,8 +194,8 @@ class AlgorithmConfig:
             normalize_by_steps = bool(stepwise.get("normalize_by_steps", False))
             norm = stepwise.get("norm_adv_by_std_in_grpo", None)
             if norm is None:
-                norm = algo.get("norm_adv_by_std_in_grpo", True)
-            use_rllm = stepwise.get("use_rllm", algo.get("use_rllm", None))
+                norm = algo.get("norm_adv_by_std_in_grpo", _DEFAULTS["norm_adv_by_std_in_grpo"])
+            use_rllm = stepwise.get("use_rllm", algo.get("use_rllm", _DEFAULTS["use_rllm"]))
         else:
             algo = config
             unknown = sorted(set(algo) - _SECTION_KEYS)
@@ -219,8 +206,8 @@ class AlgorithmConfig:
             name = algo.get("adv_estimator", "grpo")
             mode = stepwise_advantage_mode or "broadcast"
             normalize_by_steps = False
-            norm = algo.get("norm_adv_by_std_in_grpo", True)
-            use_rllm = algo.get("use_rllm", None)
+            norm = algo.get("norm_adv_by_std_in_grpo", _DEFAULTS["norm_adv_by_std_in_grpo"])
+            use_rllm = algo.get("use_rllm", _DEFAULTS["use_rllm"])
         if use_rllm is False:  # the seed's default value, as config files carry it: not a use of the key
             use_rllm = None
         correction = _plain(algo.get("rollout_correction", None) or {})
@@ -238,60 +225,33 @@ class AlgorithmConfig:
             normalize_by_steps=normalize_by_steps,
             norm_adv_by_std_in_grpo=bool(norm),
             use_rllm=use_rllm,
-            use_precomputed_advantage=algo.get("use_precomputed_advantage", False),
-            loss_fn=algo.get("loss_fn", None),
-            lr_schedule=algo.get("lr_schedule", "constant"),
-            warmup_steps=int(algo.get("warmup_steps", -1)),
-            warmup_steps_ratio=float(algo.get("warmup_steps_ratio", 0.0)),
-            kl_beta=float(algo.get("kl_beta", 0.0)),
-            eps_clip=float(algo.get("eps_clip", 0.2)),
-            eps_clip_high=algo.get("eps_clip_high", None),
-            loss_agg_mode=algo.get("loss_agg_mode", None),
+            use_precomputed_advantage=algo.get("use_precomputed_advantage", _DEFAULTS["use_precomputed_advantage"]),
+            loss_fn=algo.get("loss_fn", _DEFAULTS["loss_fn"]),
+            lr_schedule=algo.get("lr_schedule", _DEFAULTS["lr_schedule"]),
+            warmup_steps=int(algo.get("warmup_steps", _DEFAULTS["warmup_steps"])),
+            warmup_steps_ratio=float(algo.get("warmup_steps_ratio", _DEFAULTS["warmup_steps_ratio"])),
+            kl_beta=float(algo.get("kl_beta", _DEFAULTS["kl_beta"])),
+            eps_clip=float(algo.get("eps_clip", _DEFAULTS["eps_clip"])),
+            eps_clip_high=algo.get("eps_clip_high", _DEFAULTS["eps_clip_high"]),
+            loss_agg_mode=algo.get("loss_agg_mode", _DEFAULTS["loss_agg_mode"]),
             loss_options=dict(_plain(algo.get("loss_options", None) or {})),
-            use_kl_loss=bool(algo.get("use_kl_loss", False)),
-            kl_loss_type=str(algo.get("kl_loss_type", "low_var_kl")),
+            use_kl_loss=bool(algo.get("use_kl_loss", _DEFAULTS["use_kl_loss"])),
+            kl_loss_type=str(algo.get("kl_loss_type", _DEFAULTS["kl_loss_type"])),
             rollout_correction=RolloutCorrectionConfig(
                 tis_mode=correction.get("tis_mode", None),
                 bypass_mode=correction.get("bypass_mode", None),
                 tis_cap=float(correction.get("tis_cap", 2.0)),
             ),
-            router_replay=algo.get("router_replay", "disabled"),
-            epsilon=algo.get("epsilon", None),
-            gamma=float(algo.get("gamma", 1.0)),
-            lam=float(algo.get("lam", 0.95)),
+            router_replay=algo.get("router_replay", _DEFAULTS["router_replay"]),
+            epsilon=algo.get("epsilon", _DEFAULTS["epsilon"]),
+            gamma=float(algo.get("gamma", _DEFAULTS["gamma"])),
+            lam=float(algo.get("lam", _DEFAULTS["lam"])),
             estimator_options=dict(_plain(algo.get("estimator_options", None) or {})),
-            nonfinite_rewards=algo.get("nonfinite_rewards", "error"),
+            nonfinite_rewards=algo.get("nonfinite_rewards", _DEFAULTS["nonfinite_rewards"]),
         )
 
 
-_SECTION_KEYS = frozenset(
-    {
-        "adv_estimator",
-        "norm_adv_by_std_in_grpo",
-        "use_rllm",
-        "use_precomputed_advantage",
-        "loss_fn",
-        "loss_agg_mode",
-        "loss_options",
-        "use_kl_loss",
-        "kl_loss_type",
-        "lr_schedule",
-        "warmup_steps",
-        "warmup_steps_ratio",
-        "kl_beta",
-        "eps_clip",
-        "eps_clip_high",
-        "router_replay",
-        "rollout_correction",
-        "estimator_map",
-        "loss_fn_map",
-        "estimator_options",
-        "epsilon",
-        "gamma",
-        "lam",
-        "nonfinite_rewards",
-    }
-)
+_SECTION_KEYS = frozenset(key.path.split(".")[2] for key in CORE_KEYS if key.path.startswith("rllm.algorithm."))
 """Keys of the ``rllm.algorithm`` section: rLLM's, and this project's additions."""
 
 

@@ -31,6 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rllm.config.schema import CORE_KEYS, ConfigKey, Schema, section_keys
 from rllm.errors import ConfigError, PluginWarning
+from rllm.plugins.options import PRESET_NAMES
 
 CONFIG_FILE = "config.yaml"
 """Name of the resolved configuration every run writes into its run directory."""
@@ -44,50 +45,36 @@ def current_schema() -> Schema:
     """rllm's keys plus the sections the loaded plugins declare (recomputed when plugins change)."""
     from rllm.plugins.manager import get_plugin_manager
 
-    hooks = get_plugin_manager().hooks
-    cache_key = (id(hooks), tuple(name for name, _ in hooks.list_name_plugin()))
+    manager = get_plugin_manager()
+    cache_key = (id(manager.hooks), tuple(name for name, _ in manager.hooks.list_name_plugin()))
     schema = _schema_cache.get(cache_key)
     if schema is None:
-        schema = _schema_cache[cache_key] = _plugin_schema(hooks)
+        schema = _schema_cache[cache_key] = _plugin_schema(manager)
     return schema
 
 
-def _plugin_schema(hooks: Any) -> Schema:
+def _plugin_schema(manager: Any) -> Schema:
+    """The schema with every section the plugins declared (through the manager's hook runner), in load order."""
     keys = list(CORE_KEYS)
     taken = {key.path for key in keys} | Schema(tuple(keys)).sections()
     open_sections: set[str] = set()
-    for impl in hooks.hook.rllm_register_config_sections.get_hookimpls():
-        declared: list[tuple[str, list[ConfigKey] | None]] = []
-
-        def register(section: str, keys: Iterable[ConfigKey] | None = None, _out: list[Any] = declared) -> None:
-            if not isinstance(section, str) or not section or section.startswith(".") or section.endswith("."):
-                raise ConfigError(f"invalid section name {section!r}")
-            _out.append((section, None if keys is None else section_keys(section, keys)))
-
-        try:
-            impl.function(**({"register": register} if "register" in impl.argnames else {}))
-        except Exception as exc:
-            warnings.warn(
-                f"plugin {impl.plugin_name!r}: its rllm_register_config_sections hook raised "
-                f"{type(exc).__name__}: {exc}; its config sections are not available.",
-                PluginWarning,
-                stacklevel=2,
-            )
-            continue
-        for section, section_keys_ in declared:
+    registry = manager.config_sections
+    for info in manager.plugins.values():
+        for section in info.config_sections:
+            declared = next(c.target for c in registry.claims(section) if c.source.plugin == info.name)
             clash = [path for path in taken if path == section or path.startswith(section + ".")]
             if section in taken or clash or any(section.startswith(path + ".") for path in open_sections):
                 warnings.warn(
-                    f"plugin {impl.plugin_name!r} declares config section {section!r}, which is already "
+                    f"plugin {info.name!r} declares config section {section!r}, which is already "
                     "taken by rllm or another plugin; the declaration is ignored.",
                     PluginWarning,
                     stacklevel=2,
                 )
                 continue
-            if section_keys_ is None:
+            if declared is None:
                 open_sections.add(section)
             else:
-                keys.extend(section_keys_)
+                keys.extend(section_keys(section, declared))
             taken |= {section}
     return Schema(tuple(keys), frozenset(open_sections))
 
@@ -318,9 +305,7 @@ def _parent_and_leaf(config: DictConfig, path: str) -> tuple[DictConfig, str]:
 
 
 def _preset_names() -> list[str]:
-    from rllm.estimators.numerics import PRESETS
-
-    return sorted(PRESETS)
+    return sorted(PRESET_NAMES)
 
 
 def _check_presets(options: Mapping[str, Any]) -> None:

@@ -54,6 +54,12 @@ class ConfigKey:
     special: tuple[Any, ...] = ()
     nullable: bool = False
 
+    def __post_init__(self) -> None:
+        if self.type not in _TYPE_CHECKS:
+            raise ConfigError(
+                f"Config key {self.path} has unknown type {self.type!r}; use one of {', '.join(_TYPE_CHECKS)}."
+            )
+
     def describe(self) -> str:
         """The expected value in words, e.g. ``an integer >= 1 (or -1)``."""
         choices = self.allowed()
@@ -205,6 +211,13 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "task_and_role",
         "Trajectory grouping hook, by name: which rollouts an estimator compares.",
         names=_registered("grouping_hooks"),
+    ),
+    ConfigKey(
+        "rllm.grouping_hook_options",
+        "mapping",
+        {},
+        "Keyword options of the grouping hook, called as hook(episodes, **options); task_and_role takes "
+        "impute_missing_names, default_traj_name and drop_unnamed_traj.",
     ),
     ConfigKey(
         "rllm.algorithm.adv_estimator",
@@ -424,8 +437,13 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
     ),
     _count("rllm.dynamic_sampling.max_rounds", 3, "drop: generation rounds per step, the first included."),
     _count("rllm.workflow.n_parallel_tasks", 256, "Workflows run at once."),
-    _count("rllm.workflow.retry_limit", 3, "Extra attempts for a workflow that raised.", 0),
-    _bool_key("rllm.workflow.raise_on_error", True, "Stop training when a workflow keeps failing."),
+    _count("rllm.workflow.retry_limit", 3, "failure_policy=retry: extra attempts for a workflow that raised.", 0),
+    _bool_key(
+        "rllm.workflow.raise_on_error",
+        True,
+        "failure_policy=retry: a workflow still failing after its retries stops training (false: its group is "
+        "dropped, counted).",
+    ),
     ConfigKey(
         "rllm.workflow.timeout",
         "float",
@@ -434,6 +452,43 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         minimum=0,
         above=True,
         nullable=True,
+    ),
+    ConfigKey(
+        "rllm.workflow.failure_policy",
+        "str",
+        "retry",
+        "What a workflow error does: retry (re-run it up to retry_limit times, then raise_on_error decides), "
+        "drop_group (leave its task's group out of the step, counted), fail (stop the run naming the task).",
+        choices=("retry", "drop_group", "fail"),
+    ),
+    _count(
+        "rllm.workflow.seed",
+        0,
+        "Run seed of the episodes: each one's comes from it, the step and its (task, rollout) index.",
+        0,
+    ),
+    ConfigKey(
+        "rllm.workflow.executor",
+        "str",
+        "local",
+        "Where workflows run: local (the trainer's event loop) or ray (Ray actors; pip install 'rllm[ray]').",
+        choices=("local", "ray"),
+    ),
+    ConfigKey(
+        "rllm.workflow.ray.address",
+        "str",
+        None,
+        "ray: address of an existing cluster (ray.init(address=...)); null starts a local instance.",
+        nullable=True,
+    ),
+    _count("rllm.workflow.ray.num_workers", 2, "ray: worker actors the workflows are spread over."),
+    ConfigKey("rllm.workflow.ray.num_cpus", "float", 1.0, "ray: CPUs each worker actor reserves.", minimum=0),
+    ConfigKey("rllm.workflow.ray.num_gpus", "float", 0.0, "ray: GPUs each worker actor reserves.", minimum=0),
+    ConfigKey(
+        "rllm.workflow.ray.resources",
+        "mapping",
+        {},
+        "ray: custom resources each worker actor reserves, e.g. {sandbox: 1}.",
     ),
     _count("rllm.rollout.n", 8, "Rollouts per task in training."),
     _count("rllm.rollout.n_val", 1, "Rollouts per task in validation."),
@@ -543,7 +598,5 @@ def section_keys(section: str, keys: Iterable[ConfigKey]) -> list[ConfigKey]:
     for key in keys:
         if not isinstance(key, ConfigKey):
             raise ConfigError(f"Config section {section!r} declares {key!r}, which is not a rllm.config.ConfigKey.")
-        if key.type not in _TYPE_CHECKS:
-            raise ConfigError(f"Config key {section}.{key.path} has unknown type {key.type!r}.")
         out.append(ConfigKey(**{**key.__dict__, "path": f"{section}.{key.path}"}))
     return out

@@ -116,7 +116,8 @@ class TransformConfig:
 
     Unnamed trajectories (named ``default_traj_name``) get a name when ``impute_missing_names``
     or are dropped when ``drop_unnamed_traj``; ``broadcast`` uses trajectory-level rewards
-    (``rllm.stepwise_advantage.mode == "broadcast"``).
+    (``rllm.stepwise_advantage.mode == "broadcast"``). The naming fields are options of the
+    built-in grouping hook (``rllm.grouping_hook_options``; :meth:`grouping_options`).
     """
 
     impute_missing_names: bool = True
@@ -133,3 +134,11 @@ class TransformConfig:
             drop_unnamed_traj=bool(section.get("drop_unnamed_traj", False)),
             broadcast=broadcast,
         )
+
+    def grouping_options(self) -> dict[str, Any]:
+        """The naming fields as the options of the built-in ``task_and_role`` grouping hook."""
+        return {
+            "impute_missing_names": self.impute_missing_names,
+            "default_traj_name": self.default_traj_name,
+            "drop_unnamed_traj": self.drop_unnamed_traj,
+        }

@@ -26,11 +26,11 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-GROUP_CENTRE = "group_centre"
-SORTED_RUNS = "sorted_runs"
-RUN_STARTS = "run_starts"
-PRIMITIVES = (GROUP_CENTRE, SORTED_RUNS, RUN_STARTS)
-"""The names a kernel plugin may register."""
+from rllm.plugins.hookspecs import KERNEL_NAMES
+
+PRIMITIVES = KERNEL_NAMES
+"""The names a kernel plugin may register (the hookspecs' one tuple)."""
+GROUP_CENTRE, SORTED_RUNS, RUN_STARTS = PRIMITIVES
 
 CENTRE, DIVIDE_BY_STD, RLOO_FACTOR = 0, 1, 2
 """What ``group_centre`` does after subtracting the group mean."""
@@ -44,8 +44,8 @@ def kernel(name: str) -> Callable[..., Any] | None:
         return None
     from rllm.plugins.manager import get_plugin_manager
 
-    registry = getattr(get_plugin_manager(), "kernels", None)
-    if registry is None or name not in registry:
+    registry = get_plugin_manager().kernels
+    if name not in registry:
         return None
     return registry.resolve(name).target  # type: ignore[no-any-return]
 

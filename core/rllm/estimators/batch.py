@@ -20,7 +20,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from rllm.errors import GroupError, MissingInputError
 from rllm.estimators import acceleration
-from rllm.plugins.fields import BatchField
+from rllm.plugins.fields import BUILTIN_FIELDS, BatchField
 from rllm.plugins.hookspecs import OPTIONAL_FIELDS
 
 __all__ = ["OPTIONAL_FIELDS", "AdvantageBatch", "GroupLayout", "Ragged"]
@@ -539,7 +539,8 @@ class AdvantageBatch:
             return _components(value, n, self.dtype)
         if name == "component_weights":
             return np.asarray(value, dtype=self.dtype).reshape(-1)
-        if name in ("step_rewards", "step_values") or self._per_step.get(name, False):
+        builtin = BUILTIN_FIELDS.get(name)
+        if (builtin is not None and builtin.per_step) or self._per_step.get(name, False):
             return _ragged(value, n, name, self.dtype)
         return _per_item(value, n, name, None if name in ("roles", "task_ids") else self.dtype)
 

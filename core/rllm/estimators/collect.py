@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rllm.config.names import estimator_name
 from rllm.errors import DataError, EstimatorOutputError, RewardError, RLLMWarning
 from rllm.estimators.batch import (
     AdvantageBatch,
@@ -25,7 +26,6 @@ from rllm.estimators.batch import (
 )
 from rllm.estimators.compute import get_estimator
 from rllm.estimators.diagnostics import difficulty_metrics
-from rllm.estimators.names import estimator_name
 from rllm.estimators.pipeline import Outcome, check_rewards, invoke
 from rllm.estimators.state import EstimatorStates
 from rllm.plugins.fields import BatchField

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from rllm.config.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
 from rllm.errors import EstimatorNotFoundError
 from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, FloatArray, Ragged, declared_fields
-from rllm.estimators.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
 from rllm.estimators.pipeline import invoke
 from rllm.plugins.manager import get_plugin_manager
 from rllm.plugins.registry import EstimatorEntry

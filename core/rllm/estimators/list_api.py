@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from rllm.config.algorithm import AlgorithmConfig
+from rllm.config.names import EstimatorName, estimator_name
 from rllm.errors import ConfigError, EstimatorCallError, EstimatorNotFoundError, GroupError
 from rllm.estimators.batch import AdvantageBatch, GroupLayout
 from rllm.estimators.compute import get_estimator
-from rllm.estimators.names import EstimatorName, estimator_name
 from rllm.estimators.pipeline import invoke
 from rllm.plugins.hookspecs import EstimatorStyle
 from rllm.plugins.manager import get_plugin_manager

@@ -7,27 +7,19 @@ pins every one of these choices; a preset reproduces one framework's numbers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
 
 from rllm.errors import ConfigError
+from rllm.plugins.options import NUMERICS_CHOICES
 
 StdDivisor = Literal["population", "unbiased"]
 SinglePolicy = Literal["raw", "zero", "error"]
 ZeroVariancePolicy = Literal["eps", "zero"]
 WhitenMode = Literal["std", "var_add", "var_clamp"]
 WhitenWeight = Literal["responses", "tokens"]
-
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "std": ("population", "unbiased"),
-    "single": ("raw", "zero", "error"),
-    "zero_variance": ("eps", "zero"),
-    "dtype": ("float64", "float32"),
-    "whiten": ("std", "var_add", "var_clamp"),
-    "whiten_weight": ("responses", "tokens"),
-}
 
 
 @dataclass(frozen=True)
@@ -65,11 +57,11 @@ class Numerics:
     preset: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        for name, allowed in _CHOICES.items():
+        for name, allowed in NUMERICS_CHOICES.items():
             value = getattr(self, name)
             if value not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}.")
-        if self.whiten_std is not None and self.whiten_std not in _CHOICES["std"]:
+        if self.whiten_std is not None and self.whiten_std not in NUMERICS_CHOICES["std"]:
             raise ConfigError(f"whiten_std must be 'population' or 'unbiased'; got {self.whiten_std!r}.")
         for name in ("eps", "whiten_eps"):
             value = getattr(self, name)
@@ -153,5 +145,4 @@ def resolve_numerics(
         "whiten_weight": whiten_weight,
         "eps": float(chosen[0]) if chosen else None,
     }
-    valid = {f.name for f in fields(Numerics)}
-    return replace(base, **{k: v for k, v in overrides.items() if v is not None and k in valid})
+    return replace(base, **{k: v for k, v in overrides.items() if v is not None})

@@ -1,6 +1,6 @@
 """The documented ``rllm.experimental.unified_trainer`` import path."""
 
-from rllm.trainer.protocol import BackendProtocol, TrainerState
+from rllm.trainer.backend_protocol import BackendProtocol, TrainerState
 from rllm.trainer.unified import UnifiedTrainer
 
 __all__ = ["BackendProtocol", "TrainerState", "UnifiedTrainer"]

@@ -32,7 +32,8 @@ from rllm.errors import (
 from rllm.plugins.fields import batch_field_problem
 from rllm.plugins.hookspecs import BACKEND_ABSTRACT_METHODS, BACKEND_METHODS, KERNEL_NAMES
 
-PROTOCOL_MODULE, PROTOCOL_CLASS = "rllm.trainer.protocol", "BackendProtocol"
+PROTOCOL_MODULE, PROTOCOL_CLASS = "rllm.trainer.backend_protocol", "BackendProtocol"
+CONFIG_KEY_MODULE, CONFIG_KEY_CLASS = "rllm.config.schema", "ConfigKey"
 
 
 def callable_problem(name: str, target: Any) -> str | None:
@@ -47,6 +48,22 @@ def kernel_problem(name: str, target: Any) -> str | None:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         return f"is not a kernel rllm uses{hint}; kernel names: {', '.join(KERNEL_NAMES)}"
     return callable_problem(name, target)
+
+
+def config_section_problem(name: str, target: Any) -> str | None:
+    """Why ``target`` (the keys, or None) cannot be declared as config section ``name``, or None.
+
+    The class is recognised by name, so checking needs no import of the config layer.
+    """
+    if name.startswith(".") or name.endswith(".") or ".." in name:
+        return "is not a dotted section name such as 'rllm.my_backend'"
+    if target is None:
+        return None
+    for key in target:
+        kind = type(key)
+        if (kind.__module__, kind.__qualname__) != (CONFIG_KEY_MODULE, CONFIG_KEY_CLASS):
+            return f"declares {key!r}, which is not a rllm.config.ConfigKey"
+    return None
 
 
 def _is_protocol_base(owner: type) -> bool:
@@ -78,7 +95,7 @@ def backend_problem(name: str, target: Any) -> str | None:
     if not problems:
         return None
     return (
-        f"does not implement rllm.trainer.protocol.BackendProtocol: it {', '.join(problems)} "
+        f"does not implement rllm.trainer.backend_protocol.BackendProtocol: it {', '.join(problems)} "
         "(subclass BackendProtocol, or the embedded backend, and override its stages)"
     )
 
@@ -123,5 +140,15 @@ HOOK_KINDS = (
         batch_field_problem,
     ),
     HookKind("rllm_register_losses", "losses", "loss", LossNotFoundError, LossConflictError),
+    HookKind(
+        "rllm_register_config_sections",
+        "config_sections",
+        "config section",
+        NameNotFoundError,
+        NameConflictError,
+        config_section_problem,
+    ),
 )
 """Every registration hook, in the order a plugin's hooks run."""
+CONFIG_SECTIONS = HOOK_KINDS[-1]
+"""Its registrar takes ``(section, keys=None)``: the keys (a tuple, or None for an open section) are the target."""

@@ -6,7 +6,39 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rllm.plugins.hookspecs import OPTIONAL_FIELDS
+
+@dataclass(frozen=True)
+class BuiltinField:
+    """A batch field rllm fills itself, described as a :class:`BatchField` is (the collection step reads it).
+
+    ``jsonl_key`` is the per-line JSON key ``rllm advantages`` reads it from; None: not read from lines.
+    """
+
+    per_step: bool = False
+    doc: str = ""
+    jsonl_key: str | None = None
+
+
+BUILTIN_FIELDS: dict[str, BuiltinField] = {
+    "response_lengths": BuiltinField(doc="integer >= 0: tokens in the response", jsonl_key="response_length"),
+    "baseline_rewards": BuiltinField(
+        doc="number: reward of the baseline (e.g. greedy) response", jsonl_key="baseline_reward"
+    ),
+    "reward_components": BuiltinField(
+        doc="list of numbers, or an object with the same keys on every line", jsonl_key="reward_components"
+    ),
+    "component_weights": BuiltinField(doc="one weight per reward component (the estimator's option)"),
+    "step_rewards": BuiltinField(per_step=True, doc="list of numbers: reward of each step", jsonl_key="step_rewards"),
+    "step_values": BuiltinField(
+        per_step=True, doc="list of numbers: value estimate of each step", jsonl_key="step_values"
+    ),
+    "roles": BuiltinField(doc="the group's role, per trajectory"),
+    "task_ids": BuiltinField(doc="the group's task id, per trajectory"),
+}
+"""The one table of the built-in batch fields beyond rewards; every other list of them is derived from it."""
+
+OPTIONAL_FIELDS = tuple(BUILTIN_FIELDS)
+"""Batch fields beyond rewards that an estimator may list in ``requires``."""
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import pluggy
 
+from rllm.plugins import fields as _fields
+
 if TYPE_CHECKING:
     from rllm.plugins.options import Option
 
@@ -48,17 +50,8 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 EstimatorStyle = Literal["grouped", "batch"]
 
-OPTIONAL_FIELDS = (
-    "response_lengths",
-    "baseline_rewards",
-    "reward_components",
-    "component_weights",
-    "step_rewards",
-    "step_values",
-    "roles",
-    "task_ids",
-)
-"""Batch fields beyond rewards that an estimator may list in ``requires``."""
+OPTIONAL_FIELDS = _fields.OPTIONAL_FIELDS
+"""Batch fields beyond rewards that an estimator may list in ``requires`` (from ``BUILTIN_FIELDS``)."""
 
 KERNEL_NAMES = ("group_centre", "sorted_runs", "run_starts")
 """The toolkit primitives a plugin may provide a faster implementation of (``rllm_register_kernels``)."""
@@ -88,7 +81,7 @@ BACKEND_METHODS: dict[str, bool] = {
     "on_validation_start": True,
     "on_validation_end": True,
 }
-"""Methods of :class:`rllm.trainer.protocol.BackendProtocol` the trainer calls, and whether each is ``async``."""
+"""Methods of :class:`rllm.trainer.backend_protocol.BackendProtocol` the trainer calls; True: ``async``."""
 
 BACKEND_ABSTRACT_METHODS = ("init_rollout_engine", "get_dataloader", "transform_to_backend_batch", "update_policy")
 """Protocol methods without a default: a backend subclassing the protocol must override them."""
@@ -281,9 +274,11 @@ def rllm_register_grouping_hooks(register: NamedRegistrar) -> None:
             What users write as ``rllm.grouping_hook`` (or pass to the trainer as
             ``traj_grouping_hook``).
         ``hook`` (callable)
-            Called as ``hook(episodes, **options)`` with a list of :class:`rllm.Episode`;
-            returns a list of :class:`rllm.TrajectoryGroup` (all rollouts an estimator
-            compares with each other). A non-callable ``hook`` is refused.
+            Called as ``hook(episodes, **options)`` with a list of :class:`rllm.Episode` and
+            the run's ``rllm.grouping_hook_options`` (an option the hook's signature does not
+            take is refused before the run starts); returns a list of
+            :class:`rllm.TrajectoryGroup` (all rollouts an estimator compares with each
+            other). A non-callable ``hook`` is refused.
         ``replace`` (bool)
             Required to take over a built-in name (``task_and_role``); without it your
             registration is ignored with a warning.
@@ -310,9 +305,11 @@ def rllm_register_kernels(register: NamedRegistrar) -> None:
             One of :data:`KERNEL_NAMES` (``"group_centre"``, ``"sorted_runs"``,
             ``"run_starts"``); any other name is refused, since nothing would call it.
         ``fn`` (callable)
-            The implementation; it takes the same arguments and returns the same values as
-            the toolkit's own version of that primitive, which it stands in for. A
-            non-callable ``fn`` is refused.
+            The implementation of the numpy path it stands in for: the arguments it takes
+            and the values it returns, per name, are in :mod:`rllm.estimators.acceleration`
+            (``rllm.toolkit.PRIMITIVES`` is the same tuple as :data:`KERNEL_NAMES`; the
+            toolkit's ``CENTRE``, ``DIVIDE_BY_STD`` and ``RLOO_FACTOR`` are
+            ``group_centre``'s modes). A non-callable ``fn`` is refused.
         ``replace`` (bool)
             Required to take over a kernel the built-in plugin provides; without it your
             registration is ignored with a warning.
@@ -365,7 +362,7 @@ def rllm_register_backends(register: NamedRegistrar) -> None:
         ``name`` (str)
             What users write as ``rllm.backend``.
         ``backend_cls`` (type)
-            A class implementing :class:`rllm.trainer.protocol.BackendProtocol` (subclass it,
+            A class implementing :class:`rllm.trainer.backend_protocol.BackendProtocol` (subclass it,
             or the embedded backend), constructed as ``backend_cls(config=config,
             **backend_args)``. Refused unless it is a class with every method in
             :data:`BACKEND_METHODS` (``async def`` where marked), overrides those in

@@ -34,7 +34,7 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from types import FrameType
 from typing import Any, Literal
@@ -51,7 +51,7 @@ from rllm.errors import (
     RLLMError,
 )
 from rllm.plugins import hookspecs
-from rllm.plugins.contract import HOOK_KINDS, HookKind
+from rllm.plugins.contract import CONFIG_SECTIONS, HOOK_KINDS, HookKind
 from rllm.plugins.discovery import (
     BUILTIN_DISTRIBUTION,
     ENTRY_POINT_GROUP,
@@ -59,12 +59,7 @@ from rllm.plugins.discovery import (
     _normalise,
     discover_plugins,
 )
-from rllm.plugins.registry import Entry, EstimatorEntry, LossEntry, Registry, Source
-
-if sys.version_info >= (3, 12):
-    pass
-else:  # pragma: no cover - exercised on older interpreters
-    pass
+from rllm.plugins.registry import Entry, EstimatorEntry, LossEntry, Registry, Source, first_unknown
 
 PluginStatus = Literal["ok", "failed", "blocked", "conflict"]
 Claim = tuple[str, Callable[..., Any], dict[str, Any]]
@@ -90,6 +85,7 @@ class PluginInfo:
     kernels: list[str] = field(default_factory=list)
     batch_fields: list[str] = field(default_factory=list)
     losses: list[str] = field(default_factory=list)
+    config_sections: list[str] = field(default_factory=list)
     load_seconds: float = 0.0
 
     @property
@@ -150,7 +146,7 @@ def _describe(exc: BaseException) -> str:
 
 
 class PluginManager:
-    """The registries of estimators, grouping hooks, backends and kernels, and the plugins that filled them.
+    """The registries of every hook kind (estimators, ..., config sections) and the plugins that filled them.
 
     ``strict`` (None: read ``RLLM_STRICT_PLUGINS`` when a failure happens) makes failures
     errors: :meth:`load` raises one :class:`PluginsFailedError` after trying every plugin,
@@ -166,11 +162,13 @@ class PluginManager:
         self.kernels: Registry[Entry] = self._registry(HOOK_KINDS[3])
         self.batch_fields: Registry[Entry] = self._registry(HOOK_KINDS[4])
         self.losses: Registry[LossEntry] = self._registry(HOOK_KINDS[5])
+        self.config_sections: Registry[Entry] = self._registry(CONFIG_SECTIONS)
         self.plugins: dict[str, PluginInfo] = {}
         self.failures: list[PluginError] = []
         self.strict = strict
         self._loading = False
         self._importing: Source | None = None
+        self._running: Source | None = None
         self._pending: dict[str, Discovered] = {}
         self._registered_on_import: dict[str, list[str]] = {}
         self._claims_on_import: dict[Source, list[Claim]] = {}
@@ -216,6 +214,15 @@ class PluginManager:
         return info
 
     def _register_hooks(self, plugin: object, source: Source, info: PluginInfo) -> None:
+        self._running = source
+        try:
+            self._run_hooks(plugin, source, info)
+        finally:
+            self._running = None
+        if not self._loading:  # during a load, every plugin's fields are known only at its end
+            self._check_requirements(source)
+
+    def _run_hooks(self, plugin: object, source: Source, info: PluginInfo) -> None:
         self._refuse_hookimpl_options(plugin)
         try:
             self.hooks.register(plugin, name=source.plugin)
@@ -279,6 +286,14 @@ class PluginManager:
 
             return register_estimator
 
+        if kind is CONFIG_SECTIONS:
+
+            def register_section(section: str, keys: Iterable[Any] | None = None) -> None:
+                self.add(kind, section, None if keys is None else tuple(keys), source)
+                names.append(section)
+
+            return register_section
+
         def register(name: str, target: Any, *, replace: bool = False) -> None:
             self.add(kind, name, target, source, replace=replace)
             names.append(name)
@@ -294,10 +309,45 @@ class PluginManager:
             raise PluginContractError(f"{who} registered an estimator with an invalid name {name!r}.")
         if not callable(fn):
             raise PluginContractError(f"{who} registered estimator {name!r} with a non-callable {fn!r}.")
-        self.estimators.add(EstimatorEntry.declare(name, fn, source, replace=replace, **declaration))
+        entry = EstimatorEntry.declare(name, fn, source, replace=replace, **declaration)
+        if not (self._loading or self._running or self._importing):
+            self._refuse_unknown_fields(entry)
+        self.estimators.add(entry)
         if source in self._claims_on_import:  # a decorator run while the plugin's module was imported
             self._registered_on_import.setdefault(source.plugin, []).append(name)
             self._claims_on_import[source].append((name, fn, {"replace": replace, **declaration}))
+
+    def _refuse_unknown_fields(self, entry: EstimatorEntry) -> None:
+        """A ``requires`` entry naming no batch field (built in or declared by a loaded plugin) is refused."""
+        known = [*hookspecs.OPTIONAL_FIELDS, *self.batch_fields.names()]
+        unknown = first_unknown(entry.requires, known)
+        if unknown:
+            field_name, hint = unknown
+            raise PluginContractError(
+                f"{entry.source.describe()} registered estimator {entry.name!r} requiring {field_name!r}, which "
+                f"is no batch field{hint}; fields: {', '.join(known)} (declare new ones with "
+                "rllm_register_batch_fields)"
+            )
+
+    def _check_requirements(self, source: Source) -> None:
+        for name in self.estimators.names():
+            for entry in self.estimators.claims(name):
+                if entry.source == source:
+                    self._refuse_unknown_fields(entry)
+
+    def _check_loaded_requirements(self) -> None:
+        """After a load: fail (and roll back) each loaded plugin whose estimators require an unknown field."""
+        sources = {c.source for name in self.estimators.names() for c in self.estimators.claims(name)}
+        for source in sorted(sources, key=lambda source: source.plugin):
+            info = self.plugins.get(source.plugin)
+            plugin = self.hooks.get_plugin(source.plugin)
+            if source.kind == "runtime" or info is None or info.status != "ok":
+                continue
+            try:
+                self._check_requirements(source)
+            except PluginContractError as exc:
+                self._roll_back(plugin, source, info)
+                self._fail(info, PluginContractError, str(exc), exc)
 
     def add(self, kind: HookKind, name: str, target: Any, source: Source, *, replace: bool = False) -> None:
         """Validate and record one grouping-hook, backend or kernel claim."""
@@ -371,6 +421,7 @@ class PluginManager:
                     self._claims_on_import[found.source] = []
                 else:
                     self.load_entry_point(found.entry_point, found.source)
+            self._check_loaded_requirements()
         finally:
             self._loading = False
         self.warn_ignored()
@@ -449,8 +500,13 @@ class PluginManager:
         return plugin
 
     def warn_ignored(self) -> None:
-        """Warn about every plugin claim on a built-in name made without ``replace=True`` (it never wins)."""
+        """Warn about every plugin claim on a built-in name made without ``replace=True`` (it never wins).
+
+        Config sections have no ``replace``; a section that is taken is reported when the schema is built.
+        """
         for kind in HOOK_KINDS:
+            if kind is CONFIG_SECTIONS:
+                continue
             registry = self.registry(kind)
             for entry in registry.ignored_claims():
                 _warn(
@@ -478,6 +534,8 @@ class PluginManager:
                 continue
             problems = []
             for kind in HOOK_KINDS:
+                if kind is CONFIG_SECTIONS:  # a taken section is reported when the schema is built
+                    continue
                 registry = self.registry(kind)
                 for name in getattr(info, kind.attribute):
                     try:

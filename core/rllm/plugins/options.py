@@ -130,11 +130,23 @@ def _coerce(kind: type, value: Any) -> Any:
     return value if isinstance(value, kind) else _NO
 
 
-STD_CHOICES = ("population", "unbiased")
+NUMERICS_CHOICES: dict[str, tuple[str, ...]] = {
+    "std": ("population", "unbiased"),
+    "single": ("raw", "zero", "error"),
+    "zero_variance": ("eps", "zero"),
+    "dtype": ("float64", "float32"),
+    "whiten": ("std", "var_add", "var_clamp"),
+    "whiten_weight": ("responses", "tokens"),
+}
+"""The one table of the numerics choices: ``Numerics`` checks against it and the options below offer it
+(the ``Literal`` types of :mod:`rllm.estimators.numerics` are tied to it by a test)."""
+
+PRESET_NAMES = ("rllm", "verl", "skyrl", "trl", "openrlhf")
+"""The numerics presets (``rllm.estimators.numerics.PRESETS`` holds one per name), for the layers below it."""
 
 NUMERICS_OPTIONS: tuple[Option, ...] = (
-    Option("preset", (str,), None, "numeric conventions of a framework: rllm, verl, skyrl, trl, openrlhf"),
-    Option("std", (str,), None, "divide the variance by n (population) or n - 1 (unbiased)", STD_CHOICES),
+    Option("preset", (str,), None, f"numeric conventions of a framework: {', '.join(PRESET_NAMES)}"),
+    Option("std", (str,), None, "divide the variance by n (population) or n - 1 (unbiased)", NUMERICS_CHOICES["std"]),
     Option("eps", (float,), None, "added to the standard deviation before dividing by it", minimum=0.0),
     Option("epsilon", (float,), None, "alias of eps", minimum=0.0),
     Option("episilon", (float,), None, "alias of eps (the documented API's spelling)", minimum=0.0),
@@ -143,25 +155,25 @@ NUMERICS_OPTIONS: tuple[Option, ...] = (
         (str,),
         None,
         "a group of one trajectory: raw (mean 0, std 1), zero, or error",
-        ("raw", "zero", "error"),
+        NUMERICS_CHOICES["single"],
     ),
     Option(
         "zero_variance",
         (str,),
         None,
         "a group whose rewards are all equal: eps (divide by eps) or zero",
-        ("eps", "zero"),
+        NUMERICS_CHOICES["zero_variance"],
     ),
-    Option("dtype", (str,), None, "precision of the computation and the result", ("float64", "float32")),
-    Option("whiten", (str,), None, "batch whitening: std, var_add or var_clamp", ("std", "var_add", "var_clamp")),
+    Option("dtype", (str,), None, "precision of the computation and the result", NUMERICS_CHOICES["dtype"]),
+    Option("whiten", (str,), None, "batch whitening: std, var_add or var_clamp", NUMERICS_CHOICES["whiten"]),
     Option("whiten_eps", (float,), None, "epsilon of batch whitening (default: eps)", minimum=0.0),
-    Option("whiten_std", (str,), None, "std divisor of batch whitening (default: std)", STD_CHOICES),
+    Option("whiten_std", (str,), None, "std divisor of batch whitening (default: std)", NUMERICS_CHOICES["std"]),
     Option(
         "whiten_weight",
         (str,),
         None,
         "whitening counts each response once (responses) or once per token (tokens)",
-        ("responses", "tokens"),
+        NUMERICS_CHOICES["whiten_weight"],
     ),
 )
 """Options of every estimator registered with ``numerics=True``; resolved into one ``Numerics``."""

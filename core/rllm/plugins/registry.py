@@ -13,7 +13,7 @@ import dataclasses
 import difflib
 import importlib
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
@@ -39,6 +39,15 @@ class Entry:
         key = getattr(self.target, "__module__", None), getattr(self.target, "__qualname__", None)
         other_key = getattr(other.target, "__module__", None), getattr(other.target, "__qualname__", None)
         return self.source == other.source and None not in key and key == other_key
+
+
+def first_unknown(given: Iterable[str], known: Sequence[str]) -> tuple[str, str] | None:
+    """The first of ``given`` not in ``known``, with a `` (did you mean ...?)`` hint (or ""); None if all are known."""
+    for value in given:
+        if value not in known:
+            close = difflib.get_close_matches(value, known, n=1)
+            return value, f" (did you mean {close[0]!r}?)" if close else ""
+    return None
 
 
 E = TypeVar("E", bound=Entry)
@@ -143,18 +152,6 @@ class Registry(Generic[E]):
         )
 
 
-def _refuse_unknown_keywords(what: str, name: str, source: Source, given: dict[str, Any], known: list[str]) -> None:
-    """A registration keyword ``register()`` does not take names the plugin and the closest keyword."""
-    for key in given:
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise PluginContractError(
-                f"{source.describe()} registered {what} {name!r} with unknown keyword {key!r}{hint}; "
-                f"register() accepts replace, {', '.join(known)}."
-            )
-
-
 @dataclass(frozen=True)
 class EstimatorEntry(Entry):
     """An estimator claim: how to call it and what it declares (the keywords of ``register``).
@@ -184,9 +181,14 @@ class EstimatorEntry(Entry):
     ) -> EstimatorEntry:
         """The entry for one ``register(name, fn, **declaration)`` call; unknown keywords are refused."""
         base = {f.name for f in dataclasses.fields(Entry)} | {"declaration"}
-        _refuse_unknown_keywords(
-            "estimator", name, source, declaration, [f.name for f in dataclasses.fields(cls) if f.name not in base]
-        )
+        known = [f.name for f in dataclasses.fields(cls) if f.name not in base]
+        unknown = first_unknown(declaration, known)
+        if unknown:
+            key, hint = unknown
+            raise PluginContractError(
+                f"{source.describe()} registered estimator {name!r} with unknown keyword {key!r}{hint}; "
+                f"register() accepts replace, {', '.join(known)}."
+            )
         return cls(name=name, target=target, source=source, replace=replace, **declaration)
 
     def __post_init__(self) -> None:
@@ -262,7 +264,13 @@ class LossEntry(Entry):
     ) -> list[LossEntry]:
         """The entries (the loss, then one per alias) of one ``register(name, fn, **declaration)`` call."""
         known = ["options", "aliases", "agg_modes", "needs_old_log_probs", "description"]
-        _refuse_unknown_keywords("loss", name, source, declaration, known)
+        unknown = first_unknown(declaration, known)
+        if unknown:
+            key, hint = unknown
+            raise PluginContractError(
+                f"{source.describe()} registered loss {name!r} with unknown keyword {key!r}{hint}; "
+                f"register() accepts replace, {', '.join(known)}."
+            )
         main = cls(name=name, target=target, source=source, replace=replace, **declaration)
         aliases = [dataclasses.replace(main, name=alias, alias_of=name, aliases=()) for alias in main.aliases]
         return [main, *aliases]

@@ -1,7 +1,8 @@
 """The training loop: :class:`UnifiedTrainer`, the backend protocol and the workflow engine.
 
-Names are imported on first use, so ``import rllm`` (which registers the built-in backend
-and grouping hook) does not pay for the trainer and asyncio until a run needs them.
+Names are imported on first use, so ``import rllm`` (which only discovers the plugins' entry
+points; the built-in backend and grouping hook register when a registry is first used) does
+not pay for the trainer and asyncio until a run needs them.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "BackendProtocol": "rllm.trainer.protocol",
-    "TaskSetup": "rllm.trainer.protocol",
-    "TrainerState": "rllm.trainer.protocol",
+    "BackendProtocol": "rllm.trainer.backend_protocol",
+    "TaskSetup": "rllm.trainer.backend_protocol",
+    "TrainerState": "rllm.trainer.backend_protocol",
     "Executor": "rllm.trainer.engine",
     "LocalExecutor": "rllm.trainer.engine",
     "WorkflowCall": "rllm.trainer.engine",

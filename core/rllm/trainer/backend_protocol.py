@@ -1,5 +1,197 @@
-"""The backend protocol at rLLM's current path."""
+"""What a training backend implements, and the state the trainer hands to it at every stage.
 
-from rllm.trainer.protocol import BackendProtocol, TrainerState
+A backend owns the model: it builds the rollout engine workflows sample from, batches the
+data, turns trajectory groups into its own tensors, and updates the policy. The trainer owns
+everything backend-agnostic: running workflows, grouping, filtering, advantages, logging,
+validation and checkpoints. Backends are plugins registered through
+``rllm_register_backends`` and chosen by name with ``rllm.backend``.
+"""
 
-__all__ = ["BackendProtocol", "TrainerState"]
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig
+
+from rllm.config.algorithm import AlgorithmConfig
+from rllm.errors import DataError
+from rllm.estimators.collect import collect_advantages
+from rllm.estimators.state import EstimatorStates
+from rllm.types import Episode, TrajectoryGroup
+
+if TYPE_CHECKING:
+    from rllm.trainer.engine import WorkflowEngine
+    from rllm.workflows.workflow import Workflow
+
+
+@dataclass
+class TrainerState:
+    """Everything one training step produces, plus the counters a checkpoint must restore.
+
+    ``global_step`` counts completed training steps (the step being trained while a batch
+    runs); ``batches_done`` counts the batches of the current epoch already trained, so a
+    resumed run skips exactly those. ``validating`` is True while validation runs, so
+    ``get_dataloader`` can batch the validation set differently.
+    """
+
+    global_step: int = 0
+    epoch: int = 0
+    batches_done: int = 0
+    total_steps: int = 0
+    episodes: list[Episode] = field(default_factory=list)
+    trajectory_groups: list[TrajectoryGroup] = field(default_factory=list)
+    backend_batch: Any = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    timing_dict: dict[str, float] = field(default_factory=dict)
+    rs_state: Any = None
+    extra_info: dict[str, Any] = field(default_factory=dict)
+    validating: bool = False
+    estimator_states: EstimatorStates = field(default_factory=EstimatorStates)
+    """The run's stateful estimators' states (checkpointed); pass them to the collection step."""
+    sampling_state: Any = None
+    """Dynamic sampling's position in its refill order (checkpointed)."""
+
+    def reset_batch(self) -> None:
+        """Forget the previous step's data; counters and the rejection-sampling state survive."""
+        self.episodes = []
+        self.trajectory_groups = []
+        self.backend_batch = None
+        self.metrics = {}
+        self.timing_dict = {}
+        self.extra_info = {}
+
+    @property
+    def has_episodes(self) -> bool:
+        return bool(self.episodes)
+
+    @property
+    def has_trajectory_groups(self) -> bool:
+        return bool(self.trajectory_groups)
+
+    @property
+    def has_backend_batch(self) -> bool:
+        return self.backend_batch is not None
+
+
+@dataclass
+class TaskSetup:
+    """A backend's built-in task: the workflow to run and the datasets to run it on."""
+
+    workflow_class: type[Workflow]
+    train_dataset: Sequence[dict[str, Any]]
+    val_dataset: Sequence[dict[str, Any]]
+    workflow_args: dict[str, Any] = field(default_factory=dict)
+
+
+def task_id_of(task: Any, position: int) -> str:
+    """The id a task's episodes are named after: its ``uid``, ``task_id`` or ``id`` field."""
+    if isinstance(task, dict):
+        for key in ("uid", "task_id", "id"):
+            if task.get(key) is not None:
+                return str(task[key])
+    raise DataError(
+        f"Task at position {position} of the batch has no 'uid', 'task_id' or 'id' field; give every "
+        "task dict a stable id so its rollouts can be grouped."
+    )
+
+
+class BackendProtocol:
+    """Base class of training backends. Override the stages; the hooks default to doing nothing.
+
+    Constructed as ``backend_cls(config=config, **backend_args)``. The stage methods run in
+    this order for every training batch: :meth:`generate_episodes`, (grouping and filtering
+    by the trainer), :meth:`transform_to_backend_batch`, :meth:`process_backend_batch`,
+    :meth:`compute_advantages`, :meth:`update_policy`.
+    """
+
+    def __init__(self, config: DictConfig, **kwargs: Any) -> None:
+        self.config = config
+
+    # -- setup ------------------------------------------------------------------------
+    def init_rollout_engine(self, **kwargs: Any) -> Any:
+        """Build what workflows sample from. Receives the trainer's parsed configs as keywords."""
+        raise NotImplementedError(f"{type(self).__name__} must implement init_rollout_engine()")
+
+    def validate_config(self) -> None:
+        """Reject settings this backend cannot honour, raising :class:`rllm.ConfigError`."""
+
+    def get_dataloader(self, dataset: Sequence[Any] | None, trainer_state: TrainerState) -> Iterable[Any]:
+        """Batches of tasks for one pass over ``dataset``; called once per epoch and for validation."""
+        raise NotImplementedError(f"{type(self).__name__} must implement get_dataloader()")
+
+    def builtin_task(self) -> TaskSetup | None:
+        """The task to train on when the user gives no workflow (``rllm train``); None if there is none."""
+        return None
+
+    def shutdown(self) -> None:
+        """Release engines, workers and files."""
+
+    # -- checkpoints --------------------------------------------------------------------
+    def save_checkpoint(self, directory: Path) -> None:
+        """Write the policy and optimizer state into ``directory`` (which the trainer makes atomic)."""
+
+    def load_checkpoint(self, directory: Path) -> None:
+        """Restore what :meth:`save_checkpoint` wrote."""
+
+    # -- pipeline stages --------------------------------------------------------------------
+    async def generate_episodes(
+        self, batch: Sequence[Any], agent_workflow_engine: WorkflowEngine, is_validation: bool = False
+    ) -> list[Episode]:
+        """Run every task of ``batch`` ``rollout.n`` times (``rollout.n_val`` when validating)."""
+        rollout = self.config.rllm.rollout
+        repeats = int(rollout.n_val if is_validation else rollout.n)
+        tasks = [task for task in batch for _ in range(repeats)]
+        ids = [task_id_of(task, position // repeats) for position, task in enumerate(tasks)]
+        return await agent_workflow_engine.execute_tasks(tasks, ids, is_validation=is_validation)
+
+    def transform_to_backend_batch(self, trainer_state: TrainerState) -> Any:
+        """Turn ``trainer_state.trajectory_groups`` into this backend's batch format."""
+        raise NotImplementedError(f"{type(self).__name__} must implement transform_to_backend_batch()")
+
+    async def process_backend_batch(self, trainer_state: TrainerState) -> None:
+        """Fill in what the update needs before advantages (reference log-probs, values, ...)."""
+
+    async def compute_advantages(self, trainer_state: TrainerState, algorithm_config: AlgorithmConfig) -> None:
+        """Write ``step.advantage`` on every step of the groups, with rllm's estimators.
+
+        A backend that overrides this passes ``trainer_state.estimator_states`` to
+        :func:`rllm.estimators.collect.collect_advantages`, so stateful estimators keep their
+        state across steps and checkpoints.
+        """
+        collected = collect_advantages(
+            trainer_state.trajectory_groups, algorithm_config, states=trainer_state.estimator_states
+        )
+        trainer_state.metrics.update(collected.metrics)
+
+    async def update_policy(self, trainer_state: TrainerState) -> None:
+        """One policy update from the processed batch and its advantages."""
+        raise NotImplementedError(f"{type(self).__name__} must implement update_policy()")
+
+    # -- hooks ------------------------------------------------------------------------------
+    async def on_train_start(self, trainer_state: TrainerState) -> None:
+        """Before the first step (after a resume, before the first resumed step)."""
+
+    async def on_train_end(self, trainer_state: TrainerState) -> None:
+        """After the last step and the final validation."""
+
+    async def on_epoch_start(self, trainer_state: TrainerState) -> None:
+        """Before the first batch of an epoch."""
+
+    async def on_epoch_end(self, trainer_state: TrainerState) -> None:
+        """After the last batch of an epoch."""
+
+    async def on_batch_start(self, trainer_state: TrainerState) -> None:
+        """Before a training batch's episodes are generated."""
+
+    async def on_batch_end(self, trainer_state: TrainerState) -> None:
+        """After a training batch's update, before its metrics are logged."""
+
+    async def on_validation_start(self, trainer_state: TrainerState) -> bool:
+        """Before validation; return False to skip it."""
+        return True
+
+    async def on_validation_end(self, trainer_state: TrainerState) -> None:
+        """After validation metrics are computed."""

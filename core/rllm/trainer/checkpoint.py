@@ -22,8 +22,8 @@ from typing import Any
 from rllm.errors import CheckpointError, CorruptCheckpointError
 from rllm.estimators.state import EstimatorStates
 from rllm.io import write_atomic
+from rllm.trainer.backend_protocol import BackendProtocol, TrainerState
 from rllm.trainer.jsondata import decode_rejection_state, encode_rejection_state
-from rllm.trainer.protocol import BackendProtocol, TrainerState
 from rllm.trainer.rejection import RejectionSamplingState
 from rllm.trainer.rundir import os_cause
 from rllm.trainer.sampling import SamplingState

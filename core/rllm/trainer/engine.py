@@ -3,13 +3,14 @@
 Where a workflow physically runs is an :class:`Executor`'s business. The engine only needs
 ``await executor.run(call)`` to return the workflow's result (or raise), so a distributed
 executor (Ray actors, a process pool) can replace :class:`LocalExecutor` without touching
-the engine or the trainer. Concurrency limits, retries, timeouts and episode naming stay
-here, identical for every executor.
+the engine or the trainer. Concurrency limits, retries, timeouts, episode naming, episode
+seeds and the failure policy stay here, identical for every executor.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 import traceback
 from collections import Counter
@@ -32,16 +33,51 @@ class WorkflowCall:
     rollout_engine: Any
     task: dict[str, Any]
     uid: str
+    seed: int | None = None
+    """The episode's seed (see :func:`episode_seed`); the same on every attempt and every executor."""
+
+
+FAILURE_POLICIES = ("retry", "drop_group", "fail")
 
 
 class Executor(Protocol):
-    """Runs workflow calls. ``run`` may be cancelled (on timeout) and must then stop the rollout."""
+    """Runs workflow calls. ``run`` may be cancelled (on timeout) and must then stop the rollout.
+
+    An executor may also define ``async prepare(call)``: the engine calls it before each batch
+    with the batch's first call (all of a batch's calls share the workflow class, its arguments
+    and the rollout engine), since the policy may have changed since the last batch. What it
+    raises stops the run, before any rollout.
+    """
 
     async def start(self) -> None: ...
 
     async def run(self, call: WorkflowCall) -> Episode | None: ...
 
     def shutdown(self) -> None: ...
+
+
+def episode_seed(run_seed: int, mode: str, step: int, call_index: int, task_index: int, rollout: int) -> int:
+    """A 63-bit seed for one episode, from the run seed and where the episode sits.
+
+    ``call_index`` counts the engine's batches within a step (dynamic sampling runs several),
+    ``task_index`` the distinct tasks of the batch, ``rollout`` the rollouts of one task. It
+    does not depend on scheduling, so every executor gives an episode the same seed.
+    """
+    words = f"{run_seed},{mode},{step},{call_index},{task_index},{rollout}".encode()
+    return int.from_bytes(hashlib.blake2b(words, digest_size=8).digest(), "little") >> 1
+
+
+def instantiate(call: WorkflowCall, rollout_engine: Any) -> Workflow:
+    """A fresh workflow for one attempt, sampling with the episode's own random stream.
+
+    A rollout engine with ``for_episode(seed)`` hands each episode a view seeded with its seed,
+    so what it samples does not depend on which episodes ran before it, or where.
+    """
+    if call.seed is not None and hasattr(rollout_engine, "for_episode"):
+        rollout_engine = rollout_engine.for_episode(call.seed)
+    workflow = call.workflow_class(rollout_engine=rollout_engine, **call.workflow_args)
+    workflow.seed = call.seed
+    return workflow
 
 
 class LocalExecutor:
@@ -51,8 +87,7 @@ class LocalExecutor:
         """Nothing to start: the event loop is the worker pool."""
 
     async def run(self, call: WorkflowCall) -> Episode | None:
-        workflow = call.workflow_class(rollout_engine=call.rollout_engine, **call.workflow_args)
-        return await workflow.run(call.task, call.uid)
+        return await instantiate(call, call.rollout_engine).run(call.task, call.uid)
 
     def shutdown(self) -> None:
         """Nothing to release."""
@@ -60,12 +95,14 @@ class LocalExecutor:
 
 @dataclass
 class EngineStats:
-    """Counts of one ``execute_tasks`` call, reported as ``workflow/*`` metrics."""
+    """Counts since the last ``set_training_step`` (one training step), reported as ``workflow/*`` metrics."""
 
     attempts: int = 0
     retries: int = 0
     errors: int = 0
     timeouts: int = 0
+    dropped_groups: int = 0
+    dropped_rollouts: int = 0
 
     def as_metrics(self) -> dict[str, float]:
         return {
@@ -73,10 +110,16 @@ class EngineStats:
             "workflow/retries": float(self.retries),
             "workflow/failed": float(self.errors),
             "workflow/timeouts": float(self.timeouts),
+            "workflow/dropped_groups": float(self.dropped_groups),
+            "workflow/dropped_rollouts": float(self.dropped_rollouts),
         }
 
 
 def _error_info(exc: BaseException) -> dict[str, str]:
+    """What ``episode.info["error"]`` records; an executor's exception may carry it (a worker's error)."""
+    carried = getattr(exc, "error_info", None)
+    if isinstance(carried, dict):
+        return dict(carried)
     return {
         "message": str(exc),
         "type": type(exc).__name__,
@@ -85,14 +128,23 @@ def _error_info(exc: BaseException) -> dict[str, str]:
 
 
 class WorkflowEngine:
-    """Runs tasks through a workflow class and returns one episode per task, in input order.
+    """Runs tasks through a workflow class and returns their episodes, in input order.
 
     Episode ids are ``"{task_id}:{k}"`` where ``k`` counts the earlier occurrences of the same
-    task id in the call. A workflow that raises ends ``ERROR`` (details in
-    ``episode.info["error"]``) and is run again up to ``retry_limit`` more times; one that
-    exceeds ``timeout`` seconds ends ``TIMEOUT``; one that returns None ends ``UNKNOWN``. After
-    the retries an error raises :class:`WorkflowError` if ``raise_on_error``, else the
-    ``ERROR`` episode is returned and counted in the metrics.
+    task id in the call; the rollouts of one task id are its *group*. A workflow that raises
+    ends ``ERROR`` (details in ``episode.info["error"]``); one that exceeds ``timeout`` seconds
+    ends ``TIMEOUT``; one that returns None ends ``UNKNOWN``. What an error does is the
+    ``failure_policy``:
+
+    - ``retry``: the rollout is run again with a fresh workflow instance (and the same seed) up
+      to ``retry_limit`` more times; still failing, it stops the run if ``raise_on_error``, else
+      it is handled as under ``drop_group``;
+    - ``drop_group``: the first error leaves the whole group out of the result (counted in
+      ``workflow/dropped_groups`` and ``workflow/dropped_rollouts``), so no group is ever
+      returned with a rollout missing;
+    - ``fail``: the first error raises :class:`WorkflowError` naming the task and the error.
+
+    Every episode, dropped or not, goes to the episode logger.
     """
 
     def __init__(
@@ -107,6 +159,8 @@ class WorkflowEngine:
         timeout: float | None = None,
         executor: Executor | None = None,
         episode_logger: EpisodeLogger | None = None,
+        failure_policy: str = "retry",
+        seed: int = 0,
     ) -> None:
         if not isinstance(workflow_cls, type) or not issubclass(workflow_cls, Workflow):
             raise ConfigError(
@@ -118,6 +172,15 @@ class WorkflowEngine:
             raise ConfigError(f"rllm.workflow.retry_limit must be 0 or more, got {retry_limit}.")
         if timeout is not None and not timeout > 0:
             raise ConfigError(f"rllm.workflow.timeout must be a positive number of seconds or null, got {timeout}.")
+        if failure_policy not in FAILURE_POLICIES:
+            raise ConfigError(
+                f"rllm.workflow.failure_policy must be one of {', '.join(FAILURE_POLICIES)}, got {failure_policy!r}."
+            )
+        if failure_policy == "fail" and not raise_on_error:
+            raise ConfigError(
+                "rllm.workflow.failure_policy=fail stops the run at the first workflow error, but "
+                "rllm.workflow.raise_on_error=false asks to go on; use failure_policy=drop_group to go on."
+            )
         self.workflow_cls = workflow_cls
         self.workflow_args = dict(workflow_args or {})
         self.rollout_engine = rollout_engine
@@ -127,10 +190,13 @@ class WorkflowEngine:
         self.timeout = timeout
         self.executor: Executor = executor or LocalExecutor()
         self.episode_logger = episode_logger
+        self.failure_policy = failure_policy
+        self.seed = int(seed)
         self.step = 0
         self.mode = "train"
         self.epoch = 0
-        self.last_stats = EngineStats()
+        self.stats = EngineStats()
+        self._calls_this_step = 0
         self._started = False
 
     async def initialize_pool(self) -> None:
@@ -140,26 +206,43 @@ class WorkflowEngine:
             self._started = True
 
     def set_training_step(self, step: int, mode: str = "train", epoch: int = 0) -> None:
-        """Where the next episodes belong; used to name episode log files."""
+        """Where the next episodes belong (episode seeds and log files); starts a new count in ``stats``."""
         self.step, self.mode, self.epoch = step, mode, epoch
+        self.stats = EngineStats()
+        self._calls_this_step = 0
 
     async def execute_tasks(
         self, tasks: Sequence[dict[str, Any]], task_ids: Sequence[str], is_validation: bool = False
     ) -> list[Episode]:
-        """Run every task once; ``tasks`` repeats a task to roll it out several times."""
+        """Run every task once; ``tasks`` repeats a task to roll it out several times.
+
+        Returns the episodes in input order, without the groups the failure policy dropped.
+        """
         if len(tasks) != len(task_ids):
             raise DataError(f"execute_tasks got {len(tasks)} tasks but {len(task_ids)} task ids.")
         await self.initialize_pool()
+        mode = "val" if is_validation else self.mode
+        call_index, self._calls_this_step = self._calls_this_step, self._calls_this_step + 1
         seen: Counter[str] = Counter()
-        uids = []
-        for task_id in task_ids:
-            uids.append(f"{task_id}:{seen[task_id]}")
+        ordinal: dict[str, int] = {}
+        calls = []
+        for task, task_id in zip(tasks, task_ids, strict=True):
+            k = seen[task_id]
             seen[task_id] += 1
-        stats = EngineStats()
+            index = ordinal.setdefault(task_id, len(ordinal))
+            seed = episode_seed(self.seed, mode, self.step, call_index, index, k)
+            calls.append(
+                WorkflowCall(self.workflow_cls, self.workflow_args, self.rollout_engine, task, f"{task_id}:{k}", seed)
+            )
+        prepare = getattr(self.executor, "prepare", None)
+        if prepare is not None and calls:
+            await prepare(calls[0])
+        stats = self.stats
+        failed_groups: set[str] = set()
         limit = asyncio.Semaphore(self.n_parallel_tasks)
         jobs = [
-            asyncio.ensure_future(self._run_with_retries(task, uid, limit, stats))
-            for task, uid in zip(tasks, uids, strict=True)
+            asyncio.ensure_future(self._run_with_policy(call, task_id, limit, stats, failed_groups))
+            for call, task_id in zip(calls, task_ids, strict=True)
         ]
         try:
             episodes = list(await asyncio.gather(*jobs))
@@ -168,17 +251,27 @@ class WorkflowEngine:
                 job.cancel()
             await asyncio.gather(*jobs, return_exceptions=True)
             raise
-        self.last_stats = stats
         if self.episode_logger is not None:
-            self.episode_logger.log(episodes, step=self.step, mode="val" if is_validation else self.mode)
-        return episodes
+            self.episode_logger.log(episodes, step=self.step, mode=mode)
+        if not failed_groups:
+            return episodes
+        kept = [ep for ep, task_id in zip(episodes, task_ids, strict=True) if task_id not in failed_groups]
+        stats.dropped_groups += len(failed_groups)
+        stats.dropped_rollouts += len(episodes) - len(kept)
+        return kept
 
-    async def _run_with_retries(
-        self, task: dict[str, Any], uid: str, limit: asyncio.Semaphore, stats: EngineStats
+    async def _run_with_policy(
+        self,
+        call: WorkflowCall,
+        task_id: str,
+        limit: asyncio.Semaphore,
+        stats: EngineStats,
+        failed_groups: set[str],
     ) -> Episode:
-        call = WorkflowCall(self.workflow_cls, self.workflow_args, self.rollout_engine, task, uid)
+        """One rollout, with the retries its policy allows; a rollout still failing marks its group."""
+        attempts = self.retry_limit + 1 if self.failure_policy == "retry" else 1
         async with limit:
-            for attempt in range(self.retry_limit + 1):
+            for attempt in range(attempts):
                 stats.attempts += 1
                 stats.retries += attempt > 0
                 episode = await self._attempt(call)
@@ -188,15 +281,26 @@ class WorkflowEngine:
                         stats.timeouts += 1
                     return episode
         stats.errors += 1
-        if self.raise_on_error:
-            error = episode.info["error"]
-            raise WorkflowError(
-                f"Workflow {self.workflow_cls.__name__} failed on episode {uid!r} after "
-                f"{self.retry_limit + 1} attempt(s): {error['type']}: {error['message']}. Fix the workflow, "
-                "or set rllm.workflow.raise_on_error=false to train on without failed episodes.\n"
-                f"Last traceback:\n{error['traceback']}"
-            )
+        if self.failure_policy == "fail" or (self.failure_policy == "retry" and self.raise_on_error):
+            raise self._failure(call, task_id, episode, attempts)
+        failed_groups.add(task_id)
         return episode
+
+    def _failure(self, call: WorkflowCall, task_id: str, episode: Episode, attempts: int) -> WorkflowError:
+        """One line naming the task, the episode and the error; the traceback travels on ``details``."""
+        error = episode.info["error"]
+        if self.failure_policy == "fail":
+            fix = "or set rllm.workflow.failure_policy=retry or drop_group to go on without it"
+        else:
+            fix = "or set rllm.workflow.raise_on_error=false to drop the group and go on"
+        message = (
+            f"Workflow {self.workflow_cls.__name__} failed on task {task_id!r} (episode {call.uid!r}) after "
+            f"{attempts} attempt(s): {error['type']}: {' '.join(str(error['message']).split())}. "
+            f"Fix the workflow, {fix}."
+        )
+        failure = WorkflowError(message)
+        failure.details = error.get("traceback", "")
+        return failure
 
     async def _attempt(self, call: WorkflowCall) -> Episode:
         started = time.perf_counter()

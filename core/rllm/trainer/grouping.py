@@ -7,17 +7,18 @@ in one group; plugins register others under a name (``rllm.grouping_hook``).
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from rllm.config.stages import CompactFilteringConfig
-from rllm.errors import DataError, TrainerError
-from rllm.types import Episode, TrajectoryGroup
+from rllm.errors import ConfigError, DataError, TrainerError
+from rllm.types import DEFAULT_TRAJ_NAME, Episode, TrajectoryGroup
 
 GroupingHook = Callable[..., list[TrajectoryGroup]]
-UNNAMED = "default_traj_name"
 
 
 def _metadata(episode: Episode) -> dict[str, Any]:
@@ -31,19 +32,29 @@ def _metadata(episode: Episode) -> dict[str, Any]:
     }
 
 
-def group_by_task_and_role(episodes: Sequence[Episode], **options: Any) -> list[TrajectoryGroup]:
+def group_by_task_and_role(
+    episodes: Sequence[Episode],
+    *,
+    impute_missing_names: bool = True,
+    default_traj_name: str = DEFAULT_TRAJ_NAME,
+    drop_unnamed_traj: bool = False,
+) -> list[TrajectoryGroup]:
     """One group per (task id, trajectory name); trajectories without steps are left out.
 
-    An unnamed trajectory is named after its position in the episode
-    (``default_traj_name_{position}``), so the first unnamed trajectories of all rollouts of
-    a task are compared with each other. Task ids may contain ':'.
+    A trajectory named ``default_traj_name`` is unnamed. It is left out when
+    ``drop_unnamed_traj``; else, when ``impute_missing_names``, named after its position in
+    the episode (``default_traj_name_{position}``), so the first unnamed trajectories of all
+    rollouts of a task are compared with each other; else all unnamed trajectories of a task
+    form one group. These are rLLM's ``TransformConfig`` fields, set with
+    ``rllm.grouping_hook_options``. Task ids may contain ':'.
     """
     groups: dict[tuple[str, str], TrajectoryGroup] = {}
     for episode in episodes:
         for position, trajectory in enumerate(episode.trajectories):
-            if not trajectory.steps:
+            unnamed = trajectory.name == default_traj_name
+            if not trajectory.steps or (unnamed and drop_unnamed_traj):
                 continue
-            role = trajectory.name if trajectory.name != UNNAMED else f"{UNNAMED}_{position}"
+            role = f"{default_traj_name}_{position}" if unnamed and impute_missing_names else trajectory.name
             key = (episode.task_id, role)
             group = groups.get(key)
             if group is None:
@@ -51,6 +62,25 @@ def group_by_task_and_role(episodes: Sequence[Episode], **options: Any) -> list[
             group.trajectories.append(trajectory)
             group.metadata.append(_metadata(episode))
     return list(groups.values())
+
+
+def with_options(hook: GroupingHook, options: Mapping[str, Any], name: str) -> GroupingHook:
+    """``hook`` called as ``hook(episodes, **options)``; an option it does not take is a :class:`ConfigError`."""
+    if not options:
+        return hook
+    try:
+        parameters = inspect.signature(hook).parameters
+    except (TypeError, ValueError):  # a callable Python cannot inspect gets the options as they are
+        parameters = None
+    if parameters is not None and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        accepted = [p for p, v in parameters.items() if v.kind is not inspect.Parameter.POSITIONAL_ONLY][1:]
+        unknown = sorted(set(options) - set(accepted))
+        if unknown:
+            raise ConfigError(
+                f"rllm.grouping_hook_options.{unknown[0]} is not an option of grouping hook {name!r}; it takes "
+                f"{', '.join(accepted) or 'no options'}."
+            )
+    return functools.partial(hook, **options)
 
 
 def fill_trajectory_rewards(group: TrajectoryGroup) -> None:
@@ -121,4 +151,5 @@ __all__ = [
     "fill_trajectory_rewards",
     "group_by_task_and_role",
     "transform_episodes_to_trajectory_groups",
+    "with_options",
 ]

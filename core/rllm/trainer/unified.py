@@ -31,16 +31,18 @@ from rllm.errors import ConfigError, RLLMWarning, RunDirError, TrainerError
 from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory_groups
 from rllm.estimators.compute import get_estimator
 from rllm.plugins.manager import get_plugin_manager
+from rllm.trainer.backend_protocol import BackendProtocol, TrainerState, task_id_of
 from rllm.trainer.checkpoint import CheckpointManager
-from rllm.trainer.engine import WorkflowEngine
+from rllm.trainer.engine import Executor, WorkflowEngine
 from rllm.trainer.grouping import (
     CompactFilteringConfig,
     GroupingHook,
     check_estimator_roles,
     transform_episodes_to_trajectory_groups,
+    with_options,
 )
 from rllm.trainer.logging import METRICS_FILE, EpisodeLogger, MetricsLogger, truncate_metrics
-from rllm.trainer.protocol import BackendProtocol, TrainerState, task_id_of
+from rllm.trainer.pass_at_k import pass_at_k_metrics
 from rllm.trainer.rejection import (
     RejectionSamplingConfig,
     RejectionSamplingState,
@@ -49,7 +51,6 @@ from rllm.trainer.rejection import (
 )
 from rllm.trainer.rundir import RunDirectory, check_run_name, os_cause
 from rllm.trainer.sampling import DynamicSamplingConfig, SamplingState, informative, refill_tasks, substitute
-from rllm.trainer.validation import pass_at_k_metrics
 from rllm.types import Episode, TerminationReason, TrajectoryGroup
 from rllm.workflows.workflow import Workflow
 
@@ -79,10 +80,37 @@ def _resolve_backend(backend_cls: type[BackendProtocol] | str | None, config: Di
 
 
 def _resolve_grouping_hook(hook: GroupingHook | str | None, config: DictConfig) -> GroupingHook:
+    """The hook to call as ``hook(episodes)``, with ``rllm.grouping_hook_options`` bound."""
+    options = OmegaConf.to_container(config.rllm.grouping_hook_options, resolve=True)
     if callable(hook):
-        return hook
+        return with_options(hook, options, getattr(hook, "__qualname__", repr(hook)))  # type: ignore[arg-type]
     name = hook or str(config.rllm.grouping_hook)
-    return get_plugin_manager().grouping_hooks.resolve(name).target
+    return with_options(get_plugin_manager().grouping_hooks.resolve(name).target, options, name)  # type: ignore[arg-type]
+
+
+def _warn_unused_workflow_keys(workflow: DictConfig) -> None:
+    """Keys that the chosen executor or failure policy never reads, when set: said, never silently ignored."""
+    defaults = default_config().rllm.workflow
+    unused = []
+    if str(workflow.executor) == "local":
+        unused += [f"ray.{key}" for key in defaults.ray if workflow.ray[key] != defaults.ray[key]]
+    policy = str(workflow.failure_policy)
+    if policy != "retry":  # under fail, raise_on_error=false is refused by the engine, not merely unused
+        keys = ("retry_limit", "raise_on_error") if policy == "drop_group" else ("retry_limit",)
+        unused += [key for key in keys if workflow[key] != defaults[key]]
+    for key in unused:
+        why = "the executor is local" if key.startswith("ray.") else f"failure_policy={workflow.failure_policy}"
+        warnings.warn(f"rllm.workflow.{key} has no effect: {why}.", RLLMWarning, stacklevel=4)
+
+
+def _configured_executor(workflow: DictConfig) -> Executor | None:
+    """The executor ``rllm.workflow.executor`` names; None is the engine's local one."""
+    _warn_unused_workflow_keys(workflow)
+    if str(workflow.executor) != "ray":
+        return None
+    from rllm.trainer.ray_executor import RayExecutor  # ray is an optional extra: imported only when chosen
+
+    return RayExecutor.from_config(workflow.ray)
 
 
 def _episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
@@ -136,6 +164,11 @@ class UnifiedTrainer:
             )
         merged: DictConfig = OmegaConf.merge(default_config(), config)  # type: ignore[assignment]
         self.config = validate_config(merged)  # programmatic configs get the checks `rllm train` applies
+        if kwargs.get("executor") is not None and str(self.config.rllm.workflow.executor) != "local":
+            raise ConfigError(
+                f"UnifiedTrainer got executor= and rllm.workflow.executor={self.config.rllm.workflow.executor}; "
+                "choose one (leave rllm.workflow.executor at local when passing an executor)."
+            )
         self.rllm_config = self.config.rllm
         self.workflow_class = workflow_class
         self.workflow_args = dict(workflow_args or {})
@@ -177,8 +210,10 @@ class UnifiedTrainer:
             retry_limit=int(workflow.retry_limit),
             raise_on_error=bool(workflow.raise_on_error),
             timeout=None if workflow.timeout is None else float(workflow.timeout),
-            executor=kwargs.get("executor"),
+            executor=kwargs.get("executor") or _configured_executor(workflow),
             episode_logger=self.episode_logger,
+            failure_policy=str(workflow.failure_policy),
+            seed=int(workflow.seed),
         )
 
     # -- setup ----------------------------------------------------------------------------
@@ -204,9 +239,6 @@ class UnifiedTrainer:
                 f"rllm.trainer.val_pass_at_k={self.val_pass_at_k} asks for pass@{too_many[0]}, but validation draws "
                 f"rllm.rollout.n_val={rllm.rollout.n_val} sample(s) per task; raise rllm.rollout.n_val or drop that k."
             )
-        for key in ("n", "n_val"):
-            if int(rllm.rollout[key]) < 1:
-                raise ConfigError(f"rllm.rollout.{key} must be at least 1, got {rllm.rollout[key]}.")
         if int(rllm.rollout.n) < self.rs_config.min_trajs_per_group:
             warnings.warn(
                 f"rllm.rollout.n={rllm.rollout.n} is below rllm.rejection_sample.min_trajs_per_group="
@@ -396,6 +428,7 @@ class UnifiedTrainer:
                 await self.backend.on_batch_start(state)
                 with _timer("step", state.timing_dict):
                     await self._train_batch_async(batch, state)
+                state.metrics.update(self.agent_workflow_engine.stats.as_metrics())  # every round of the step
                 state.batches_done = index + 1
                 await self.backend.on_batch_end(state)
                 timings = {f"time/{k}": v for k, v in state.timing_dict.items()}
@@ -419,7 +452,6 @@ class UnifiedTrainer:
         timings = state.timing_dict
         with _timer("generate", timings):  # stage 1
             state.episodes = await self.backend.generate_episodes(batch, agent_workflow_engine=engine)
-        state.metrics.update(engine.last_stats.as_metrics())
         state.metrics.update(_episode_metrics(state.episodes))
         if not state.has_episodes:
             return
@@ -522,6 +554,10 @@ class UnifiedTrainer:
         finally:
             state.validating = False
         metrics = pass_at_k_metrics(episodes, self.val_pass_at_k)
+        problems = {
+            key: value for key, value in engine.stats.as_metrics().items() if value and key != "workflow/attempts"
+        }
+        metrics.update({f"val/{key}": value for key, value in problems.items()})  # said only when there are any
         groups, _ = transform_episodes_to_trajectory_groups(episodes, self.traj_grouping_hook, self.cf_config)
         rewards = collect_reward_and_advantage_from_trajectory_groups(
             groups, self.algorithm_config, collect_advantage=False

@@ -25,6 +25,10 @@ class Workflow:
     interrupt it.
     """
 
+    seed: int | None = None
+    """This episode's seed, set by the engine before ``run``: seed the environment's randomness
+    from it (``numpy.random.default_rng(self.seed)``) so every executor gives the same episode."""
+
     def __init__(self, rollout_engine: Any, **kwargs: Any) -> None:
         self.rollout_engine = rollout_engine
         self.options = kwargs

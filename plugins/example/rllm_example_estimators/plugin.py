@@ -8,6 +8,9 @@ import numpy as np
 
 import rllm
 from rllm.toolkit import AdvantageBatch, FloatArray, Numerics, Option, centre, group_std, lone_groups, rewards_as
+from rllm.trainer import BackendProtocol, TaskSetup, TrainerState
+from rllm.types import Step, Trajectory
+from rllm.workflows import TerminationReason, Workflow
 
 
 def median_baseline(rewards: list[np.ndarray], **options: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -62,3 +65,101 @@ def rllm_register_estimators(register: rllm.plugins.EstimatorRegistrar) -> None:
     register("rank", rank, style="batch", options=())
     clip = Option("clip", (float,), None, "clip advantages to [-clip, clip] (default: no clipping)", minimum=0.0)
     register("scaled_median", scaled_median, style="batch", options=[clip], numerics=True)
+
+
+def by_task_only(episodes: list[rllm.Episode], *, role: str = "all") -> list[rllm.TrajectoryGroup]:
+    """A grouping hook: one group per task, every role's trajectories together, under the role ``role``.
+
+    ``role`` is an option: ``rllm.grouping_hook_options.role=...`` sets it for a run.
+    """
+    groups: dict[str, rllm.TrajectoryGroup] = {}
+    for episode in episodes:
+        group = groups.setdefault(episode.task_id, rllm.TrajectoryGroup.for_task(episode.task_id, role, [], []))
+        for trajectory in episode.trajectories:
+            if trajectory.steps:
+                group.trajectories.append(trajectory)
+                group.metadata.append({"task_id": episode.task_id, "is_correct": episode.is_correct})
+    return list(groups.values())
+
+
+ARMS, BEST_ARM, LEARNING_RATE = 4, 2, 0.5
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    weights = np.exp(logits - logits.max())
+    return weights / weights.sum()
+
+
+class ArmEngine:
+    """The rollout engine of the bandit backend: samples an arm from the current policy."""
+
+    def __init__(self, backend: BanditBackend) -> None:
+        self.backend = backend
+
+    def pull(self) -> tuple[int, float]:
+        probabilities = _softmax(self.backend.logits)
+        arm = int(self.backend.rng.choice(ARMS, p=probabilities))
+        return arm, float(np.log(probabilities[arm]))
+
+
+class PickArm(Workflow):
+    """One step: pull an arm; reward 1 for the task's best arm."""
+
+    async def run(self, task: dict[str, Any], uid: str, **kwargs: Any) -> rllm.Episode:
+        arm, logprob = self.rollout_engine.pull()
+        reward = 1.0 if arm == task["best_arm"] else 0.0
+        step = Step(response_ids=[arm], logprobs=[logprob], action=arm, reward=reward, done=True)
+        return rllm.Episode(
+            task=task,
+            termination_reason=TerminationReason.ENV_DONE,
+            is_correct=reward == 1.0,
+            trajectories=[Trajectory(name="picker", task=task, steps=[step])],
+        )
+
+
+class BanditBackend(BackendProtocol):
+    """A minimal backend: a softmax policy over a few arms, trained by policy gradient on rllm's advantages.
+
+    It implements the four stages every backend must (``init_rollout_engine``,
+    ``get_dataloader``, ``transform_to_backend_batch``, ``update_policy``) and brings its own
+    task, so ``rllm train rllm.backend=bandit`` runs without a workflow.
+    """
+
+    def __init__(self, config: Any, **kwargs: Any) -> None:
+        super().__init__(config)
+        self.logits = np.zeros(ARMS)
+        self.rng = np.random.default_rng(0)
+
+    def init_rollout_engine(self, **kwargs: Any) -> ArmEngine:
+        return ArmEngine(self)
+
+    def builtin_task(self) -> TaskSetup:
+        tasks = [{"uid": f"bandit-{i}", "best_arm": BEST_ARM} for i in range(4)]
+        return TaskSetup(workflow_class=PickArm, train_dataset=tasks, val_dataset=tasks)
+
+    def get_dataloader(self, dataset: Any, trainer_state: TrainerState) -> list[list[Any]]:
+        return [list(dataset or [])]  # the whole task list is one batch
+
+    def transform_to_backend_batch(self, trainer_state: TrainerState) -> list[Step]:
+        return [step for group in trainer_state.trajectory_groups for t in group.trajectories for step in t.steps]
+
+    async def update_policy(self, trainer_state: TrainerState) -> None:
+        steps: list[Step] = trainer_state.backend_batch
+        probabilities = _softmax(self.logits)
+        gradient = np.zeros(ARMS)
+        for step in steps:
+            chosen = np.eye(ARMS)[int(step.action)]
+            advantage = 0.0 if step.advantage is None else np.ravel(np.asarray(step.advantage, dtype=float))[0]
+            gradient += float(advantage) * (chosen - probabilities)
+        self.logits += LEARNING_RATE * gradient / max(len(steps), 1)
+        trainer_state.metrics["example/p_best_arm"] = float(_softmax(self.logits)[BEST_ARM])
+
+
+@rllm.hookimpl
+def rllm_register_grouping_hooks(register: rllm.plugins.NamedRegistrar) -> None:
+    register("by_task_only", by_task_only)
+
+
+@rllm.hookimpl
+def rllm_register_backends(register: rllm.plugins.NamedRegistrar) -> None:
+    register("bandit", BanditBackend)

@@ -1,7 +1,7 @@
 """The embedded backend: trains :class:`SoftmaxPolicy` on the CPU, in the trainer's process.
 
 It is the default backend, so ``rllm train`` works on any laptop, and it is the reference
-for backend authors: every stage of :class:`rllm.trainer.protocol.BackendProtocol` does real
+for backend authors: every stage of :class:`rllm.trainer.backend_protocol.BackendProtocol` does real
 work here. Settings live under ``rllm.embedded`` and ``rllm.data``.
 """
 
@@ -31,17 +31,23 @@ STATE_FILE = "embedded.json"
 
 
 _UNHONOURED: tuple[tuple[str, Any, str], ...] = (
-    ("kl_beta", 0.0, "it keeps no reference policy, so there is no KL term"),
-    ("eps_clip", 0.2, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
-    ("eps_clip_high", None, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
-    ("loss_agg_mode", None, "it sums token losses"),
-    ("use_kl_loss", False, "it keeps no reference policy, so there is no KL term"),
-    ("loss_options", {}, "its numpy losses take their clip ranges from rllm.embedded"),
-    ("router_replay", "disabled", "its policy has no mixture-of-experts router"),
-    ("rollout_correction.tis_mode", None, "it samples and trains with the same policy"),
-    ("rollout_correction.bypass_mode", None, "it samples and trains with the same policy"),
+    ("algorithm.kl_beta", 0.0, "it keeps no reference policy, so there is no KL term"),
+    ("algorithm.eps_clip", 0.2, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
+    ("algorithm.eps_clip_high", None, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
+    ("algorithm.loss_agg_mode", None, "it sums token losses"),
+    ("algorithm.use_kl_loss", False, "it keeps no reference policy, so there is no KL term"),
+    ("algorithm.loss_options", {}, "its numpy losses take their clip ranges from rllm.embedded"),
+    ("algorithm.router_replay", "disabled", "its policy has no mixture-of-experts router"),
+    ("algorithm.rollout_correction.tis_mode", None, "it samples and trains with the same policy"),
+    ("algorithm.rollout_correction.bypass_mode", None, "it samples and trains with the same policy"),
+    (
+        "stepwise_advantage.enable",
+        False,
+        "it always trains every step as its own sample with its trajectory's advantage (what the switch turns "
+        "on in verl), so the switch changes nothing",
+    ),
 )
-"""rLLM's algorithm keys the embedded backend cannot honour: (key, default, why)."""
+"""rLLM's keys the embedded backend cannot honour: (path under ``rllm``, default, why)."""
 
 
 @dataclass
@@ -54,12 +60,20 @@ class Generation:
 
 
 class EmbeddedRolloutEngine:
-    """Samples responses from the current policy, token by token, until EOS or ``max_tokens``."""
+    """Samples responses from the current policy, token by token, until EOS or ``max_tokens``.
+
+    It is plain data (the policy's weights, a generator, the temperature), so the Ray executor
+    sends workers a copy of it per batch: the weights do not change while a batch rolls out.
+    """
 
     def __init__(self, policy: SoftmaxPolicy, rng: np.random.Generator, temperature: float) -> None:
         self.policy = policy
         self.rng = rng
         self.temperature = temperature
+
+    def for_episode(self, seed: int) -> EmbeddedRolloutEngine:
+        """The same policy with the episode's own generator, so its samples do not depend on scheduling."""
+        return EmbeddedRolloutEngine(self.policy, np.random.default_rng(seed), self.temperature)
 
     async def generate(self, prompt_ids: Sequence[int], max_tokens: int = 1) -> Generation:
         context = list(prompt_ids)
@@ -155,8 +169,6 @@ def _numpy_loss(name: str, where: str) -> str:
 class EmbeddedBackend(BackendProtocol):
     """Policy-gradient training of a numpy softmax policy on the built-in arithmetic tasks."""
 
-    name = "embedded"
-
     def __init__(self, config: DictConfig, **kwargs: Any) -> None:
         super().__init__(config)
         options = config.rllm.embedded
@@ -189,12 +201,11 @@ class EmbeddedBackend(BackendProtocol):
         self._warn_unhonoured()
 
     def _warn_unhonoured(self) -> None:
-        """rLLM's algorithm keys this backend has no use for: said once per run, never silently ignored."""
-        algorithm = self.config.rllm.algorithm
+        """rLLM's keys this backend has no use for: said once per run, never silently ignored."""
         for key, default, why in _UNHONOURED:
-            value = OmegaConf.select(algorithm, key, default=default)
+            value = OmegaConf.select(self.config.rllm, key, default=default)
             if value != default:
-                shown = f"rllm.algorithm.{key}={value!r}"
+                shown = f"rllm.{key}={value!r}"
                 warnings.warn(f"{shown} has no effect with the embedded backend: {why}.", RLLMWarning, stacklevel=2)
 
     def builtin_task(self) -> TaskSetup:

@@ -11,9 +11,9 @@ from rllm_builtin.estimators.group_baselines import (
     reinforce_plus_plus_baseline,
     rloo,
 )
+from rllm_builtin.estimators.grpo_passk import grpo_passk
 from rllm_builtin.estimators.multi_reward import gdpo
-from rllm_builtin.estimators.pass_at_k import pkpo
-from rllm_builtin.estimators.passk import grpo_passk
+from rllm_builtin.estimators.pkpo import pkpo
 from rllm_builtin.estimators.returns import gae, reinforce_plus_plus
 from rllm_builtin.estimators.running import ema_baseline
 from rllm_builtin.estimators.turns import turn_grpo
