@@ -210,24 +210,10 @@ def test_kl_loss_term_is_verls_aggregated_kl(kind: str, mode: str) -> None:
     from verl.trainer.ppo.core_algos import kl_penalty as verl_kl
 
     data = batch(6)
-    plain, _ = compute_policy_loss(
-        "gpg",
-        log_probs=data["log_probs"],
-        old_log_probs=data["old_log_probs"],
-        advantages=data["advantages"],
-        response_mask=data["response_mask"],
-        agg_mode=mode,
-    )
+    tensors = {key: data[key] for key in ("log_probs", "old_log_probs", "advantages", "response_mask")}
+    plain, _ = compute_policy_loss("gpg", agg_mode=mode, **tensors)
     with_kl, metrics = compute_policy_loss(
-        "gpg",
-        log_probs=data["log_probs"],
-        old_log_probs=data["old_log_probs"],
-        advantages=data["advantages"],
-        response_mask=data["response_mask"],
-        agg_mode=mode,
-        ref_log_probs=data["ref"],
-        kl_coef=0.25,
-        kl_kind=kind,
+        "gpg", agg_mode=mode, ref_log_probs=data["ref"], kl_coef=0.25, kl_kind=kind, **tensors
     )
     kl = agg_loss(verl_kl(data["log_probs"], data["ref"], kind), data["response_mask"], mode)
     assert float(with_kl - plain) == pytest.approx(0.25 * float(kl), abs=TOLERANCE)
