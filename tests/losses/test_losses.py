@@ -108,14 +108,14 @@ def test_kl_term_and_straight_through_by_hand() -> None:
 
 def test_rollout_correction_sequence_level_by_hand() -> None:
     torch = _torch()
-    from rllm.losses import rollout_is_weights
+    from rllm.losses import truncated_is_weights
 
     old = torch.tensor([[-1.0, -1.0, 0.0]], dtype=torch.float64)
     rollout = torch.tensor([[-1.5, -1.2, 5.0]], dtype=torch.float64)  # the third token is padding
     mask = torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64)
-    seq = rollout_is_weights(old, rollout, mask, "sequence", 10.0)
+    seq = truncated_is_weights(old, rollout, mask, "sequence", 10.0)
     assert seq[0].tolist() == pytest.approx([math.exp(0.7), math.exp(0.7), 0.0])
-    token = rollout_is_weights(old, rollout, mask, "token", 1.5)
+    token = truncated_is_weights(old, rollout, mask, "token", 1.5)
     assert token[0].tolist() == pytest.approx([1.5, math.exp(0.2), 0.0])
 
 

@@ -230,6 +230,7 @@ def test_plugin_registering_with_the_decorator_while_it_is_imported(env: Env) ->
         "backends": [],
         "kernels": [],
         "batch_fields": [],
+        "losses": [],
         "config_sections": [],
         "load_seconds": 0,
         "slow": False,

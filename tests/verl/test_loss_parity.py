@@ -132,11 +132,11 @@ def test_the_batches_engage_every_clip() -> None:
 def test_rollout_is_weights_reach_the_loss_as_in_verl() -> None:
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
-    from rllm.losses import rollout_is_weights
+    from rllm.losses import truncated_is_weights
 
     data = batch(3)
     rollout = data["old_log_probs"] + 0.7 * torch.randn(data["old_log_probs"].shape, dtype=torch.float64)
-    weights = rollout_is_weights(data["old_log_probs"], rollout, data["response_mask"], "token", 2.0)
+    weights = truncated_is_weights(data["old_log_probs"], rollout, data["response_mask"], "token", 2.0)
     assert float(weights.max()) == pytest.approx(2.0)
     for name in ("vanilla", "cispo", "geo_mean"):
         mode = PINNED.get(name, ["token-mean"])[0]
@@ -210,24 +210,10 @@ def test_kl_loss_term_is_verls_aggregated_kl(kind: str, mode: str) -> None:
     from verl.trainer.ppo.core_algos import kl_penalty as verl_kl
 
     data = batch(6)
-    plain, _ = compute_policy_loss(
-        "gpg",
-        log_probs=data["log_probs"],
-        old_log_probs=data["old_log_probs"],
-        advantages=data["advantages"],
-        response_mask=data["response_mask"],
-        agg_mode=mode,
-    )
+    tensors = {key: data[key] for key in ("log_probs", "old_log_probs", "advantages", "response_mask")}
+    plain, _ = compute_policy_loss("gpg", agg_mode=mode, **tensors)
     with_kl, metrics = compute_policy_loss(
-        "gpg",
-        log_probs=data["log_probs"],
-        old_log_probs=data["old_log_probs"],
-        advantages=data["advantages"],
-        response_mask=data["response_mask"],
-        agg_mode=mode,
-        ref_log_probs=data["ref"],
-        kl_coef=0.25,
-        kl_kind=kind,
+        "gpg", agg_mode=mode, ref_log_probs=data["ref"], kl_coef=0.25, kl_kind=kind, **tensors
     )
     kl = agg_loss(verl_kl(data["log_probs"], data["ref"], kind), data["response_mask"], mode)
     assert float(with_kl - plain) == pytest.approx(0.25 * float(kl), abs=TOLERANCE)

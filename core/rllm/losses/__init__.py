@@ -42,7 +42,7 @@ __all__ = [
     "loss_entry",
     "loss_names",
     "resolve_loss_options",
-    "rollout_is_weights",
+    "truncated_is_weights",
 ]
 
 
@@ -213,7 +213,7 @@ def kl_controller(
     return AdaptiveKLController(kl_coef, target_kl, horizon)
 
 
-def rollout_is_weights(old_log_probs: Any, rollout_log_probs: Any, mask: Any, mode: str, cap: float) -> Any:
+def truncated_is_weights(old_log_probs: Any, rollout_log_probs: Any, mask: Any, mode: str, cap: float) -> Any:
     """Truncated importance weights ``min(pi_old / pi_rollout, cap)`` per token or per sequence (no gradient).
 
     ``sequence`` uses the product of a sequence's token ratios (the sum of masked log-ratios),
@@ -288,6 +288,7 @@ def compute_policy_loss(
     response_mask: Any,
     rollout_log_probs: Any = None,
     ref_log_probs: Any = None,
+    rollout_is_weights: Any = None,
     options: Mapping[str, Any] | None = None,
     agg_mode: str = "token-mean",
     kl_coef: float = 0.0,
@@ -305,7 +306,8 @@ def compute_policy_loss(
     errors). With ``kl_coef > 0`` the aggregated ``kl_penalty(log_probs, ref_log_probs,
     kl_kind)`` times ``kl_coef`` is added (verl's ``use_kl_loss``); with ``tis_mode`` the
     truncated weights of ``old_log_probs`` against ``rollout_log_probs`` reach the loss as
-    ``ctx.rollout_is_weights``.
+    ``ctx.rollout_is_weights`` (or give weights computed elsewhere as ``rollout_is_weights``,
+    as verl does).
     """
     entry, resolved, mode = resolve_loss_options(name, options, agg_mode)
     if kl_coef:
@@ -314,13 +316,13 @@ def compute_policy_loss(
             raise LossOptionError(f"kl_coef must be a non-negative number; got {kl_coef!r}.")
         if ref_log_probs is None:
             raise LossOptionError("kl_coef > 0 needs ref_log_probs (the reference policy's log-probs).")
-    weights = None
+    weights = rollout_is_weights
     if tis_mode is not None:
         if rollout_log_probs is None:
             raise LossOptionError(
                 "rllm.algorithm.rollout_correction.tis_mode needs rollout_log_probs (the sampler's log-probs)."
             )
-        weights = rollout_is_weights(old_log_probs, rollout_log_probs, response_mask, tis_mode, tis_cap)
+        weights = truncated_is_weights(old_log_probs, rollout_log_probs, response_mask, tis_mode, tis_cap)
     ctx = LossContext(
         log_probs=log_probs,
         old_log_probs=old_log_probs,

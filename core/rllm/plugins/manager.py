@@ -84,8 +84,8 @@ class PluginInfo:
     backends: list[str] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
     batch_fields: list[str] = field(default_factory=list)
-    config_sections: list[str] = field(default_factory=list)
     losses: list[str] = field(default_factory=list)
+    config_sections: list[str] = field(default_factory=list)
     load_seconds: float = 0.0
 
     @property
@@ -161,8 +161,8 @@ class PluginManager:
         self.backends: Registry[Entry] = self._registry(HOOK_KINDS[2])
         self.kernels: Registry[Entry] = self._registry(HOOK_KINDS[3])
         self.batch_fields: Registry[Entry] = self._registry(HOOK_KINDS[4])
-        self.config_sections: Registry[Entry] = self._registry(CONFIG_SECTIONS)
         self.losses: Registry[LossEntry] = self._registry(HOOK_KINDS[5])
+        self.config_sections: Registry[Entry] = self._registry(CONFIG_SECTIONS)
         self.plugins: dict[str, PluginInfo] = {}
         self.failures: list[PluginError] = []
         self.strict = strict

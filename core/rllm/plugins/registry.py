@@ -264,14 +264,13 @@ class LossEntry(Entry):
     ) -> list[LossEntry]:
         """The entries (the loss, then one per alias) of one ``register(name, fn, **declaration)`` call."""
         known = ["options", "aliases", "agg_modes", "needs_old_log_probs", "description"]
-        for key in declaration:
-            if key not in known:
-                close = difflib.get_close_matches(key, known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise PluginContractError(
-                    f"{source.describe()} registered loss {name!r} with unknown keyword {key!r}{hint}; "
-                    f"register() accepts replace, {', '.join(known)}."
-                )
+        unknown = first_unknown(declaration, known)
+        if unknown:
+            key, hint = unknown
+            raise PluginContractError(
+                f"{source.describe()} registered loss {name!r} with unknown keyword {key!r}{hint}; "
+                f"register() accepts replace, {', '.join(known)}."
+            )
         main = cls(name=name, target=target, source=source, replace=replace, **declaration)
         aliases = [dataclasses.replace(main, name=alias, alias_of=name, aliases=()) for alias in main.aliases]
         return [main, *aliases]

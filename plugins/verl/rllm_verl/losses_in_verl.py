@@ -4,7 +4,7 @@ verl calls a policy loss as ``fn(old_log_prob, log_prob, advantages, response_ma
 loss_agg_mode, config, rollout_is_weights)``. The adapter reads each option the rllm loss
 declares from verl's actor config (``clip_ratio*``, ``tau_*`` on the actor, the others on
 ``policy_loss``; an option verl's config has no field for keeps its declared default), checks
-them and the mode through :func:`rllm.losses.resolve_loss_options`, passes verl's
+them and the mode through :func:`rllm.losses.compute_policy_loss`, passes verl's
 ``global_batch_info`` on as the global-batch normalisation, and returns verl's metric names
 (``actor/`` prefixed).
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import rllm
-from rllm.losses import LossContext, resolve_loss_options
+from rllm.losses import compute_policy_loss
 
 PREFIX = "rllm."
 GLOBAL_BATCH_KEYS = ("dp_size", "batch_num_tokens", "global_batch_size", "loss_scale_factor")
@@ -65,22 +65,18 @@ def make_loss_adapter(name: str) -> Callable[..., Any]:
     ) -> tuple[Any, dict[str, Any]]:
         entry = rllm.get_plugin_manager().losses.resolve(name)
         given = {o.name: _verl_option(config, o.name) for o in entry.options}
-        entry, options, mode = resolve_loss_options(
-            name, {k: v for k, v in given.items() if v is not None}, loss_agg_mode
-        )
         batch = dict(getattr(config, "global_batch_info", None) or {})
-        ctx = LossContext(
+        loss, metrics = compute_policy_loss(
+            name,
             log_probs=log_prob,
             old_log_probs=old_log_prob,
             advantages=advantages,
             response_mask=response_mask,
             rollout_is_weights=rollout_is_weights,
-            options=options,
-            agg_mode=mode,
-            name=name,
+            options={k: v for k, v in given.items() if v is not None},
+            agg_mode=loss_agg_mode,
             **{key: batch[key] for key in GLOBAL_BATCH_KEYS if batch.get(key) is not None},
         )
-        loss, metrics = entry.load()(ctx)
         return loss, {f"actor/{key}": value for key, value in metrics.items()}
 
     policy_loss.__name__ = policy_loss.__qualname__ = f"rllm_loss_{name}"
