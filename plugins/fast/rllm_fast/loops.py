@@ -121,7 +121,7 @@ def centre_equal(
 def _centre_group(
     xs: Any, a: int, n: int, total: Any, mode: int, ddof: int, eps: float, lone_raw: bool, zero_constant: bool, out: Any
 ) -> None:
-    """Centre and scale the contiguous group ``xs[a:a + n]`` whose float64 sum is ``total`` (as the toolkit's ``centre``)."""
+    """Centre and scale the contiguous group ``xs[a:a + n]``, whose float64 sum is ``total`` (as ``centre`` does)."""
     t = xs.dtype.type
     mean = t(0) if n == 1 and lone_raw else t(total / n)
     squares = t(0)
@@ -143,7 +143,6 @@ def centre_ragged(
     Each group's loops end at an unpredictable size; doing all of a group's work while it is in
     cache beats separate passes over the batch.
     """
-    t = xs.dtype.type
     for g in range(len(starts)):
         a, n = starts[g], sizes[g]
         total = 0.0
@@ -161,7 +160,6 @@ def centre_runs(
     This saves the separate pass that would locate the runs first; their starts are written to
     ``starts`` (one slot per run) so that the layout need not look for them again. Returns the run count.
     """
-    t = xs.dtype.type
     count = len(xs)
     g = 0
     i = 0
