@@ -71,10 +71,9 @@ NUMBER_SETTINGS = (
 
 
 def _flatten(path: str, node: Any, into: dict[str, Any]) -> None:
-    """``node`` as dotted keys below ``path`` (an empty mapping stays one key, so removing options is seen)."""
-    if isinstance(node, dict) and node:
-        for key, value in node.items():
-            _flatten(f"{path}.{key}", value, into)
+    """A section as its keys (each value whole: options compare as one mapping), or a single key."""
+    if isinstance(node, dict):
+        into.update({f"{path}.{key}": value for key, value in node.items()})
     else:
         into[path] = node
 
