@@ -191,3 +191,9 @@ def test_a_fractional_mask_counts_its_tokens_for_per_step_estimators() -> None:
     mask = torch.tensor([[0.5, 1.0], [1.0, 0.0]])
     advantages, _ = _adapter("reinforce_plus_plus")(rewards, mask, index=np.array(["a", "a"], object))
     np.testing.assert_allclose(advantages.numpy(), [[-0.7071053, -0.7071053], [1.4142106, 0.0]], atol=1e-5)
+
+
+def test_an_interpolation_bomb_in_rllm_options_is_refused_naming_the_key(padded_batch: Callable[..., Any]) -> None:
+    bomb = {"s0": "x", **{f"s{k}": f"${{.s{k - 1}}}${{.s{k - 1}}}" for k in range(1, 40)}}
+    with pytest.raises(rllm.ConfigError, match=r"rllm_options\.s\d+: its interpolations would resolve to more than"):
+        verl_dispatch(padded_batch(), "rllm.rloo", rllm_options=bomb)

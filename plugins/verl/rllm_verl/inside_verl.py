@@ -140,8 +140,14 @@ def run_for_verl(
 
 def settings(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The estimator options (``algorithm.rllm_options``) and run-level settings of verl's algorithm config."""
+    from omegaconf import OmegaConf
+
+    from rllm.config.loading import check_expansion
+
     if config is None:
         return {}, {}
+    if OmegaConf.is_config(config):
+        check_expansion(config)  # an interpolation bomb in rllm_options is refused by key, not expanded
     raw = _setting(config, OPTIONS_KEY)
     options = _plain(raw) if raw is not None else {}
     if not isinstance(options, Mapping):
