@@ -242,3 +242,18 @@ def test_normalize_by_steps_is_applied_or_refused_never_ignored(
     assert rows[0] == pytest.approx([0.6 / std / 2] * 2) and rows[1] == pytest.approx([-0.4 / std / 3] * 3)
     assert main(["advantages", str(source), "-e", "grpo", on]) == 2
     assert "'grpo' gives one advantage per line" in capsys.readouterr().err
+
+
+def test_an_estimators_print_goes_to_stderr_not_into_the_json_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], plugin_manager: object
+) -> None:
+    def chatty(rewards: list[float]) -> list[float]:
+        print("debug: scoring a group")
+        return [r - 1.0 for r in rewards]
+
+    rllm.register_rllm_adv_estimator("chatty_printer")(chatty)
+    source = write_lines(tmp_path / "in.jsonl", [{"group_id": "g", "reward": 3}, {"group_id": "g", "reward": 5}])
+    assert main(["advantages", str(source), "-e", "chatty_printer"]) == 0
+    captured = capsys.readouterr()
+    assert [json.loads(line)["advantage"] for line in captured.out.splitlines()] == [2.0, 4.0]
+    assert "debug: scoring a group" in captured.err

@@ -118,3 +118,26 @@ def test_bad_config_file_is_one_line(
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and message in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+def _memory_cap() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # an unbounded expansion fails fast, not the machine
+
+
+def test_an_interpolation_doubling_bomb_is_refused_naming_the_key(tmp_path: Path) -> None:
+    """39 levels of ``s_k = ${.s_{k-1}}${.s_{k-1}}`` would resolve to 2**39 characters."""
+    options = "\n".join(f"      s{k}: '${{.s{k - 1}}}${{.s{k - 1}}}'" for k in range(1, 40))
+    config = tmp_path / "bomb.yaml"
+    config.write_text(f"rllm:\n  algorithm:\n    estimator_options:\n      s0: x\n{options}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "rllm.cli.main", "config", "-c", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_memory_cap,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "rllm.algorithm.estimator_options.s" in done.stderr and "would resolve to more than" in done.stderr

@@ -6,6 +6,9 @@ Real distributions (tests/fixtures/plugins/exits, chatty, sleepy) pip-installed 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 
 import pytest
 from plugin_env import Env
@@ -129,3 +132,45 @@ def test_estimators_json_lists_the_example_plugins_options(env: Env) -> None:
     assert listed["rank"]["options_declared"] and listed["rank"]["options"] == []
     assert not listed["median_baseline"]["options_declared"] and listed["median_baseline"]["accepts_any_option"]
     assert "grpo" in listed and listed["grpo"]["provided_by"].startswith("built-in plugin 'builtin'")
+
+
+def test_a_fork_while_another_thread_loads_plugins_does_not_hang_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child of a fork gets a fresh manager lock: the thread holding the parent's does not exist there."""
+    import threading
+
+    from rllm.plugins import manager as manager_module
+
+    monkeypatch.setattr(manager_module, "_manager", None)
+    holding, release = threading.Event(), threading.Event()
+
+    def loading() -> None:  # stands for a thread in the middle of the first plugin load
+        with manager_module._lock:
+            holding.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=loading)
+    thread.start()
+    try:
+        assert holding.wait(10)
+        pid = os.fork()
+        if pid == 0:  # the child: loading the plugins must not wait on the parent's thread
+            code = 4
+            try:
+                code = 0 if "grpo" in manager_module.get_plugin_manager().estimators.names() else 3
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 30
+        status = None
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung on the plugin manager's lock")
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        release.set()
+        thread.join()

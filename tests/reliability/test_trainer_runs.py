@@ -405,3 +405,60 @@ def test_a_full_or_read_only_disk_is_one_line_and_keeps_the_last_checkpoint(smal
     assert last.returncode == 0, last.stderr
     assert _steps(run_dir) == list(range(1, 9))
     assert _intact(run_dir, 8)
+
+
+# -- data outside the run: planted links, and checkpoints of other settings --------------------
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A completed two-step run with checkpoints, its learning curve and metrics (copied by each probe)."""
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    done = _train(run_dir, "rllm.trainer.total_batches=2", "rllm.trainer.save_freq=1", "rllm.trainer.test_freq=0")
+    assert done.returncode == 0, done.stderr
+    return run_dir
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "metrics.jsonl", "checkpoints/latest", "learning_curve.png"])
+def test_a_link_planted_in_the_run_directory_is_refused_and_its_target_kept(
+    finished_run: Path, tmp_path: Path, name: str
+) -> None:
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir, symlinks=True)
+    outside = tmp_path / "precious.txt"
+    outside.write_text("not rllm's\n")
+    (run_dir / name).unlink()
+    (run_dir / name).symlink_to(outside)
+    resumed = _train(run_dir, "rllm.trainer.total_batches=4", "rllm.trainer.save_freq=1", "rllm.trainer.test_freq=0")
+    line = _error_line(resumed)
+    assert f"holds the symbolic link {str(run_dir / name)!r}" in line and "rllm did not make" in line
+    assert outside.read_text() == "not rllm's\n"
+    assert (run_dir / name).is_symlink()  # the link is the user's: neither followed nor removed
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "then", "now"),
+    [
+        (
+            "rllm.algorithm.estimator_options={preset: verl}",
+            "rllm.algorithm.estimator_options",
+            "{}",
+            "{'preset': 'verl'}",
+        ),
+        ("rllm.algorithm.norm_adv_by_std_in_grpo=false", "rllm.algorithm.norm_adv_by_std_in_grpo", "True", "False"),
+        ("rllm.embedded.tasks=[digit_chain]", "rllm.embedded.tasks", "['digit_sum']", "['digit_chain']"),
+        ("rllm.data.train_batch_size=3", "rllm.data.train_batch_size", "2", "3"),
+    ],
+)
+def test_resuming_under_other_settings_is_refused_naming_the_key_and_both_values(
+    finished_run: Path, tmp_path: Path, change: str, key: str, then: str, now: str
+) -> None:
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir, symlinks=True)
+    before = (run_dir / "metrics.jsonl").read_bytes()
+    resumed = _train(run_dir, "rllm.trainer.total_batches=4", "rllm.trainer.test_freq=0", change)
+    line = _error_line(resumed)
+    assert f"{key}: {then} then, {now} now" in line, line
+    assert (run_dir / "metrics.jsonl").read_bytes() == before  # the earlier experiment's metrics are untouched

@@ -140,7 +140,9 @@ def test_a_planted_pickle_is_never_run(make_config, tmp_path: Path) -> None:
     assert _steps(trainer.output_dir) == [1, 2, 3, 4, 5, 6]
 
 
-def test_an_object_array_in_a_consistent_checkpoint_is_refused_not_unpickled(make_config, tmp_path: Path) -> None:
+def test_an_object_array_in_a_consistent_checkpoint_is_refused_not_unpickled(
+    make_config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     trainer = _fit(make_config(*FOUR_STEPS))
     marker = tmp_path / "payload-ran"
     step = trainer.output_dir / "checkpoints" / "step_4"
@@ -149,8 +151,10 @@ def test_an_object_array_in_a_consistent_checkpoint_is_refused_not_unpickled(mak
     data = (step / "policy.npz").read_bytes()
     manifest["files"]["policy.npz"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     (step / MANIFEST).write_text(json.dumps(manifest))
-    with pytest.raises(CheckpointError, match=r"step_4.*unreadable.*allow_pickle"):
-        _fit(make_config(*FOUR_STEPS[1:], "rllm.trainer.total_batches=6"))
+    capsys.readouterr()
+    _fit(make_config(*FOUR_STEPS[1:], "rllm.trainer.total_batches=6"))  # falls back to step 3, like any damage
+    warning = capsys.readouterr().err.splitlines()[0]
+    assert "step_4" in warning and "allow_pickle" in warning and warning.endswith("Resuming from it.")
     assert not marker.exists()
 
 
@@ -237,3 +241,40 @@ def test_several_damaged_checkpoints_are_skipped_in_one_warning_line(make_config
         + ". Resuming from it (1 more unusable)."
     )
     assert _steps(run_dir) == [1, 2, 3, 4, 5]
+
+
+def _tamper(step: Path, name: str, change) -> None:
+    """Rewrite one JSON file of a checkpoint and fix its manifest entry, as a careful attacker would."""
+    data = json.loads((step / name).read_text())
+    (step / name).write_text(json.dumps(change(data)))
+    manifest = json.loads((step / MANIFEST).read_text())
+    raw = (step / name).read_bytes()
+    manifest["files"][name] = {"size": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+    (step / MANIFEST).write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "message"),
+    [
+        ("trainer.json", lambda d: {**d, "global_step": -3}, "global_step=-3"),
+        ("trainer.json", lambda d: {**d, "global_step": 1e30}, "global_step=1e+30"),
+        ("trainer.json", lambda d: {**d, "global_step": 3}, "global_step 3 in step_4"),
+        ("trainer.json", lambda d: {**d, "epoch": "zero"}, "epoch='zero'"),
+        ("trainer.json", lambda d: {**d, "batches_done": 40}, "more batches or epochs"),
+        ("sampling.json", lambda d: {**d, "cursor": -1}, "dynamic-sampling state"),
+        ("rejection_state.json", lambda d: {**d, "groups": [7]}, "cannot read"),
+        ("embedded.json", lambda d: {k: v for k, v in d.items() if k != "sample_rng"}, "backend cannot load"),
+    ],
+)
+def test_a_tampered_checkpoint_with_a_consistent_manifest_falls_back_with_one_warning(
+    make_config, capsys: pytest.CaptureFixture[str], name: str, change, message: str
+) -> None:
+    run_dir = _fit(make_config(*FOUR_STEPS)).output_dir
+    _tamper(run_dir / "checkpoints" / "step_4", name, change)
+    capsys.readouterr()
+    _fit(make_config(*FOUR_STEPS[1:], "rllm.trainer.total_batches=6"))
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[0].startswith("rllm: warning: ") and err[0].endswith("Resuming from it."), err
+    assert message in err[0] and "step_4" in err[0]
+    assert err[1].endswith("step_3 (step 3).")
+    assert _steps(run_dir) == [1, 2, 3, 4, 5, 6]

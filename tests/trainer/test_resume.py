@@ -26,7 +26,7 @@ def test_checkpoint_of_other_settings_is_refused(make_config) -> None:
     other = UnifiedTrainer(
         None, make_config("rllm.trainer.total_batches=2", "rllm.algorithm.adv_estimator=rloo"), progress=False
     )
-    with pytest.raises(CheckpointError, match=r"estimator: \['grpo'\] then, \['rloo'\] now.*resume_mode=disable"):
+    with pytest.raises(CheckpointError, match=r"estimator: 'grpo' then, 'rloo' now.*resume_mode=disable"):
         other.fit()
     other.shutdown()
 

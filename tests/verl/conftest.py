@@ -31,8 +31,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def padded_batch() -> Callable[..., dict[str, Any]]:
     """verl-shaped inputs: right-padded token rewards of different lengths, string uids in shuffled groups.
 
-    Each response's reward is split over its tokens (so the sum over the mask matters) and the
-    padding holds junk that a correct adapter never reads.
+    Each response's reward is split over its tokens (so the sum matters) and the padding holds
+    NaN and inf, junk that must not make a response unscorable (``NaN * 0`` is NaN).
     """
 
     def make(n_groups: int = 6, seed: int = 0, dtype: str = "float32") -> dict[str, Any]:
@@ -47,12 +47,13 @@ def padded_batch() -> Callable[..., dict[str, Any]]:
         lengths = rng.integers(1, 9, size=n)
         width = int(lengths.max()) + 2
         mask = np.arange(width)[None, :] < lengths[:, None]
-        token_rewards = np.where(mask, rng.random(size=(n, width)), 99.0)  # junk on the padding
+        junk = np.where(rng.random((n, width)) < 0.5, np.nan, np.inf)
+        token_rewards = np.where(mask, rng.random(size=(n, width)), junk)
         torch_dtype = getattr(torch, dtype)
         return {
             "uids": uids,
             "lengths": lengths,
-            "scores": (token_rewards * mask).sum(axis=1),
+            "scores": np.where(mask, token_rewards, 0.0).sum(axis=1),
             "mask": mask,
             "token_level_rewards": torch.tensor(token_rewards, dtype=torch_dtype),
             "response_mask": torch.tensor(mask, dtype=torch.int64),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -142,3 +143,57 @@ def test_every_rllm_estimator_is_in_verls_registry_and_verls_own_are_not_sent_ba
     assert {f"rllm.{name}" for name in mine} <= set(ADV_ESTIMATOR_REGISTRY)
     assert not any(name.startswith("rllm.verl.") for name in ADV_ESTIMATOR_REGISTRY)
     assert sorted(register_in_verl()) == sorted(f"rllm.{name}" for name in mine)  # a second call is harmless
+
+
+def _adapter(name: str) -> Callable[..., Any]:
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    return get_adv_estimator_fn(f"rllm.{name}")
+
+
+def test_a_reward_outside_the_mask_counts_as_verl_counts_it_and_padding_nan_does_not() -> None:
+    import torch
+
+    # rows score 3 + 1 (the 1 sits on a mask-0 token: verl sums the whole row) and 0 (its NaN is padding):
+    # rllm's RLOO then gives 4 - 0 = 4 and 0 - 4 = -4
+    rewards = torch.tensor([[3.0, 1.0, 0.0], [0.0, 0.0, float("nan")]])
+    mask = torch.tensor([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0]])
+    advantages, _ = _adapter("rloo")(rewards, mask, index=np.array(["a", "a"], object))
+    assert advantages.tolist() == [[4.0, 0.0, 4.0], [-4.0, -4.0, 0.0]]
+
+
+def test_reinforce_plus_plus_and_remax_return_the_reward_to_go_skipping_observation_spans() -> None:
+    import torch
+
+    # gamma 0.5, mask 1 1 0 0 1 with reward 2 on the last token: returns 0.5, 1, 0, 0, 2
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 2.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0]])
+    _, returns = _adapter("reinforce_plus_plus")(
+        rewards, mask, index=np.array(["a"], object), config=SimpleNamespace(gamma=0.5)
+    )
+    assert returns.tolist() == [[0.5, 1.0, 0.0, 0.0, 2.0]]
+    # remax is undiscounted: rewards 1, 2 on a mask 1 1 -> returns 3, 2; advantages 3 - baseline 1 = 2
+    advantages, returns = _adapter("remax")(
+        torch.tensor([[1.0, 2.0]]),
+        torch.ones(1, 2),
+        index=np.array(["a"], object),
+        reward_baselines=torch.tensor([1.0]),
+    )
+    assert returns.tolist() == [[3.0, 2.0]] and advantages.tolist() == [[2.0, 2.0]]
+
+
+def test_a_fractional_mask_counts_its_tokens_for_per_step_estimators() -> None:
+    import torch
+
+    # a mask weight of 0.5 is still a token: reinforce_plus_plus, gamma 1, over steps [0, 1] and [2]:
+    # returns 1, 1, 2; whitened (mean 4/3, population std 0.4714045 + 1e-6): -0.7071053 twice, 1.4142106
+    rewards = torch.tensor([[0.0, 1.0], [2.0, 0.0]])
+    mask = torch.tensor([[0.5, 1.0], [1.0, 0.0]])
+    advantages, _ = _adapter("reinforce_plus_plus")(rewards, mask, index=np.array(["a", "a"], object))
+    np.testing.assert_allclose(advantages.numpy(), [[-0.7071053, -0.7071053], [1.4142106, 0.0]], atol=1e-5)
+
+
+def test_an_interpolation_bomb_in_rllm_options_is_refused_naming_the_key(padded_batch: Callable[..., Any]) -> None:
+    bomb = {"s0": "x", **{f"s{k}": f"${{.s{k - 1}}}${{.s{k - 1}}}" for k in range(1, 40)}}
+    with pytest.raises(rllm.ConfigError, match=r"rllm_options\.s\d+: its interpolations would resolve to more than"):
+        verl_dispatch(padded_batch(), "rllm.rloo", rllm_options=bomb)

@@ -8,6 +8,7 @@ the advantage added. Nothing is written until every line has been checked.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -489,7 +490,8 @@ def run(args: argparse.Namespace) -> int:
             cols = reader.columns
             # One call per role: numpy takes milliseconds here, while loading the numba kernels costs
             # seconds per process (bench/jsonl.py measured 2.5 s on a 30 MB file).
-            with numpy_only():
+            # An estimator's print() goes to stderr: stdout may be the JSON Lines output.
+            with numpy_only(), contextlib.redirect_stdout(sys.stderr):
                 advantages, metrics = estimate(cols, config, source.source)
             with open_output(args.output) as out, source.open() as handle:
                 _write(handle, out, cols, advantages, args.field, progress)

@@ -20,6 +20,7 @@ anything runs. Overrides follow Hydra's grammar:
 from __future__ import annotations
 
 import difflib
+import re
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -274,6 +275,7 @@ def validate_config(config: DictConfig, schema: Schema | None = None) -> DictCon
         present, node = _select(config, section)
         if present and not isinstance(node, DictConfig):
             raise ConfigError(f"{section} must be a mapping of keys; got {_plain(node)!r}.")
+    check_expansion(config)
     try:
         resolved = OmegaConf.to_container(config, resolve=True)
     except OmegaConfBaseException as exc:
@@ -287,6 +289,73 @@ def validate_config(config: DictConfig, schema: Schema | None = None) -> DictCon
             OmegaConf.update(config, key.path, checked, merge=False)
     _check_presets(_lookup(resolved, "rllm.algorithm.estimator_options"))
     return config
+
+
+MAX_EXPANSION = 1 << 20
+"""Characters an interpolated value may resolve to; ``${.a}${.a}`` chains double per level."""
+MAX_DEPTH = 64
+"""Interpolations that refer to interpolations, at most this deep."""
+_INTERPOLATION = re.compile(r"\$\{([^${}]*)\}")
+
+
+def check_expansion(config: DictConfig) -> None:
+    """Refuse, naming the key, interpolations that would resolve to more than :data:`MAX_EXPANSION` characters.
+
+    OmegaConf expands ``${...}`` without a bound, so a few lines doubling a string per level
+    would exhaust memory. Each value's resolved size is bounded from above first, every
+    referenced key counted once per mention (memoized, so the check itself stays linear).
+    """
+    raw = OmegaConf.to_container(config, resolve=False)
+    sizes: dict[tuple[str, ...], int] = {}
+
+    def lookup(path: tuple[str, ...]) -> Any:
+        node: Any = raw
+        for part in path:
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return _ABSENT
+        return node
+
+    def targets(word: str, where: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+        dots = len(word) - len(word.lstrip("."))
+        parts = tuple(part for part in word.lstrip(".").split(".") if part)
+        if dots:
+            yield (*where[: max(len(where) - dots + 1, 0)], *parts)
+        elif parts:
+            yield parts
+
+    def size(path: tuple[str, ...], depth: int) -> int:
+        if path in sizes:
+            return sizes[path]
+        key = ".".join(path)
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{key}: interpolations nest more than {MAX_DEPTH} levels deep; flatten them.")
+        sizes[path] = 0  # a cycle counts nothing here; OmegaConf reports it by name when resolving
+        value = lookup(path)
+        if isinstance(value, dict):
+            total = sum(size((*path, str(k)), depth) for k in value) + 2
+        elif isinstance(value, list):
+            total = sum(size((*path, str(i)), depth) for i in range(len(value))) + 2
+        else:
+            total = len(str(value))
+            if isinstance(value, str):
+                for inner in _INTERPOLATION.findall(value):
+                    for word in re.split(r"[\s:,()\[\]]+", inner):
+                        for target in targets(word, path[:-1]):
+                            if target != path and lookup(target) is not _ABSENT:
+                                total += size(target, depth + 1)
+        if total > MAX_EXPANSION:
+            raise ConfigError(
+                f"{key}: its interpolations would resolve to more than {MAX_EXPANSION} characters (each "
+                "${...} copies the value it names); write the value out or reference it fewer times."
+            )
+        sizes[path] = total
+        return total
+
+    size((), 0)
 
 
 def _plain(node: Any) -> Any:

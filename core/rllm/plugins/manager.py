@@ -565,6 +565,17 @@ _loading: PluginManager | None = None
 _lock = threading.RLock()
 
 
+def _reset_lock_in_child() -> None:
+    """A forked child starts with a fresh lock: the thread holding the parent's (loading plugins) is not copied."""
+    global _lock, _loading
+    _lock = threading.RLock()
+    _loading = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_lock_in_child)
+
+
 def get_plugin_manager(*, strict: bool | None = None) -> PluginManager:
     """The process-wide manager; the first call imports the plugins and runs their hooks.
 

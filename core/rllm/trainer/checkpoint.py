@@ -77,6 +77,14 @@ def _estimator_json(state: TrainerState) -> str:
     return json.dumps(data, allow_nan=False)
 
 
+def _count(counters: Any, key: str) -> int:
+    """A non-negative integer counter of ``trainer.json`` (a float, bool or string is refused, not rounded)."""
+    value = counters[key]
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{TRAINER_FILE} holds {key}={value!r}, not a count")
+    return value
+
+
 class CheckpointManager:
     """Saves and restores the trainer counters, rejection-sampling state and the backend's state.
 
@@ -248,7 +256,12 @@ class CheckpointManager:
         try:
             counters = json.loads((path / TRAINER_FILE).read_bytes())
             saved = counters["fingerprint"]
-            step, epoch, batches = (int(counters[k]) for k in ("global_step", "epoch", "batches_done"))
+            step, epoch, batches = (_count(counters, k) for k in ("global_step", "epoch", "batches_done"))
+            named = _STEP_DIR.match(path.name)
+            if named is not None and int(named.group(1)) != step:
+                raise ValueError(f"{TRAINER_FILE} says global_step {step} in {path.name}")
+            if batches > step or epoch > step:
+                raise ValueError(f"{TRAINER_FILE} counts more batches or epochs than its {step} steps")
             rs_state = decode_rejection_state(json.loads((path / RS_FILE).read_bytes()))
             has_states = (path / ESTIMATORS_FILE).is_file()
             estimators = json.loads((path / ESTIMATORS_FILE).read_bytes()) if has_states else {}
@@ -258,17 +271,20 @@ class CheckpointManager:
                 if (path / SAMPLING_FILE).is_file()
                 else SamplingState()
             )
-        except (OSError, ValueError, KeyError, TypeError, IndexError, CheckpointError) as exc:
+        except Exception as exc:  # whatever a tampered file makes the decoders raise: fall back, never a traceback
             raise self._unusable(path, f"checkpoint {str(path)!r} holds data this rllm cannot read ({exc!r})") from exc
         if saved != self.fingerprint:
             changed = sorted(k for k in set(saved) | set(self.fingerprint) if saved.get(k) != self.fingerprint.get(k))
+            differences = "; ".join(f"{k}: {saved.get(k)!r} then, {self.fingerprint.get(k)!r} now" for k in changed)
             raise CheckpointError(
-                f"Checkpoint {str(path)!r} was written with different settings ({', '.join(changed)}: "
-                f"{[saved.get(k) for k in changed]} then, {[self.fingerprint.get(k) for k in changed]} now). "
+                f"Checkpoint {str(path)!r} was written with different settings ({differences}). "
                 "Use another rllm.trainer.experiment_name or output_dir for the new settings, or set "
                 "rllm.trainer.resume_mode=disable to start over in place."
             )
-        backend.load_checkpoint(path)
+        try:
+            backend.load_checkpoint(path)
+        except Exception as exc:  # the backend's files passed the manifest but do not load: as damaged
+            raise self._unusable(path, f"the backend cannot load checkpoint {str(path)!r} ({exc!r})") from exc
         state.global_step, state.epoch, state.batches_done, state.rs_state = step, epoch, batches, rs_state
         state.estimator_states.load_state_dict(estimators)
         state.sampling_state = sampling

@@ -8,6 +8,10 @@ killed run never leaves a stale lock behind.
 ``.rllm-run.json`` records the names rllm writes in the directory (``metrics.jsonl``,
 ``checkpoints``, ...). A run refuses a directory where one of those names exists without
 that record, i.e. a file rllm did not write: it neither appends to it nor deletes it.
+
+rllm makes no symbolic links there, so a link at one of its names (or inside its folders) was
+planted: the run is refused, naming it, before anything is written through it to a file
+outside the run.
 """
 
 from __future__ import annotations
@@ -107,8 +111,30 @@ class RunDirectory:
             os.close(self._lock_fd)
             self._lock_fd = None
 
+    def _links(self) -> list[Path]:
+        """Symbolic links among rllm's entries (its names, their contents, the lock and the record)."""
+        found = []
+        for name in [*self.names, LOCK_FILE, OWNED_FILE]:
+            top = self.path / name
+            if top.is_symlink():
+                found.append(top)
+            elif top.is_dir():
+                for folder, dirs, files in os.walk(top):  # os.walk does not descend into linked folders
+                    found += [Path(folder, entry) for entry in [*dirs, *files] if Path(folder, entry).is_symlink()]
+        return found
+
     def _owned(self) -> list[str]:
-        """The names recorded as rllm's; raises :class:`RunDirError` if one of ``names`` exists unrecorded."""
+        """The names recorded as rllm's; raises :class:`RunDirError` if one of ``names`` exists unrecorded.
+
+        A symbolic link among them is refused too: rllm never writes through a link it did not make.
+        """
+        links = self._links()
+        if links:
+            raise RunDirError(
+                f"Run directory {str(self.path)!r} holds the symbolic link {str(links[0])!r} -> "
+                f"{os.readlink(links[0])!r}, which rllm did not make; rllm never writes through links in a run "
+                "directory. Remove the link (or put the real file there), or choose another rllm.trainer.output_dir."
+            )
         record = self.path / OWNED_FILE
         owned: list[str] = []
         if record.is_file():

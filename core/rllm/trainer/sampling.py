@@ -104,7 +104,10 @@ class SamplingState:
     @classmethod
     def from_json(cls, data: Any) -> SamplingState:
         try:
-            return cls(cycle=int(data["cycle"]), cursor=int(data["cursor"]))
+            cycle, cursor = data["cycle"], data["cursor"]
+            if type(cycle) is not int or type(cursor) is not int or cycle < 0 or cursor < 0:
+                raise ValueError("not counts")
+            return cls(cycle=cycle, cursor=cursor)
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"The dynamic-sampling state {data!r} is not {{cycle, cursor}}.") from exc
 

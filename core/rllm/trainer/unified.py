@@ -58,6 +58,25 @@ TRAINER_OPTIONS = ("executor", "progress")
 """Keyword arguments accepted beyond the documented ones."""
 LEARNING_CURVE = "learning_curve.png"
 """Written into the run directory by ``rllm train`` after training."""
+NUMBER_SETTINGS = (
+    "rllm.grouping_hook",
+    "rllm.algorithm",
+    "rllm.stepwise_advantage",
+    "rllm.compact_filtering",
+    "rllm.rejection_sample",
+    "rllm.rollout.n",
+    "rllm.data.train_batch_size",
+    "rllm.data.shuffle",
+)
+"""Config keys (and sections) that change a run's numbers: a checkpoint resumes only under the same values."""
+
+
+def _flatten(path: str, node: Any, into: dict[str, Any]) -> None:
+    """A section as its keys (each value whole: options compare as one mapping), or a single key."""
+    if isinstance(node, dict):
+        into.update({f"{path}.{key}": value for key, value in node.items()})
+    else:
+        into[path] = node
 
 
 @contextmanager
@@ -268,8 +287,22 @@ class UnifiedTrainer:
             self.val_dataset = setup.val_dataset
 
     def _fingerprint(self) -> dict[str, Any]:
-        """Settings a checkpoint is tied to: resuming under others would mix two experiments."""
+        """Settings a checkpoint is tied to: resuming under others would mix two experiments.
+
+        Beyond the named choices, every key of :data:`NUMBER_SETTINGS` and of the backend's own
+        section (``rllm.<backend>``: its task family, seed, learning rate, ...) is in it, by its
+        dotted name, so a mismatch names the key.
+        """
+        resolved = OmegaConf.to_container(self.config, resolve=True)
+        settings: dict[str, Any] = {}
+        for path in (*NUMBER_SETTINGS, f"rllm.{self.rllm_config.backend}"):
+            node: Any = resolved
+            for part in path.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            if node is not None:
+                _flatten(path, node, settings)
         return {
+            **settings,
             "backend": str(self.rllm_config.backend),
             "estimator": estimator_name(self.algorithm_config.estimator),
             "estimator_map": {k: estimator_name(v) for k, v in self.algorithm_config.estimator_map.items()},

@@ -2,11 +2,13 @@
 
 verl calls an advantage estimator with token-level rewards ``(batch, response_length)``, the
 response mask, the group labels ``index`` (the batch's ``uid``), the algorithm config and, when
-its batch has them, ``reward_baselines``. The adapter sums each response's rewards over its mask
-into one score, takes response lengths from the mask, runs the rllm estimator through rllm's one
+its batch has them, ``reward_baselines``. The adapter sums each response's token rewards over its
+whole row into one score, as verl's estimators do (a NaN or inf outside the mask is padding and
+ignored), takes response lengths from the mask (its non-zero entries), runs the rllm estimator through rllm's one
 invocation pipeline (options, rewards and outputs are checked exactly as in rllm), and returns
 the advantages broadcast over the mask, in verl's dtype and on verl's device, as both advantages
-and returns (the outcome estimators of verl do the same).
+and returns (the outcome estimators of verl do the same; for ``reinforce_plus_plus`` and ``remax``
+``returns`` is the reward-to-go, as verl's namesakes give).
 
 Estimator options come from the algorithm config under :data:`OPTIONS_KEY`
 (``algorithm.rllm_options``); verl's own ``norm_adv_by_std_in_grpo``, ``gamma`` and ``lam``
@@ -41,6 +43,9 @@ FROM_VERL = {
     "step_rewards": "token_level_rewards over the mask (one step per response token)",
 }
 """The rllm batch fields an adapter can fill, and what of verl's input fills them."""
+
+RETURNS_TO_GO = ("reinforce_plus_plus", "remax")
+"""Estimators whose verl namesakes return the (discounted) reward-to-go as ``returns``, not the advantages."""
 
 VerlEstimatorFn = Callable[..., "tuple[torch.Tensor, torch.Tensor]"]
 _adapters: dict[str, VerlEstimatorFn] = {}
@@ -79,6 +84,9 @@ def make_adapter(name: str) -> VerlEstimatorFn:
         reward_baselines: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         advantages = run_for_verl(name, token_level_rewards, response_mask, index, config, reward_baselines)
+        if name in RETURNS_TO_GO:  # as verl's own reinforce_plus_plus and remax return
+            gamma = float(_setting(config, "gamma") or 1.0) if name == "reinforce_plus_plus" else 1.0
+            return advantages, reward_to_go(token_level_rewards, response_mask, gamma)
         return advantages, advantages
 
     estimator.__name__ = estimator.__qualname__ = f"rllm_{name}"
@@ -113,13 +121,16 @@ def run_for_verl(
             "non_tensor_batch['uid']; this batch has no 'uid'."
         )
     options, ambient = settings(config)
-    with torch.no_grad():  # a float tensor times the (integer or boolean) mask keeps the float dtype
+    with torch.no_grad():
+        # verl scores a response by its whole row; a NaN or inf on a token outside the mask is padding junk.
+        on_mask = response_mask != 0
+        kept = torch.where(on_mask | torch.isfinite(token_level_rewards), token_level_rewards, 0.0)
         batch = AdvantageBatch(
-            _numpy((token_level_rewards * response_mask).sum(dim=-1)),
+            _numpy(kept.sum(dim=-1)),
             np.asarray(index),
             baseline_rewards=None if reward_baselines is None else _numpy(reward_baselines.reshape(-1)),
             sources={  # built only for an estimator that reads them
-                "response_lengths": lambda: _numpy(response_mask.sum(dim=-1)),
+                "response_lengths": lambda: _numpy(on_mask.sum(dim=-1)),
                 "step_rewards": lambda: _token_rows(token_level_rewards, response_mask),
             },
         )
@@ -129,17 +140,46 @@ def run_for_verl(
 
 def settings(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The estimator options (``algorithm.rllm_options``) and run-level settings of verl's algorithm config."""
+    from omegaconf import OmegaConf
+
+    from rllm.config.loading import check_expansion
+
     if config is None:
         return {}, {}
-    raw = config.get(OPTIONS_KEY)
+    if OmegaConf.is_config(config):
+        check_expansion(config)  # an interpolation bomb in rllm_options is refused by key, not expanded
+    raw = _setting(config, OPTIONS_KEY)
     options = _plain(raw) if raw is not None else {}
     if not isinstance(options, Mapping):
         raise ConfigError(
             f"algorithm.{OPTIONS_KEY} must be a mapping of rllm estimator options, e.g. "
             f"{{preset: verl}}; got {type(raw).__name__} {raw!r}."
         )
-    ambient = {key: _plain(config.get(key)) for key in RUN_SETTINGS if config.get(key) is not None}
+    ambient = {key: _plain(_setting(config, key)) for key in RUN_SETTINGS if _setting(config, key) is not None}
     return dict(options), ambient
+
+
+def _setting(config: Any, key: str) -> Any:
+    """``config[key]`` of verl's algorithm config (a DictConfig, a dict or a plain namespace), None if unset."""
+    if config is None:
+        return None
+    return config.get(key) if hasattr(config, "get") else getattr(config, key, None)
+
+
+def reward_to_go(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Each masked token's discounted sum of the rewards from it to the end; tokens outside the mask are skipped.
+
+    An observation span (mask 0 inside a response) neither blocks nor discounts the return, and gets 0.
+    """
+    import torch
+
+    out = torch.zeros_like(token_level_rewards)
+    running = torch.zeros_like(token_level_rewards[:, 0])
+    for t in reversed(range(token_level_rewards.shape[-1])):
+        on = response_mask[:, t] != 0
+        running = torch.where(on, token_level_rewards[:, t] + gamma * running, running)
+        out[:, t] = torch.where(on, running, torch.zeros_like(running))
+    return out
 
 
 def broadcast(advantages: FloatArray | Ragged, like: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -159,7 +199,7 @@ def broadcast(advantages: FloatArray | Ragged, like: torch.Tensor, response_mask
 
 def _token_rows(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> Ragged:
     """Each response's token rewards under its mask, as rllm's per-step rewards."""
-    lengths = _numpy(response_mask.sum(dim=-1)).astype(np.intp)
+    lengths = _numpy((response_mask != 0).sum(dim=-1)).astype(np.intp)  # a fractional mask weights, it still counts
     offsets = np.zeros(len(lengths) + 1, dtype=np.intp)
     np.cumsum(lengths, out=offsets[1:])
     return Ragged(values=_numpy(token_level_rewards[response_mask.bool()]), offsets=offsets)
