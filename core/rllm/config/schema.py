@@ -342,6 +342,13 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
     ),
     _bool_key("rllm.stepwise_advantage.enable", False, "Per-step advantages (verl switch)."),
     ConfigKey(
+        "rllm.stepwise_advantage.use_rllm",
+        "bool",
+        None,
+        "The seed's place for the deprecated use_rllm switch (see rllm.algorithm.use_rllm).",
+        nullable=True,
+    ),
+    ConfigKey(
         "rllm.stepwise_advantage.norm_adv_by_std_in_grpo",
         "bool",
         None,

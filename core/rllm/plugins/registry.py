@@ -135,11 +135,17 @@ class Registry(Generic[E]):
         known = self.names()
         close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        listing = ", ".join(known) if known else "none"
+        listing = ", ".join(known[:LISTED_NAMES]) if known else "none"
+        if len(known) > LISTED_NAMES:
+            listing += f" and {len(known) - LISTED_NAMES} more (`rllm plugins` lists them all)"
         return (
             f"Unknown {self.what} {name!r}.{hint} Registered: {listing}. Install a plugin that provides it, "
             "or register your own (see `rllm plugins` and docs/plugins.md)."
         )
+
+
+LISTED_NAMES = 40
+"""Names an unknown-name error lists: enough to spot the right one, bounded however many are registered."""
 
 
 @dataclass(frozen=True)

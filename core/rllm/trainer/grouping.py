@@ -7,6 +7,7 @@ in one group; plugins register others under a name (``rllm.grouping_hook``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -58,7 +59,8 @@ def fill_trajectory_rewards(group: TrajectoryGroup) -> None:
     unset = [t.reward is None for t in group.trajectories]
     if all(unset):
         for trajectory in group.trajectories:
-            trajectory.reward = float(trajectory.steps[-1].reward) if trajectory.steps else 0.0
+            last = trajectory.steps[-1].reward if trajectory.steps else 0.0
+            trajectory.reward = math.nan if last is None else float(last)  # None: unscorable, the policy decides
     elif any(unset):
         position = unset.index(True)
         raise DataError(
