@@ -1,0 +1,58 @@
+"""Trainer-side mistakes: unscorable workflow rewards follow the policy, corrupt run files are named."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+import rllm
+from rllm import AlgorithmConfig
+from rllm.errors import OutputFileError, RewardError, RunDirError
+from rllm.trainer.grouping import fill_trajectory_rewards
+from rllm.trainer.logging import read_metrics
+from rllm.types import Step, Trajectory, TrajectoryGroup
+
+
+def _group(rewards: list[float | None]) -> TrajectoryGroup:
+    return TrajectoryGroup.for_task("t", "solver", [Trajectory(steps=[Step(reward=r)]) for r in rewards])  # type: ignore[arg-type]
+
+
+def test_none_step_reward_is_unscorable_under_every_policy() -> None:
+    group = _group([1.0, None, 0.0])
+    fill_trajectory_rewards(group)
+    assert math.isnan(group.trajectories[1].reward)  # type: ignore[arg-type]
+    with pytest.raises(RewardError, match="missing, NaN or infinite"):
+        rllm.collect_reward_and_advantage_from_trajectory_groups([group], AlgorithmConfig())
+    group = _group([1.0, None, 0.0])
+    fill_trajectory_rewards(group)
+    rllm.collect_reward_and_advantage_from_trajectory_groups([group], AlgorithmConfig(nonfinite_rewards="exclude"))
+    # grpo over {1, 0}: mean 0.5, std 0.5 (+1e-6); the unscorable rollout gets 0.
+    got = [t.steps[0].advantage for t in group.trajectories]
+    assert got == pytest.approx([0.5 / 0.500001, 0.0, -0.5 / 0.500001])
+
+
+@pytest.mark.parametrize("line", [b"3", b'{"kind": "train", "step": "x"}', b'{"kind": "train", "step": 1, "x": "\xff"}'])
+def test_corrupt_metrics_line_is_named(tmp_path: Path, line: bytes) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"kind": "train", "step": 1}\n' + line + b'\n{"kind": "train", "step": 2}\n')
+    with pytest.raises(RunDirError, match=r"metrics.jsonl', line 2: not a metrics record"):
+        read_metrics(path)
+
+
+def test_plot_into_a_folder_and_a_read_only_folder(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from rllm.trainer.plot import plot_runs
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "reward/solver/mean": 0.5}\n')
+    out = tmp_path / "figures"
+    out.mkdir()
+    assert plot_runs([run], out) == out / "learning_curves.png"
+    assert (out / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
+    blocker = tmp_path / "a_file"  # as unwritable as a read-only folder, even for root
+    blocker.write_text("")
+    with pytest.raises(OutputFileError, match="a_file/c.png"):
+        plot_runs([run], blocker / "c.png")
