@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -114,9 +112,7 @@ def test_config_folder_is_named_a_folder(tmp_path: Path, capsys: pytest.CaptureF
     one_error(capsys, ["config", "-c", str(tmp_path)], "is a folder; give a YAML file")
 
 
-def test_large_plain_yaml_is_read_and_alias_bombs_are_not(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_large_plain_yaml_is_read_and_alias_bombs_are_not(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     big = tmp_path / "big.yaml"
     values = ", ".join(["1"] * 12_000)  # 12,000 nodes and no alias
     big.write_text(f"rllm:\n  algorithm:\n    estimator_options:\n      big_list: [{values}]\n")
@@ -146,37 +142,3 @@ def test_broken_pipe_exits_quietly(tmp_path: Path) -> None:
     producer.stdout.close()  # what `| head -1` does
     err = producer.stderr.read().decode()
     assert producer.wait(timeout=120) == 0 and err == "", err
-
-
-def test_stdin_copy_has_no_name_in_the_temp_folder(tmp_path: Path) -> None:
-    """SIGKILL cannot be caught, so the copy of stdin must never have a name that could be left behind."""
-    spool = tmp_path / "tmp"
-    spool.mkdir()
-    reader = subprocess.Popen(
-        [*COMMAND, "advantages", "-"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        env={**os.environ, "TMPDIR": str(spool)},
-    )
-    assert reader.stdin is not None
-    reader.stdin.write(b'{"group_id": 1, "reward": 1}\n')
-    reader.stdin.flush()  # stdin stays open: the process is copying it
-    deadline = time.monotonic() + 60
-    while not _copy_open(reader.pid, spool) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _copy_open(reader.pid, spool), "the copy of stdin was never made"
-    assert list(spool.iterdir()) == []
-    reader.kill()
-    reader.wait(timeout=30)
-    assert list(spool.iterdir()) == []
-
-
-def _copy_open(pid: int, folder: Path) -> bool:
-    """Whether process ``pid`` holds a file of ``folder`` open (an unlinked one shows as '... (deleted)')."""
-    links = []
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            links.append(os.readlink(fd))
-        except OSError:
-            continue
-    return any(link.startswith(str(folder)) for link in links)

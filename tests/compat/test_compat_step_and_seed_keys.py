@@ -35,7 +35,13 @@ def test_step_from_model_output() -> None:
 
 def test_step_from_empty_model_output() -> None:
     step = Step.from_model_output(ModelOutput(content=None, reasoning=None, weight_version=None))
-    assert (step.prompt_ids, step.response_ids, step.logprobs, step.thought, step.model_response) == ([], [], [], "", "")
+    assert (step.prompt_ids, step.response_ids, step.logprobs, step.thought, step.model_response) == (
+        [],
+        [],
+        [],
+        "",
+        "",
+    )
 
 
 def test_seed_stepwise_use_rllm_key_is_read() -> None:

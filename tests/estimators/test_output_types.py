@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,10 +17,8 @@ from rllm.plugins.manager import PluginManager
 
 def _writable_input(batch: Any) -> Any:
     rewards = batch.rewards
-    try:
+    with contextlib.suppress(ValueError):  # numpy may refuse on a view of a read-only array
         rewards.setflags(write=True)
-    except ValueError:
-        pass
     return rewards
 
 
@@ -56,3 +55,35 @@ def test_unknown_name_error_is_bounded(plugin_manager: PluginManager) -> None:
     message = str(caught.value)
     assert len(message) < 2000, len(message)
     assert "more (`rllm plugins` lists them all)" in message
+
+
+@pytest.mark.parametrize(
+    ("rewards", "needle"),
+    [
+        (np.array([2**63 - 1, 2**63 - 2]), "beyond 2\\*\\*53"),  # as floats both are 2**63: advantages 0, 0
+        ([10**400, 0], "an integer of 401 digits"),
+        ((r for r in [1.0, 0.0]), "got a generator; pass list"),
+    ],
+)
+def test_rewards_that_cannot_become_floats_are_refused(rewards: Any, needle: str) -> None:
+    from rllm.errors import RewardError
+
+    with pytest.raises(RewardError, match=needle):
+        rllm.compute_advantages("grpo", rewards, [0, 0])
+
+
+def test_collection_refuses_a_reward_too_large_for_a_float() -> None:
+    from rllm.errors import RewardError
+    from rllm.types import Step, Trajectory, TrajectoryGroup
+
+    group = TrajectoryGroup.for_task("t", "solver", [Trajectory(reward=r, steps=[Step()]) for r in (10**400, 0)])
+    with pytest.raises(RewardError, match="an integer of 401 digits"):
+        rllm.collect_reward_and_advantage_from_trajectory_groups([group], rllm.AlgorithmConfig())
+
+
+@pytest.mark.parametrize("eps", [float("inf"), float("nan")])
+def test_non_finite_eps_is_refused(eps: float) -> None:
+    from rllm.errors import EstimatorOptionError
+
+    with pytest.raises(EstimatorOptionError, match="'eps' of estimator 'grpo'.*must be a finite number"):
+        rllm.compute_advantages("grpo", [1.0, 0.0], [0, 0], eps=eps)

@@ -33,7 +33,9 @@ def test_none_step_reward_is_unscorable_under_every_policy() -> None:
     assert got == pytest.approx([0.5 / 0.500001, 0.0, -0.5 / 0.500001])
 
 
-@pytest.mark.parametrize("line", [b"3", b'{"kind": "train", "step": "x"}', b'{"kind": "train", "step": 1, "x": "\xff"}'])
+@pytest.mark.parametrize(
+    "line", [b"3", b'{"kind": "train", "step": "x"}', b'{"kind": "train", "step": 1, "x": "\xff"}']
+)
 def test_corrupt_metrics_line_is_named(tmp_path: Path, line: bytes) -> None:
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b'{"kind": "train", "step": 1}\n' + line + b'\n{"kind": "train", "step": 2}\n')
@@ -54,5 +56,5 @@ def test_plot_into_a_folder_and_a_read_only_folder(tmp_path: Path) -> None:
     assert (out / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
     blocker = tmp_path / "a_file"  # as unwritable as a read-only folder, even for root
     blocker.write_text("")
-    with pytest.raises(OutputFileError, match="a_file/c.png"):
+    with pytest.raises(OutputFileError, match=r"a_file/c\.png"):
         plot_runs([run], blocker / "c.png")

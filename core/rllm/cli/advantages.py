@@ -301,7 +301,11 @@ def _is_count(value: float) -> bool:
 
 def _short(value: Any, limit: int = 60) -> str:
     """``repr(value)`` cut to ``limit`` characters: a message names the value, it does not reprint the line."""
-    text = repr(value) if not isinstance(value, int) or value.bit_length() < 200 else f"an integer of {len(str(value))} digits"
+    text = (
+        repr(value)
+        if not isinstance(value, int) or value.bit_length() < 200
+        else f"an integer of {len(str(value))} digits"
+    )
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -509,7 +513,7 @@ def _input(word: str | None) -> Input:
 
 def _spool(handle: IO[bytes], source: str) -> Input:
     """Copy a stream that cannot be read twice into an anonymous temporary file."""
-    spool = tempfile.TemporaryFile(prefix="rllm-advantages-", suffix=".jsonl")
+    spool = tempfile.TemporaryFile(prefix="rllm-advantages-", suffix=".jsonl")  # noqa: SIM115 (kept open)
     try:
         read = getattr(handle, "read1", handle.read)  # what has arrived, not a full buffer's worth
         while chunk := read(1 << 16):
@@ -562,5 +566,9 @@ def run(args: argparse.Namespace) -> int:
     for key in sorted(k for k in metrics if k.startswith(shown)):
         print(f"  {key} = {metrics[key]:.6g}", file=report)
     if len(cols.role_names) > SUMMARY_ROLES:
-        print(f"  ... and {len(cols.role_names) - SUMMARY_ROLES} more roles (the summary shows the first {SUMMARY_ROLES})", file=report)
+        print(
+            f"  ... and {len(cols.role_names) - SUMMARY_ROLES} more roles "
+            f"(the summary shows the first {SUMMARY_ROLES})",
+            file=report,
+        )
     return 0

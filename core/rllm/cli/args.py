@@ -76,7 +76,12 @@ def split_words(args: argparse.Namespace, others_allowed: int = 0) -> ConfigArgs
     """
     out = ConfigArgs(files=list(args.config))
     for word in args.words:
-        if others_allowed and not word.startswith(("+", "~")) and Path(word).is_file() and len(out.others) < others_allowed:
+        if (
+            others_allowed
+            and not word.startswith(("+", "~"))
+            and Path(word).is_file()
+            and len(out.others) < others_allowed
+        ):
             out.others.append(word)  # an existing file named like an override (`data=v1.jsonl`) is the file
         elif is_override(word):
             out.overrides.append(word)

@@ -174,7 +174,9 @@ def _as_layer(source: DictConfig | Mapping[str, Any] | str | Path) -> tuple[Dict
         return OmegaConf.create(dict(source)), "the given config"
     path = Path(source)
     if path.is_dir():
-        raise ConfigError(f"Config file {str(path)!r} is a folder; give a YAML file (e.g. {str(path / CONFIG_FILE)!r}).")
+        raise ConfigError(
+            f"Config file {str(path)!r} is a folder; give a YAML file (e.g. {str(path / CONFIG_FILE)!r})."
+        )
     if not path.is_file():
         raise ConfigError(f"Config file {str(path)!r} does not exist.")
     try:

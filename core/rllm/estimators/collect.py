@@ -22,6 +22,7 @@ from rllm.estimators.batch import (
     IndexArray,
     Ragged,
     declared_fields,
+    float_rewards,
 )
 from rllm.estimators.compute import get_estimator
 from rllm.estimators.diagnostics import difficulty_metrics
@@ -88,8 +89,10 @@ def _rewards(groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]
         values = np.array(rewards)
     except ValueError:  # nested values of different lengths: refused below, naming the trajectory
         values = np.zeros((0, 0))
+    except OverflowError:  # an integer too large for a float: named below
+        values = np.zeros((0, 0))
     if values.ndim == 1 and values.dtype.kind in "fiub":
-        return values.astype(np.float64, copy=False)
+        return float_rewards(values)
     for group in groups:
         for position, traj in enumerate(group.trajectories):
             reward = traj.reward
@@ -99,7 +102,7 @@ def _rewards(groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]
                     f"{group.group_id!r} has reward {reward!r}; a reward is a number (or None when it "
                     "cannot be scored)."
                 )
-    return np.array([np.nan if r is None else r for r in rewards], dtype=np.float64)
+    return float_rewards([np.nan if r is None else r for r in rewards])
 
 
 def _steps(trajectories: list[Trajectory], read: Callable[[Step], Any]) -> Ragged | None:
