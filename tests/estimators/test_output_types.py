@@ -85,5 +85,5 @@ def test_collection_refuses_a_reward_too_large_for_a_float() -> None:
 def test_non_finite_eps_is_refused(eps: float) -> None:
     from rllm.errors import EstimatorOptionError
 
-    with pytest.raises(EstimatorOptionError, match="'eps' of estimator 'grpo'.*must be a finite number"):
+    with pytest.raises(EstimatorOptionError, match=r"'eps' of estimator 'grpo'.*must be a finite number"):
         rllm.compute_advantages("grpo", [1.0, 0.0], [0, 0], eps=eps)
