@@ -73,6 +73,10 @@ SLOW_PLUGIN_SECONDS = 0.5
 """A plugin whose import and hooks take longer than this is named as slow by ``rllm plugins``."""
 
 
+HOOK_NAMES: list[str] = sorted(name for name in vars(hookspecs) if name.startswith("rllm_register_"))
+"""Every hook rllm defines (the registration kinds and ``rllm_register_config_sections``)."""
+
+
 @dataclass
 class PluginInfo:
     """What ``rllm plugins`` reports about one plugin."""
@@ -223,11 +227,14 @@ class PluginManager:
         info.hooks = sorted(caller.name for caller in callers)
         unknown = [caller.name for caller in callers if caller.spec is None]
         if unknown or not (callers or info.estimators):
-            known = [kind.hook for kind in HOOK_KINDS]
+            known = HOOK_NAMES
             hints = [
                 f"{u!r} (did you mean {difflib.get_close_matches(u, known, n=1, cutoff=0)[0]!r}?)" for u in unknown
             ]
             reason = f"it defines unknown hooks {', '.join(hints)}" if unknown else "it implements no rllm hook"
+            unmarked = [name for name in known if callable(getattr(plugin, name, None))]
+            if unmarked and not unknown:
+                reason += f" ({', '.join(unmarked)} is not marked @rllm.hookimpl; add the decorator)"
             raise PluginContractError(f"{reason}; rllm's hooks are {', '.join(known)}")
         for kind in HOOK_KINDS:
             registrar = self._registrar(kind, source, getattr(info, kind.attribute))
