@@ -96,6 +96,10 @@ class ConfigKey:
             if unknown:
                 close = difflib.get_close_matches(str(unknown[0]), [str(a) for a in allowed], n=1, cutoff=0.6)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
+                if self.names is not None:
+                    from rllm.plugins.manager import get_plugin_manager
+
+                    hint = get_plugin_manager().why_missing(str(unknown[0])) or hint
                 raise ConfigError(f"{self.path} must be {self.describe()}; got {_show(value)}.{hint}")
         return checked
 

@@ -66,7 +66,7 @@ if sys.version_info >= (3, 12):
 else:  # pragma: no cover - exercised on older interpreters
     pass
 
-PluginStatus = Literal["ok", "failed", "blocked", "conflict"]
+PluginStatus = Literal["ok", "failed", "blocked", "conflict", "inactive"]
 Claim = tuple[str, Callable[..., Any], dict[str, Any]]
 """An estimator registered by decorator while its plugin's module was imported: name, function, keywords."""
 SLOW_PLUGIN_SECONDS = 0.5
@@ -177,9 +177,8 @@ class PluginManager:
         self._registered_on_import: dict[str, list[str]] = {}
         self._claims_on_import: dict[Source, list[Claim]] = {}
 
-    @staticmethod
-    def _registry(kind: HookKind) -> Registry[Any]:
-        return Registry(kind.what, kind.not_found, kind.conflict)
+    def _registry(self, kind: HookKind) -> Registry[Any]:
+        return Registry(kind.what, kind.not_found, kind.conflict, self.why_missing)
 
     def registry(self, kind: HookKind) -> Registry[Any]:
         return getattr(self, kind.attribute)
@@ -215,7 +214,21 @@ class PluginManager:
             self._roll_back(plugin, source, info)
             self._fail(info, PluginHookError, f"its registration hook raised {_describe(exc)}", exc)
         info.load_seconds += time.perf_counter() - started
+        inactive = getattr(plugin, "rllm_inactive_reason", None)
+        reason = inactive() if callable(inactive) and info.status == "ok" else None
+        if reason:
+            info.status, info.error = "inactive", str(reason)
         return info
+
+    def why_missing(self, name: str) -> str:
+        """For an unknown name: the plugin its prefix (``verl.grpo``) or itself names, if absent or not working."""
+        plugin = name.split(".", 1)[0]
+        info = self.plugins.get(plugin)
+        if info is not None and info.status != "ok":
+            return f" Plugin {plugin!r}, which would provide it, is {info.status}: {info.error}."
+        if info is None and "." in name:
+            return f" No plugin named {plugin!r} is installed; install it (`rllm plugins` lists the installed ones)."
+        return ""
 
     def _register_hooks(self, plugin: object, source: Source, info: PluginInfo) -> None:
         self._refuse_hookimpl_options(plugin)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
@@ -56,10 +56,13 @@ class Registry(Generic[E]):
         what: str,
         not_found: type[NameNotFoundError],
         conflict: type[NameConflictError],
+        why_missing: Callable[[str], str] | None = None,
     ) -> None:
         self.what = what
         self.not_found = not_found
         self.conflict = conflict
+        self.why_missing = why_missing
+        """Names the plugin that would provide an unknown name, when it is absent or inactive."""
         self._claims: dict[str, list[E]] = {}
 
     def add(self, entry: E) -> None:
@@ -135,6 +138,8 @@ class Registry(Generic[E]):
         known = self.names()
         close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        if self.why_missing is not None:
+            hint = self.why_missing(str(name)) or hint
         listing = ", ".join(known[:LISTED_NAMES]) if known else "none"
         if len(known) > LISTED_NAMES:
             listing += f" and {len(known) - LISTED_NAMES} more (`rllm plugins` lists them all)"
