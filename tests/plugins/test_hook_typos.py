@@ -13,7 +13,7 @@ from rllm.plugins.registry import Source
 
 
 def _source(name: str) -> Source:
-    return Source(name, "entry_point", f"dist-{name}", "1.0")
+    return Source("plugin", name, f"dist-{name}", "1.0")
 
 
 def test_config_sections_typo_is_matched_to_its_hook(plugin_manager: PluginManager) -> None:
