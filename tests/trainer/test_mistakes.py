@@ -58,3 +58,26 @@ def test_plot_into_a_folder_and_a_read_only_folder(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(OutputFileError, match=r"a_file/c\.png"):
         plot_runs([run], blocker / "c.png")
+
+
+def test_steps_that_train_nothing_are_reported(make_config) -> None:
+    from rllm.errors import RLLMWarning
+    from rllm.trainer.unified import UnifiedTrainer
+
+    config = make_config(
+        "rllm.dynamic_sampling.enable=true",
+        "rllm.dynamic_sampling.strategy=drop",
+        "rllm.dynamic_sampling.tolerance=100",  # rewards are 0 or 1: every group counts as uniform
+        "rllm.dynamic_sampling.max_rounds=1",
+        "rllm.trainer.total_batches=2",
+        "rllm.trainer.test_freq=0",
+    )
+    trainer = UnifiedTrainer(None, config, progress=False)
+    try:
+        with pytest.warns(RLLMWarning) as caught:
+            trainer.fit()
+    finally:
+        trainer.shutdown()
+    messages = [str(w.message) for w in caught]
+    assert sum("no group is left to train on" in m for m in messages) == 2, messages
+    assert "2 of this run's steps trained nothing" in messages[-1]
