@@ -87,3 +87,12 @@ def test_non_finite_eps_is_refused(eps: float) -> None:
 
     with pytest.raises(EstimatorOptionError, match=r"'eps' of estimator 'grpo'.*must be a finite number"):
         rllm.compute_advantages("grpo", [1.0, 0.0], [0, 0], eps=eps)
+
+
+def test_explicit_preset_is_checked_for_an_estimator_without_numerics() -> None:
+    from rllm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="Unknown numerics preset 'nonexistent'"):
+        rllm.compute_advantages("ema_baseline", [1.0, 0.0], [0, 0], preset="nonexistent")
+    # A known preset is accepted and, as ema_baseline has no numerics, changes nothing: 1 - 0.5, 0 - 0.5.
+    assert rllm.compute_advantages("ema_baseline", [1.0, 0.0], [0, 0], preset="verl").tolist() == [0.5, -0.5]

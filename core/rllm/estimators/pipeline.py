@@ -99,6 +99,9 @@ def invoke(
 
 def _keyword_arguments(entry: EstimatorEntry, options: Mapping[str, Any], ambient: Mapping[str, Any]) -> dict[str, Any]:
     declaration = entry.declaration
+    preset = options.get("preset", ambient.get("preset"))
+    if preset is not None and not declaration.numerics:  # ignored by this estimator, but must still be a preset
+        resolve_numerics(preset, estimator=entry.name)
     kwargs = resolve_options(entry.name, declaration, options, ambient, entry.source.describe())
     if declaration.numerics:
         chosen = {k: kwargs.pop(k) for k in list(kwargs) if k in NUMERICS_NAMES}
