@@ -328,6 +328,7 @@ def validate_config(config: DictConfig, schema: Schema | None = None) -> DictCon
         if checked is not value and not OmegaConf.is_interpolation(*_parent_and_leaf(config, key.path)):
             OmegaConf.update(config, key.path, checked, merge=False)
     _check_presets(_lookup(resolved, "rllm.algorithm.estimator_options"))
+    _check_estimator_choices(_lookup(resolved, "rllm.algorithm"))
     return config
 
 
@@ -350,6 +351,36 @@ def _preset_names() -> list[str]:
     from rllm.estimators.numerics import PRESETS
 
     return sorted(PRESETS)
+
+
+def _check_estimator_choices(algorithm: Mapping[str, Any]) -> None:
+    """Role keys are strings, the map names registered estimators, per-estimator options fit their estimator.
+
+    Checked when the config is loaded, so ``rllm config`` refuses what a run would refuse later.
+    """
+    from rllm.estimators.compute import get_estimator  # the estimators import the config package
+    from rllm.plugins.options import resolve_options
+
+    base = "rllm.algorithm"
+    for role, value in (algorithm.get("estimator_map") or {}).items():
+        if not isinstance(role, str):
+            raise ConfigError(
+                f"{base}.estimator_map: the role {role!r} is not a string ({type(role).__name__}); roles are "
+                f"strings, so quote it ('{role}': ...)."
+            )
+        chosen = value[0] if isinstance(value, list | tuple) and value else value
+        ConfigKey(f"{base}.estimator_map.{role}", "str", None, "", names=_registered_estimators).check(chosen)
+    known = set(_registered_estimators())
+    for name, options in (algorithm.get("estimator_options") or {}).items():
+        if name in known and isinstance(options, Mapping):
+            entry = get_estimator(name)
+            resolve_options(entry.name, entry.declaration, options, {}, entry.source.describe())
+
+
+def _registered_estimators() -> list[str]:
+    from rllm.plugins.manager import get_plugin_manager
+
+    return get_plugin_manager().estimators.names()
 
 
 def _check_presets(options: Mapping[str, Any]) -> None:

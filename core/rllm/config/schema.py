@@ -118,8 +118,14 @@ def _show(value: Any) -> str:
     return "null" if value is None else repr(value)
 
 
+_INT_LIMIT = 2**63
+"""Integer settings fit a signed 64-bit integer (what numpy, torch and the checkpoints hold)."""
+
+
 def _int(value: Any) -> Any:
-    return value if isinstance(value, int) and not isinstance(value, bool) else _BAD
+    if not isinstance(value, int) or isinstance(value, bool) or not -_INT_LIMIT <= value < _INT_LIMIT:
+        return _BAD
+    return value
 
 
 def _float(value: Any) -> Any:
