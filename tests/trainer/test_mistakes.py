@@ -81,3 +81,19 @@ def test_steps_that_train_nothing_are_reported(make_config) -> None:
     messages = [str(w.message) for w in caught]
     assert sum("no group is left to train on" in m for m in messages) == 2, messages
     assert "2 of this run's steps trained nothing" in messages[-1]
+
+
+def test_saved_estimator_state_the_estimator_cannot_read_is_named() -> None:
+    from rllm.errors import CheckpointError
+    from rllm.estimators.collect import collect_advantages
+    from rllm.toolkit import EstimatorStates
+
+    config = AlgorithmConfig(estimator="ema_baseline")
+    states = EstimatorStates()
+    states.load_state_dict({"ema_baseline": {"solver": {"renamed_field": {}}}}, "'run/checkpoints/step_2/x.json'")
+    groups = [TrajectoryGroup.for_task("a", "solver", [Trajectory(name="solver", reward=r) for r in (1.0, 0.0)])]
+    with pytest.raises(CheckpointError) as caught:
+        collect_advantages(groups, config, states=states)
+    message = str(caught.value)
+    assert "Estimator 'ema_baseline' cannot read its saved state for role 'solver'" in message
+    assert "'run/checkpoints/step_2/x.json'" in message and "resume_mode=disable" in message

@@ -270,7 +270,7 @@ class CheckpointManager:
             )
         backend.load_checkpoint(path)
         state.global_step, state.epoch, state.batches_done, state.rs_state = step, epoch, batches, rs_state
-        state.estimator_states.load_state_dict(estimators)
+        state.estimator_states.load_state_dict(estimators, repr(str(path / ESTIMATORS_FILE)))
         state.sampling_state = sampling
 
     def resume(self, state: TrainerState, backend: BackendProtocol) -> tuple[Path | None, list[str]]:
