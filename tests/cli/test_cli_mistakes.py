@@ -142,3 +142,12 @@ def test_broken_pipe_exits_quietly(tmp_path: Path) -> None:
     producer.stdout.close()  # what `| head -1` does
     err = producer.stderr.read().decode()
     assert producer.wait(timeout=120) == 0 and err == "", err
+
+
+def test_nan_reward_component_is_located_by_line_and_label(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text(
+        '{"group_id": "a", "reward": 1, "reward_components": [1, 0]}\n'
+        '{"group_id": "a", "reward": 0, "reward_components": [NaN, 1]}\n'
+    )
+    one_error(capsys, ["advantages", str(source), "-e", "gdpo"], "component 0 is NaN or infinite at line 2 of", "'a'")

@@ -96,3 +96,20 @@ def test_explicit_preset_is_checked_for_an_estimator_without_numerics() -> None:
         rllm.compute_advantages("ema_baseline", [1.0, 0.0], [0, 0], preset="nonexistent")
     # A known preset is accepted and, as ema_baseline has no numerics, changes nothing: 1 - 0.5, 0 - 0.5.
     assert rllm.compute_advantages("ema_baseline", [1.0, 0.0], [0, 0], preset="verl").tolist() == [0.5, -0.5]
+
+
+def test_mix_cannot_contain_itself() -> None:
+    from rllm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="'mix' cannot be one of its own components"):
+        rllm.compute_advantages("mix", [1.0, 0.0], [0, 0], components="0.5*mix + 0.5*grpo")
+    config = rllm.AlgorithmConfig(estimator="mix", estimator_options={"mix": {"components": "1*mix"}})
+    with pytest.raises(ConfigError, match="'mix' cannot be one of its own components"):
+        _collect(config)
+
+
+def _collect(config: Any) -> None:
+    from rllm.types import Trajectory, TrajectoryGroup
+
+    group = TrajectoryGroup.for_task("a", "solver", [Trajectory(name="solver", reward=r) for r in (1.0, 0.0)])
+    rllm.collect_reward_and_advantage_from_trajectory_groups([group], config)
