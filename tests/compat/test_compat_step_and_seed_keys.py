@@ -47,3 +47,31 @@ def test_step_from_empty_model_output() -> None:
 def test_seed_stepwise_use_rllm_key_is_read() -> None:
     config = load_config(overrides=["rllm.stepwise_advantage.use_rllm=false"])
     assert AlgorithmConfig.from_config(config).use_rllm is None  # false, the seed's default, is not a use
+
+
+def test_taken_names_per_door_as_docs_plugins_md_says(plugin_manager: object) -> None:
+    import warnings
+
+    import numpy as np
+    import pytest
+
+    from rllm.errors import RLLMWarning
+    from rllm.experimental.common.advantage import (
+        RLLM_ADV_ESTIMATOR_REGISTRY,
+        get_rllm_adv_estimator,
+        register_rllm_adv_estimator,
+    )
+
+    def zeros(rewards: list[np.ndarray], **_: object) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        return [r * 0 for r in rewards], [r * 0 for r in rewards]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # assignment replaces without a word
+        RLLM_ADV_ESTIMATOR_REGISTRY["rloo"] = zeros
+    with pytest.warns(RLLMWarning, match="replaces estimator 'grpo' of built-in plugin 'builtin'"):
+        register_rllm_adv_estimator("grpo")(zeros)
+    for name in ("rloo", "grpo"):
+        lookup = get_rllm_adv_estimator(name)
+        assert lookup.__wrapped__ is zeros  # type: ignore[attr-defined]
+        advantages, _ = lookup([np.array([1.0, 0.0])])
+        assert advantages[0].tolist() == [0.0, 0.0]
