@@ -39,12 +39,16 @@ class Output:
     def write(self, data: bytes) -> None:
         try:
             self._handle.write(data)
+        except BrokenPipeError:  # the reader went away (`| head`): the command stops quietly
+            raise
         except OSError as exc:
             raise self.error(exc) from None
 
     def flush(self) -> None:
         try:
             self._handle.flush()
+        except BrokenPipeError:  # the reader went away (`| head`): the command stops quietly
+            raise
         except OSError as exc:
             raise self.error(exc) from None
 

@@ -152,6 +152,30 @@ class Step:
                 "give one logprob per response token, or none."
             )
 
+    @classmethod
+    def from_model_output(
+        cls, model_output: Any, messages: list[dict[str, Any]] | None = None, action: Any = None
+    ) -> Step:
+        """A step from a rollout engine's ``ModelOutput`` (rLLM's constructor, read by attribute).
+
+        ``model_output`` needs ``prompt_ids``, ``completion_ids``, ``logprobs``, ``content`` and
+        ``reasoning`` (each may be None); the assistant message is appended to ``messages``.
+        """
+        content = getattr(model_output, "content", None)
+        reasoning = getattr(model_output, "reasoning", None)
+        return cls(
+            prompt_ids=list(getattr(model_output, "prompt_ids", None) or []),
+            response_ids=list(getattr(model_output, "completion_ids", None) or []),
+            logprobs=list(getattr(model_output, "logprobs", None) or []),
+            routing_matrices=getattr(model_output, "routing_matrices", None),
+            chat_completions=[*(messages or []), {"role": "assistant", "content": content, "reasoning": reasoning}],
+            thought=reasoning or "",
+            action=action,
+            model_response=content or "",
+            model_output=model_output,
+            weight_version=getattr(model_output, "weight_version", None),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict with rLLM's keys (``info`` holds the metadata)."""
         names = (

@@ -174,13 +174,47 @@ def test_sigterm_while_reading_stdin_removes_its_copy(tmp_path: Path) -> None:
     process.stdin.write(LINES.encode())
     process.stdin.flush()  # stdin stays open: rllm is copying it when the signal arrives
     deadline = time.monotonic() + 60
-    while not any(p.stat().st_size for p in spool_dir.iterdir()) and time.monotonic() < deadline:
-        time.sleep(0.05)  # until the copy holds the lines: rllm is inside the copying loop
-    assert list(spool_dir.iterdir()), "rllm never started copying stdin"
+    while not _copy_open(process.pid, spool_dir) and time.monotonic() < deadline:
+        time.sleep(0.05)  # until rllm holds its copy: it is inside the copying loop
+    assert _copy_open(process.pid, spool_dir), "rllm never started copying stdin"
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 128 + signal.SIGTERM
     process.stdin.close()
     assert list(spool_dir.iterdir()) == [] and not (tmp_path / "out.jsonl").exists()
+
+
+def test_stdin_copy_has_no_name_in_the_temp_folder(tmp_path: Path) -> None:
+    """SIGKILL cannot be caught, so the copy of stdin must never have a name that could be left behind."""
+    spool = tmp_path / "tmp"
+    spool.mkdir()
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "rllm.cli.main", "advantages", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(spool)},
+    )
+    assert reader.stdin is not None
+    reader.stdin.write(b'{"group_id": 1, "reward": 1}\n')
+    reader.stdin.flush()  # stdin stays open: the process is copying it
+    deadline = time.monotonic() + 60
+    while not _copy_open(reader.pid, spool) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _copy_open(reader.pid, spool), "the copy of stdin was never made"
+    assert list(spool.iterdir()) == []
+    reader.kill()
+    reader.wait(timeout=30)
+    assert list(spool.iterdir()) == []
+
+
+def _copy_open(pid: int, folder: Path) -> bool:
+    """Whether process ``pid`` holds a file of ``folder`` open (an unlinked one shows as '... (deleted)')."""
+    links = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            links.append(os.readlink(fd))
+        except OSError:
+            continue
+    return any(link.startswith(str(folder)) for link in links)
 
 
 def test_output_onto_the_input_file_rewrites_it_in_place(source: Path) -> None:

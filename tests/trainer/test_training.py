@@ -69,15 +69,15 @@ def test_estimator_map_per_role_from_config_and_constructor(make_config, plugin_
 
 
 def test_unknown_estimator_fails_before_any_rollout(make_config) -> None:
-    from rllm.errors import ConfigError, EstimatorNotFoundError
+    from rllm.errors import ConfigError
 
     config = make_config()
     config.rllm.algorithm.adv_estimator = "rlooo"  # set after load_config: the trainer checks it again
     with pytest.raises(ConfigError, match=r"adv_estimator.*'rlooo'.*Did you mean 'rloo'"):
         UnifiedTrainer(None, config)
     config = make_config()
-    config.rllm.algorithm.estimator_map = {"solver": "rlooo"}  # role names are the user's: checked by the trainer
-    with pytest.raises(EstimatorNotFoundError, match=r"rlooo.*Did you mean 'rloo'"):
+    config.rllm.algorithm.estimator_map = {"solver": "rlooo"}  # checked again too, naming the role's key
+    with pytest.raises(ConfigError, match=r"estimator_map.solver must be one of .*'rlooo'.*Did you mean 'rloo'"):
         UnifiedTrainer(None, config)
 
 

@@ -11,9 +11,11 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import sys
 import tempfile
 import time
+import warnings
 from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,9 +25,9 @@ from typing import IO, Any, cast
 
 import numpy as np
 
-from rllm.cli.args import add_config_arguments, command_parser, split_words
+from rllm.cli.args import UsageError, add_config_arguments, command_parser, split_words
 from rllm.config.algorithm import AlgorithmConfig, estimator_name
-from rllm.errors import RLLMError, RolloutFileError
+from rllm.errors import RLLMError, RLLMWarning, RolloutFileError
 from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, Ragged, declared_fields
 from rllm.estimators.collect import estimate_role, per_step_share, summarize
 from rllm.estimators.compute import get_estimator
@@ -36,6 +38,10 @@ from rllm.types import DEFAULT_ROLE
 
 SAMPLE = "sample_rollouts.jsonl"
 GROUP_FIELDS = ("group_id", "task_id")
+SUMMARY_ROLES = 10
+"""Roles the closing summary lists (in order of first appearance); more would bury the command's output."""
+_INPUT_KEYS = frozenset({"reward", "role", *GROUP_FIELDS})
+"""Fields the command reads that ``--field`` would overwrite."""
 
 LINE_FIELDS: dict[str, tuple[str, str]] = {
     name: (field.jsonl_key, field.doc) for name, field in BUILTIN_FIELDS.items() if field.jsonl_key is not None
@@ -189,6 +195,13 @@ class Reader:
     def fail(self, number: int, message: str) -> RolloutFileError:
         return RolloutFileError(f"{self.source}, line {number}: {message}")
 
+    def number(self, number: int, json_name: str, value: float) -> float:
+        """``value`` as a float; an integer too large for one is this line's error, not an OverflowError."""
+        try:
+            return float(value)
+        except OverflowError:
+            raise self.fail(number, f"'{json_name}' is too large for a float ({len(str(value))} digits).") from None
+
     def _role(self, role: str) -> int:
         role_id = self._role_index.get(role)
         if role_id is None:
@@ -205,6 +218,8 @@ class Reader:
             raise self.fail(number, f"not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
         except json.JSONDecodeError as exc:
             raise self.fail(number, f"not valid JSON ({exc.msg}).") from None
+        except RecursionError:
+            raise self.fail(number, "nested too deeply to read; flatten the line's lists and objects.") from None
         if not isinstance(record, dict):
             raise self.fail(number, f"expected a JSON object, got {type(record).__name__}.")
         cols = self.columns
@@ -216,10 +231,12 @@ class Reader:
         role = record.get("role", DEFAULT_ROLE)
         if not isinstance(role, str):
             raise self.fail(number, f"'role' must be a string, got {role!r}.")
-        reward = record.get("reward")
-        if not _is_number(reward):
-            raise self.fail(number, f"'reward' must be a number, got {reward!r}.")
-        reward = float(cast(float, reward))
+        if "reward" not in record:
+            raise self.fail(number, f"no 'reward' field (the line has {_keys(record)}).")
+        reward = record["reward"]
+        if reward is not None and not _is_number(reward):
+            raise self.fail(number, f"'reward' must be a number or null, got {_short(reward)}.")
+        reward = math.nan if reward is None else self.number(number, "reward", reward)
         if not math.isfinite(reward):
             cols.nonfinite.append(len(cols))
         role_id = self._role(role)
@@ -243,9 +260,9 @@ class Reader:
                 continue
             if value is None:
                 raise self.fail(number, f"no '{json_name}' field, which estimator {estimator!r} needs.")
-            if not _is_number(value) or (name == "response_lengths" and (value < 0 or value != int(value))):
-                raise self.fail(number, f"'{json_name}' must be {what.split(':')[0]}, got {value!r}.")
-            values.append(float(value))
+            if not _is_number(value) or (name == "response_lengths" and not _is_count(value)):
+                raise self.fail(number, f"'{json_name}' must be {what.split(':')[0]}, got {_short(value)}.")
+            values.append(self.number(number, json_name, value))
         for name, (values, offsets) in self.columns.rows.items():
             json_name = self.line_fields[name][0]
             value = record.get(json_name)
@@ -264,11 +281,36 @@ class Reader:
                 raise self.fail(number, f"'reward_components' must have the keys {keys}, got {list(value)}.")
             value = [value[k] for k in keys]
         if not isinstance(value, list) or not all(_is_number(v) for v in value):
-            raise self.fail(number, f"'{json_name}' must be a list of numbers, got {value!r}.")
-        return [float(v) for v in value]
+            raise self.fail(number, f"'{json_name}' must be a list of numbers, got {_short(value)}.")
+        return [self.number(number, json_name, v) for v in value]
 
 
 _MISSING = object()
+_COUNT_LIMIT = 2**53
+"""Largest response length a float holds exactly; anything longer is not a token count."""
+
+
+def _is_count(value: float) -> bool:
+    """A whole number of tokens: not negative, not NaN or infinite, not beyond a float's integers."""
+    if isinstance(value, int):
+        return 0 <= value <= _COUNT_LIMIT
+    return math.isfinite(value) and 0 <= value <= _COUNT_LIMIT and value == int(value)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters: a message names the value, it does not reprint the line."""
+    text = (
+        repr(value)
+        if not isinstance(value, int) or value.bit_length() < 200
+        else f"an integer of {len(str(value))} digits"
+    )
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _keys(record: Mapping[str, Any], limit: int = 8) -> str:
+    names = list(record)
+    shown = ", ".join(map(repr, names[:limit])) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+    return f"the keys {shown}" if names else "no keys"
 
 
 def _lines(handle: IO[bytes], progress: Progress, stage: str) -> Iterator[tuple[int, bytes]]:
@@ -420,13 +462,22 @@ def _write(handle: IO[bytes], out: Any, cols: Columns, advantages: Any, out_fiel
 # -- the command -----------------------------------------------------------------------------
 @dataclass
 class Input:
-    """A re-readable input: the file itself, the bundled sample, or a temporary copy of stdin or a FIFO."""
+    """A re-readable input: the file itself, the bundled sample, or a temporary copy of stdin or a FIFO.
+
+    The copy has no name in the file system (it is unlinked as it is made), so no kill, not
+    even SIGKILL, can leave it behind in the temporary folder.
+    """
 
     path: Path | None
     source: str
-    spooled: bool = False
+    copy: IO[bytes] | None = None
 
     def open(self) -> IO[bytes]:
+        if self.copy is not None:
+            self.copy.flush()
+            handle = os.fdopen(os.dup(self.copy.fileno()), "rb")
+            handle.seek(0)
+            return handle
         if self.path is None:
             return resources.files("rllm.data").joinpath(SAMPLE).open("rb")
         try:
@@ -435,11 +486,11 @@ class Input:
             raise RolloutFileError(f"Rollout file {self.source!r} cannot be read: {exc.strerror}.") from None
 
     def size(self) -> int | None:
-        return None if self.path is None or self.spooled else self.path.stat().st_size
+        return None if self.path is None or self.copy is not None else self.path.stat().st_size
 
     def remove_copy(self) -> None:
-        if self.spooled and self.path is not None:
-            self.path.unlink(missing_ok=True)
+        if self.copy is not None:
+            self.copy.close()
 
 
 def _input(word: str | None) -> Input:
@@ -459,22 +510,29 @@ def _input(word: str | None) -> Input:
 
 
 def _spool(handle: IO[bytes], source: str) -> Input:
-    """Copy a stream that cannot be read twice into a temporary file."""
-    fd, name = tempfile.mkstemp(prefix="rllm-advantages-", suffix=".jsonl")
-    copy = Input(Path(name), source, spooled=True)
+    """Copy a stream that cannot be read twice into an anonymous temporary file."""
+    spool = tempfile.TemporaryFile(prefix="rllm-advantages-", suffix=".jsonl")  # noqa: SIM115 (kept open)
     try:
-        with open(fd, "wb", buffering=0) as spool:
-            read = getattr(handle, "read1", handle.read)  # what has arrived, not a full buffer's worth
-            while chunk := read(1 << 16):
-                spool.write(chunk)
+        read = getattr(handle, "read1", handle.read)  # what has arrived, not a full buffer's worth
+        while chunk := read(1 << 16):
+            spool.write(chunk)
     except BaseException:
-        copy.remove_copy()
+        spool.close()
         raise
-    return copy
+    return Input(None, source, copy=cast(IO[bytes], spool))
 
 
 def run(args: argparse.Namespace) -> int:
     words = split_words(args, others_allowed=1)
+    if args.estimator is not None and not args.estimator.strip():
+        raise UsageError("-e/--estimator needs a name, e.g. -e grpo; `rllm estimators` lists them.")
+    if args.field in _INPUT_KEYS:
+        warnings.warn(
+            f"--field {args.field} overwrites the input field {args.field!r} on every line; "
+            "choose another name (default: advantage) to keep it.",
+            RLLMWarning,
+            stacklevel=1,
+        )
     if args.estimator:
         words.overrides.append(f"rllm.algorithm.adv_estimator={args.estimator}")
         words.overrides.append(f"algorithm.adv_estimator={args.estimator}")
@@ -503,6 +561,13 @@ def run(args: argparse.Namespace) -> int:
     rollouts, groups = len(cols), len(cols.group_labels)
     counted = f"{rollouts} rollout{'s' * (rollouts != 1)} in {groups} group{'s' * (groups != 1)}"
     print(f"{counted}, estimator {', '.join(names)}:", file=report)
-    for key in sorted(metrics):
+    shown = tuple(f"{kind}/{role}/" for role in cols.role_names[:SUMMARY_ROLES] for kind in ("advantage", "reward"))
+    for key in sorted(k for k in metrics if k.startswith(shown)):
         print(f"  {key} = {metrics[key]:.6g}", file=report)
+    if len(cols.role_names) > SUMMARY_ROLES:
+        print(
+            f"  ... and {len(cols.role_names) - SUMMARY_ROLES} more roles "
+            f"(the summary shows the first {SUMMARY_ROLES})",
+            file=report,
+        )
     return 0

@@ -76,7 +76,14 @@ def split_words(args: argparse.Namespace, others_allowed: int = 0) -> ConfigArgs
     """
     out = ConfigArgs(files=list(args.config))
     for word in args.words:
-        if is_override(word):
+        if (
+            others_allowed
+            and not word.startswith(("+", "~"))
+            and Path(word).is_file()
+            and len(out.others) < others_allowed
+        ):
+            out.others.append(word)  # an existing file named like an override (`data=v1.jsonl`) is the file
+        elif is_override(word):
             out.overrides.append(word)
         elif word.endswith(CONFIG_SUFFIXES):
             if not Path(word).is_file():

@@ -8,11 +8,13 @@ a new one in :data:`COMMANDS`.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, TextIO
 
 from rllm.cli.args import DOCS, UsageError
@@ -86,9 +88,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(parser, args)
 
 
+_STDOUT_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
+"""Write failures of a terminal or redirected standard output (files rllm writes raise OutputFileError)."""
+
+
+def _silence_stdout() -> None:
+    """Point standard output at the null device, so the interpreter's final flush cannot fail again."""
+    with suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
 def _run(parser: argparse.ArgumentParser, args: Any) -> int:
     try:
-        return int(args.run(args))
+        code = int(args.run(args))
+        sys.stdout.flush()  # a full device or closed pipe is reported here, not at interpreter exit
+        return code
     except UsageError as exc:
         getattr(args, "parser", parser).print_usage(sys.stderr)
         print(f"rllm {args.command}: error: {exc}", file=sys.stderr)
@@ -96,8 +111,15 @@ def _run(parser: argparse.ArgumentParser, args: Any) -> int:
     except RLLMError as exc:
         print(f"rllm {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # output piped into `head`
+    except BrokenPipeError:  # output piped into `head`: stop quietly, as unix tools do
+        _silence_stdout()
         return 0
+    except OSError as exc:
+        if exc.errno not in _STDOUT_ERRNOS:
+            raise
+        _silence_stdout()
+        print(f"rllm {args.command}: error: Could not write standard output: {exc.strerror}.", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

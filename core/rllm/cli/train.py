@@ -67,7 +67,9 @@ def _opening_line(trainer: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     words = split_words(args)
     if args.plot:
-        return _plot([Path(p) for p in args.plot], args.output or Path("learning_curves.png"))
+        from rllm.trainer.plot import DEFAULT_NAME
+
+        return _plot([Path(p) for p in args.plot], args.output or Path(DEFAULT_NAME))
     from rllm.trainer.plot import PlotUnavailableError
     from rllm.trainer.unified import UnifiedTrainer
 

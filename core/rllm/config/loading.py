@@ -20,6 +20,7 @@ anything runs. Overrides follow Hydra's grammar:
 from __future__ import annotations
 
 import difflib
+import inspect
 import re
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
@@ -160,6 +161,10 @@ def _as_layer(source: DictConfig | Mapping[str, Any] | str | Path) -> tuple[Dict
     if isinstance(source, Mapping):
         return OmegaConf.create(dict(source)), "the given config"
     path = Path(source)
+    if path.is_dir():
+        raise ConfigError(
+            f"Config file {str(path)!r} is a folder; give a YAML file (e.g. {str(path / CONFIG_FILE)!r})."
+        )
     if not path.is_file():
         raise ConfigError(f"Config file {str(path)!r} does not exist.")
     try:
@@ -169,14 +174,38 @@ def _as_layer(source: DictConfig | Mapping[str, Any] | str | Path) -> tuple[Dict
     except OSError as exc:
         raise ConfigError(f"Config file {str(path)!r} could not be read: {exc.strerror}.") from None
     try:
-        loaded = OmegaConf.create(text) if text.strip() else OmegaConf.create({})
+        loaded = OmegaConf.create(text, **_alias_bound(text)) if text.strip() else OmegaConf.create({})
+    except AssertionError:  # OmegaConf's own check: the document is a scalar, not a container
+        raise ConfigError(
+            f"Config file {str(path)!r} holds a single value, not a mapping of keys; write `key: value` lines "
+            "(`rllm config` prints a complete example)."
+        ) from None
     except yaml.YAMLError as exc:
+        if "expan" in str(exc):
+            raise ConfigError(
+                f"Config file {str(path)!r} uses YAML aliases that expand to more than {_ALIAS_NODES:,} nodes "
+                "beyond the file's own; write those values out instead of repeating anchors."
+            ) from None
         raise ConfigError(f"Config file {str(path)!r} is not valid YAML: {_one_line(exc)}") from None
     except (OmegaConfBaseException, ValueError) as exc:
         raise ConfigError(f"Config file {str(path)!r} could not be read: {_one_line(exc)}") from None
     if isinstance(loaded, ListConfig):
         raise ConfigError(f"Config file {str(path)!r} holds a list; it must hold a mapping of keys.")
     return loaded, f"config file {str(path)!r}"
+
+
+_ALIAS_NODES = 10_000
+"""Nodes that YAML aliases (``*anchor``) may add to a file: a bound on alias expansion, not on size."""
+_BOUNDED = "max_yaml_expanded_nodes" in inspect.signature(OmegaConf.create).parameters
+
+
+def _alias_bound(text: str) -> dict[str, int]:
+    """OmegaConf's expansion limit, raised by the file's length.
+
+    Without aliases a document has no more nodes than characters, so only what aliases add
+    can reach the limit: a large plain config (a saved ``config.yaml``) always reads back.
+    """
+    return {"max_yaml_expanded_nodes": _ALIAS_NODES + len(text)} if _BOUNDED else {}
 
 
 def _one_line(exc: BaseException) -> str:
@@ -288,6 +317,7 @@ def validate_config(config: DictConfig, schema: Schema | None = None) -> DictCon
         if checked is not value and not OmegaConf.is_interpolation(*_parent_and_leaf(config, key.path)):
             OmegaConf.update(config, key.path, checked, merge=False)
     _check_presets(_lookup(resolved, "rllm.algorithm.estimator_options"))
+    _check_estimator_choices(_lookup(resolved, "rllm.algorithm"))
     return config
 
 
@@ -377,6 +407,36 @@ def _preset_names() -> list[str]:
     return sorted(PRESET_NAMES)
 
 
+def _check_estimator_choices(algorithm: Mapping[str, Any]) -> None:
+    """Role keys are strings, the map names registered estimators, per-estimator options fit their estimator.
+
+    Checked when the config is loaded, so ``rllm config`` refuses what a run would refuse later.
+    """
+    from rllm.estimators.compute import get_estimator  # the estimators import the config package
+    from rllm.plugins.options import resolve_options
+
+    base = "rllm.algorithm"
+    for role, value in (algorithm.get("estimator_map") or {}).items():
+        if not isinstance(role, str):
+            raise ConfigError(
+                f"{base}.estimator_map: the role {role!r} is not a string ({type(role).__name__}); roles are "
+                f"strings, so quote it ('{role}': ...)."
+            )
+        chosen = value[0] if isinstance(value, list | tuple) and value else value
+        ConfigKey(f"{base}.estimator_map.{role}", "str", None, "", names=_registered_estimators).check(chosen)
+    known = set(_registered_estimators())
+    for name, options in (algorithm.get("estimator_options") or {}).items():
+        if name in known and isinstance(options, Mapping):
+            entry = get_estimator(name)
+            resolve_options(entry.name, entry.declaration, options, {}, entry.source.describe())
+
+
+def _registered_estimators() -> list[str]:
+    from rllm.plugins.manager import get_plugin_manager
+
+    return get_plugin_manager().estimators.names()
+
+
 def _check_presets(options: Mapping[str, Any]) -> None:
     """``estimator_options.preset`` (shared or per estimator) must name a known preset."""
     base = "rllm.algorithm.estimator_options"
@@ -384,6 +444,19 @@ def _check_presets(options: Mapping[str, Any]) -> None:
     for path, mapping in places:
         if "preset" in mapping:
             ConfigKey(f"{path}.preset", "str", None, "", names=_preset_names).check(mapping["preset"])
+
+
+def _check_sections(layer: DictConfig, schema: Schema, source: str) -> None:
+    """A section a layer sets to a list or a scalar is refused before merging (OmegaConf raises TypeError)."""
+    for section in sorted(schema.sections() | schema.open_sections):
+        present, node = _select(layer, section)
+        if present and not isinstance(node, DictConfig) and _plain(node) is not None:
+            raise ConfigError(f"{section} must be a mapping of keys; got {_short(_plain(node))}. Fix it in {source}.")
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(OmegaConf.to_container(value) if isinstance(value, ListConfig) else value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # -- the public entry points ----------------------------------------------------------------
@@ -396,6 +469,7 @@ def load_config(
     config = OmegaConf.create(schema.defaults())
     for layer, source in [_as_layer(source) for source in sources]:
         check_keys(layer, schema, source)
+        _check_sections(layer, schema, source)
         try:
             config = OmegaConf.merge(config, layer)  # type: ignore[assignment]
         except OmegaConfBaseException as exc:

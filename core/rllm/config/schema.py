@@ -102,6 +102,10 @@ class ConfigKey:
             if unknown:
                 close = difflib.get_close_matches(str(unknown[0]), [str(a) for a in allowed], n=1, cutoff=0.6)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
+                if self.names is not None:
+                    from rllm.plugins.manager import get_plugin_manager
+
+                    hint = get_plugin_manager().why_missing(str(unknown[0])) or hint
                 raise ConfigError(f"{self.path} must be {self.describe()}; got {_show(value)}.{hint}")
         return checked
 
@@ -120,8 +124,14 @@ def _show(value: Any) -> str:
     return "null" if value is None else repr(value)
 
 
+_INT_LIMIT = 2**63
+"""Integer settings fit a signed 64-bit integer (what numpy, torch and the checkpoints hold)."""
+
+
 def _int(value: Any) -> Any:
-    return value if isinstance(value, int) and not isinstance(value, bool) else _BAD
+    if not isinstance(value, int) or isinstance(value, bool) or not -_INT_LIMIT <= value < _INT_LIMIT:
+        return _BAD
+    return value
 
 
 def _float(value: Any) -> Any:
@@ -368,6 +378,13 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         above=True,
     ),
     _bool_key("rllm.stepwise_advantage.enable", False, "Per-step advantages (verl switch)."),
+    ConfigKey(
+        "rllm.stepwise_advantage.use_rllm",
+        "bool",
+        None,
+        "The seed's place for the deprecated use_rllm switch (see rllm.algorithm.use_rllm).",
+        nullable=True,
+    ),
     ConfigKey(
         "rllm.stepwise_advantage.norm_adv_by_std_in_grpo",
         "bool",

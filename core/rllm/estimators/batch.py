@@ -9,7 +9,7 @@ every estimator can do segment reductions without a Python loop over groups.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
 from itertools import pairwise
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from rllm.errors import GroupError, MissingInputError
+from rllm.errors import GroupError, MissingInputError, RewardError
 from rllm.estimators import acceleration
 from rllm.plugins.fields import BUILTIN_FIELDS, BatchField
 from rllm.plugins.hookspecs import OPTIONAL_FIELDS
@@ -466,6 +466,40 @@ FieldSource = Callable[[], Any]
 """Produces a batch field on first use (the collection step reads trajectories only when asked)."""
 
 
+EXACT_INTEGERS = 2**53
+"""Integers beyond this size change value when they become floats."""
+
+
+def float_rewards(rewards: Any, dtype: Any = np.float64) -> FloatArray:
+    """``rewards`` as a float array; what would fail or change value on the way is a :class:`RewardError`.
+
+    A generator (read once, of unknown length) is refused, as are integers too large for a
+    float and integers beyond 2**53, which floats cannot hold exactly.
+    """
+    if isinstance(rewards, Iterator):
+        raise RewardError(f"Rewards must be a list or an array, got a {type(rewards).__name__}; pass list(...) of it.")
+    try:
+        given = np.asarray(rewards)
+    except OverflowError:
+        given = np.asarray(rewards, dtype=object)
+    if given.dtype.kind in "iuO" and given.size:
+        numbers = given.reshape(-1)
+        if given.dtype.kind == "O":
+            numbers = np.array([v for v in numbers if isinstance(v, int) and not isinstance(v, bool)], dtype=object)
+        big = np.flatnonzero(np.abs(numbers) > EXACT_INTEGERS) if numbers.size else np.zeros(0, dtype=int)
+        if big.size:
+            value = int(numbers[big[0]])
+            shown = value if value.bit_length() < 200 else f"an integer of {len(str(abs(value)))} digits"
+            raise RewardError(
+                f"{big.size} integer reward(s) are beyond 2**53, where floats cannot hold them exactly (the "
+                f"first: {shown}); scale the rewards down or pass them as floats."
+            )
+    try:
+        return np.asarray(given, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise RewardError(f"Rewards must be numbers: {exc}.") from None
+
+
 class AdvantageBatch:
     """Rewards of many trajectories with their groups and any extra per-trajectory inputs.
 
@@ -493,7 +527,7 @@ class AdvantageBatch:
         describe: Callable[[int], str] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> None:
-        self.rewards: FloatArray = np.asarray(rewards, dtype=dtype)
+        self.rewards: FloatArray = float_rewards(rewards, dtype)
         if self.rewards.ndim != 1:
             raise GroupError(f"Rewards must be a 1-D array, got shape {self.rewards.shape}.")
         self.layout = group_ids if isinstance(group_ids, GroupLayout) else GroupLayout(group_ids)

@@ -23,6 +23,7 @@ from rllm.estimators.batch import (
     IndexArray,
     Ragged,
     declared_fields,
+    float_rewards,
 )
 from rllm.estimators.compute import get_estimator
 from rllm.estimators.diagnostics import difficulty_metrics
@@ -88,8 +89,10 @@ def _rewards(groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]
         values = np.array(rewards)
     except ValueError:  # nested values of different lengths: refused below, naming the trajectory
         values = np.zeros((0, 0))
+    except OverflowError:  # an integer too large for a float: named below
+        values = np.zeros((0, 0))
     if values.ndim == 1 and values.dtype.kind in "fiub":
-        return values.astype(np.float64, copy=False)
+        return float_rewards(values)
     for group in groups:
         for position, traj in enumerate(group.trajectories):
             reward = traj.reward
@@ -99,7 +102,7 @@ def _rewards(groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]
                     f"{group.group_id!r} has reward {reward!r}; a reward is a number (or None when it "
                     "cannot be scored)."
                 )
-    return np.array([np.nan if r is None else r for r in rewards], dtype=np.float64)
+    return float_rewards([np.nan if r is None else r for r in rewards])
 
 
 def _steps(trajectories: list[Trajectory], read: Callable[[Step], Any]) -> Ragged | None:
@@ -186,12 +189,19 @@ def _reward_metrics(role: str, rewards: np.ndarray, good: np.ndarray | None, met
         metrics[f"reward/{role}/left_out"] = float(len(good) - np.count_nonzero(good))
 
 
+_LARGE = 1e150
+"""Above this magnitude summaries are computed on scaled values (squares would overflow)."""
+
+
 def summarize(prefix: str, values: np.ndarray, metrics: dict[str, float], zero_fraction: bool = False) -> None:
     """``{prefix}/mean``, ``std``, ``max`` and ``min`` of ``values`` (and the share of zeros) into ``metrics``."""
     if len(values) == 0:
         return
-    metrics[f"{prefix}/mean"] = float(np.mean(values))
-    metrics[f"{prefix}/std"] = float(np.std(values))
+    top = float(np.max(np.abs(values)))
+    scale = top if _LARGE < top < math.inf else 1.0  # near the float limit the mean and std overflow
+    scaled = values / scale if scale != 1.0 else values
+    metrics[f"{prefix}/mean"] = float(np.mean(scaled)) * scale
+    metrics[f"{prefix}/std"] = float(np.std(scaled)) * scale
     metrics[f"{prefix}/max"] = float(np.max(values))
     metrics[f"{prefix}/min"] = float(np.min(values))
     if zero_fraction:

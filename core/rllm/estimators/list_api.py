@@ -145,13 +145,16 @@ def _list_callable(entry: EstimatorEntry, label: str) -> Callable[..., tuple[Gro
 
     estimator.__name__ = f"{label}_advantages"
     estimator.__doc__ = entry.target.__doc__
+    estimator.__wrapped__ = entry.target  # type: ignore[attr-defined]
     return estimator
 
 
 def get_rllm_adv_estimator(name: EstimatorName) -> Callable[..., tuple[GroupArrays, GroupArrays]]:
     """The estimator registered as ``name``, callable as ``fn(rewards, algorithm_config=None, **options)``.
 
-    Whatever its style, it returns the pair ``(advantages, returns)``, one array per group.
+    Whatever its style, it returns the pair ``(advantages, returns)``, one array per group. It is
+    a wrapper that runs the shared pipeline (rLLM returns the registered function itself); the
+    registered function is its ``__wrapped__``.
     """
     entry = get_estimator(name)
     return _list_callable(entry, entry.name)

@@ -99,6 +99,9 @@ def invoke(
 
 def _keyword_arguments(entry: EstimatorEntry, options: Mapping[str, Any], ambient: Mapping[str, Any]) -> dict[str, Any]:
     declaration = entry.declaration
+    preset = options.get("preset", ambient.get("preset"))
+    if preset is not None and not declaration.numerics:  # ignored by this estimator, but must still be a preset
+        resolve_numerics(preset, estimator=entry.name)
     kwargs = resolve_options(entry.name, declaration, options, ambient, entry.source.describe())
     if declaration.numerics:
         chosen = {k: kwargs.pop(k) for k in list(kwargs) if k in NUMERICS_NAMES}
@@ -236,7 +239,7 @@ def _call(entry: EstimatorEntry, batch: AdvantageBatch, kwargs: dict[str, Any]) 
     except Exception as exc:
         raise EstimatorFailedError(f"{who} raised {type(exc).__name__}: {exc}") from exc
     if entry.style == "batch":
-        return result if isinstance(result, Ragged) else _as_flat(entry, result, len(batch))
+        return result if isinstance(result, Ragged) else _as_flat(entry, result, batch)
     return batch.layout.join(_per_group(entry, result, batch.layout), dtype=batch.dtype)
 
 
@@ -261,7 +264,13 @@ def _check_values(entry: EstimatorEntry, batch: AdvantageBatch, advantages: Floa
     )
 
 
-def _as_flat(entry: EstimatorEntry, result: Any, n: int) -> FloatArray:
+def _as_flat(entry: EstimatorEntry, result: Any, batch: AdvantageBatch) -> FloatArray:
+    """The estimator's array checked, as a writable float array the caller owns.
+
+    float16, integer and boolean outputs become the batch's float type; an input handed
+    back (``return batch.rewards``, even made writable) is copied, so the caller's data stays intact.
+    """
+    n = len(batch)
     advantages = np.asarray(result) if isinstance(result, np.ndarray | Sequence) else None
     if advantages is None or advantages.shape != (n,) or advantages.dtype.kind not in "fiub":
         got = f"shape {advantages.shape}, dtype {advantages.dtype}" if advantages is not None else type(result).__name__
@@ -269,7 +278,16 @@ def _as_flat(entry: EstimatorEntry, result: Any, n: int) -> FloatArray:
             f"Estimator {entry.name!r} ({entry.source.describe()}) returned {got}; a batch-style estimator "
             f"must return one number per trajectory, an array of shape ({n},)."
         )
+    owned = advantages.flags.writeable and advantages.flags.owndata and not _shares_input(advantages, batch)
+    narrow = advantages.dtype.kind != "f" or advantages.dtype.itemsize < 4
+    if narrow or not owned:
+        return np.array(advantages, dtype=batch.dtype if narrow else advantages.dtype)
     return advantages
+
+
+def _shares_input(array: NDArray[Any], batch: AdvantageBatch) -> bool:
+    inputs = [batch.rewards, *(v for v in vars(batch).values() if isinstance(v, np.ndarray))]
+    return any(np.may_share_memory(array, other) for other in inputs)
 
 
 def _per_group(entry: EstimatorEntry, result: Any, layout: GroupLayout) -> list[NDArray[Any]]:

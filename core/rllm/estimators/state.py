@@ -60,6 +60,7 @@ class EstimatorStates:
     def __init__(self) -> None:
         self._states: dict[str, dict[str, EstimatorState]] = {}
         self._pending: dict[str, dict[str, dict[str, Any]]] = {}
+        self.source = "the restored estimator states"
 
     def get(self, name: str, target: Any, role: str) -> EstimatorState | None:
         """The state of estimator ``name`` for ``role`` (made on first use); None if it is stateless."""
@@ -76,9 +77,20 @@ class EstimatorStates:
                 )
             saved = self._pending.get(name, {}).pop(role, None)
             if saved is not None:
-                state.load_state_dict(saved)
+                self._restore(state, saved, name, role)
             per_role[role] = state
         return per_role[role]
+
+    def _restore(self, state: EstimatorState, saved: Any, name: str, role: str) -> None:
+        """Load a saved state; one the estimator cannot read names the estimator, role and checkpoint file."""
+        try:
+            state.load_state_dict(saved)
+        except Exception as exc:
+            raise CheckpointError(
+                f"Estimator {name!r} cannot read its saved state for role {role!r} in {self.source} "
+                f"({type(exc).__name__}: {exc}); the estimator changed since it was saved. Start over with "
+                "rllm.trainer.resume_mode=disable, or restore the estimator version that wrote it."
+            ) from exc
 
     def state_dict(self) -> dict[str, dict[str, dict[str, Any]]]:
         """``{estimator: {role: state_dict}}``, including restored states not used since."""
@@ -87,8 +99,12 @@ class EstimatorStates:
             out.setdefault(name, {}).update({role: state.state_dict() for role, state in roles.items()})
         return out
 
-    def load_state_dict(self, data: Any) -> None:
-        """Restore what :meth:`state_dict` returned; each state is loaded when its estimator next runs."""
+    def load_state_dict(self, data: Any, source: str = "the restored estimator states") -> None:
+        """Restore what :meth:`state_dict` returned; each state is loaded when its estimator next runs.
+
+        ``source`` (the checkpoint file) is named if an estimator cannot read its state.
+        """
+        self.source = source
         if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
             raise CheckpointError(
                 f"Estimator states must be {{estimator: {{role: state}}}}, got {type(data).__name__}."

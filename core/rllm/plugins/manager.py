@@ -61,11 +61,15 @@ from rllm.plugins.discovery import (
 )
 from rllm.plugins.registry import Entry, EstimatorEntry, LossEntry, Registry, Source, first_unknown
 
-PluginStatus = Literal["ok", "failed", "blocked", "conflict"]
+PluginStatus = Literal["ok", "failed", "blocked", "conflict", "inactive"]
 Claim = tuple[str, Callable[..., Any], dict[str, Any]]
 """An estimator registered by decorator while its plugin's module was imported: name, function, keywords."""
 SLOW_PLUGIN_SECONDS = 0.5
 """A plugin whose import and hooks take longer than this is named as slow by ``rllm plugins``."""
+
+
+HOOK_NAMES: list[str] = sorted(name for name in vars(hookspecs) if name.startswith("rllm_register_"))
+"""Every hook rllm defines (the registration kinds and ``rllm_register_config_sections``)."""
 
 
 @dataclass
@@ -173,9 +177,8 @@ class PluginManager:
         self._registered_on_import: dict[str, list[str]] = {}
         self._claims_on_import: dict[Source, list[Claim]] = {}
 
-    @staticmethod
-    def _registry(kind: HookKind) -> Registry[Any]:
-        return Registry(kind.what, kind.not_found, kind.conflict)
+    def _registry(self, kind: HookKind) -> Registry[Any]:
+        return Registry(kind.what, kind.not_found, kind.conflict, self.why_missing)
 
     def registry(self, kind: HookKind) -> Registry[Any]:
         return getattr(self, kind.attribute)
@@ -211,7 +214,21 @@ class PluginManager:
             self._roll_back(plugin, source, info)
             self._fail(info, PluginHookError, f"its registration hook raised {_describe(exc)}", exc)
         info.load_seconds += time.perf_counter() - started
+        inactive = getattr(plugin, "rllm_inactive_reason", None)
+        reason = inactive() if callable(inactive) and info.status == "ok" else None
+        if reason:
+            info.status, info.error = "inactive", str(reason)
         return info
+
+    def why_missing(self, name: str) -> str:
+        """For an unknown name: the plugin its prefix (``verl.grpo``) or itself names, if absent or not working."""
+        plugin = name.split(".", 1)[0]
+        info = self.plugins.get(plugin)
+        if info is not None and info.status != "ok":
+            return f" Plugin {plugin!r}, which would provide it, is {info.status}: {info.error}."
+        if info is None and "." in name:
+            return f" No plugin named {plugin!r} is installed; install it (`rllm plugins` lists the installed ones)."
+        return ""
 
     def _register_hooks(self, plugin: object, source: Source, info: PluginInfo) -> None:
         self._running = source
@@ -232,11 +249,14 @@ class PluginManager:
         info.hooks = sorted(caller.name for caller in callers)
         unknown = [caller.name for caller in callers if caller.spec is None]
         if unknown or not (callers or info.estimators):
-            known = [kind.hook for kind in HOOK_KINDS]
+            known = HOOK_NAMES
             hints = [
                 f"{u!r} (did you mean {difflib.get_close_matches(u, known, n=1, cutoff=0)[0]!r}?)" for u in unknown
             ]
             reason = f"it defines unknown hooks {', '.join(hints)}" if unknown else "it implements no rllm hook"
+            unmarked = [name for name in known if callable(getattr(plugin, name, None))]
+            if unmarked and not unknown:
+                reason += f" ({', '.join(unmarked)} is not marked @rllm.hookimpl; add the decorator)"
             raise PluginContractError(f"{reason}; rllm's hooks are {', '.join(known)}")
         for kind in HOOK_KINDS:
             registrar = self._registrar(kind, source, getattr(info, kind.attribute))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -65,6 +66,11 @@ class Option:
         estimator = f"{what} {estimator!r} ({who})" if who else f"{what} {estimator!r}"
         if value is None and self.default is None:
             return None
+        integral = int in self.types and isinstance(value, numbers.Integral)
+        if float in self.types and not integral and isinstance(value, numbers.Real) and _coerce(float, value) is _NO:
+            raise EstimatorOptionError(
+                f"Option {self.name!r} of estimator {estimator} must be a finite number; got {value!r}."
+            )
         for kind in self.types:
             accepted = _coerce(kind, value)
             if accepted is not _NO:
@@ -115,8 +121,12 @@ def _coerce(kind: type, value: Any) -> Any:
         return _NO
     if kind is int:
         return int(value) if isinstance(value, numbers.Integral) else _NO
-    if kind is float:
-        return float(value) if isinstance(value, numbers.Real) else _NO
+    if kind is float:  # inf, NaN and integers too large for a float are not option values
+        try:
+            number = float(value) if isinstance(value, numbers.Real) else math.nan
+        except OverflowError:
+            return _NO
+        return number if math.isfinite(number) else _NO
     if kind is str:
         return value if isinstance(value, str) else _NO
     if kind is list:

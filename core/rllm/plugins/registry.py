@@ -66,10 +66,13 @@ class Registry(Generic[E]):
         what: str,
         not_found: type[NameNotFoundError],
         conflict: type[NameConflictError],
+        why_missing: Callable[[str], str] | None = None,
     ) -> None:
         self.what = what
         self.not_found = not_found
         self.conflict = conflict
+        self.why_missing = why_missing
+        """Names the plugin that would provide an unknown name, when it is absent or inactive."""
         self._claims: dict[str, list[E]] = {}
 
     def add(self, entry: E) -> None:
@@ -145,11 +148,19 @@ class Registry(Generic[E]):
         known = self.names()
         close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        listing = ", ".join(known) if known else "none"
+        if self.why_missing is not None:
+            hint = self.why_missing(str(name)) or hint
+        listing = ", ".join(known[:LISTED_NAMES]) if known else "none"
+        if len(known) > LISTED_NAMES:
+            listing += f" and {len(known) - LISTED_NAMES} more (`rllm plugins` lists them all)"
         return (
             f"Unknown {self.what} {name!r}.{hint} Registered: {listing}. Install a plugin that provides it, "
             "or register your own (see `rllm plugins` and docs/plugins.md)."
         )
+
+
+LISTED_NAMES = 40
+"""Names an unknown-name error lists: enough to spot the right one, bounded however many are registered."""
 
 
 @dataclass(frozen=True)

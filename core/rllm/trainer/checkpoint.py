@@ -286,7 +286,7 @@ class CheckpointManager:
         except Exception as exc:  # the backend's files passed the manifest but do not load: as damaged
             raise self._unusable(path, f"the backend cannot load checkpoint {str(path)!r} ({exc!r})") from exc
         state.global_step, state.epoch, state.batches_done, state.rs_state = step, epoch, batches, rs_state
-        state.estimator_states.load_state_dict(estimators)
+        state.estimator_states.load_state_dict(estimators, repr(str(path / ESTIMATORS_FILE)))
         state.sampling_state = sampling
 
     def resume(self, state: TrainerState, backend: BackendProtocol) -> tuple[Path | None, list[str]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -88,7 +89,8 @@ def fill_trajectory_rewards(group: TrajectoryGroup) -> None:
     unset = [t.reward is None for t in group.trajectories]
     if all(unset):
         for trajectory in group.trajectories:
-            trajectory.reward = float(trajectory.steps[-1].reward) if trajectory.steps else 0.0
+            last = trajectory.steps[-1].reward if trajectory.steps else 0.0
+            trajectory.reward = math.nan if last is None else float(last)  # None: unscorable, the policy decides
     elif any(unset):
         position = unset.index(True)
         raise DataError(

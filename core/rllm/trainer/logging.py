@@ -57,12 +57,24 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
         try:
-            records.append(json.loads(line))
+            record = json.loads(raw)
         except json.JSONDecodeError:
             continue
+        except (UnicodeDecodeError, RecursionError):
+            record = None
+        if not isinstance(record, dict) or not _is_step(record.get("step", 0)):
+            raise RunDirError(
+                f"{str(path)!r}, line {number}: not a metrics record rllm wrote (a JSON object with an integer "
+                "'step'); fix or delete that line, or move the file away to start its metrics afresh."
+            )
+        records.append(record)
     return records
+
+
+def _is_step(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class ProgressBar:

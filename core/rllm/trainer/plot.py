@@ -5,11 +5,16 @@ matplotlib is an optional extra (``pip install 'rllm[plot]'``), imported only he
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rllm.errors import RLLMError
+from rllm.io import open_output
 from rllm.trainer.logging import METRICS_FILE, read_metrics
+
+DEFAULT_NAME = "learning_curves.png"
+"""File name of the figure when the output is a folder (or not given, in ``rllm train --plot``)."""
 
 
 class PlotUnavailableError(RLLMError):
@@ -68,7 +73,11 @@ def plot_runs(run_dirs: Sequence[Path], output: Path, labels: Sequence[str] | No
         if axis.get_legend_handles_labels()[0]:  # a run without validation has no val curve
             axis.legend(fontsize=8)
     fig.tight_layout()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=110)
+    if output.is_dir():  # `--output DIR`: the figure goes inside the folder
+        output = output / DEFAULT_NAME
+    image = io.BytesIO()
+    fig.savefig(image, dpi=110, format="png")
     plt.close(fig)
+    with open_output(output) as out:  # a read-only folder is one OutputFileError naming the path
+        out.write(image.getvalue())
     return output

@@ -198,6 +198,8 @@ class UnifiedTrainer:
         self.progress = bool(kwargs.get("progress", True))
         self.logger: MetricsLogger | None = None
         self._unused_roles_warned: set[str] = set()
+        self._untrained_steps = 0
+        """Steps of this process that left nothing to update on (reported at the end of the run)."""
 
         self._validate_and_setup_configs()
         backend_type = _resolve_backend(backend_cls, self.config)
@@ -391,6 +393,13 @@ class UnifiedTrainer:
             print(f"rllm: training already complete ({state.global_step} steps).", file=sys.stderr)
         else:
             await self._fit_async(state)
+            if self._untrained_steps:
+                warnings.warn(
+                    f"{self._untrained_steps} of this run's steps trained nothing: every group was uniform or "
+                    "filtered out. Check the rewards (do they vary within a group?) and rllm.dynamic_sampling.",
+                    RLLMWarning,
+                    stacklevel=2,
+                )
         await self.backend.on_train_end(state)
 
     def _restore(self, state: TrainerState) -> bool:
@@ -503,6 +512,13 @@ class UnifiedTrainer:
         state.trajectory_groups, state.episodes = groups, episodes
         state.metrics["batch/updated"] = float(state.has_trajectory_groups)
         if not state.has_trajectory_groups:
+            self._untrained_steps += 1
+            warnings.warn(
+                f"step {state.global_step}: no group is left to train on (every group was uniform or filtered "
+                "out); the policy was not updated.",
+                RLLMWarning,
+                stacklevel=2,
+            )
             return
         with _timer("backend_batch", timings):  # stages 4 and 5
             state.backend_batch = self.backend.transform_to_backend_batch(state)

@@ -93,6 +93,11 @@ def verl_installed() -> bool:
     return spec is not None and spec.origin is not None
 
 
+def rllm_inactive_reason() -> str | None:
+    """Why this plugin registers nothing (``rllm plugins`` shows it), or None when it works."""
+    return None if verl_installed() else "verl is not installed, so its estimators are not offered (pip install verl)"
+
+
 @rllm.hookimpl
 def rllm_register_estimators(register: EstimatorRegistrar) -> None:
     if not verl_installed():

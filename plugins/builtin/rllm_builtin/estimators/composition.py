@@ -70,10 +70,10 @@ def mix(
             "Estimator 'mix' needs its components, e.g. estimator_options: {mix: {components: '0.7*grpo + 0.3*rloo'}}."
         )
     ambient = {k: v for k, v in shared.items() if v is not None}
-    parts = [
-        (weight, run_estimator(name, batch, options, ambient=ambient))
-        for name, weight, options in parse_components(components)
-    ]
+    terms = parse_components(components)
+    if any(name == "mix" for name, _, _ in terms):
+        raise ConfigError("'mix' cannot be one of its own components; list the estimators it mixes instead.")
+    parts = [(weight, run_estimator(name, batch, options, ambient=ambient)) for name, weight, options in terms]
     rows = next((part for _, part in parts if isinstance(part, Ragged)), None)
     if rows is None:
         return sum((weight * np.asarray(part, dtype=np.float64) for weight, part in parts), np.zeros(len(batch)))

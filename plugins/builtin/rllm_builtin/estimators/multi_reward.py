@@ -42,8 +42,9 @@ def gdpo(
         if batch.nonfinite_rewards != "exclude":
             first = int(np.flatnonzero(~scored)[0])
             group = batch.layout.label(int(batch.layout.group_index[first]))
+            where = batch.describe(first) if batch.describe else f"position {first} (group {group!r})"
             raise RewardError(
-                f"Estimator 'gdpo': reward component {k} is NaN or infinite at position {first} (group {group!r}). "
+                f"Estimator 'gdpo': reward component {k} is NaN or infinite at {where}. "
                 "Fix that reward function, or set nonfinite_rewards='exclude' to leave such values out of "
                 "that component's statistics."
             )
