@@ -163,3 +163,7 @@ class BatchFieldNotFoundError(NameNotFoundError):
 
 class BatchFieldConflictError(NameConflictError):
     """Two plugins declared the same batch field, or a name was re-registered."""
+
+
+class ConformanceError(RLLMError, AssertionError):
+    """A plugin broke a contract that :mod:`rllm.testing` checks; the message names the property and the input."""
