@@ -258,7 +258,7 @@ def check_collection_door(name: str, options: Mapping[str, Any]) -> None:
             trajectories[p] = Trajectory(name="solver", reward=case.rewards[p], steps=[Step(response_ids=[1, 2])])
             group.append(trajectories[p])
         groups.append(TrajectoryGroup.for_task(f"task{number}", "solver", group, [{}] * len(group)))
-    config = AlgorithmConfig(adv_estimator=name, estimator_options=dict(options))
+    config = AlgorithmConfig(estimator=name, estimator_options=dict(options))
     try:
         collect_advantages(groups, config)
     except RLLMError as exc:
