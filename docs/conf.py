@@ -1,6 +1,7 @@
 """Sphinx configuration of the docs site: the Markdown guides (MyST) and an API reference from docstrings.
 
-Build strictly (a broken reference, link or docstring fails): ``sphinx-build -W --keep-going -n -b html docs docs/_build``.
+Build strictly (a broken reference, link or docstring fails):
+``sphinx-build -E -W --keep-going -n -b html docs /tmp/rllm-docs``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ html_theme = "alabaster"
 nitpick_ignore_regex = [
     ("py:.*", r"(numpy|np|omegaconf|pluggy|collections\.abc|typing|pathlib|argparse|asyncio|concurrent)(\..*)?"),
     ("py:.*", r"(Any|Callable|Sequence|Mapping|Iterable|Iterator|NDArray|ArrayLike|DictConfig|Path|Literal|TypeVar)"),
-    ("py:.*", r"(array|dataclasses\.InitVar|rllm\.estimators\.state\.F|rllm\.plugins\.registry\.E)"),  # numpy's array; type variables
+    (
+        "py:.*",
+        r"(array|dataclasses\.InitVar|rllm\.estimators\.state\.F|rllm\.plugins\.registry\.E)",
+    ),  # numpy's array; type variables
     ("py:.*", r"(int|float|str|bool|None|dict|list|tuple|type|object|bytes)"),
 ]
 
@@ -47,9 +51,12 @@ def _resolve_short_names(app, env, node, contnode):  # type: ignore[no-untyped-d
         matches = [name for name in matches if _defined_at(name)]
     if len(matches) != 1:
         return None
-    return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"], matches[0], node, contnode) or (
-        domain.resolve_any_xref(env, node["refdoc"], app.builder, matches[0], node, contnode) or [(None, None)]
-    )[0][1]
+    return (
+        domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"], matches[0], node, contnode)
+        or (domain.resolve_any_xref(env, node["refdoc"], app.builder, matches[0], node, contnode) or [(None, None)])[0][
+            1
+        ]
+    )
 
 
 def _defined_at(path: str) -> bool:

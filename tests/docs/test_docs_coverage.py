@@ -39,7 +39,9 @@ def undocumented(text: str) -> list[str]:
     for hook in HOOKS:
         if f"`{hook.__name__}(" not in text:
             missing.append(f"hook {hook.__name__}")
-        missing += [f"hook argument {hook.__name__}({a})" for a in inspect.signature(hook).parameters if f"`{a}`" not in text]
+        missing += [
+            f"hook argument {hook.__name__}({a})" for a in inspect.signature(hook).parameters if f"`{a}`" not in text
+        ]
     missing += [f"registrar keyword {k}=" for k in _keywords() if not re.search(rf"\b{k}=", text)]
     missing += [f"command rllm {c}" for c in COMMANDS if f"rllm {c}" not in text]
     missing += [f"config key {k.path}" for k in CORE_KEYS if f"`{k.path}`" not in text]

@@ -31,7 +31,9 @@ def test_builtin_parts_conform(check) -> None:  # type: ignore[no-untyped-def]
 def test_a_property_the_estimator_lacks_fails_naming_group_and_input() -> None:
     # RLOO's advantages change when a group's rewards are scaled: it is not scale-invariant.
     failing = [c for c in estimator_checks("rloo", properties=["scale_invariant"]) if "scale_invariant" in c.id]
-    with pytest.raises(ConformanceError, match=r"estimator 'rloo' breaks 'scale_invariant': multiplying .* input: rewards="):
+    with pytest.raises(
+        ConformanceError, match=r"estimator 'rloo' breaks 'scale_invariant': multiplying .* input: rewards="
+    ):
         failing[0]()
 
 
@@ -79,7 +81,10 @@ def test_a_reordering_estimator_fails_the_kit_naming_property_and_input(pytester
 
 
 def test_import_rllm_does_not_import_pytest_or_the_kit() -> None:
-    code = "import sys, rllm; rllm.compute_advantages('grpo', [1, 0], [0, 0]); print('pytest' in sys.modules, 'rllm.testing' in sys.modules)"
+    code = (
+        "import sys, rllm; rllm.compute_advantages('grpo', [1, 0], [0, 0]); "
+        "print('pytest' in sys.modules, 'rllm.testing' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "False"]
 

@@ -61,7 +61,12 @@ def all_checks(
     hooks, kinds = list(grouping_hooks), list(backends)
     if plugin is not None:
         manager = get_plugin_manager()
-        if plugin not in {c.source.plugin for r in (manager.estimators, manager.grouping_hooks, manager.backends) for n in r for c in r.claims(n)}:
+        if plugin not in {
+            c.source.plugin
+            for r in (manager.estimators, manager.grouping_hooks, manager.backends)
+            for n in r
+            for c in r.claims(n)
+        }:
             from rllm.errors import ConformanceError
 
             raise ConformanceError(f"plugin {plugin!r} registered nothing; check `rllm plugins` for its status")

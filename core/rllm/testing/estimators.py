@@ -217,7 +217,9 @@ def estimator_checks(
 
     unknown = [p for p in properties if p not in PROPERTIES]
     if unknown:
-        raise ConformanceError(f"unknown property {unknown[0]!r} for estimator {name!r}; known: {', '.join(PROPERTIES)}")
+        raise ConformanceError(
+            f"unknown property {unknown[0]!r} for estimator {name!r}; known: {', '.join(PROPERTIES)}"
+        )
     entry = rllm.get_estimator(name)
     given = dict(options or {})
     found: list[Check] = []
@@ -262,7 +264,9 @@ def check_collection_door(name: str, options: Mapping[str, Any]) -> None:
     try:
         collect_advantages(groups, config)
     except RLLMError as exc:
-        raise _fail(name, "collection door agrees", case, f"the collection step raised {type(exc).__name__}: {exc}") from None
+        raise _fail(
+            name, "collection door agrees", case, f"the collection step raised {type(exc).__name__}: {exc}"
+        ) from None
     for p, trajectory in trajectories.items():
         got = trajectory.steps[0].advantage
         got = float(np.sum(got)) if isinstance(got, list) else float(got)  # type: ignore[arg-type]

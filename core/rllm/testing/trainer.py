@@ -8,7 +8,13 @@ from typing import Any
 
 from rllm.errors import ConformanceError, RLLMError
 
-STAGES = ("generate_episodes", "transform_to_backend_batch", "process_backend_batch", "compute_advantages", "update_policy")
+STAGES = (
+    "generate_episodes",
+    "transform_to_backend_batch",
+    "process_backend_batch",
+    "compute_advantages",
+    "update_policy",
+)
 """The stages the trainer calls on a backend for every training batch, in this order."""
 
 
@@ -29,9 +35,9 @@ def sample_episodes() -> list[Any]:
 
 def check_grouping_hook(name: str, options: Mapping[str, Any] | None = None) -> None:
     """The trainer's grouping step with hook ``name``: a list of groups holding each trajectory at most once."""
+    from rllm.config.stages import CompactFilteringConfig
     from rllm.plugins.manager import get_plugin_manager
     from rllm.trainer.grouping import transform_episodes_to_trajectory_groups
-    from rllm.config.stages import CompactFilteringConfig
 
     hook = get_plugin_manager().grouping_hooks.resolve(name).target
     episodes = sample_episodes()
@@ -45,12 +51,16 @@ def check_grouping_hook(name: str, options: Mapping[str, Any] | None = None) -> 
         raise ConformanceError(f"grouping hook {name!r} breaks 'returns groups': {exc}; input: {where}") from None
     seen = [id(t) for g in groups for t in g.trajectories]
     if len(seen) != len(set(seen)):
-        raise ConformanceError(f"grouping hook {name!r} breaks 'each trajectory once': a trajectory is in two groups; input: {where}")
+        raise ConformanceError(
+            f"grouping hook {name!r} breaks 'each trajectory once': a trajectory is in two groups; input: {where}"
+        )
     known = {id(t) for e in episodes for t in e.trajectories}
     if not set(seen) <= known:
         raise ConformanceError(f"grouping hook {name!r} breaks 'groups hold the given trajectories'; input: {where}")
     if not groups or len(seen) > given:
-        raise ConformanceError(f"grouping hook {name!r} breaks 'returns groups': it returned no trajectories; input: {where}")
+        raise ConformanceError(
+            f"grouping hook {name!r} breaks 'returns groups': it returned no trajectories; input: {where}"
+        )
 
 
 def check_backend(
@@ -72,7 +82,9 @@ def check_backend(
         async def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
             state = args[0] if args and stage != "generate_episodes" else None
             if stage == "update_policy" and state is not None and not state.validating:
-                missing = [s for g in state.trajectory_groups for t in g.trajectories for s in t.steps if s.advantage is None]
+                missing = [
+                    s for g in state.trajectory_groups for t in g.trajectories for s in t.steps if s.advantage is None
+                ]
                 if missing:
                     problems.append(f"{len(missing)} step(s) had no advantage when update_policy ran")
             calls.append(stage if not kwargs.get("is_validation") and not (args[2:3] and args[2]) else "validate")
@@ -103,7 +115,9 @@ def check_backend(
     try:
         trainer.fit()
     except RLLMError as exc:
-        raise ConformanceError(f"backend {name!r} breaks 'a two-step run completes': {type(exc).__name__}: {exc}") from None
+        raise ConformanceError(
+            f"backend {name!r} breaks 'a two-step run completes': {type(exc).__name__}: {exc}"
+        ) from None
     finally:
         trainer.shutdown()
     training = [c for c in calls if c != "validate"]
