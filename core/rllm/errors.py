@@ -165,5 +165,17 @@ class BatchFieldConflictError(NameConflictError):
     """Two plugins declared the same batch field, or a name was re-registered."""
 
 
+class LossNotFoundError(NameNotFoundError):
+    """No policy loss is registered under the requested name."""
+
+
+class LossConflictError(NameConflictError):
+    """Two plugins registered the same policy-loss name (or alias), or a name was re-registered."""
+
+
+class LossOptionError(ConfigError):
+    """A policy-loss option, aggregation mode or KL kind is unknown or of the wrong type or value."""
+
+
 class ConformanceError(RLLMError, AssertionError):
     """A plugin broke a contract that :mod:`rllm.testing` checks; the message names the property and the input."""

@@ -67,7 +67,7 @@ def test_estimator_loss_pairs_are_split_into_loss_fn_map() -> None:
 
 def test_invalid_choices_name_the_key() -> None:
     with pytest.raises(ConfigError, match=r"rllm\.algorithm\.loss_agg_mode"):
-        AlgorithmConfig(loss_agg_mode="token-sum")  # type: ignore[arg-type]
+        AlgorithmConfig(loss_agg_mode="token-average")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"rllm\.algorithm\.router_replay"):
         AlgorithmConfig(router_replay="R4")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"rllm\.algorithm\.lr_schedule"):

@@ -25,6 +25,7 @@ PUBLIC_MODULES = (  # a name is public if the module's __all__ lists it (or, wit
     "rllm.plugins",
     "rllm.trainer",
     "rllm.workflows",
+    "rllm.losses",
 )
 SHIPPED_PLUGINS = sorted(
     path for path in (ROOT / "plugins").glob("*/*") if path.is_dir() and (path / "__init__.py").exists()

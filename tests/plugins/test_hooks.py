@@ -181,3 +181,25 @@ def test_every_hookspec_has_an_end_to_end_test() -> None:
     for hook in HOOKS:
         assert "env" in tests.get(f"test_hook_{hook}", []), f"no end-to-end test test_hook_{hook}(env, ...) here"
         assert f"def {hook}(" in sources, f"no fixture distribution implements {hook}"
+
+
+def test_hook_rllm_register_losses(env: Env, tmp_path: Path) -> None:
+    # The fixture's loss on tokens (logp -1, A 1) and (logp -2, A -1): mean of 1 and -2, times scale 2.
+    result = env.py_json(
+        """
+        import json, sys
+        import numpy as np
+        from rllm.losses import get_loss, LossContext, loss_names
+        listed = "scaled_pg" in loss_names() and "rllm_fixture_losses.loss" not in sys.modules
+        ctx = LossContext(np.array([[-1.0, -2.0]]), np.zeros((1, 2)), np.array([[1.0, -1.0]]), np.ones((1, 2)),
+                          options={"scale": 2.0})
+        loss, metrics = get_loss("fixture_pg")(ctx)
+        print(json.dumps({"listed": listed, "loss": float(loss), "metrics": metrics}))
+        """,
+        RLLM_PLUGINS="losses",
+    )
+    assert result == {"listed": True, "loss": -1.0, "metrics": {"tokens": 2.0}}
+    done = env.run([env.rllm, "losses", "fixture_pg"], RLLM_PLUGINS="losses")
+    assert done.returncode == 0 and done.stdout.startswith(
+        "scaled_pg  (plugin 'losses', distribution rllm-fixture-losses"
+    )

@@ -33,6 +33,7 @@ def test_all_installed_plugins_are_listed_with_their_status(env: Env) -> None:
         "chatty",
         "sleepy",
         "fields",
+        "losses",
     }
     assert next(iter(plugins)) == "builtin"
     assert plugins["builtin"]["status"] == "ok"  # trainer_parts replacing two of its names is no conflict of its own
@@ -209,6 +210,7 @@ def test_plugin_registering_with_the_decorator_while_it_is_imported(env: Env) ->
         "backends": [],
         "kernels": [],
         "batch_fields": [],
+        "losses": [],
         "load_seconds": 0,
         "slow": False,
     }

@@ -19,7 +19,7 @@ from rllm.cli.args import DOCS, UsageError
 from rllm.errors import RLLMError
 from rllm.version import __version__
 
-COMMANDS = ("advantages", "config", "estimators", "plugins", "train")
+COMMANDS = ("advantages", "config", "estimators", "losses", "plugins", "train")
 """Modules under rllm.cli, in the order ``rllm --help`` lists them."""
 
 _DESCRIPTION = """Pluggable advantage estimation for LLM reinforcement learning.

@@ -25,7 +25,7 @@ def _as_estimator(name: EstimatorName) -> EstimatorName:
 
 NonFinitePolicy = Literal["error", "zero", "exclude"]
 LR_SCHEDULES = ("constant", "linear", "cosine")
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 ROUTER_REPLAY = ("disabled", "R2", "R3")
 TIS_MODES = ("token", "sequence")
 
@@ -103,7 +103,10 @@ class AlgorithmConfig:
     kl_beta: float = 0.0
     eps_clip: float = 0.2
     eps_clip_high: float | None = None
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] | None = None
+    loss_agg_mode: str | None = None
+    loss_options: dict[str, Any] = field(default_factory=dict)
+    use_kl_loss: bool = False
+    kl_loss_type: str = "low_var_kl"
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     router_replay: Literal["disabled", "R2", "R3"] = "disabled"
     epsilon: float | None = None
@@ -244,6 +247,9 @@ class AlgorithmConfig:
             eps_clip=float(algo.get("eps_clip", 0.2)),
             eps_clip_high=algo.get("eps_clip_high", None),
             loss_agg_mode=algo.get("loss_agg_mode", None),
+            loss_options=dict(_plain(algo.get("loss_options", None) or {})),
+            use_kl_loss=bool(algo.get("use_kl_loss", False)),
+            kl_loss_type=str(algo.get("kl_loss_type", "low_var_kl")),
             rollout_correction=RolloutCorrectionConfig(
                 tis_mode=correction.get("tis_mode", None),
                 bypass_mode=correction.get("bypass_mode", None),
@@ -266,6 +272,9 @@ _SECTION_KEYS = frozenset(
         "use_precomputed_advantage",
         "loss_fn",
         "loss_agg_mode",
+        "loss_options",
+        "use_kl_loss",
+        "kl_loss_type",
         "lr_schedule",
         "warmup_steps",
         "warmup_steps_ratio",

@@ -235,8 +235,8 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "rllm.algorithm.loss_fn",
         "str",
         None,
-        "Policy loss; null lets the backend choose (the embedded backend: ppo).",
-        choices=("importance_sampling", "ppo", "cispo", "dro", "cross_entropy"),
+        "Policy loss, any name `rllm losses` lists (checked by the backend); null lets the backend choose "
+        "(the embedded backend: ppo).",
         nullable=True,
     ),
     ConfigKey(
@@ -287,9 +287,23 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "rllm.algorithm.loss_agg_mode",
         "str",
         None,
-        "How token losses are aggregated; null lets the backend choose.",
-        choices=("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"),
+        "How token losses are aggregated (verl's modes); null lets the backend choose.",
+        choices=("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
         nullable=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.loss_options",
+        "mapping",
+        {},
+        "Options of the policy loss (e.g. {clip_ratio_c: 3.0}); each must be one the loss declares (`rllm losses`).",
+    ),
+    _bool_key("rllm.algorithm.use_kl_loss", False, "Add kl_beta times the KL to the reference policy to the loss."),
+    ConfigKey(
+        "rllm.algorithm.kl_loss_type",
+        "str",
+        "low_var_kl",
+        "KL estimator of the loss term; a trailing + takes k2's gradient (straight-through).",
+        choices=tuple(k + suffix for suffix in ("", "+") for k in ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")),
     ),
     ConfigKey(
         "rllm.algorithm.warmup_steps",

@@ -14,6 +14,7 @@ _EXPORTS = {
     "discover_plugins": "rllm.plugins.discovery",
     "ConfigSectionRegistrar": "rllm.plugins.hookspecs",
     "EstimatorRegistrar": "rllm.plugins.hookspecs",
+    "LossRegistrar": "rllm.plugins.hookspecs",
     "NamedRegistrar": "rllm.plugins.hookspecs",
     "hookimpl": "rllm.plugins.hookspecs",
     "hookspec": "rllm.plugins.hookspecs",
@@ -22,6 +23,7 @@ _EXPORTS = {
     "get_plugin_manager": "rllm.plugins.manager",
     "Entry": "rllm.plugins.registry",
     "EstimatorEntry": "rllm.plugins.registry",
+    "LossEntry": "rllm.plugins.registry",
     "Registry": "rllm.plugins.registry",
 }
 
@@ -31,6 +33,8 @@ __all__ = [
     "Entry",
     "EstimatorEntry",
     "EstimatorRegistrar",
+    "LossEntry",
+    "LossRegistrar",
     "NamedRegistrar",
     "PluginInfo",
     "PluginManager",
@@ -53,6 +57,13 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from rllm.plugins.discovery import ENTRY_POINT_GROUP, Source, discover_plugins
-    from rllm.plugins.hookspecs import ConfigSectionRegistrar, EstimatorRegistrar, NamedRegistrar, hookimpl, hookspec
+    from rllm.plugins.hookspecs import (
+        ConfigSectionRegistrar,
+        EstimatorRegistrar,
+        LossRegistrar,
+        NamedRegistrar,
+        hookimpl,
+        hookspec,
+    )
     from rllm.plugins.manager import PluginInfo, PluginManager, get_plugin_manager
-    from rllm.plugins.registry import Entry, EstimatorEntry, Registry
+    from rllm.plugins.registry import Entry, EstimatorEntry, LossEntry, Registry

@@ -24,6 +24,8 @@ from rllm.errors import (
     GroupingHookNotFoundError,
     KernelConflictError,
     KernelNotFoundError,
+    LossConflictError,
+    LossNotFoundError,
     NameConflictError,
     NameNotFoundError,
 )
@@ -86,7 +88,8 @@ class HookKind:
     """One registration hook: the manager's registry it fills and how a registered object is checked.
 
     ``attribute`` names both the registry on the manager and the list on ``PluginInfo``.
-    ``problem`` is None for estimators, whose declaration is checked by ``EstimatorEntry``.
+    ``problem`` is None for estimators and losses, whose declarations are checked by
+    ``EstimatorEntry`` and ``LossEntry``.
     """
 
     hook: str
@@ -119,5 +122,6 @@ HOOK_KINDS = (
         BatchFieldConflictError,
         batch_field_problem,
     ),
+    HookKind("rllm_register_losses", "losses", "loss", LossNotFoundError, LossConflictError),
 )
 """Every registration hook, in the order a plugin's hooks run."""

@@ -179,6 +179,98 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
     """
 
 
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+"""verl's aggregation modes: how per-token losses become one scalar (``LossContext.aggregate``)."""
+
+
+class LossRegistrar(Protocol):
+    """The ``register`` argument of :func:`rllm_register_losses`."""
+
+    def __call__(
+        self,
+        name: str,
+        fn: Callable[..., Any] | str,
+        *,
+        options: Sequence[Option] = (),
+        aliases: Sequence[str] = (),
+        agg_modes: Sequence[str] | None = None,
+        needs_old_log_probs: bool = True,
+        description: str = "",
+        replace: bool = False,
+    ) -> None: ...
+
+
+@hookspec
+def rllm_register_losses(register: LossRegistrar) -> None:
+    """Register policy losses under names users put in ``rllm.algorithm.loss_fn``.
+
+    Losses are written in torch, and ``import rllm`` never imports torch, so register the
+    loss lazily as an import path: the module is imported the first time the loss is used.
+
+    :param register: ``register(name, fn, *, options=(), aliases=(), agg_modes=None,
+        needs_old_log_probs=True, description="", replace=False)``.
+
+        ``name`` (str)
+            What users write as ``rllm.algorithm.loss_fn`` (or in ``loss_fn_map``), pass to
+            :func:`rllm.losses.compute_policy_loss`, or, inside verl, as
+            ``actor_rollout_ref.actor.policy_loss.loss_mode=rllm.<name>``.
+        ``fn`` (callable, or ``"module:function"``)
+            The loss, called as ``fn(ctx)`` with a :class:`rllm.losses.LossContext`:
+            ``ctx.log_probs`` (current per-token log-probs, shape ``(batch, tokens)``, the
+            tensor gradients flow to), ``ctx.old_log_probs``, ``ctx.advantages``,
+            ``ctx.response_mask`` (1 for tokens that count), ``ctx.rollout_log_probs`` and
+            ``ctx.ref_log_probs`` (None when the run has none), ``ctx.rollout_is_weights``
+            (rollout-correction weights, or None), ``ctx.options`` (every declared option,
+            with its default when the run gives none) and ``ctx.agg_mode``. It returns
+            ``(loss, metrics)``: a scalar tensor, and a dict of floats (verl's names where
+            they exist: ``pg_clipfrac``, ``ppo_kl``, ``pg_clipfrac_lower``). Aggregate with
+            ``ctx.aggregate(per_token)``, which applies the run's ``loss_agg_mode`` with
+            verl's global-batch normalisation.
+        ``options`` (sequence of :class:`rllm.toolkit.Option`)
+            The options the loss reads (clip ratios, temperatures, ...): name, type, default,
+            doc. A run giving an option no declaration names is refused before anything
+            runs, with close matches.
+        ``aliases`` (sequence of str)
+            Other names for the same loss (peers' names: ``ppo``, ``dual_clip``); each is a
+            claim of its own, so two plugins claiming one alias conflict.
+        ``agg_modes`` (sequence of str, or None)
+            The ``loss_agg_mode`` values the loss supports (None: all of
+            :data:`LOSS_AGG_MODES`); a run asking for another is refused.
+        ``needs_old_log_probs`` (bool)
+            False for losses that never read ``ctx.old_log_probs`` (``cross_entropy``,
+            ``gpg``), so a backend may skip that pass.
+        ``description`` (str)
+            One line for ``rllm losses`` (default: the first line of ``fn``'s docstring once
+            it is imported).
+        ``replace`` (bool)
+            Required to take over a name the built-in plugin provides.
+
+        Refused, naming your plugin: an empty or non-string name or alias, an ``fn`` that is
+        neither callable nor a ``"module:function"`` string, an unknown aggregation mode, an
+        unknown keyword.
+
+    Example::
+
+        from rllm.toolkit import Option
+
+        @rllm.hookimpl
+        def rllm_register_losses(register):
+            register("clipped_pg", "my_package.losses:clipped_pg",
+                     options=[Option("clip", (float,), 0.2, "clip range of the ratio", minimum=0.0)],
+                     description="PPO clip with one symmetric range")
+
+        # my_package/losses.py (imports torch; loaded only when the loss is used)
+        import torch
+
+        def clipped_pg(ctx):
+            ratio = torch.exp(ctx.log_probs - ctx.old_log_probs)
+            clip = ctx.options["clip"]
+            per_token = -torch.minimum(ratio * ctx.advantages,
+                                       ratio.clamp(1 - clip, 1 + clip) * ctx.advantages)
+            return ctx.aggregate(per_token), {}
+    """
+
+
 @hookspec
 def rllm_register_grouping_hooks(register: NamedRegistrar) -> None:
     """Register trajectory grouping hooks that turn episodes into trajectory groups.

@@ -59,7 +59,7 @@ from rllm.plugins.discovery import (
     _normalise,
     discover_plugins,
 )
-from rllm.plugins.registry import Entry, EstimatorEntry, Registry, Source
+from rllm.plugins.registry import Entry, EstimatorEntry, LossEntry, Registry, Source
 
 if sys.version_info >= (3, 12):
     pass
@@ -89,6 +89,7 @@ class PluginInfo:
     backends: list[str] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
     batch_fields: list[str] = field(default_factory=list)
+    losses: list[str] = field(default_factory=list)
     load_seconds: float = 0.0
 
     @property
@@ -164,6 +165,7 @@ class PluginManager:
         self.backends: Registry[Entry] = self._registry(HOOK_KINDS[2])
         self.kernels: Registry[Entry] = self._registry(HOOK_KINDS[3])
         self.batch_fields: Registry[Entry] = self._registry(HOOK_KINDS[4])
+        self.losses: Registry[LossEntry] = self._registry(HOOK_KINDS[5])
         self.plugins: dict[str, PluginInfo] = {}
         self.failures: list[PluginError] = []
         self.strict = strict
@@ -255,6 +257,18 @@ class PluginManager:
             setattr(info, kind.attribute, [])
 
     def _registrar(self, kind: HookKind, source: Source, names: list[str]) -> Callable[..., None]:
+        if kind.attribute == "losses":
+
+            def register_loss(
+                name: str, fn: Callable[..., Any] | str, *, replace: bool = False, **declaration: Any
+            ) -> None:
+                if not isinstance(name, str) or not name:
+                    raise PluginContractError(f"{source.describe()} registered a loss with an invalid name {name!r}.")
+                for entry in LossEntry.declare(name, fn, source, replace=replace, **declaration):
+                    self.losses.add(entry)
+                    names.append(entry.name)
+
+            return register_loss
         if kind.problem is None:
 
             def register_estimator(

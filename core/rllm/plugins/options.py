@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from rllm.errors import EstimatorOptionError
+from rllm.errors import ConfigError, EstimatorOptionError
 
 _TYPE_NAMES: dict[type, str] = {
     bool: "a boolean (true/false)",
@@ -48,12 +48,21 @@ class Option:
     choices: tuple[str, ...] | None = None
     minimum: float | None = None
 
-    def check(self, value: Any, estimator: str, who: str = "") -> Any:
+    def check(
+        self,
+        value: Any,
+        estimator: str,
+        who: str = "",
+        *,
+        what: str = "estimator",
+        error: type[ConfigError] = EstimatorOptionError,
+    ) -> Any:
         """``value`` if it fits this option (numbers as Python floats/ints), else a named error.
 
-        ``who`` (the plugin and distribution) is added to the message.
+        ``who`` (the plugin and distribution) is added to the message; ``what`` and ``error``
+        say what owns the option (policy losses reuse these checks).
         """
-        estimator = f"{estimator!r} ({who})" if who else repr(estimator)
+        estimator = f"{what} {estimator!r} ({who})" if who else f"{what} {estimator!r}"
         if value is None and self.default is None:
             return None
         for kind in self.types:
@@ -61,21 +70,18 @@ class Option:
             if accepted is not _NO:
                 break
         else:
-            raise EstimatorOptionError(
-                f"Option {self.name!r} of estimator {estimator} must be {self.expected()}; got "
-                f"{type(value).__name__} {value!r}."
+            raise error(
+                f"Option {self.name!r} of {estimator} must be {self.expected()}; got {type(value).__name__} {value!r}."
             )
         if self.choices is not None and accepted not in self.choices:
             close = difflib.get_close_matches(str(accepted), self.choices, n=1, cutoff=0.5)
             hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise EstimatorOptionError(
-                f"Option {self.name!r} of estimator {estimator} must be one of "
+            raise error(
+                f"Option {self.name!r} of {estimator} must be one of "
                 f"{', '.join(map(repr, self.choices))}; got {accepted!r}.{hint}"
             )
         if self.minimum is not None and isinstance(accepted, int | float) and not accepted >= self.minimum:
-            raise EstimatorOptionError(
-                f"Option {self.name!r} of estimator {estimator} must be at least {self.minimum}; got {accepted!r}."
-            )
+            raise error(f"Option {self.name!r} of {estimator} must be at least {self.minimum}; got {accepted!r}.")
         return accepted
 
     def expected(self) -> str:

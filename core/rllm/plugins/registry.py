@@ -1,4 +1,4 @@
-"""Named registries (estimators, grouping hooks, backends, kernels) that remember who registered what.
+"""Named registries (estimators, grouping hooks, backends, kernels, losses) that remember who registered what.
 
 A name may be claimed by the built-in plugin, by installed plugins and by user code at run
 time. Lookup resolves the claims: user code beats plugins (and warns when it takes a name
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
@@ -142,6 +143,18 @@ class Registry(Generic[E]):
         )
 
 
+def _refuse_unknown_keywords(what: str, name: str, source: Source, given: dict[str, Any], known: list[str]) -> None:
+    """A registration keyword ``register()`` does not take names the plugin and the closest keyword."""
+    for key in given:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise PluginContractError(
+                f"{source.describe()} registered {what} {name!r} with unknown keyword {key!r}{hint}; "
+                f"register() accepts replace, {', '.join(known)}."
+            )
+
+
 @dataclass(frozen=True)
 class EstimatorEntry(Entry):
     """An estimator claim: how to call it and what it declares (the keywords of ``register``).
@@ -171,15 +184,9 @@ class EstimatorEntry(Entry):
     ) -> EstimatorEntry:
         """The entry for one ``register(name, fn, **declaration)`` call; unknown keywords are refused."""
         base = {f.name for f in dataclasses.fields(Entry)} | {"declaration"}
-        known = [f.name for f in dataclasses.fields(cls) if f.name not in base]
-        for key in declaration:
-            if key not in known:
-                close = difflib.get_close_matches(key, known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise PluginContractError(
-                    f"{source.describe()} registered estimator {name!r} with unknown keyword {key!r}{hint}; "
-                    f"register() accepts replace, {', '.join(known)}."
-                )
+        _refuse_unknown_keywords(
+            "estimator", name, source, declaration, [f.name for f in dataclasses.fields(cls) if f.name not in base]
+        )
         return cls(name=name, target=target, source=source, replace=replace, **declaration)
 
     def __post_init__(self) -> None:
@@ -204,3 +211,84 @@ class EstimatorEntry(Entry):
             except TypeError as exc:
                 raise PluginContractError(f"{who} with invalid options: {exc}.") from None
             object.__setattr__(self, "declaration", declared)
+
+
+@dataclass(frozen=True)
+class LossEntry(Entry):
+    """A policy-loss claim (the keywords of the losses hook's ``register``).
+
+    ``target`` is the loss function or a ``"module:function"`` path, imported by :meth:`load`
+    on first use so that registering a torch loss never imports torch. An alias is an entry
+    of its own whose ``alias_of`` names the loss it stands for.
+    """
+
+    options: tuple[Option, ...] = ()
+    aliases: tuple[str, ...] = ()
+    agg_modes: tuple[str, ...] | None = None
+    needs_old_log_probs: bool = True
+    description: str = ""
+    alias_of: str | None = None
+
+    def __post_init__(self) -> None:
+        from rllm.plugins.hookspecs import LOSS_AGG_MODES
+
+        who = f"{self.source.describe()} registered loss {self.name!r}"
+        target = self.target
+        if isinstance(target, str):
+            module, _, attribute = target.partition(":")
+            if not module or not attribute:
+                raise PluginContractError(f"{who} with fn={target!r}; give a callable or 'module:function'.")
+        elif not callable(target):
+            raise PluginContractError(f"{who} with a non-callable {target!r}; give a callable or 'module:function'.")
+        options = tuple(self.options)
+        if any(not isinstance(o, Option) for o in options):
+            raise PluginContractError(f"{who} with options={self.options!r}; give a list of rllm.toolkit.Option.")
+        object.__setattr__(self, "options", options)
+        if isinstance(self.aliases, str) or any(not isinstance(a, str) or not a for a in self.aliases):
+            raise PluginContractError(f"{who} with aliases={self.aliases!r}; give a list of names.")
+        object.__setattr__(self, "aliases", tuple(self.aliases))
+        if self.agg_modes is not None:
+            modes = (self.agg_modes,) if isinstance(self.agg_modes, str) else tuple(self.agg_modes)
+            unknown = [m for m in modes if m not in LOSS_AGG_MODES]
+            if unknown:
+                raise PluginContractError(
+                    f"{who} with unknown agg_modes {unknown}; the modes are {', '.join(LOSS_AGG_MODES)}."
+                )
+            object.__setattr__(self, "agg_modes", modes)
+
+    @classmethod
+    def declare(
+        cls, name: str, target: Any, source: Source, *, replace: bool = False, **declaration: Any
+    ) -> list[LossEntry]:
+        """The entries (the loss, then one per alias) of one ``register(name, fn, **declaration)`` call."""
+        known = ["options", "aliases", "agg_modes", "needs_old_log_probs", "description"]
+        _refuse_unknown_keywords("loss", name, source, declaration, known)
+        main = cls(name=name, target=target, source=source, replace=replace, **declaration)
+        aliases = [dataclasses.replace(main, name=alias, alias_of=name, aliases=()) for alias in main.aliases]
+        return [main, *aliases]
+
+    def load(self) -> Callable[..., Any]:
+        """The loss function, importing its module on first use; an import failure names the plugin."""
+        if not isinstance(self.target, str):
+            return self.target  # type: ignore[no-any-return]
+        module, _, attribute = self.target.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module), attribute)
+        except (ImportError, AttributeError) as exc:
+            raise PluginContractError(
+                f"Loss {self.name!r} of {self.source.describe()} cannot be loaded from {self.target!r}: {exc}. "
+                "Install what it needs (torch for rllm's losses: pip install torch), or fix the plugin."
+            ) from None
+        if not callable(fn):
+            raise PluginContractError(
+                f"Loss {self.name!r} of {self.source.describe()}: {self.target!r} is not callable."
+            )
+        return fn  # type: ignore[no-any-return]
+
+    @property
+    def doc(self) -> str:
+        """The description, else the first docstring line of a loss given as a callable."""
+        if self.description:
+            return self.description
+        text = "" if isinstance(self.target, str) else (getattr(self.target, "__doc__", None) or "").strip()
+        return text.splitlines()[0] if text else ""

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 
 from rllm import hookimpl
 from rllm.config import ConfigKey
-from rllm.plugins import ConfigSectionRegistrar, EstimatorRegistrar, NamedRegistrar
+from rllm.plugins import ConfigSectionRegistrar, EstimatorRegistrar, LossRegistrar, NamedRegistrar
 from rllm.toolkit import NUMERICS_OPTIONS, Option
-from rllm_builtin import estimators
+from rllm_builtin import estimators, losses
 
 NORM_BY_STD = Option("norm_adv_by_std_in_grpo", (bool,), True, "divide by the group standard deviation")
 GAMMA = Option("gamma", (float,), 1.0, "discount of the return-to-go over steps", minimum=0.0)
@@ -134,3 +134,8 @@ EMBEDDED_KEYS = (
 @hookimpl
 def rllm_register_config_sections(register: ConfigSectionRegistrar) -> None:
     register("rllm.embedded", EMBEDDED_KEYS)
+
+
+@hookimpl
+def rllm_register_losses(register: LossRegistrar) -> None:
+    losses.register_losses(register)

@@ -2,7 +2,9 @@
 
 * rllm inside verl: the ``verl.plugins`` entry point (:mod:`rllm_verl.verl_plugin`) registers
   every rllm estimator in verl's advantage-estimator registry as ``rllm.<name>``, so a verl run
-  selects one with ``algorithm.adv_estimator=rllm.maxrl`` (:mod:`rllm_verl.inside_verl`).
+  selects one with ``algorithm.adv_estimator=rllm.maxrl`` (:mod:`rllm_verl.inside_verl`); it
+  also registers every rllm policy loss in verl's policy-loss registry as ``rllm.<name>``
+  (``policy_loss.loss_mode=rllm.gspo``, :mod:`rllm_verl.losses_in_verl`).
 * verl inside rllm: the ``rllm.estimators`` entry point (:mod:`rllm_verl.inside_rllm`) makes
   verl's estimators available to rllm as ``verl.<name>`` when verl is installed.
 
@@ -10,5 +12,6 @@ Neither direction imports torch or verl until a bridged estimator runs: ``import
 """
 
 from rllm_verl.inside_verl import OPTIONS_KEY, register_in_verl
+from rllm_verl.losses_in_verl import register_losses_in_verl
 
-__all__ = ["OPTIONS_KEY", "register_in_verl"]
+__all__ = ["OPTIONS_KEY", "register_in_verl", "register_losses_in_verl"]

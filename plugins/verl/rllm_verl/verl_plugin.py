@@ -11,15 +11,16 @@ import warnings
 
 from rllm.errors import PluginWarning
 from rllm_verl.inside_verl import register_in_verl
+from rllm_verl.losses_in_verl import register_losses_in_verl
 
 try:
-    REGISTERED: list[str] = register_in_verl()
+    REGISTERED: list[str] = register_in_verl() + register_losses_in_verl()
 except Exception as exc:
     REGISTERED = []
     warnings.warn(
-        f"rllm could not register its estimators in verl ({type(exc).__name__}: {exc}); the rllm.* "
-        "estimators are unavailable in this process. Check that rllm and verl import together, "
-        "then call rllm_verl.register_in_verl() to see the full error.",
+        f"rllm could not register its estimators and losses in verl ({type(exc).__name__}: {exc}); the rllm.* "
+        "estimators and losses are unavailable in this process. Check that rllm and verl import together, "
+        "then call rllm_verl.register_in_verl() and register_losses_in_verl() to see the full error.",
         PluginWarning,
         stacklevel=2,
     )

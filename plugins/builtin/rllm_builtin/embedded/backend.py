@@ -20,9 +20,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from rllm import AlgorithmConfig
 from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
+from rllm.losses import loss_entry
 from rllm.trainer import BackendProtocol, TaskSetup, TrainerState
 from rllm.types import Step
-from rllm_builtin.embedded.policy import LOSS_FUNCTIONS, LossTerms, SoftmaxPolicy, lr_factor, policy_loss
+from rllm_builtin.embedded.policy import REGISTRY_LOSSES, LossTerms, SoftmaxPolicy, lr_factor, policy_loss
 from rllm_builtin.embedded.tasks import EOS, VOCAB, ArithmeticWorkflow, build_tasks, decode
 
 POLICY_FILE = "policy.npz"
@@ -34,6 +35,8 @@ _UNHONOURED: tuple[tuple[str, Any, str], ...] = (
     ("eps_clip", 0.2, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
     ("eps_clip_high", None, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
     ("loss_agg_mode", None, "it sums token losses"),
+    ("use_kl_loss", False, "it keeps no reference policy, so there is no KL term"),
+    ("loss_options", {}, "its numpy losses take their clip ranges from rllm.embedded"),
     ("router_replay", "disabled", "its policy has no mixture-of-experts router"),
     ("rollout_correction.tis_mode", None, "it samples and trains with the same policy"),
     ("rollout_correction.bypass_mode", None, "it samples and trains with the same policy"),
@@ -136,6 +139,19 @@ def _losses(
     return LossTerms(loss, d_logp, clipped)
 
 
+def _numpy_loss(name: str, where: str) -> str:
+    """The numpy kind that runs registry loss ``name``; unknown, or a loss it has no numpy twin of: a named error."""
+    entry = loss_entry(name)
+    canonical = entry.alias_of or entry.name
+    if canonical in REGISTRY_LOSSES and entry.source.kind == "builtin":
+        return REGISTRY_LOSSES[canonical]
+    raise ConfigError(
+        f"{where} is not supported by the embedded backend: {canonical!r} of {entry.source.describe()} "
+        f"is a torch loss its numpy update cannot run; it runs {', '.join(REGISTRY_LOSSES)} (and their aliases, see "
+        "`rllm losses`). Use a torch backend for this loss."
+    )
+
+
 class EmbeddedBackend(BackendProtocol):
     """Policy-gradient training of a numpy softmax policy on the built-in arithmetic tasks."""
 
@@ -154,18 +170,11 @@ class EmbeddedBackend(BackendProtocol):
         self.role_losses = _role_losses(config)
 
     def validate_config(self) -> None:
-        if self.loss_fn not in LOSS_FUNCTIONS:
-            raise ConfigError(
-                f"rllm.algorithm.loss_fn={self.loss_fn!r} is not supported by the embedded backend; use one of "
-                f"{', '.join(LOSS_FUNCTIONS)} (null means ppo)."
-            )
-        for role, loss in self.role_losses.items():
-            if loss not in LOSS_FUNCTIONS:
-                raise ConfigError(
-                    f"The policy loss {loss!r} of role {role!r} (rllm.algorithm.loss_fn_map, or an (estimator, loss) "
-                    f"pair in estimator_map) is not supported by the embedded backend; use one of "
-                    f"{', '.join(LOSS_FUNCTIONS)}."
-                )
+        self.loss_kind = _numpy_loss(self.loss_fn, f"rllm.algorithm.loss_fn={self.loss_fn!r}")
+        self.role_kinds = {
+            role: _numpy_loss(loss, f"The policy loss {loss!r} of role {role!r} (rllm.algorithm.loss_fn_map)")
+            for role, loss in self.role_losses.items()
+        }
         for key in ("lr", "temperature"):
             if not float(self.options[key]) > 0:
                 raise ConfigError(f"rllm.embedded.{key} must be positive, got {self.options[key]}.")
@@ -213,7 +222,7 @@ class EmbeddedBackend(BackendProtocol):
     def transform_to_backend_batch(self, trainer_state: TrainerState) -> TokenBatch:
         features, tokens, logprobs, steps, index, losses = [], [], [], [], [], []
         for group in trainer_state.trajectory_groups:
-            loss = self.role_losses.get(group.group_role, self.loss_fn)
+            loss = self.role_kinds.get(group.group_role, self.loss_kind)
             for trajectory in group.trajectories:
                 for step in trajectory.steps:
                     context = list(step.prompt_ids)

@@ -18,6 +18,10 @@ import numpy as np
 from rllm.errors import ConfigError
 
 LOSS_FUNCTIONS = ("ppo", "importance_sampling", "cispo")
+REGISTRY_LOSSES = {"vanilla": "ppo", "importance_sampling": "importance_sampling", "cispo": "cispo"}
+"""The registry's losses (by their own name, aliases resolve to it) this numpy policy runs, and its kind for each."""
+DUAL_CLIP = 3.0
+"""verl's default ``clip_ratio_c``: the dual clip of ``vanilla``."""
 
 
 def _feature(tag: bytes, tokens: Sequence[int], size: int) -> int:
@@ -72,26 +76,37 @@ class LossTerms:
 
 
 def policy_loss(
-    kind: str, logp: np.ndarray, old_logp: np.ndarray, advantages: np.ndarray, clip_low: float, clip_high: float
+    kind: str,
+    logp: np.ndarray,
+    old_logp: np.ndarray,
+    advantages: np.ndarray,
+    clip_low: float,
+    clip_high: float,
+    clip_c: float = DUAL_CLIP,
 ) -> LossTerms:
     """Per-token policy-gradient loss of ``kind``, with the ratio ``exp(logp - old_logp)``.
 
-    ``importance_sampling``: ``-ratio * A``. ``ppo``: the pessimistic minimum of the plain and
-    the clipped ratio objective, no gradient where the clipped term binds. ``cispo``: the
-    ratio is capped at ``1 + clip_high`` and treated as a constant weight on ``-A * logp``, so
-    no token loses its gradient entirely.
+    The numpy twins of the registry's ``importance_sampling`` (``-ratio * A``), ``vanilla``
+    (``ppo``: the pessimistic maximum of the plain and the clipped ratio loss, capped at
+    ``-A * clip_c`` for negative advantages, no gradient where a clip binds) and ``cispo`` (the
+    ratio clamped to ``[1 - clip_low, 1 + clip_high]`` as a constant weight on ``-A * logp``,
+    so no token loses its gradient entirely).
     """
-    ratio = np.exp(logp - old_logp)
+    ratio = np.exp(np.clip(logp - old_logp, -20.0, 20.0))
     if kind == "importance_sampling":
         return LossTerms(-ratio * advantages, -ratio * advantages, np.zeros_like(ratio, dtype=bool))
     if kind == "ppo":
         clipped_ratio = np.clip(ratio, 1 - clip_low, 1 + clip_high)
         plain, clipped = -ratio * advantages, -clipped_ratio * advantages
         binds = clipped > plain
-        return LossTerms(np.maximum(plain, clipped), np.where(binds, 0.0, -ratio * advantages), binds)
+        pessimistic = np.maximum(plain, clipped)
+        floor = -advantages * clip_c
+        capped = (advantages < 0) & (pessimistic > floor)
+        loss = np.where(capped, floor, pessimistic)
+        return LossTerms(loss, np.where(binds | capped, 0.0, -ratio * advantages), binds | capped)
     if kind == "cispo":
-        weight = np.minimum(ratio, 1 + clip_high)
-        return LossTerms(-weight * advantages * logp, -weight * advantages, ratio > 1 + clip_high)
+        weight = np.clip(ratio, 1 - clip_low, 1 + clip_high)
+        return LossTerms(-weight * advantages * logp, -weight * advantages, weight != ratio)
     raise ConfigError(f"Unknown loss {kind!r}; supported: {', '.join(LOSS_FUNCTIONS)}.")
 
 
