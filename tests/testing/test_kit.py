@@ -99,3 +99,30 @@ def test_the_fixtures_come_from_the_entry_point(pytester: pytest.Pytester) -> No
     )
     result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+def _loss_checks() -> list:  # type: ignore[type-arg]
+    from rllm.losses import loss_names
+    from rllm.testing import Loss
+
+    return all_checks(losses=[Loss("dro", {"dro_beta": 0.5}) if n == "dro" else n for n in loss_names()])
+
+
+@pytest.mark.parametrize("check", _loss_checks(), ids=repr)
+def test_builtin_losses_conform(check) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("torch")
+    check()
+
+
+def test_a_loss_that_counts_masked_tokens_fails(plugin_manager) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("torch")
+    from rllm.plugins.registry import LossEntry, Source
+    from rllm.testing.losses import check_loss
+
+    def unmasked(ctx):  # type: ignore[no-untyped-def]
+        per_token = -ctx.advantages * ctx.log_probs
+        return per_token.mean(), {}  # ignores response_mask (the bug)
+
+    plugin_manager.losses.add(LossEntry(name="unmasked", target=unmasked, source=Source("runtime", "tests")))
+    with pytest.raises(ConformanceError, match="loss 'unmasked' breaks 'masked tokens contribute nothing'"):
+        check_loss("unmasked")
