@@ -12,8 +12,8 @@ entry point)::
 
 or ``plugin="my_plugin"`` to check everything that plugin registers. Every check runs the
 plugin through a door users use (``rllm.compute_advantages``, the trainer's collection and
-grouping steps, a two-step training run, ``rllm.losses.compute_policy_loss``) and fails with :class:`rllm.errors.ConformanceError`
-naming the property and the input that broke it.
+grouping steps, a two-step training run, ``rllm.losses.compute_policy_loss``) and fails with
+:class:`rllm.errors.ConformanceError` naming the property and the input that broke it.
 """
 
 from __future__ import annotations
