@@ -9,14 +9,18 @@ split large batches across threads, next to the toolkit's numpy path on the same
 from __future__ import annotations
 
 import argparse
+import io
+import os
+import platform
 import statistics
 import subprocess
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from contextlib import AbstractContextManager, nullcontext, redirect_stdout
+from pathlib import Path
+from typing import Any, TextIO
 
 import numpy as np
 from jsonl import jsonl_benchmark
@@ -282,19 +286,63 @@ def import_cost(rounds: int) -> None:
     )
 
 
+DOCS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+
+
+class _Tee(io.TextIOBase):
+    """Writes to the terminal and keeps a copy, so the docs page is exactly what the run printed."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out, self.copy = out, io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return self.out.write(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def _page(body: str, quick: bool) -> str:
+    """docs/benchmarks.md: the run's output under a header saying how and where it was made."""
+    command = "python bench/run.py --docs" + (" --quick" if quick else "")
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    machine += f", numpy {np.__version__}"
+    return (
+        "# Benchmarks\n\n"
+        f"<!-- written by `{command}`; do not edit by hand, run it again -->\n\n"
+        f"Written by `{command}` on {time.strftime('%Y-%m-%d')} ({machine}). Ratios are against a baseline "
+        "timed in the same run, so they travel between machines better than the times do.\n\n"
+        "```text\n" + body.strip() + "\n```\n"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
+    parser.add_argument("--docs", action="store_true", help=f"also write the figures to {DOCS_PAGE.name} in docs/")
     args = parser.parse_args()
-    n, repeat, n_groups = (65_536, 5, 5_000) if args.quick else (1_048_576, 15, 100_000)
+    if args.docs:
+        tee = _Tee(sys.stdout)
+        with redirect_stdout(tee):
+            run(args.quick)
+        DOCS_PAGE.write_text(_page(tee.copy.getvalue(), args.quick), encoding="utf-8")
+        print(f"wrote {DOCS_PAGE}")
+    else:
+        run(args.quick)
+
+
+def run(quick: bool) -> None:
+    """Every table, printed as it is measured."""
+    n, repeat, n_groups = (65_536, 5, 5_000) if quick else (1_048_576, 15, 100_000)
     kernels(n, repeat, np.random.default_rng(0))
     rng = np.random.default_rng(0)
     verl_scale(repeat, rng)
-    collection(n_groups, 3 if args.quick else 7, rng)
-    import_cost(5 if args.quick else 15)
-    jsonl_benchmark(size_mb=5 if args.quick else 100, rounds=1 if args.quick else 3)
+    collection(n_groups, 3 if quick else 7, rng)
+    import_cost(5 if quick else 15)
+    jsonl_benchmark(size_mb=5 if quick else 100, rounds=1 if quick else 3)
     if verl_available():
-        verl_rows(quick=args.quick, rng=rng)
+        verl_rows(quick=quick, rng=rng)
     else:
         print("\n## verl: not installed (pip install 'rllm[verl]'): no bridge or verl rows")
 

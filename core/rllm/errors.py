@@ -177,3 +177,7 @@ class LossConflictError(NameConflictError):
 
 class LossOptionError(ConfigError):
     """A policy-loss option, aggregation mode or KL kind is unknown or of the wrong type or value."""
+
+
+class ConformanceError(RLLMError, AssertionError):
+    """A plugin broke a contract that :mod:`rllm.testing` checks; the message names the property and the input."""

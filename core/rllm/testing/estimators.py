@@ -1,0 +1,279 @@
+"""Conformance checks for an estimator, run through the doors users use.
+
+Each check takes the registered name and raises :class:`rllm.errors.ConformanceError` naming
+the property and the input that broke it. Inputs are small, fixed and deliberately awkward:
+group labels of mixed types (ints, strings, tuples) in shuffled order, ragged group sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rllm.errors import ConformanceError, EstimatorOptionError, RLLMError
+
+PROPERTIES = ("zero_mean", "shift_invariant", "scale_invariant", "group_independent")
+"""Group-wise properties an estimator may declare; each is checked on groups of two or more."""
+
+_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input: rewards, group labels and the extra batch fields the estimator requires."""
+
+    rewards: list[float]
+    group_ids: list[Any]
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        shown = ", ".join(f"{k}={_short(v)}" for k, v in self.fields.items())
+        return f"rewards={_short(self.rewards)}, group_ids={self.group_ids!r}" + (f", {shown}" if shown else "")
+
+    def permuted(self, order: Sequence[int]) -> Case:
+        return Case(
+            [self.rewards[i] for i in order],
+            [self.group_ids[i] for i in order],
+            {k: np.asarray(v)[list(order)] for k, v in self.fields.items()},
+        )
+
+
+def _short(value: Any) -> str:
+    return np.array2string(np.asarray(value, dtype=float), precision=4, separator=", ", threshold=40)
+
+
+def _synthetic_field(name: str, n: int, rng: np.random.Generator) -> Any:
+    """Plausible values of a batch field for ``n`` trajectories (any unknown field: one number each)."""
+    if name == "response_lengths":
+        return rng.integers(1, 40, n).astype(float)
+    if name == "reward_components":
+        return rng.random((n, 2))
+    if name in ("roles", "task_ids"):
+        return np.array([f"r{i % 2}" for i in range(n)])
+    return rng.random(n)
+
+
+def cases(requires: Sequence[str] = (), seed: int = 0) -> list[Case]:
+    """The inputs every check uses: mixed label types, shuffled, ragged sizes, one group of one."""
+    rng = np.random.default_rng(seed)
+    labels: list[Any] = [7] * 4 + ["q:1"] * 3 + [("t", 2)] * 5 + [-1] * 2 + ["alone"]
+    order = rng.permutation(len(labels))
+    ids = [labels[i] for i in order]
+    rewards = [float(round(x, 3)) for x in rng.normal(0.5, 1.0, len(ids))]
+    binary = [float(x) for x in rng.integers(0, 2, len(ids))]
+    binary[:2] = [1.0, 0.0]
+    found = []
+    for values in (rewards, binary):
+        fields = {name: _synthetic_field(name, len(ids), rng) for name in requires}
+        found.append(Case(values, ids, fields))
+    return found
+
+
+def _fail(name: str, prop: str, case: Case, detail: str) -> ConformanceError:
+    return ConformanceError(f"estimator {name!r} breaks '{prop}': {detail}; input: {case.describe()}")
+
+
+def _compute(name: str, case: Case, options: Mapping[str, Any], prop: str) -> np.ndarray:
+    """``rllm.compute_advantages`` on ``case`` as a flat array (a per-step result: its per-trajectory sums)."""
+    import rllm
+
+    try:
+        result = rllm.compute_advantages(name, case.rewards, case.group_ids, **case.fields, **options)
+    except RLLMError as exc:
+        raise _fail(name, prop, case, f"rllm.compute_advantages raised {type(exc).__name__}: {exc}") from None
+    from rllm.estimators.batch import Ragged
+
+    flat = np.asarray([row.sum() for row in result.rows()] if isinstance(result, Ragged) else result, dtype=float)
+    if flat.shape != (len(case.rewards),):
+        raise _fail(name, prop, case, f"returned shape {flat.shape} for {len(case.rewards)} rewards")
+    return flat
+
+
+def _members(case: Case) -> dict[Any, list[int]]:
+    groups: dict[Any, list[int]] = {}
+    for position, label in enumerate(case.group_ids):
+        groups.setdefault((type(label), label), []).append(position)
+    return groups
+
+
+def check_order_preserved(name: str, options: Mapping[str, Any], case: Case) -> None:
+    """Shuffling the trajectories shuffles the advantages the same way: output is in input order."""
+    base = _compute(name, case, options, "order preserved")
+    order = list(np.random.default_rng(1).permutation(len(case.rewards)))
+    moved = _compute(name, case.permuted(order), options, "order preserved")
+    wrong = np.flatnonzero(~np.isclose(moved, base[order], rtol=_TOLERANCE, atol=_TOLERANCE))
+    if wrong.size:
+        i = int(wrong[0])
+        raise _fail(
+            name,
+            "order preserved",
+            case,
+            f"after permuting the inputs by {order}, position {i} got {moved[i]:.6g} instead of the advantage "
+            f"{base[order[i]]:.6g} of input {order[i]} ({wrong.size} positions differ)",
+        )
+
+
+def check_labels_any_type(name: str, options: Mapping[str, Any], case: Case) -> None:
+    """Renaming the groups (other labels, other types) changes nothing."""
+    base = _compute(name, case, options, "labels of any type")
+    renamed_map = {key: f"g{i}" if i % 2 else i * 10 for i, key in enumerate(_members(case))}
+    renamed = Case(case.rewards, [renamed_map[(type(g), g)] for g in case.group_ids], case.fields)
+    after = _compute(name, renamed, options, "labels of any type")
+    if not np.allclose(after, base, rtol=_TOLERANCE, atol=_TOLERANCE):
+        raise _fail(name, "labels of any type", case, f"renaming the groups changed the advantages to {_short(after)}")
+
+
+def check_finite_output(name: str, options: Mapping[str, Any], case: Case) -> None:
+    """Finite rewards give finite advantages."""
+    values = _compute(name, case, options, "finite output")
+    if not np.isfinite(values).all():
+        raise _fail(name, "finite output", case, f"returned {_short(values)}")
+
+
+def check_options(name: str, options: Mapping[str, Any], case: Case) -> None:
+    """Every declared option is accepted at its default; an undeclared one is refused naming it."""
+    import rllm
+
+    declaration = rllm.get_estimator(name).declaration
+    for option in declaration.options:
+        if option.default is not None:
+            _compute(name, case, {**options, option.name: option.default}, f"declared option {option.name!r} accepted")
+    try:
+        rllm.compute_advantages(name, case.rewards, case.group_ids, **case.fields, **options, no_such_option_x=1)
+    except EstimatorOptionError as exc:
+        if "no_such_option_x" not in str(exc):
+            raise _fail(name, "undeclared option refused", case, f"the error does not name the option: {exc}") from None
+        return
+    raise _fail(name, "undeclared option refused", case, "the option no_such_option_x=1 was accepted")
+
+
+def _groupwise(name: str, options: Mapping[str, Any], case: Case, prop: str) -> None:
+    base = _compute(name, case, options, prop)
+    groups = [p for p in _members(case).values() if len(p) > 1]
+    if prop == "zero_mean":
+        for positions in groups:
+            total = float(base[positions].sum())
+            if abs(total) > _TOLERANCE * max(1.0, float(np.abs(base).max())):
+                label = case.group_ids[positions[0]]
+                raise _fail(name, prop, case, f"group {label!r} sums to {total:.6g}, not 0")
+        return
+    target = groups[0]
+    label = case.group_ids[target[0]]
+    rewards = np.asarray(case.rewards, dtype=float)
+    changed = rewards.copy()
+    if prop == "shift_invariant":
+        changed[target] += 3.0
+        what = f"adding 3 to every reward of group {label!r}"
+        check = list(range(len(rewards)))
+    elif prop == "scale_invariant":
+        changed[target] *= 2.5
+        what = f"multiplying every reward of group {label!r} by 2.5"
+        check = list(range(len(rewards)))
+    else:  # group_independent
+        changed[target] = changed[target][::-1] * 2.0 + 1.0
+        what = f"changing the rewards of group {label!r}"
+        check = [i for i in range(len(rewards)) if i not in target]
+    after = _compute(name, Case(changed.tolist(), case.group_ids, case.fields), options, prop)
+    wrong = [i for i in check if not np.isclose(after[i], base[i], rtol=1e-4, atol=1e-4)]
+    if wrong:
+        i = wrong[0]
+        raise _fail(name, prop, case, f"{what} changed advantage {i} from {base[i]:.6g} to {after[i]:.6g}")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One named check of one plugin part; call it to run it. ``id`` names it in test reports."""
+
+    id: str
+    run: Callable[[], None]
+
+    def __call__(self) -> None:
+        self.run()
+
+    def __repr__(self) -> str:
+        return self.id
+
+
+_ALWAYS: dict[str, Callable[[str, Mapping[str, Any], Case], None]] = {
+    "order_preserved": check_order_preserved,
+    "labels_any_type": check_labels_any_type,
+    "finite_output": check_finite_output,
+}
+
+
+def estimator_checks(
+    name: str, *, properties: Sequence[str] = (), options: Mapping[str, Any] | None = None
+) -> list[Check]:
+    """The checks for estimator ``name``: the contract of every estimator, plus its declared ``properties``.
+
+    ``options`` are passed on every call (an estimator that needs one to run). The option check is
+    included when the estimator declares its options (``register(..., options=[...])``); one
+    registered without a declaration accepts any option, so there is nothing to refuse.
+    """
+    import rllm
+
+    unknown = [p for p in properties if p not in PROPERTIES]
+    if unknown:
+        raise ConformanceError(
+            f"unknown property {unknown[0]!r} for estimator {name!r}; known: {', '.join(PROPERTIES)}"
+        )
+    entry = rllm.get_estimator(name)
+    given = dict(options or {})
+    found: list[Check] = []
+    for number, case in enumerate(cases(entry.requires)):
+        for label, check in _ALWAYS.items():
+            found.append(Check(f"{name}-{label}-{number}", _bind(check, name, given, case)))
+        if entry.declaration.declared:
+            found.append(Check(f"{name}-options-{number}", _bind(check_options, name, given, case)))
+        for prop in properties:
+            found.append(Check(f"{name}-{prop}-{number}", _bind(_property(prop), name, given, case)))
+    if not entry.requires:
+        found.append(Check(f"{name}-collection_door", lambda: check_collection_door(name, given)))
+    return found
+
+
+def _property(prop: str) -> Callable[[str, Mapping[str, Any], Case], None]:
+    return lambda name, options, case: _groupwise(name, options, case, prop)
+
+
+def _bind(check: Callable[[str, Mapping[str, Any], Case], None], name: str, options: Mapping[str, Any], case: Case):  # type: ignore[no-untyped-def]
+    return lambda: check(name, options, case)
+
+
+def check_collection_door(name: str, options: Mapping[str, Any]) -> None:
+    """The trainer's collection step gives every step the advantage ``rllm.compute_advantages`` gives."""
+    from rllm.config.algorithm import AlgorithmConfig
+    from rllm.estimators.collect import collect_advantages
+    from rllm.types import Step, Trajectory, TrajectoryGroup
+
+    case = cases()[0]
+    expected = _compute(name, case, options, "collection door agrees")
+    members = _members(case)
+    groups = []
+    trajectories: dict[int, Trajectory] = {}
+    for number, positions in enumerate(members.values()):
+        group = []
+        for p in positions:
+            trajectories[p] = Trajectory(name="solver", reward=case.rewards[p], steps=[Step(response_ids=[1, 2])])
+            group.append(trajectories[p])
+        groups.append(TrajectoryGroup.for_task(f"task{number}", "solver", group, [{}] * len(group)))
+    config = AlgorithmConfig(estimator=name, estimator_options=dict(options))
+    try:
+        collect_advantages(groups, config)
+    except RLLMError as exc:
+        raise _fail(
+            name, "collection door agrees", case, f"the collection step raised {type(exc).__name__}: {exc}"
+        ) from None
+    for p, trajectory in trajectories.items():
+        got = trajectory.steps[0].advantage
+        got = float(np.sum(got)) if isinstance(got, list) else float(got)  # type: ignore[arg-type]
+        if not np.isclose(got, expected[p], rtol=_TOLERANCE, atol=_TOLERANCE):
+            raise _fail(
+                name,
+                "collection door agrees",
+                case,
+                f"trajectory {p} got {got:.6g} from the collection step, {expected[p]:.6g} from compute_advantages",
+            )
