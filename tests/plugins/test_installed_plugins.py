@@ -21,6 +21,7 @@ def test_all_installed_plugins_are_listed_with_their_status(env: Env) -> None:
         "builtin",
         "fast",  # rllm's own kernel plugin; this environment has no numba, so it registers nothing
         "verl",  # rllm's own verl bridge; this environment has no verl, so it registers nothing
+        "transformers",  # rllm's own backend plugin; this environment has no torch, so it is inactive
         "example",
         "broken",
         "conflict_a",

@@ -14,6 +14,7 @@ from rllm.config.schema import CORE_KEYS, ConfigKey, Schema
 
 _LOADER_NAMES = (
     "CONFIG_FILE",
+    "check_expansion",
     "check_keys",
     "current_schema",
     "default_config",
@@ -30,6 +31,7 @@ __all__ = [
     "ConfigKey",
     "EstimatorName",
     "Schema",
+    "check_expansion",
     "check_keys",
     "current_schema",
     "default_config",

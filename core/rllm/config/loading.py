@@ -412,7 +412,7 @@ def _check_estimator_choices(algorithm: Mapping[str, Any]) -> None:
 
     Checked when the config is loaded, so ``rllm config`` refuses what a run would refuse later.
     """
-    from rllm.estimators.compute import get_estimator  # the estimators import the config package
+    from rllm.plugins.manager import get_plugin_manager
     from rllm.plugins.options import resolve_options
 
     base = "rllm.algorithm"
@@ -427,7 +427,7 @@ def _check_estimator_choices(algorithm: Mapping[str, Any]) -> None:
     known = set(_registered_estimators())
     for name, options in (algorithm.get("estimator_options") or {}).items():
         if name in known and isinstance(options, Mapping):
-            entry = get_estimator(name)
+            entry = get_plugin_manager().estimators.resolve(name)
             resolve_options(entry.name, entry.declaration, options, {}, entry.source.describe())
 
 

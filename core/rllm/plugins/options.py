@@ -68,9 +68,7 @@ class Option:
             return None
         integral = int in self.types and isinstance(value, numbers.Integral)
         if float in self.types and not integral and isinstance(value, numbers.Real) and _coerce(float, value) is _NO:
-            raise EstimatorOptionError(
-                f"Option {self.name!r} of estimator {estimator} must be a finite number; got {value!r}."
-            )
+            raise error(f"Option {self.name!r} of {estimator} must be a finite number; got {value!r}.")
         for kind in self.types:
             accepted = _coerce(kind, value)
             if accepted is not _NO:

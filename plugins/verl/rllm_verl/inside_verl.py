@@ -142,7 +142,7 @@ def settings(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The estimator options (``algorithm.rllm_options``) and run-level settings of verl's algorithm config."""
     from omegaconf import OmegaConf
 
-    from rllm.config.loading import check_expansion
+    from rllm.config import check_expansion
 
     if config is None:
         return {}, {}
