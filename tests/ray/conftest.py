@@ -7,8 +7,6 @@ from collections.abc import Iterator
 
 import pytest
 
-pytest.importorskip("ray", reason="ray is not installed (pip install 'rllm[ray]'); the Ray executor tests need it")
-
 
 @pytest.fixture(scope="module", autouse=True)
 def _keep_builtin_print() -> Iterator[None]:

@@ -11,6 +11,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from extras import skip_module_without
+
+skip_module_without("ray", install="pip install 'rllm[ray]' (CI does)")
+
 import ray
 
 from rllm.errors import WorkflowError

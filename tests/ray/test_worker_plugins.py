@@ -17,6 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from extras import skip_module_without
+
+skip_module_without("ray", install="pip install 'rllm[ray]' (CI does)")
+
 import ray
 
 from rllm.errors import WorkflowError

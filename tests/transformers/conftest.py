@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig
-
-MISSING = [name for name in ("torch", "transformers", "safetensors") if importlib.util.find_spec(name) is None]
-if MISSING:
-    pytest.skip(
-        f"the transformers backend needs {', '.join(MISSING)}: pip install 'rllm[transformers]'",
-        allow_module_level=True,
-    )
 
 SMALL = (
     "rllm.backend=transformers",

@@ -12,6 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from extras import skip_module_without
+
+skip_module_without("torch", "transformers", "safetensors", install="pip install 'rllm[transformers]' (CI does)")
+
 import torch
 from omegaconf import DictConfig, OmegaConf
 

@@ -9,10 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from extras import skip_module_without
+
+skip_module_without("torch", "transformers", "safetensors", install="pip install 'rllm[transformers]' (CI does)")
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "reliability"))
-from test_trainer_runs import _comparable, _kill_repeatedly, _records, _steps, _train  # noqa: E402
+from test_trainer_runs import _comparable, _kill_repeatedly, _records, _steps, _train
 
 pytestmark = pytest.mark.slow
 
