@@ -243,6 +243,11 @@ def _call(entry: EstimatorEntry, batch: AdvantageBatch, kwargs: dict[str, Any]) 
         raise EstimatorFailedError(f"{who} raised TypeError: {exc}") from exc
     except Exception as exc:
         raise EstimatorFailedError(f"{who} raised {type(exc).__name__}: {exc}") from exc
+    except SystemExit as exc:  # an estimator cannot end the caller's process; KeyboardInterrupt still does
+        raise EstimatorFailedError(
+            f"{who} called sys.exit({exc.code!r}) instead of returning advantages; an estimator raises an "
+            "exception to fail."
+        ) from exc
     if entry.style == "batch":
         return result if isinstance(result, Ragged) else _as_flat(entry, result, batch)
     return batch.layout.join(_per_group(entry, result, batch.layout), dtype=batch.dtype)
