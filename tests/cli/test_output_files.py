@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,6 +100,19 @@ def test_full_device_is_a_one_line_error(source: Path, tmp_path: Path, capsys: p
     assert run(source, full) == 2
     err = capsys.readouterr().err
     assert err == (f"rllm advantages: error: Could not write {str(full)!r}: No space left on device.\n")
+
+
+def test_an_estimator_calling_sys_exit_is_a_failure_and_writes_nothing(
+    source: Path, tmp_path: Path, plugin_manager: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import rllm
+
+    rllm.register_rllm_adv_estimator("leaving", style="batch", options=())(lambda batch: sys.exit(0))
+    out = tmp_path / "out.jsonl"
+    assert main(["advantages", str(source), "-e", "leaving", "-o", str(out)]) != 0
+    assert not out.exists() and not leftovers(tmp_path)
+    err = capsys.readouterr().err
+    assert "Estimator 'leaving'" in err and "sys.exit(0)" in err and len(err.splitlines()) == 1
 
 
 def test_output_under_a_file_is_a_one_line_error(

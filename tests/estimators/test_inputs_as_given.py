@@ -8,6 +8,7 @@ correct advantages.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,27 @@ def test_any_hashable_label_groups_by_equality(labels: list[Any]) -> None:
 def test_unhashable_label_is_refused_naming_it() -> None:
     with pytest.raises(GroupError, match=r"Group label \[1, 2\] is not hashable"):
         rllm.compute_advantages("rloo", [1.0, 0.0], [[1, 2], "b"])
+
+
+@pytest.mark.parametrize("style", ["batch", "grouped"])
+def test_an_estimator_calling_sys_exit_fails_by_name_and_ctrl_c_still_stops(
+    plugin_manager: PluginManager, style: str
+) -> None:
+    def leaving(*_: Any, **__: Any) -> None:
+        sys.exit(0)
+
+    def interrupted(*_: Any, **__: Any) -> None:
+        raise KeyboardInterrupt
+
+    rllm.register_rllm_adv_estimator("leaving", style=style, options=())(leaving)
+    rllm.register_rllm_adv_estimator("interrupted", style=style, options=())(interrupted)
+    match = r"Estimator 'leaving' \(.+\) called sys.exit\(0\)"
+    with pytest.raises(EstimatorFailedError, match=match):
+        rllm.compute_advantages("leaving", [1.0, 0.0], [0, 0])
+    with pytest.raises(EstimatorFailedError, match=match):  # the list API
+        rllm.get_rllm_adv_estimator("leaving")(rewards=[np.array([1.0, 0.0])])
+    with pytest.raises(KeyboardInterrupt):
+        rllm.compute_advantages("interrupted", [1.0, 0.0], [0, 0])
 
 
 def test_callers_arrays_are_never_changed_and_in_place_estimators_fail_loudly(plugin_manager: PluginManager) -> None:

@@ -108,6 +108,18 @@ def test_mix_cannot_contain_itself() -> None:
         _collect(config)
 
 
+def test_mix_refuses_a_stateful_component_by_name() -> None:
+    # mix could not carry ema_baseline's baselines from one step to the next, nor save them.
+    from rllm.errors import EstimatorOptionError
+
+    match = r"Estimator 'ema_baseline' \(.*\) keeps state across training steps"
+    with pytest.raises(EstimatorOptionError, match=match):
+        rllm.compute_advantages("mix", [1.0, 0.0], [0, 0], components="0.5*grpo + 0.5*ema_baseline")
+    config = rllm.AlgorithmConfig(estimator="mix", estimator_options={"mix": {"components": {"ema_baseline": 1}}})
+    with pytest.raises(EstimatorOptionError, match=match):
+        _collect(config)
+
+
 def _collect(config: Any) -> None:
     from rllm.types import Trajectory, TrajectoryGroup
 

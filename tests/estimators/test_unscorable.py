@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -11,6 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rllm
+from rllm.estimators.collect import collect_advantages
+from rllm.toolkit import EstimatorStates
+from rllm.types import Trajectory, TrajectoryGroup
 
 ESTIMATORS = ["grpo", "dr_grpo", "rloo", "grpo_batch_std", "reinforce_plus_plus_baseline", "maxrl", "gpg", "reinforce"]
 
@@ -62,3 +66,21 @@ def test_excluded_rollouts_never_affect_the_others(data: tuple[list[float], list
     if kept:
         alone = rllm.compute_advantages(name, [rewards[i] for i in kept], [ids[i] for i in kept])
         np.testing.assert_allclose(got[kept], alone, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("policy", ["zero", "exclude"])
+def test_an_unscored_group_never_moves_a_stateful_estimators_state(policy: str) -> None:
+    def groups(rewards: dict[str, list[float]]) -> list[TrajectoryGroup]:
+        return [
+            TrajectoryGroup.for_task(task, "solver", [Trajectory(name="solver", reward=r) for r in values])
+            for task, values in rewards.items()
+        ]
+
+    config = rllm.AlgorithmConfig(estimator="ema_baseline", estimator_options={"decay": 0.5}, nonfinite_rewards=policy)
+    states = EstimatorStates()
+    collect_advantages(groups({"a": [1.0, 1.0]}), config, states=states)  # a's baseline: 1.0
+    with pytest.warns(rllm.RLLMWarning) if policy == "zero" else contextlib.nullcontext():
+        second = collect_advantages(groups({"a": [math.nan, math.nan], "b": [0.0, 1.0]}), config, states=states)
+    # a was never scored: advantage 0, baseline still 1.0; b is new: baseline its mean 0.5
+    assert second.roles["solver"].advantages.tolist() == [0.0, 0.0, -0.5, 0.5]
+    assert states.state_dict()["ema_baseline"]["solver"]["baselines"] == {"a": 1.0, "b": 0.5}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from rllm.errors import ConfigError
+from rllm.errors import ConfigError, RewardError
+from rllm.trainer.grouping import group_by_task_and_role
 from rllm.trainer.logging import METRICS_FILE, read_metrics
 from rllm.trainer.sampling import (
     DynamicSamplingConfig,
@@ -118,6 +120,31 @@ def test_replace_in_the_trainer_fills_every_batch_that_has_signal(make_config) -
         assert r["sampling/groups_replaced"] == r["sampling/groups_uniform"]
         assert r["sampling/rounds"] == 1  # no extra generation
     assert sum(r["sampling/groups_replaced"] for r in with_signal) > 0
+
+
+@pytest.mark.parametrize("sampling", ["rllm.dynamic_sampling.enable=true", "rllm.rejection_sample.enable=true"])
+def test_a_nan_reward_is_an_error_before_any_filter_drops_its_group(make_config, sampling: str) -> None:
+    # [NaN, 1, 1, 1] looks uniform to dynamic sampling, and rejection sampling drops a group solved by all
+    def planted(episodes):  # type: ignore[no-untyped-def]
+        groups = group_by_task_and_role(episodes)
+        for position, trajectory in enumerate(groups[0].trajectories):
+            trajectory.reward = math.nan if position == 0 else 1.0
+        return groups
+
+    config = make_config(
+        sampling,
+        "rllm.rejection_sample.mode=batch",
+        "rllm.rollout.n=4",
+        "rllm.trainer.total_batches=1",
+        "rllm.trainer.test_freq=0",
+        "rllm.trainer.val_before_train=false",
+    )
+    trainer = UnifiedTrainer(None, config, traj_grouping_hook=planted, progress=False)
+    try:
+        with pytest.raises(RewardError, match=r"1 reward\(s\) are missing, NaN or infinite.*group"):
+            trainer.fit()
+    finally:
+        trainer.shutdown()
 
 
 DEMO = [

@@ -85,8 +85,9 @@ def invoke(
     factory = state_factory(entry.target)
     if factory is not None:
         kwargs["state"] = state if state is not None else factory()
-    if nonfinite_rewards == "exclude" and zeroed is not None:
-        return _without_unscorable(entry, batch, kwargs)
+    if zeroed is not None and (nonfinite_rewards == "exclude" or factory is not None):
+        # A stateful estimator must not learn from rewards that were never scored, so it never sees them.
+        return _without_unscorable(entry, batch, kwargs, zeroed if nonfinite_rewards == "zero" else None)
     if len(batch) == 0:
         return Outcome(np.zeros(0, dtype=batch.dtype))
     batch.freeze()
@@ -142,12 +143,15 @@ def first_nonfinite(values: NDArray[Any]) -> tuple[int, int] | None:
     return int(np.flatnonzero(bad)[0]), int(np.count_nonzero(bad))
 
 
-def _without_unscorable(entry: EstimatorEntry, batch: AdvantageBatch, kwargs: dict[str, Any]) -> Outcome:
-    """Run the estimator on the rollouts with finite rewards only; the others get advantage 0.
+def _without_unscorable(
+    entry: EstimatorEntry, batch: AdvantageBatch, kwargs: dict[str, Any], zeroed: NDArray[np.bool_] | None = None
+) -> Outcome:
+    """Run the estimator on the rollouts with finite rewards only (or outside ``zeroed`` groups); the others get 0.
 
-    Left out of the batch, unscorable rollouts cannot move any group or batch statistic.
+    Left out of the batch, unscorable rollouts cannot move any group or batch statistic, nor
+    a stateful estimator's state.
     """
-    excluded = ~np.isfinite(batch.rewards)
+    excluded = ~np.isfinite(batch.rewards) if zeroed is None else batch.layout.spread(zeroed)
     keep = ~excluded
     sub = batch.subset(keep)
     sub.freeze()
@@ -157,10 +161,11 @@ def _without_unscorable(entry: EstimatorEntry, batch: AdvantageBatch, kwargs: di
         rows = batch.require("step_rewards", entry.name)
         values = np.zeros(len(rows.values), dtype=partial_advantages.values.dtype)
         values[np.repeat(keep, rows.lengths)] = partial_advantages.values
-        return Outcome(rows.with_values(values), excluded=excluded)
-    advantages = np.zeros(len(batch), dtype=np.asarray(partial_advantages).dtype)
-    advantages[keep] = partial_advantages
-    return Outcome(advantages, excluded=excluded)
+        result: FloatArray | Ragged = rows.with_values(values)
+    else:
+        result = np.zeros(len(batch), dtype=np.asarray(partial_advantages).dtype)
+        result[keep] = partial_advantages
+    return Outcome(result, zeroed) if zeroed is not None else Outcome(result, excluded=excluded)
 
 
 def check_rewards(batch: AdvantageBatch, policy: str) -> NDArray[np.bool_] | None:
@@ -238,6 +243,11 @@ def _call(entry: EstimatorEntry, batch: AdvantageBatch, kwargs: dict[str, Any]) 
         raise EstimatorFailedError(f"{who} raised TypeError: {exc}") from exc
     except Exception as exc:
         raise EstimatorFailedError(f"{who} raised {type(exc).__name__}: {exc}") from exc
+    except SystemExit as exc:  # an estimator cannot end the caller's process; KeyboardInterrupt still does
+        raise EstimatorFailedError(
+            f"{who} called sys.exit({exc.code!r}) instead of returning advantages; an estimator raises an "
+            "exception to fail."
+        ) from exc
     if entry.style == "batch":
         return result if isinstance(result, Ragged) else _as_flat(entry, result, batch)
     return batch.layout.join(_per_group(entry, result, batch.layout), dtype=batch.dtype)

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from rllm.config.algorithm import AlgorithmConfig, estimator_name
 from rllm.config.loading import CONFIG_FILE, default_config, save_config, validate_config
 from rllm.errors import ConfigError, RLLMWarning, RunDirError, TrainerError
-from rllm.estimators.collect import collect_reward_and_advantage_from_trajectory_groups
+from rllm.estimators.collect import collect_advantages, collect_reward_and_advantage_from_trajectory_groups
 from rllm.estimators.compute import get_estimator
 from rllm.plugins.manager import get_plugin_manager
 from rllm.trainer.backend_protocol import BackendProtocol, TrainerState, task_id_of
@@ -498,9 +498,7 @@ class UnifiedTrainer:
         if not state.has_episodes:
             return
         with _timer("group", timings):  # stages 2 and 3
-            groups, transform_metrics = transform_episodes_to_trajectory_groups(
-                state.episodes, self.traj_grouping_hook, self.cf_config
-            )
+            groups, transform_metrics = self._grouped(state.episodes)
             self._warn_unused_roles(groups)
             groups, episodes, rs_metrics = apply_rejection_sampling_and_filtering(
                 state.episodes, groups, self.rs_config, state.rs_state
@@ -533,6 +531,17 @@ class UnifiedTrainer:
         with _timer("update", timings):  # stage 7
             await self.backend.update_policy(state)
 
+    def _grouped(self, episodes: Sequence[Episode]) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+        """Stage 2, then the reward check of ``nonfinite_rewards=error`` before any filter can drop a group unseen.
+
+        Rejection and dynamic sampling would otherwise discard a group with a NaN reward (as
+        uniform, or too small) and the run would train on without the RewardError naming it.
+        """
+        groups, metrics = transform_episodes_to_trajectory_groups(episodes, self.traj_grouping_hook, self.cf_config)
+        if self.algorithm_config.nonfinite_rewards == "error":
+            collect_advantages(groups, self.algorithm_config, write_steps=False, collect_advantage=False)
+        return groups, metrics
+
     async def _dynamic_sampling(
         self, groups: list[TrajectoryGroup], episodes: list[Episode], state: TrainerState
     ) -> tuple[list[TrajectoryGroup], list[Episode]]:
@@ -555,7 +564,7 @@ class UnifiedTrainer:
                     break
                 rounds += 1
                 fresh = await self.backend.generate_episodes(tasks, agent_workflow_engine=self.agent_workflow_engine)
-                more, _ = transform_episodes_to_trajectory_groups(fresh, self.traj_grouping_hook, self.cf_config)
+                more, _ = self._grouped(fresh)
                 more, fresh, _ = apply_rejection_sampling_and_filtering(fresh, more, self.rs_config, state.rs_state)
                 flags = informative(more, config)
                 dropped += flags.count(False)

@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from rllm.errors import ConfigError
+from rllm.errors import ConfigError, EstimatorOptionError
+from rllm.estimators.compute import get_estimator
+from rllm.estimators.state import state_factory
 from rllm.toolkit import AdvantageBatch, FloatArray, Ragged, run_estimator
 
 _NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -73,6 +75,13 @@ def mix(
     terms = parse_components(components)
     if any(name == "mix" for name, _, _ in terms):
         raise ConfigError("'mix' cannot be one of its own components; list the estimators it mixes instead.")
+    for name, _, _ in terms:  # mix gets no state to hand on, and a fresh one every step would be a silent reset
+        entry = get_estimator(name)
+        if state_factory(entry.target) is not None:
+            raise EstimatorOptionError(
+                f"Estimator {entry.name!r} ({entry.source.describe()}) keeps state across training steps, which "
+                "'mix' cannot carry; use it as the run's estimator on its own, not as a component of 'mix'."
+            )
     parts = [(weight, run_estimator(name, batch, options, ambient=ambient)) for name, weight, options in terms]
     rows = next((part for _, part in parts if isinstance(part, Ragged)), None)
     if rows is None:
