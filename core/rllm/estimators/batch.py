@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from rllm.errors import GroupError, MissingInputError, RewardError
+from rllm.errors import GroupError, InputFieldError, MissingInputError, RewardError
 from rllm.estimators import acceleration
 from rllm.plugins.fields import BUILTIN_FIELDS, BatchField
 from rllm.plugins.hookspecs import OPTIONAL_FIELDS
@@ -576,7 +576,22 @@ class AdvantageBatch:
         builtin = BUILTIN_FIELDS.get(name)
         if (builtin is not None and builtin.per_step) or self._per_step.get(name, False):
             return _ragged(value, n, name, self.dtype)
-        return _per_item(value, n, name, None if name in ("roles", "task_ids") else self.dtype)
+        array = _per_item(value, n, name, None if name in ("roles", "task_ids") else self.dtype)
+        if name == "response_lengths":
+            self._refuse(name, array, ~(np.isfinite(array) & (array >= 0)), "a number of tokens (finite, >= 0)")
+        return array
+
+    def _refuse(self, name: str, values: NDArray[Any], bad: NDArray[np.bool_], wanted: str) -> None:
+        """The error naming field ``name``'s first trajectory where ``bad`` holds (its group and position)."""
+        if not bad.any():
+            return
+        first = int(np.flatnonzero(bad)[0])
+        group = self.layout.label(int(self.layout.group_index[first]))
+        where = self.describe(first) if self.describe else f"at position {first} in group {group!r}"
+        raise InputFieldError(
+            f"{int(np.count_nonzero(bad))} value(s) of the batch field {name!r} are unusable; the first is {where} "
+            f"(value {values[first]!r}). Give each trajectory {wanted}."
+        )
 
     def _field_names(self) -> list[str]:
         return [*OPTIONAL_FIELDS, *self._per_step]
