@@ -75,8 +75,7 @@ def batch_field_problem(name: str, target: Any) -> str | None:
     line_keys = {"reward", "task_id", "group_id", *(f.jsonl_key for f in BUILTIN_FIELDS.values() if f.jsonl_key)}
     if target.line_key(name) in line_keys:
         return (
-            f"reads the per-line JSON key {target.line_key(name)!r}, which rllm reads itself; "
-            "give it another jsonl_key"
+            f"reads the per-line JSON key {target.line_key(name)!r}, which rllm reads itself; give it another jsonl_key"
         )
     if not callable(target.read):
         return f"has read={target.read!r}, which is not callable"
