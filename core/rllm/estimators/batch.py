@@ -112,10 +112,10 @@ class GroupLayout:
             else:
                 self._contiguous(starts, run_labels, uniform)
         else:
-            changes = labels[1:] != labels[:-1]
             codes, group_labels, sizes = _dense_groups(labels)
+            changes = codes[1:] != codes[:-1]  # codes, not labels: 1 == True, yet they are two groups
             if len(sizes) == np.count_nonzero(changes) + 1:  # every group is one run: contiguous after all
-                starts = _run_starts(labels)
+                starts = _run_starts(codes)
                 self._contiguous(starts, labels[starts])
             else:
                 self.codes, self._labels, self._sizes = codes, group_labels, sizes
@@ -425,18 +425,35 @@ def _dense_groups(labels: NDArray[Any]) -> tuple[IndexArray, NDArray[Any], Index
     if labels.dtype.kind != "O":
         group_labels, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
         return inverse.reshape(-1).astype(np.intp, copy=False), group_labels, counts.astype(np.intp, copy=False)
-    # Python objects (mixed types, tuples, frozensets): equal by Python's ==, numbered by first appearance.
+    # Python objects (mixed types, tuples, frozensets): equal by Python's == within one kind of label
+    # (1, 1.0 and True stay apart), numbered by first appearance.
     numbers: dict[Any, int] = {}
+    firsts: list[Any] = []
+
+    def number(v: Any) -> int:
+        code = numbers.setdefault((_label_kind(type(v)), v), len(numbers))
+        if code == len(firsts):
+            firsts.append(v)
+        return code
+
     try:
-        codes = np.fromiter((numbers.setdefault(v, len(numbers)) for v in labels), dtype=np.intp, count=len(labels))
+        codes = np.fromiter(map(number, labels), dtype=np.intp, count=len(labels))
     except TypeError:
         bad = next(v for v in labels if not isinstance(v, Hashable))
         raise GroupError(
             f"Group label {bad!r} is not hashable; use strings, numbers, tuples or frozensets as group ids."
         ) from None
-    group_labels = np.empty(len(numbers), dtype=object)
-    group_labels[:] = list(numbers)
+    group_labels = np.empty(len(firsts), dtype=object)
+    group_labels[:] = firsts
     return codes, group_labels, np.bincount(codes).astype(np.intp, copy=False)
+
+
+def _label_kind(kind: type) -> type:
+    """The kind of label a type gives: numpy's scalars count as Python's; bool, int and float are three kinds."""
+    for python, family in ((bool, np.bool_), (int, np.integer), (float, np.floating)):
+        if issubclass(kind, (python, family)):  # bool first: it is an int to Python
+            return python
+    return kind
 
 
 def _label_array(values: ArrayLike) -> NDArray[Any]:
@@ -450,7 +467,7 @@ def _label_array(values: ArrayLike) -> NDArray[Any]:
         array = np.asarray(items) if items else np.zeros(0, dtype=np.intp)
     except ValueError:  # ragged nesting, e.g. tuples of different lengths
         array = np.zeros((0, 0))
-    if array.dtype.kind in "iufb" and array.ndim == 1:
+    if array.dtype.kind in "iufb" and array.ndim == 1 and len({_label_kind(v) for v in set(map(type, items))}) == 1:
         return array
     if array.ndim == 1 and array.dtype.kind in "US":
         kind = type(items[0])
@@ -576,7 +593,9 @@ class AdvantageBatch:
         builtin = BUILTIN_FIELDS.get(name)
         if (builtin is not None and builtin.per_step) or self._per_step.get(name, False):
             return _ragged(value, n, name, self.dtype)
-        array = _per_item(value, n, name, None if name in ("roles", "task_ids") else self.dtype)
+        if name in ("roles", "task_ids"):  # labels: 1 and "1" stay apart, as group ids do
+            return _per_item(_label_array(value) if not isinstance(value, np.ndarray) else value, n, name, None)
+        array = _per_item(value, n, name, self.dtype)
         if name == "response_lengths":
             self._refuse(name, array, ~(np.isfinite(array) & (array >= 0)), "a number of tokens (finite, >= 0)")
         return array
