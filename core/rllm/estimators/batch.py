@@ -13,6 +13,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
 from itertools import pairwise
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -499,6 +500,7 @@ def float_rewards(rewards: Any, dtype: Any = np.float64) -> FloatArray:
         given = np.asarray(rewards)
     except OverflowError:
         given = np.asarray(rewards, dtype=object)
+    _refuse_non_numbers(given)
     if given.dtype.kind in "iuO" and given.size:
         numbers = given.reshape(-1)
         if given.dtype.kind == "O":
@@ -515,6 +517,29 @@ def float_rewards(rewards: Any, dtype: Any = np.float64) -> FloatArray:
         return np.asarray(given, dtype=dtype)
     except (TypeError, ValueError) as exc:
         raise RewardError(f"Rewards must be numbers: {exc}.") from None
+
+
+_KIND_NAMES = {"U": "a string", "S": "bytes", "c": "a complex number", "V": "a record", "M": "a date", "m": "a time"}
+
+
+def _refuse_non_numbers(given: NDArray[Any]) -> None:
+    """The one reward rule of every door: a real number, or None (unscorable); never converted from another type."""
+    if given.dtype.kind in _KIND_NAMES and given.size:
+        first, value = 0, given.reshape(-1)[0]
+    elif given.dtype.kind == "O":
+        flat = given.reshape(-1)
+        bad = [i for i, v in enumerate(flat.tolist()) if v is not None and not isinstance(v, Real)]
+        if not bad:
+            return
+        first, value = bad[0], flat[bad[0]]
+    else:
+        return
+    kind = _KIND_NAMES.get(np.asarray(value).dtype.kind, f"of type {type(value).__name__}")
+    shown = value.item() if isinstance(value, np.generic) else value
+    raise RewardError(
+        f"The reward at position {first} is {shown!r}, {kind}; a reward is a real number (or None when it "
+        "cannot be scored): strings, bytes, complex numbers and other objects are refused, not converted."
+    )
 
 
 class AdvantageBatch:

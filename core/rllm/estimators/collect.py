@@ -99,8 +99,8 @@ def _rewards(groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]
             if reward is not None and not isinstance(reward, Real):
                 raise RewardError(
                     f"Trajectory {traj.uid!r} (name {traj.name!r}, position {position}) in group "
-                    f"{group.group_id!r} has reward {reward!r}; a reward is a number (or None when it "
-                    "cannot be scored)."
+                    f"{group.group_id!r} has reward {reward!r}; a reward is a real number (or None when it "
+                    "cannot be scored): strings, bytes, complex numbers and other objects are refused."
                 )
     return float_rewards([np.nan if r is None else r for r in rewards])
 

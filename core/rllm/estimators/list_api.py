@@ -124,7 +124,7 @@ def _group_arrays(estimator: str, rewards: Sequence[Any]) -> GroupArrays:
                 f"Estimator {estimator!r}: reward group {g} is {what}; each group must be a 1-D list or array "
                 "of its rewards ([group_0_rewards, group_1_rewards, ...])."
             )
-    return [np.asarray(a, dtype=np.float64) for a in arrays]
+    return arrays  # converted, or refused, with every door's reward rule where the batch takes them
 
 
 def _layouts(
