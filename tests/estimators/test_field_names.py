@@ -23,7 +23,7 @@ class FieldPlugin:
 
 
 def register_field(manager: PluginManager, name: str, **field: Any) -> None:
-    manager.register(FieldPlugin(name, BatchField(read=lambda t: 0.0, **field)), Source("test", "rllm-shadowing"))
+    manager.register(FieldPlugin(name, BatchField(read=lambda t: 0.0, **field)), Source("plugin", "rllm-shadowing"))
 
 
 @pytest.mark.parametrize(
