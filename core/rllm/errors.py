@@ -69,6 +69,10 @@ class RewardError(RLLMError, ValueError):
     """A trajectory reward is missing, NaN or infinite."""
 
 
+class InputFieldError(RLLMError, ValueError):
+    """A batch field beyond rewards (lengths, baselines, step values, a plugin's field) holds an unusable value."""
+
+
 class GroupError(RLLMError, ValueError):
     """Rewards and group labels do not line up, or a group is unusable."""
 

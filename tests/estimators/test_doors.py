@@ -24,7 +24,7 @@ import rllm
 import rllm.toolkit
 from rllm import AlgorithmConfig, Step, Trajectory, TrajectoryGroup
 from rllm.cli.main import main as cli_main
-from rllm.errors import EstimatorOptionError, RewardError
+from rllm.errors import EstimatorOptionError, EstimatorOutputError, RewardError
 from rllm.experimental.common import advantage as list_api
 from rllm.plugins.manager import PluginManager
 
@@ -124,6 +124,32 @@ def test_same_numbers_at_every_door(door: str) -> None:
 def test_nan_reward_is_the_same_named_error_at_every_door(door: str) -> None:
     with pytest.raises(RewardError, match=r"NaN or infinite.*group"):
         BUILTIN_DOORS[door]("rloo", [[1.0, math.nan], [0.0, 4.0]], {})
+
+
+@pytest.mark.parametrize("door", BUILTIN_DOORS)
+@pytest.mark.parametrize("reward", ["1", b"1", 1 + 0j, object()], ids=["str", "bytes", "complex", "object"])
+def test_a_reward_that_is_no_real_number_is_the_same_named_error_at_every_door(door: str, reward: Any) -> None:
+    # before: compute_advantages and the list API computed from "1" and dropped imaginary parts
+    with pytest.raises(RewardError, match=r"reward.*a reward is a real number"):
+        BUILTIN_DOORS[door]("rloo", [[1.0, reward], [0.0, 4.0]], {})  # type: ignore[list-item]
+
+
+def as_strings(rewards: list[np.ndarray], **kwargs: Any) -> list[list[str]]:
+    return [[str(r) for r in g] for g in rewards]
+
+
+def as_complex(rewards: list[np.ndarray], **kwargs: Any) -> list[np.ndarray]:
+    return [g + 1j for g in rewards]
+
+
+@pytest.mark.parametrize("door", DOORS)
+@pytest.mark.parametrize("fn", [as_strings, as_complex])
+def test_a_grouped_estimator_returning_no_real_numbers_is_refused_naming_it(
+    door: str, fn: Callable[..., Any], plugin_manager: PluginManager
+) -> None:
+    rllm.register_rllm_adv_estimator("not_real")(fn)
+    with pytest.raises(EstimatorOutputError, match=r"'not_real'.*dtype.*real numbers"):
+        DOORS[door]("not_real", REWARDS, {})
 
 
 @pytest.mark.parametrize("door", BUILTIN_DOORS)

@@ -13,12 +13,13 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
 from itertools import pairwise
+from numbers import Real
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from rllm.errors import GroupError, MissingInputError, RewardError
+from rllm.errors import GroupError, InputFieldError, MissingInputError, RewardError
 from rllm.estimators import acceleration
 from rllm.plugins.fields import BUILTIN_FIELDS, BatchField
 from rllm.plugins.hookspecs import OPTIONAL_FIELDS
@@ -112,10 +113,10 @@ class GroupLayout:
             else:
                 self._contiguous(starts, run_labels, uniform)
         else:
-            changes = labels[1:] != labels[:-1]
             codes, group_labels, sizes = _dense_groups(labels)
+            changes = codes[1:] != codes[:-1]  # codes, not labels: 1 == True, yet they are two groups
             if len(sizes) == np.count_nonzero(changes) + 1:  # every group is one run: contiguous after all
-                starts = _run_starts(labels)
+                starts = _run_starts(codes)
                 self._contiguous(starts, labels[starts])
             else:
                 self.codes, self._labels, self._sizes = codes, group_labels, sizes
@@ -425,18 +426,35 @@ def _dense_groups(labels: NDArray[Any]) -> tuple[IndexArray, NDArray[Any], Index
     if labels.dtype.kind != "O":
         group_labels, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
         return inverse.reshape(-1).astype(np.intp, copy=False), group_labels, counts.astype(np.intp, copy=False)
-    # Python objects (mixed types, tuples, frozensets): equal by Python's ==, numbered by first appearance.
+    # Python objects (mixed types, tuples, frozensets): equal by Python's == within one kind of label
+    # (1, 1.0 and True stay apart), numbered by first appearance.
     numbers: dict[Any, int] = {}
+    firsts: list[Any] = []
+
+    def number(v: Any) -> int:
+        code = numbers.setdefault((_label_kind(type(v)), v), len(numbers))
+        if code == len(firsts):
+            firsts.append(v)
+        return code
+
     try:
-        codes = np.fromiter((numbers.setdefault(v, len(numbers)) for v in labels), dtype=np.intp, count=len(labels))
+        codes = np.fromiter(map(number, labels), dtype=np.intp, count=len(labels))
     except TypeError:
         bad = next(v for v in labels if not isinstance(v, Hashable))
         raise GroupError(
             f"Group label {bad!r} is not hashable; use strings, numbers, tuples or frozensets as group ids."
         ) from None
-    group_labels = np.empty(len(numbers), dtype=object)
-    group_labels[:] = list(numbers)
+    group_labels = np.empty(len(firsts), dtype=object)
+    group_labels[:] = firsts
     return codes, group_labels, np.bincount(codes).astype(np.intp, copy=False)
+
+
+def _label_kind(kind: type) -> type:
+    """The kind of label a type gives: numpy's scalars count as Python's; bool, int and float are three kinds."""
+    for python, family in ((bool, np.bool_), (int, np.integer), (float, np.floating)):
+        if issubclass(kind, (python, family)):  # bool first: it is an int to Python
+            return python
+    return kind
 
 
 def _label_array(values: ArrayLike) -> NDArray[Any]:
@@ -450,7 +468,7 @@ def _label_array(values: ArrayLike) -> NDArray[Any]:
         array = np.asarray(items) if items else np.zeros(0, dtype=np.intp)
     except ValueError:  # ragged nesting, e.g. tuples of different lengths
         array = np.zeros((0, 0))
-    if array.dtype.kind in "iufb" and array.ndim == 1:
+    if array.dtype.kind in "iufb" and array.ndim == 1 and len({_label_kind(v) for v in set(map(type, items))}) == 1:
         return array
     if array.ndim == 1 and array.dtype.kind in "US":
         kind = type(items[0])
@@ -482,6 +500,7 @@ def float_rewards(rewards: Any, dtype: Any = np.float64) -> FloatArray:
         given = np.asarray(rewards)
     except OverflowError:
         given = np.asarray(rewards, dtype=object)
+    _refuse_non_numbers(_culprits(given, rewards))
     if given.dtype.kind in "iuO" and given.size:
         numbers = given.reshape(-1)
         if given.dtype.kind == "O":
@@ -498,6 +517,64 @@ def float_rewards(rewards: Any, dtype: Any = np.float64) -> FloatArray:
         return np.asarray(given, dtype=dtype)
     except (TypeError, ValueError) as exc:
         raise RewardError(f"Rewards must be numbers: {exc}.") from None
+
+
+_KIND_NAMES = {"U": "a string", "S": "bytes", "c": "a complex number", "V": "a record", "M": "a date", "m": "a time"}
+
+
+def _non_number(given: NDArray[Any]) -> tuple[int, str] | None:
+    """The flat position of the first value that is neither a real number nor None, and how to show it."""
+    if given.dtype.kind in _KIND_NAMES and given.size:
+        first, value = 0, given.reshape(-1)[0]
+    elif given.dtype.kind == "O":
+        flat = given.reshape(-1)
+        bad = [i for i, v in enumerate(flat.tolist()) if v is not None and not isinstance(v, Real)]
+        if not bad:
+            return None
+        first, value = bad[0], flat[bad[0]]
+    else:
+        return None
+    kind = _KIND_NAMES.get(np.asarray(value).dtype.kind, f"of type {type(value).__name__}")
+    shown = value.item() if isinstance(value, np.generic) else value
+    return first, f"{shown!r}, {kind}"
+
+
+def _culprits(given: NDArray[Any], values: Any) -> NDArray[Any]:
+    """``given``, or when numpy made a list of numbers and strings (or complex values) all strings, the list as objects.
+
+    Then the value that is no real number is found at its own position.
+    """
+    if given.dtype.kind in _KIND_NAMES and not isinstance(values, np.ndarray):
+        return np.asarray(values, dtype=object)
+    return given
+
+
+_NOT_CONVERTED = "strings, bytes, complex numbers and other objects are refused, not converted"
+
+
+def _refuse_non_numbers(given: NDArray[Any]) -> None:
+    """The one reward rule of every door: a real number, or None (unscorable); never converted from another type."""
+    found = _non_number(given)
+    if found is not None:
+        raise RewardError(
+            f"The reward at position {found[0]} is {found[1]}; a reward is a real number (or None when it "
+            f"cannot be scored): {_NOT_CONVERTED}."
+        )
+
+
+def _given(name: str, values: Any) -> NDArray[Any]:
+    """A field's values as numpy holds them, before any conversion (ragged nesting is an error naming it)."""
+    try:
+        given = np.asarray(values)
+        return _culprits(given, values)
+    except (ValueError, OverflowError):
+        try:
+            return np.asarray(values, dtype=object)
+        except ValueError:
+            raise InputFieldError(
+                f"The batch field {name!r} is nested unevenly; give one number per trajectory "
+                "(one row of numbers per trajectory for per-step fields)."
+            ) from None
 
 
 class AdvantageBatch:
@@ -566,17 +643,82 @@ class AdvantageBatch:
                 setattr(self, name, self._checked(name, value))
 
     def _checked(self, name: str, value: Any) -> Any:
+        """Field ``name`` as the batch holds it, validated like rewards: real numbers, finite where scored."""
         if value is None:
             return None
         n = len(self.rewards)
-        if name == "reward_components":
-            return _components(value, n, self.dtype)
+        if name in ("roles", "task_ids"):  # labels: 1 and "1" stay apart, as group ids do
+            return _per_item(_label_array(value) if not isinstance(value, np.ndarray) else value, n, name, None)
         if name == "component_weights":
-            return np.asarray(value, dtype=self.dtype).reshape(-1)
+            weights = self._numbers(name, _given(name, value), lambda i: f"at index {i}").reshape(-1)
+            bad = ~np.isfinite(weights)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise InputFieldError(
+                    f"component_weights[{i}] is {weights[i]}; give one finite weight per reward component."
+                )
+            return weights
+        if name == "reward_components":  # NaN follows the reward policy (gdpo): only the types are checked here
+            given = _given(name, value)
+            width = max(1, given.shape[1]) if given.ndim == 2 else 1
+            return _components(self._numbers(name, given, lambda i: self._where(i // width)), n, self.dtype)
         builtin = BUILTIN_FIELDS.get(name)
         if (builtin is not None and builtin.per_step) or self._per_step.get(name, False):
-            return _ragged(value, n, name, self.dtype)
-        return _per_item(value, n, name, None if name in ("roles", "task_ids") else self.dtype)
+            rows = value if isinstance(value, Ragged) else Ragged.from_rows([_given(name, r) for r in value], None)
+            if len(rows) != n:
+                raise GroupError(f"{name} must have one row per reward ({n}), got {len(rows)} rows.")
+
+            def row(i: int) -> int:
+                return int(np.searchsorted(rows.offsets, i, side="right")) - 1
+
+            def step(i: int) -> str:
+                return f"{self._where(row(i))}, step {i - int(rows.offsets[row(i)])}"
+
+            ragged = rows.with_values(self._numbers(name, rows.values, step))
+            bad = ~np.isfinite(ragged.values) & ragged.expand(np.isfinite(self.rewards))
+            self._refuse(name, ragged.values, bad, "finite numbers, one per step", row)
+            return ragged
+        array = _per_item(self._numbers(name, _given(name, value), self._where), n, name, None)
+        if name == "response_lengths":
+            bad = ~(np.isfinite(array) & (array >= 0))
+            self._refuse(name, array, bad, "a number of tokens (finite, >= 0)")
+        else:
+            self._refuse(name, array, ~np.isfinite(array) & np.isfinite(self.rewards), "a finite number")
+        return array
+
+    def _numbers(self, name: str, given: NDArray[Any], where: Callable[[int], str]) -> NDArray[Any]:
+        """``given`` in the batch's float type; a value that is no real number is refused, naming where it is."""
+        found = _non_number(given)
+        if found is not None:
+            raise InputFieldError(
+                f"The batch field {name!r} {where(found[0])} is {found[1]}; its values are real numbers: "
+                f"{_NOT_CONVERTED}."
+            )
+        return np.asarray(given, dtype=self.dtype)
+
+    def _where(self, position: int) -> str:
+        """A trajectory's place in error messages: the collection step's description, or group and position."""
+        if self.describe is not None:
+            return self.describe(position)
+        group = self.layout.label(int(self.layout.group_index[position]))
+        return f"at position {position} in group {group!r}"
+
+    def _refuse(
+        self,
+        name: str,
+        values: NDArray[Any],
+        bad: NDArray[np.bool_],
+        wanted: str,
+        trajectory: Callable[[int], int] = int,
+    ) -> None:
+        """The error naming field ``name``'s first value where ``bad`` holds (its trajectory's group and position)."""
+        if not bad.any():
+            return
+        first = int(np.flatnonzero(bad)[0])
+        raise InputFieldError(
+            f"{int(np.count_nonzero(bad))} value(s) of the batch field {name!r} are unusable; the first is "
+            f"{self._where(trajectory(first))} (value {values[first].item()!r}). Give each trajectory {wanted}."
+        )
 
     def _field_names(self) -> list[str]:
         return [*OPTIONAL_FIELDS, *self._per_step]
@@ -686,10 +828,3 @@ def _components(values: ArrayLike, n: int, dtype: Any) -> FloatArray:
     if array.ndim != 2 or array.shape[0] != n:
         raise GroupError(f"reward_components must have shape (n_rewards={n}, n_components), got {array.shape}.")
     return array
-
-
-def _ragged(values: Ragged | Sequence[ArrayLike], n: int, name: str, dtype: Any) -> Ragged:
-    ragged = values if isinstance(values, Ragged) else Ragged.from_rows(values, dtype=dtype)
-    if len(ragged) != n:
-        raise GroupError(f"{name} must have one row per reward ({n}), got {len(ragged)} rows.")
-    return ragged

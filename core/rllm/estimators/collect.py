@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rllm.config.names import estimator_name
-from rllm.errors import DataError, EstimatorOutputError, RewardError, RLLMWarning
+from rllm.errors import DataError, EstimatorOutputError, InputFieldError, RewardError, RLLMWarning
 from rllm.estimators.batch import (
     AdvantageBatch,
     FieldSource,
@@ -99,8 +99,8 @@ def _rewards(groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]
             if reward is not None and not isinstance(reward, Real):
                 raise RewardError(
                     f"Trajectory {traj.uid!r} (name {traj.name!r}, position {position}) in group "
-                    f"{group.group_id!r} has reward {reward!r}; a reward is a number (or None when it "
-                    "cannot be scored)."
+                    f"{group.group_id!r} has reward {reward!r}; a reward is a real number (or None when it "
+                    "cannot be scored): strings, bytes, complex numbers and other objects are refused."
                 )
     return float_rewards([np.nan if r is None else r for r in rewards])
 
@@ -113,7 +113,7 @@ def _steps(trajectories: list[Trajectory], read: Callable[[Step], Any]) -> Ragge
         return None
     offsets = np.zeros(len(counts) + 1, dtype=np.intp)
     np.cumsum(counts, out=offsets[1:])
-    return Ragged(values=np.asarray(values, dtype=np.float64), offsets=offsets)
+    return Ragged(values=np.asarray(values), offsets=offsets)  # converted, or refused, where the batch takes it
 
 
 def _per_trajectory(trajectories: list[Trajectory], key: str) -> list[Any] | None:
@@ -150,7 +150,7 @@ def _sources(groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]
         "baseline_rewards": lambda: _per_trajectory(flat(), "baseline_reward"),
         "reward_components": lambda: _components(flat()),
         "roles": lambda: [role] * len(flat()),
-        **{name: partial(_declared, field, flat) for name, field in declared_fields().items()},
+        **{name: partial(_declared, name, field, flat) for name, field in declared_fields().items()},
         "task_ids": lambda: [g.group_task_id for g in groups for _ in g.trajectories],
     }
 
@@ -160,9 +160,22 @@ def _group_ids(groups: list[TrajectoryGroup]) -> list[str]:
     return [g.group_id for g in groups]
 
 
-def _declared(field: BatchField, flat: Callable[[], list[Trajectory]]) -> list[Any]:
-    """A plugin-declared batch field, read from every trajectory of the batch."""
-    return [field.read(trajectory) for trajectory in flat()]
+def _declared(name: str, field: BatchField, flat: Callable[[], list[Trajectory]]) -> list[Any]:
+    """A plugin-declared batch field, read from every trajectory of the batch; a failing read names both."""
+    values = []
+    for position, trajectory in enumerate(flat()):
+        try:
+            values.append(field.read(trajectory))
+        except Exception as exc:  # the plugin's reader: any failure is a missing input, not a crash
+            from rllm.plugins.manager import get_plugin_manager
+
+            owner = get_plugin_manager().batch_fields.resolve(name).source.describe()
+            raise InputFieldError(
+                f"Batch field {name!r} ({owner}) could not be read from trajectory {trajectory.uid!r} (name "
+                f"{trajectory.name!r}, position {position} of the batch): {type(exc).__name__}: {exc}. Give "
+                "every trajectory what the field reads (e.g. its info key), or fix the plugin's read()."
+            ) from exc
+    return values
 
 
 def _describer(groups: list[TrajectoryGroup], per_group: list[list[Trajectory]]) -> Callable[[int], str]:

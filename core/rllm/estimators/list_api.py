@@ -77,7 +77,7 @@ def run_on_groups(
     ``options`` win) and estimators that take the config receive it; ``traj_groups`` (aligned
     with ``rewards``) reach estimators that take them.
     """
-    arrays = [np.asarray(r, dtype=np.float64).reshape(-1) for r in rewards]
+    arrays = _group_arrays(entry.name, rewards)
     empty = [g for g, a in enumerate(arrays) if len(a) == 0]
     if empty:
         raise GroupError(f"Reward group(s) at position {empty} are empty; every group needs at least one reward.")
@@ -106,6 +106,25 @@ def run_on_groups(
     outcome = invoke(entry, batch, options, ambient=ambient, nonfinite_rewards=nonfinite or "error", context=context)
     parts = layout.split(np.asarray(outcome.advantages)) if len(arrays) else []
     return parts, [part.copy() for part in parts]
+
+
+def _group_arrays(estimator: str, rewards: Sequence[Any]) -> GroupArrays:
+    """One 1-D reward array per group; a flat array of rewards or a group of another shape is refused."""
+    if isinstance(rewards, np.ndarray) and rewards.ndim == 1 and rewards.dtype != object:
+        raise GroupError(
+            f"Estimator {estimator!r}: rewards is a flat array of {len(rewards)} rewards, where the list API "
+            "takes one reward array per group; pass [group_0_rewards, group_1_rewards, ...], or use "
+            "rllm.compute_advantages(name, rewards, group_ids) for flat rewards."
+        )
+    arrays = [np.asarray(r) for r in rewards]
+    for g, array in enumerate(arrays):
+        if array.ndim != 1:
+            what = "a single number" if array.ndim == 0 else f"an array of shape {array.shape}"
+            raise GroupError(
+                f"Estimator {estimator!r}: reward group {g} is {what}; each group must be a 1-D list or array "
+                "of its rewards ([group_0_rewards, group_1_rewards, ...])."
+            )
+    return arrays  # converted, or refused, with every door's reward rule where the batch takes them
 
 
 def _layouts(

@@ -315,7 +315,13 @@ def _per_group(entry: EstimatorEntry, result: Any, layout: GroupLayout) -> list[
         )
     out = []
     for g, values in enumerate(per_group):
-        array = np.asarray(values, dtype=np.float64).reshape(-1) if np.ndim(values) <= 1 else np.asarray(values)
+        given = np.asarray(values)
+        if given.dtype.kind not in "fiub":
+            raise EstimatorOutputError(
+                f"{who} returned advantages of dtype {given.dtype} for group {layout.label(g)!r}; "
+                "advantages are real numbers (strings, complex numbers and objects are refused, not converted)."
+            )
+        array = given.astype(np.float64).reshape(-1) if given.ndim <= 1 else given
         if array.shape != (int(layout.sizes[g]),):
             raise EstimatorOutputError(
                 f"{who} returned {array.shape} advantages for group {layout.label(g)!r}, which has "

@@ -201,14 +201,8 @@ def whitening_weights(batch: AdvantageBatch, numerics: Numerics, estimator: str)
     if numerics.whiten_weight != "tokens":
         return None
     lengths = getattr(batch, "response_lengths", None)
-    if lengths is not None:
+    if lengths is not None:  # finite and >= 0: checked where the batch takes them
         lengths = np.asarray(lengths, dtype=np.float64)
-        if not (np.isfinite(lengths).all() and (lengths >= 0).all()):
-            first = int(np.flatnonzero(~(np.isfinite(lengths) & (lengths >= 0)))[0])
-            raise GroupError(
-                f"Estimator {estimator!r}: response_lengths[{first}] is {float(lengths[first])}; "
-                "give each response's number of tokens (finite, >= 0)."
-            )
         if lengths.sum() > 0:
             return lengths
     preset = PRESETS.get(numerics.preset or "")

@@ -69,6 +69,27 @@ def batch_field_problem(name: str, target: Any) -> str | None:
         return "is not a valid field name: use a Python identifier, e.g. 'difficulty'"
     if name in OPTIONAL_FIELDS or name == "rewards":
         return f"is a field rllm already fills; built-in fields: rewards, {', '.join(OPTIONAL_FIELDS)}"
+    taken = _reserved_names()
+    if name in taken:
+        return f"is the name of {taken[name]}, which a field would shadow; choose another name, e.g. '{name}_value'"
+    line_keys = {"reward", "task_id", "group_id", *(f.jsonl_key for f in BUILTIN_FIELDS.values() if f.jsonl_key)}
+    if target.line_key(name) in line_keys:
+        return (
+            f"reads the per-line JSON key {target.line_key(name)!r}, which rllm reads itself; give it another jsonl_key"
+        )
     if not callable(target.read):
         return f"has read={target.read!r}, which is not callable"
     return None
+
+
+def _reserved_names() -> dict[str, str]:
+    """Names a batch field may not take, with what owns them: batch internals, options, the API's parameters."""
+    from rllm.estimators.batch import AdvantageBatch  # the batch imports this module
+    from rllm.plugins.options import CONFIG_NAMES, CONTEXT_NAMES, NUMERICS_NAMES
+
+    taken = {name: "an estimator option" for name in (*NUMERICS_NAMES, *CONFIG_NAMES, "components", "dtype")}
+    taken.update({name: "a context argument of estimators" for name in CONTEXT_NAMES})
+    taken.update({name: "a parameter of rllm.compute_advantages" for name in ("estimator", "group_ids")})
+    internals = ("layout", "nonfinite_rewards", "large_values", "describe")
+    taken.update({name: "an AdvantageBatch attribute" for name in (*internals, *vars(AdvantageBatch))})
+    return taken

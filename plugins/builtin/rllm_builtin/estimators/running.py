@@ -23,6 +23,15 @@ class EMABaselines:
         self.baselines = {str(key): float(value) for key, value in data["baselines"].items()}
 
 
+def state_key(label: Any) -> str:
+    """A task's key in the saved state (JSON keys are strings): a string as it is, another label tagged with its type.
+
+    ``str(label)`` alone would give 1, 1.0, True and "1" one baseline.
+    """
+    value = label.item() if isinstance(label, np.generic) else label
+    return value if isinstance(value, str) else f"<{type(value).__name__}> {value!r}"
+
+
 @stateful(EMABaselines)
 def ema_baseline(batch: AdvantageBatch, *, state: EMABaselines, decay: float = 0.9, key: str = "task") -> FloatArray:
     """Reward minus a moving-average baseline per task (or per role) kept across steps.
@@ -40,12 +49,13 @@ def ema_baseline(batch: AdvantageBatch, *, state: EMABaselines, decay: float = 0
         task_ids = getattr(batch, "task_ids", None)
         if task_ids is None:  # groups are tasks (rllm advantages, compute_advantages without task_ids)
             layout = batch.layout
-            group_labels = [str(layout.label(g)) for g in range(layout.n_groups)]
-            task_ids = [group_labels[g] for g in layout.group_index.tolist()]
-        labels = [str(label) for label in task_ids]
+            group_labels = [state_key(layout.label(g)) for g in range(layout.n_groups)]
+            labels = [group_labels[g] for g in layout.group_index.tolist()]
+        else:
+            labels = [state_key(label) for label in task_ids]
     else:
         roles = getattr(batch, "roles", None)
-        labels = ["all" if roles is None else str(role) for role in (roles if roles is not None else rewards)]
+        labels = ["all" if roles is None else state_key(role) for role in (roles if roles is not None else rewards)]
     names, inverse = np.unique(np.asarray(labels, dtype=object).astype(str), return_inverse=True)
     means = np.bincount(inverse, weights=rewards, minlength=len(names)) / np.bincount(inverse, minlength=len(names))
     baselines = np.empty(len(names))
