@@ -12,7 +12,7 @@ from rllm.estimators.acceleration import CENTRE, DIVIDE_BY_STD, PRIMITIVES, RLOO
 from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, IndexArray, Ragged
 from rllm.estimators.compute import run_estimator
 from rllm.estimators.numerics import PRESETS, Numerics, resolve_numerics
-from rllm.estimators.state import EstimatorState, EstimatorStates, stateful
+from rllm.estimators.state import EstimatorState, EstimatorStates, state_factory, stateful
 from rllm.estimators.statistics import (
     accelerated_centre,
     batch_std,
@@ -63,6 +63,7 @@ __all__ = [
     "resolve_numerics",
     "rewards_as",
     "run_estimator",
+    "state_factory",
     "stateful",
     "suffix_discounted",
     "whiten",

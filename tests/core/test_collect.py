@@ -212,7 +212,7 @@ def test_a_trajectory_in_two_groups_is_refused_naming_both() -> None:
 def test_a_reward_that_is_not_a_number_is_refused_not_converted(reward: object) -> None:
     g = group("t", "solver", [1.0, 0.0])
     g.trajectories[0].reward = reward  # type: ignore[assignment]
-    with pytest.raises(RewardError, match=rf"{g.trajectories[0].uid}.*has reward .*a reward is a number"):
+    with pytest.raises(RewardError, match=rf"{g.trajectories[0].uid}.*has reward .*a reward is a real number"):
         collect([g], AlgorithmConfig())
 
 

@@ -8,6 +8,8 @@ import pytest
 
 import rllm
 from rllm.errors import PluginWarning
+from rllm.estimators.batch import AdvantageBatch
+from rllm.plugins.fields import BATCH_ATTRIBUTES, BUILTIN_FIELDS
 from rllm.plugins.manager import PluginManager
 from rllm.plugins.registry import Source
 from rllm.toolkit import BatchField
@@ -47,3 +49,10 @@ def test_a_field_reading_a_key_rllm_reads_itself_is_refused(plugin_manager: Plug
 def test_an_ordinary_field_name_is_accepted(plugin_manager: PluginManager) -> None:
     register_field(plugin_manager, "difficulty", jsonl_key="hardness")
     assert "difficulty" in plugin_manager.batch_fields.names()
+
+
+def test_every_public_name_of_the_batch_is_reserved() -> None:
+    batch = AdvantageBatch([1.0, 0.0], [0, 0])
+    fields = {"rewards", *BUILTIN_FIELDS}  # fields are refused as "a field rllm already fills"
+    public = {n for n in (*vars(AdvantageBatch), *vars(batch)) if not n.startswith("_")} - fields
+    assert public <= set(BATCH_ATTRIBUTES), sorted(public - set(BATCH_ATTRIBUTES))

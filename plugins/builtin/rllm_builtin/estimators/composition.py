@@ -8,10 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from rllm import get_estimator
 from rllm.errors import ConfigError, EstimatorOptionError
-from rllm.estimators.compute import get_estimator
-from rllm.estimators.state import state_factory
-from rllm.toolkit import AdvantageBatch, FloatArray, Ragged, run_estimator
+from rllm.toolkit import AdvantageBatch, FloatArray, Ragged, run_estimator, state_factory
 
 _NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _TERM = re.compile(rf"\s*([+-])?\s*(?:({_NUMBER})\s*\*\s*)?([A-Za-z_][\w.]*)\s*")
