@@ -31,12 +31,15 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from extras import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PYTHON = {"python", "py", "pycon"}
 SHELL = {"bash", "sh", "shell", "console"}
 MARKER = re.compile(r"^<!--\s*illustration\b.*-->\s*$")
+NEEDS = re.compile(r"^<!--\s*needs:\s*([\w, ]+?)\s*-->\s*$")
+"""``<!-- needs: torch, transformers -->`` before a fence: the block runs where those are installed (CI)."""
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 HOW_TO_FIX = (
     "make it run as written, or put '<!-- illustration: why -->' on the line before its fence "
@@ -51,6 +54,7 @@ class Block:
     language: str
     code: str
     illustration: bool
+    needs: tuple[str, ...] = ()
 
     @property
     def where(self) -> str:
@@ -74,10 +78,11 @@ def blocks(document: Path) -> list[Block]:
         while index < len(lines) and not lines[index].strip().startswith(fence):
             body.append(lines[index][len(indent) :] if lines[index].startswith(indent) else lines[index])
             index += 1
-        previous = next((lines[i] for i in range(start - 1, -1, -1) if lines[i].strip()), "")
-        found.append(
-            Block(document, start + 1, language.lower(), "\n".join(body) + "\n", bool(MARKER.match(previous.strip())))
-        )
+        previous = next((lines[i] for i in range(start - 1, -1, -1) if lines[i].strip()), "").strip()
+        needs = NEEDS.match(previous)
+        modules = tuple(name.strip() for name in needs.group(1).split(",")) if needs else ()
+        code = "\n".join(body) + "\n"
+        found.append(Block(document, start + 1, language.lower(), code, bool(MARKER.match(previous)), modules))
         index += 1
     return found
 
@@ -148,7 +153,10 @@ def _environment() -> dict[str, str]:
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=_ids)
 def test_python_blocks_run(document: Path, tmp_path: Path) -> None:
-    runnable = [b for b in blocks(document) if b.language in PYTHON and not b.illustration]
+    candidates = [b for b in blocks(document) if b.language in PYTHON and not b.illustration]
+    runnable = [b for b in candidates if not missing(*b.needs)]
+    if candidates and not runnable:
+        pytest.skip(f"{_ids(document)}'s blocks need {', '.join(missing(*candidates[0].needs))}, not installed here")
     if not runnable:
         return
     payload = json.dumps([{"where": b.where, "code": b.code} for b in runnable])
