@@ -231,10 +231,11 @@ class GroupLayout:
         return self.uniform_size if self.codes is None else None
 
     # Segment operations: ``x`` is per trajectory (input order); results are per group.
-    def sum(self, x: FloatArray) -> FloatArray:
+    def sum(self, x: FloatArray, dtype: Any = None) -> FloatArray:
+        """Per-group sums, added in ``dtype`` (default: ``x``'s) without a full-size converted copy."""
         if self.codes is not None:
-            return np.bincount(self.codes, weights=x, minlength=self.n_groups).astype(x.dtype, copy=False)
-        return self._reduce(np.add, x)
+            return np.bincount(self.codes, weights=x, minlength=self.n_groups).astype(dtype or x.dtype, copy=False)
+        return self._reduce(np.add, x, dtype)
 
     def max(self, x: FloatArray) -> FloatArray:
         if self.codes is not None:
@@ -315,14 +316,14 @@ class GroupLayout:
         groups = bounds.tolist()
         return [(g0, g1, edges[i], edges[i + 1]) for i, (g0, g1) in enumerate(pairwise(groups))]
 
-    def _reduce(self, ufunc: np.ufunc, x: NDArray[Any]) -> NDArray[Any]:
-        """Reduce contiguous runs."""
+    def _reduce(self, ufunc: np.ufunc, x: NDArray[Any], dtype: Any = None) -> NDArray[Any]:
+        """Reduce contiguous runs (in ``dtype``, default ``x``'s)."""
         if self.n_groups == 0:
-            return np.zeros(0, dtype=x.dtype)
+            return np.zeros(0, dtype=dtype or x.dtype)
         k = self.uniform_size
         if k is None:
-            return ufunc.reduceat(x, self.starts)
-        return _fold(ufunc, x, k)
+            return ufunc.reduceat(x, self.starts, dtype=dtype)
+        return _fold(ufunc, x, k, dtype)
 
 
 _BLOCK = 1 << 15
@@ -332,19 +333,19 @@ _FOLD_COLUMNS = 16
 """Above this many columns a row reduction beats folding column by column."""
 
 
-def _fold(ufunc: np.ufunc, xs: NDArray[Any], k: int) -> NDArray[Any]:
-    """Reduce every run of ``k`` consecutive values (pairwise halving, then columns)."""
+def _fold(ufunc: np.ufunc, xs: NDArray[Any], k: int, dtype: Any = None) -> NDArray[Any]:
+    """Reduce every run of ``k`` consecutive values (pairwise halving, then columns), in ``dtype`` throughout."""
     if k == 1:
-        return xs.copy()
+        return xs.astype(dtype or xs.dtype)
     while k % 2 == 0:
-        xs = ufunc(xs[0::2], xs[1::2])
+        xs = ufunc(xs[0::2], xs[1::2], dtype=dtype)
         k //= 2
     if k == 1:
         return xs
     rows = xs.reshape(-1, k)
     if k > _FOLD_COLUMNS:
-        return ufunc.reduce(rows, axis=1)
-    out = ufunc(rows[:, 0], rows[:, 1])
+        return ufunc.reduce(rows, axis=1, dtype=dtype)
+    out = ufunc(rows[:, 0], rows[:, 1], dtype=dtype)
     for j in range(2, k):
         ufunc(out, rows[:, j], out=out)
     return out

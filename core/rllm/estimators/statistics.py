@@ -61,15 +61,12 @@ def group_means(layout: GroupLayout, xs: FloatArray, lone: np.ndarray | None, nu
     which ``std + eps`` would turn into large advantages of one sign.
     """
     k = layout.uniform_size
-    if xs.dtype != np.float64:
-        wide = group_means(layout, xs.astype(np.float64), lone, numerics)
-        return wide.astype(xs.dtype)
     with np.errstate(over="ignore"):
-        sums = layout.sum(xs)
+        sums = layout.sum(xs, dtype=np.float64)  # added in float64 without a full-size converted copy
     if not np.isfinite(sums).all():  # the sum overflowed: average scaled values (a power of two, exact)
         scale = _power_of_two_above(float(np.max(np.abs(xs))))
         return group_means(layout, xs / scale, lone, numerics) * scale
-    means = sums / (k if k is not None else layout.sizes.astype(xs.dtype))
+    means = (sums / (k if k is not None else layout.sizes)).astype(xs.dtype, copy=False)
     if lone is not None and numerics.single == "raw":
         means[lone] = 0.0
     return means
@@ -167,7 +164,7 @@ def whiten(values: FloatArray, numerics: Numerics, shift: bool = True, weights: 
     if len(values) == 0:
         return values
     if weights is None:
-        mean = values.mean()
+        mean = values.dtype.type(values.mean(dtype=np.float64))  # a float32 sum drifts (see group_means)
     else:
         mean = values.dtype.type(np.einsum("i,i->", weights, values, dtype=np.float64) / weights.sum())
     std = batch_std(values, mean, 1 if (numerics.whiten_std or numerics.std) == "unbiased" else 0, weights)
