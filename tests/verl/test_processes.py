@@ -95,3 +95,48 @@ print(json.dumps({
     # median 0, verl's unbiased std 0.5 plus eps 1e-6: 1 / 0.500001 = 1.999996; the rest 0
     assert report["plain"] == pytest.approx([1.999996, 0.0, 0.0, 0.0], abs=1e-5)
     assert report["clipped"] == pytest.approx([1.5, 0.0, 0.0, 0.0], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_an_installed_plugins_loss_runs_in_verl_by_name(tmp_path: Path) -> None:
+    """A pip-installed third-party loss is found by verl's own ``get_policy_loss_fn``, under its name and alias."""
+    target = tmp_path / "site"
+    install = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"]
+    fixture = ROOT / "tests" / "fixtures" / "plugins" / "losses"
+    done = subprocess.run(
+        [*install, "--no-build-isolation", "--target", str(target), str(fixture)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    code = """
+import json, sys
+import torch
+from omegaconf import OmegaConf
+import verl  # its plugin discovery registers rllm's losses in verl's registry
+from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+imported_before = "rllm_fixture_losses.loss" in sys.modules
+log_prob = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
+args = (torch.zeros(1, 3), log_prob, torch.tensor([[1.0, -1.0, 2.0]]), torch.tensor([[1.0, 1.0, 0.0]]), "token-mean")
+loss, metrics = get_policy_loss_fn("rllm.scaled_pg")(*args, OmegaConf.create({"policy_loss": {"scale": 3.0}}))
+loss.backward()
+alias, _ = get_policy_loss_fn("rllm.fixture_pg")(*args, OmegaConf.create({}))
+print(json.dumps({"before": imported_before, "loss": float(loss), "grad": log_prob.grad.tolist(),
+                  "metrics": metrics, "alias": float(alias)}))
+"""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("RLLM_")},
+        "PYTHONPATH": os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")]),
+    }
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["before"] is False  # registered by name; its module is imported only when the loss runs
+    # masked tokens 1 and 2: -(-1 * 1) - (-2 * -1) = -1, over 2 tokens = -0.5, times scale 3 = -1.5
+    assert report["loss"] == pytest.approx(-1.5)
+    # d/dlogp of -scale * A * mask / 2: -3 * [1, -1, 2] * [1, 1, 0] / 2
+    assert report["grad"][0] == pytest.approx([-1.5, 1.5, 0.0])
+    assert report["metrics"] == {"actor/tokens": 2.0}
+    assert report["alias"] == pytest.approx(-0.5)  # the alias with the option's default scale 1.0
