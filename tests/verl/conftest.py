@@ -66,3 +66,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # verl announces the training engines it cannot load (none is needed for advantages).
     config.addinivalue_line("filterwarnings", "ignore:.*engine is not available:UserWarning")
     config.addinivalue_line("filterwarnings", "ignore:Ray state API is no longer experimental:DeprecationWarning")
+
+
+@pytest.fixture(autouse=True)
+def fresh_estimator_states() -> None:
+    """Stateful estimators run by verl keep their state in the process: each test starts without any."""
+    if not VERL_MISSING:
+        from rllm_verl import ESTIMATOR_STATES
+
+        ESTIMATOR_STATES.load_state_dict({})

@@ -12,8 +12,8 @@ import pytest
 import rllm
 from rllm.errors import EstimatorOptionError, MissingInputError
 
-OPTIONS: dict[str, dict[str, Any]] = {"mix": {"components": "0.7*grpo + 0.3*rloo"}}
-"""Options an estimator cannot run without."""
+OPTIONS: dict[str, dict[str, Any]] = {"mix": {"components": "0.7*grpo + 0.3*rloo"}, "ema_baseline": {"key": "role"}}
+"""Options an estimator cannot run without (or, for ema_baseline, the one that suits verl's per-step uids)."""
 OUTCOME_ONLY = sorted(
     name
     for name in rllm.get_plugin_manager().estimators.names()
@@ -197,3 +197,44 @@ def test_an_interpolation_bomb_in_rllm_options_is_refused_naming_the_key(padded_
     bomb = {"s0": "x", **{f"s{k}": f"${{.s{k - 1}}}${{.s{k - 1}}}" for k in range(1, 40)}}
     with pytest.raises(rllm.ConfigError, match=r"rllm_options\.s\d+: its interpolations would resolve to more than"):
         verl_dispatch(padded_batch(), "rllm.rloo", rllm_options=bomb)
+
+
+def test_a_stateful_estimator_keeps_its_state_across_verls_steps() -> None:
+    """``rllm.ema_baseline`` run by verl step after step learns its baseline, as in an rllm run."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from rllm_verl import ESTIMATOR_STATES
+
+    ESTIMATOR_STATES.load_state_dict({})
+    config = OmegaConf.create({"rllm_options": {"decay": 0.5, "key": "role"}})
+    mask = torch.ones(2, 1)
+    labels = np.array(["uid-1", "uid-1"], object)
+    # step 1, rewards 1 and 0: the first sight of the role starts b at its mean 0.5 -> 0.5, -0.5
+    first, _ = _adapter("ema_baseline")(torch.tensor([[1.0], [0.0]]), mask, index=labels, config=config)
+    # step 2, rewards 1 and 1 against b = 0.5 -> 0.5, 0.5; b becomes 0.5 * 0.5 + 0.5 * 1 = 0.75
+    fresh = np.array(["uid-2", "uid-2"], object)  # verl's trainer draws new uids every step
+    second, _ = _adapter("ema_baseline")(torch.tensor([[1.0], [1.0]]), mask, index=fresh, config=config)
+    assert first[:, 0].tolist() == [0.5, -0.5]
+    assert second[:, 0].tolist() == [0.5, 0.5]
+    saved = ESTIMATOR_STATES.state_dict()["ema_baseline"]["verl"]["baselines"]
+    assert list(saved.values()) == [0.75]  # one baseline for the run, whatever the uids
+
+
+def test_a_stateful_estimator_keyed_by_task_warns_once_that_verls_uids_change_every_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+    from omegaconf import OmegaConf
+
+    from rllm.errors import RLLMWarning
+    from rllm_verl import inside_verl
+
+    monkeypatch.setattr(inside_verl, "_warned_uid_keys", set())  # other tests here may have warned already
+
+    config = OmegaConf.create({"rllm_options": {"decay": 0.5}})
+    args = (torch.tensor([[1.0], [0.0]]), torch.ones(2, 1))
+    with pytest.warns(RLLMWarning, match=r"rllm.ema_baseline keeps its state per task.*key=role") as caught:
+        _adapter("ema_baseline")(*args, index=np.array(["u1", "u1"], object), config=config)
+        _adapter("ema_baseline")(*args, index=np.array(["u2", "u2"], object), config=config)
+    assert len([w for w in caught if issubclass(w.category, RLLMWarning)]) == 1

@@ -12,6 +12,7 @@ from rllm.config.names import EstimatorName, estimator_name, rLLMAdvantageEstima
 from rllm.errors import EstimatorNotFoundError
 from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, FloatArray, Ragged, declared_fields
 from rllm.estimators.pipeline import invoke
+from rllm.estimators.state import EstimatorState
 from rllm.plugins.manager import get_plugin_manager
 from rllm.plugins.registry import EstimatorEntry
 
@@ -32,13 +33,15 @@ def run_estimator(
     options: Mapping[str, Any] | None = None,
     *,
     ambient: Mapping[str, Any] | None = None,
+    state: EstimatorState | None = None,
 ) -> FloatArray | Ragged:
     """Run the estimator registered as ``name`` on ``batch``, through the same checks as every other door.
 
     For composite estimators: ``options`` are checked strictly against ``name``'s declaration;
-    ``ambient`` settings reach it only where it declares them.
+    ``ambient`` settings reach it only where it declares them. A stateful estimator gets
+    ``state`` (keep it across calls, e.g. from an :class:`EstimatorStates`), or a fresh one.
     """
-    return invoke(get_estimator(name), batch, options, ambient=ambient).advantages
+    return invoke(get_estimator(name), batch, options, ambient=ambient, state=state).advantages
 
 
 def compute_advantages(

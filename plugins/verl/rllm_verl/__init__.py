@@ -11,7 +11,7 @@
 Neither direction imports torch or verl until a bridged estimator runs: ``import rllm`` stays light.
 """
 
-from rllm_verl.inside_verl import OPTIONS_KEY, register_in_verl
+from rllm_verl.inside_verl import ESTIMATOR_STATES, OPTIONS_KEY, register_in_verl
 from rllm_verl.losses_in_verl import register_losses_in_verl
 
-__all__ = ["OPTIONS_KEY", "register_in_verl", "register_losses_in_verl"]
+__all__ = ["ESTIMATOR_STATES", "OPTIONS_KEY", "register_in_verl", "register_losses_in_verl"]

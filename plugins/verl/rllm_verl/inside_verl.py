@@ -13,18 +13,26 @@ and returns (the outcome estimators of verl do the same; for ``reinforce_plus_pl
 Estimator options come from the algorithm config under :data:`OPTIONS_KEY`
 (``algorithm.rllm_options``); verl's own ``norm_adv_by_std_in_grpo``, ``gamma`` and ``lam``
 reach the estimators that declare them, as rllm's run-level settings do.
+
+A stateful estimator (``rllm.ema_baseline``) keeps its state across verl's steps in
+:data:`ESTIMATOR_STATES`, in the process that computes advantages (verl's driver). verl's
+checkpoints do not hold it: save ``ESTIMATOR_STATES.state_dict()`` beside them and
+``load_state_dict`` it on resume, or the first step after a resume starts the state afresh.
+Its group labels are verl's uids, fresh for every prompt at every step under verl's trainer, so
+a state kept per task (``key: task``) carries nothing over: the adapter warns once.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import rllm
-from rllm.errors import ConfigError, MissingInputError
-from rllm.toolkit import AdvantageBatch, FloatArray, Ragged, run_estimator
+from rllm.errors import ConfigError, MissingInputError, RLLMWarning
+from rllm.toolkit import AdvantageBatch, EstimatorStates, FloatArray, Ragged, run_estimator
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +54,11 @@ FROM_VERL = {
 
 RETURNS_TO_GO = ("reinforce_plus_plus", "remax")
 """Estimators whose verl namesakes return the (discounted) reward-to-go as ``returns``, not the advantages."""
+
+STATE_ROLE = "verl"
+"""The role under which :data:`ESTIMATOR_STATES` keeps each estimator's state (verl has no roles)."""
+ESTIMATOR_STATES = EstimatorStates()
+"""The states of stateful rllm estimators run by verl in this process, kept from one step to the next."""
 
 VerlEstimatorFn = Callable[..., "tuple[torch.Tensor, torch.Tensor]"]
 _adapters: dict[str, VerlEstimatorFn] = {}
@@ -134,8 +147,29 @@ def run_for_verl(
                 "step_rewards": lambda: _token_rows(token_level_rewards, response_mask),
             },
         )
-        advantages = run_estimator(name, batch, options, ambient=ambient)
+        state = ESTIMATOR_STATES.get(name, entry.target, STATE_ROLE)
+        if state is not None:
+            _warn_if_keyed_by_uid(entry, options)
+        advantages = run_estimator(name, batch, options, ambient=ambient, state=state)
         return broadcast(advantages, token_level_rewards, response_mask)
+
+
+_warned_uid_keys: set[str] = set()
+
+
+def _warn_if_keyed_by_uid(entry: Any, options: Mapping[str, Any]) -> None:
+    """Warn once when a stateful estimator keys its state per task: verl's trainer draws fresh uids every step."""
+    option = entry.declaration.find("key")
+    if option is None or options.get("key", option.default) != "task" or entry.name in _warned_uid_keys:
+        return
+    _warned_uid_keys.add(entry.name)
+    warnings.warn(
+        f"rllm.{entry.name} keeps its state per task, and inside verl its tasks are the batch's uids, which "
+        "verl's trainer draws afresh for every prompt at every step: no baseline carries over and the state "
+        f"grows each step. Set algorithm.rllm_options.key=role for one baseline over the run.",
+        RLLMWarning,
+        stacklevel=2,
+    )
 
 
 def settings(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
