@@ -156,7 +156,7 @@ def test_rollout_is_weights_reach_the_loss_as_in_verl() -> None:
             tis_mode="token",
             tis_cap=2.0,
         )
-        assert float(loss.detach()) == pytest.approx(float(expected), abs=TOLERANCE)
+        assert float(loss.detach()) == pytest.approx(float(expected.detach()), abs=TOLERANCE)
 
 
 def test_reinforce_matches_verls_function() -> None:
