@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
+from rllm.cli.listing import add_listing_parser, print_listing, provider
 from rllm.estimators.compute import get_estimator
 from rllm.plugins.manager import get_plugin_manager
 from rllm.plugins.options import NUMERICS_OPTIONS
@@ -13,17 +13,16 @@ from rllm.plugins.registry import EstimatorEntry
 
 
 def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
+    add_listing_parser(
+        sub,
         "estimators",
         help="list estimators with their plugin, inputs and options",
         description="List every registered estimator, or one by name, with the plugin and distribution that "
         "provide it, the batch fields it requires and the options it takes (with defaults).\n\n"
         "Example: rllm estimators grpo",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
+        name_help="show only this estimator",
     )
-    parser.add_argument("name", nargs="?", help="show only this estimator")
-    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    parser.set_defaults(run=run)
 
 
 def describe(entry: EstimatorEntry) -> dict[str, Any]:
@@ -31,11 +30,7 @@ def describe(entry: EstimatorEntry) -> dict[str, Any]:
     declaration = entry.declaration
     options = list(declaration.options) + (list(NUMERICS_OPTIONS) if declaration.numerics else [])
     return {
-        "name": entry.name,
-        "plugin": entry.source.plugin,
-        "distribution": entry.source.distribution,
-        "version": entry.source.version,
-        "provided_by": entry.source.describe(),
+        **provider(entry),
         "style": entry.style,
         "doc": entry.doc,
         "requires": list(entry.requires),
@@ -46,28 +41,26 @@ def describe(entry: EstimatorEntry) -> dict[str, Any]:
     }
 
 
+def show(entry: EstimatorEntry, item: dict[str, Any]) -> None:
+    print(f"{item['name']}  ({item['provided_by']}, {item['style']} style)")
+    if item["doc"]:
+        print(f"    {item['doc'].replace('``', '')}")
+    if item["requires"]:
+        print(f"    requires: {', '.join(item['requires'])}")
+    if not item["options_declared"]:
+        note = "any keyword option" if item["accepts_any_option"] else "the options its signature names"
+        print(f"    options: not declared; takes {note}")
+    for option in entry.declaration.options:
+        print(f"    {option.name} = {option.default!r}: {option.doc} ({option.expected()})")
+    if item["numerics"]:
+        names = ", ".join(option.name for option in NUMERICS_OPTIONS)
+        print(f"    numerics options: {names} (see docs/estimators.md)")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.name is not None:
         entries = [get_estimator(args.name)]
     else:
         registry = get_plugin_manager().estimators
         entries = [registry.resolve(name) for name in registry.names()]
-    described = [describe(entry) for entry in entries]
-    if args.json:
-        print(json.dumps(described, indent=2))
-        return 0
-    for entry, item in zip(entries, described, strict=True):
-        print(f"{item['name']}  ({item['provided_by']}, {item['style']} style)")
-        if item["doc"]:
-            print(f"    {item['doc'].replace('``', '')}")
-        if item["requires"]:
-            print(f"    requires: {', '.join(item['requires'])}")
-        if not item["options_declared"]:
-            note = "any keyword option" if item["accepts_any_option"] else "the options its signature names"
-            print(f"    options: not declared; takes {note}")
-        for option in entry.declaration.options:
-            print(f"    {option.name} = {option.default!r}: {option.doc} ({option.expected()})")
-        if item["numerics"]:
-            names = ", ".join(option.name for option in NUMERICS_OPTIONS)
-            print(f"    numerics options: {names} (see docs/estimators.md)")
-    return 0
+    return print_listing(entries, describe, args.json, show)

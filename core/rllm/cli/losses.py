@@ -3,37 +3,32 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
+from rllm.cli.listing import add_listing_parser, print_listing, provider
 from rllm.losses import LOSS_AGG_MODES, loss_entry
 from rllm.plugins.manager import get_plugin_manager
 from rllm.plugins.registry import LossEntry
 
 
 def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
+    add_listing_parser(
+        sub,
         "losses",
         help="list policy losses with their plugin, aliases, aggregation modes and options",
         description="List every registered policy loss (rllm.algorithm.loss_fn), or one by name or alias, with "
         "the plugin and distribution that provide it, its aliases, the loss_agg_mode values it supports and "
         "the options it takes (with defaults). Listing imports no loss module.\n\n"
         "Example: rllm losses vanilla",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
+        name_help="show only this loss (an alias shows the loss it names)",
     )
-    parser.add_argument("name", nargs="?", help="show only this loss (an alias shows the loss it names)")
-    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    parser.set_defaults(run=run)
 
 
 def describe(entry: LossEntry) -> dict[str, Any]:
     """What ``rllm losses --json`` prints for one loss."""
     return {
-        "name": entry.name,
-        "plugin": entry.source.plugin,
-        "distribution": entry.source.distribution,
-        "version": entry.source.version,
-        "provided_by": entry.source.describe(),
+        **provider(entry),
         "target": entry.target
         if isinstance(entry.target, str)
         else f"{entry.target.__module__}:{entry.target.__qualname__}",
@@ -45,6 +40,17 @@ def describe(entry: LossEntry) -> dict[str, Any]:
     }
 
 
+def show(entry: LossEntry, item: dict[str, Any]) -> None:
+    aliases = f"; aliases {', '.join(item['aliases'])}" if item["aliases"] else ""
+    print(f"{item['name']}  ({item['provided_by']}{aliases})")
+    if item["doc"]:
+        print(f"    {item['doc'].replace('``', '')}")
+    if entry.agg_modes is not None:
+        print(f"    loss_agg_mode: {', '.join(entry.agg_modes)} only")
+    for option in entry.options:
+        print(f"    {option.name} = {option.default!r}: {option.doc} ({option.expected()})")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.name is not None:
         entry = loss_entry(args.name)
@@ -52,17 +58,4 @@ def run(args: argparse.Namespace) -> int:
     else:
         registry = get_plugin_manager().losses
         entries = [e for e in (registry.resolve(name) for name in registry.names()) if e.alias_of is None]
-    described = [describe(entry) for entry in entries]
-    if args.json:
-        print(json.dumps(described, indent=2))
-        return 0
-    for entry, item in zip(entries, described, strict=True):
-        aliases = f"; aliases {', '.join(item['aliases'])}" if item["aliases"] else ""
-        print(f"{item['name']}  ({item['provided_by']}{aliases})")
-        if item["doc"]:
-            print(f"    {item['doc'].replace('``', '')}")
-        if entry.agg_modes is not None:
-            print(f"    loss_agg_mode: {', '.join(entry.agg_modes)} only")
-        for option in entry.options:
-            print(f"    {option.name} = {option.default!r}: {option.doc} ({option.expected()})")
-    return 0
+    return print_listing(entries, describe, args.json, show)
