@@ -5,6 +5,12 @@ engine, (2) the grouping hook turns them into trajectory groups, (3) rejection s
 filtering, (4) the backend converts groups to its batch, (5) processes it (log-probs, ...),
 (6) advantages are computed with rllm's estimators, (7) the backend updates the policy,
 (8) metrics are logged. Validation, checkpoints and resume wrap around that loop.
+
+This module is the orchestration; the parts it drives live beside it: the config-named parts
+(:mod:`rllm.trainer.components`), the run directory's files and resuming
+(:mod:`rllm.trainer.run_files`), the settings a checkpoint is tied to
+(:mod:`rllm.trainer.fingerprint`), dynamic sampling on a batch (:mod:`rllm.trainer.refill`)
+and the step's timings and episode metrics (:mod:`rllm.trainer.step_metrics`).
 """
 
 from __future__ import annotations
@@ -15,14 +21,11 @@ import sys
 import threading
 import time
 import warnings
-from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from rllm.config.algorithm import AlgorithmConfig
@@ -52,37 +55,12 @@ from rllm.trainer.rejection import (
 from rllm.trainer.run_files import LEARNING_CURVE, RunFiles
 from rllm.trainer.rundir import check_run_name
 from rllm.trainer.sampling import DynamicSamplingConfig
-from rllm.types import Episode, TerminationReason, TrajectoryGroup
+from rllm.trainer.step_metrics import episode_metrics, stage_timer
+from rllm.types import Episode, TrajectoryGroup
 from rllm.workflows.workflow import Workflow
 
 TRAINER_OPTIONS = ("executor", "progress")
 """Keyword arguments accepted beyond the documented ones."""
-
-
-@contextmanager
-def _timer(name: str, timings: dict[str, float]) -> Iterator[None]:
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[name] = timings.get(name, 0.0) + time.perf_counter() - started
-
-
-def _episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
-    """Averages of the workflows' own metrics and the share of each termination reason."""
-    values: dict[str, list[float]] = defaultdict(list)
-    for episode in episodes:
-        for key, value in episode.metrics.items():
-            if isinstance(value, int | float | np.number):
-                values[f"batch/{key}"].append(float(value))
-    metrics = {key: float(np.mean(series)) for key, series in values.items()}
-    reasons = Counter(ep.termination_reason for ep in episodes)
-    total = max(len(episodes), 1)
-    for reason in TerminationReason:
-        metrics[f"batch/termination_reason/{reason.value}"] = reasons[reason] / total
-    metrics["batch/num_episodes"] = float(len(episodes))
-    metrics["batch/accuracy"] = float(np.mean([ep.is_correct for ep in episodes])) if episodes else 0.0
-    return metrics
 
 
 class UnifiedTrainer:
@@ -330,7 +308,7 @@ class UnifiedTrainer:
                 state.reset_batch()
                 state.global_step += 1
                 await self.backend.on_batch_start(state)
-                with _timer("step", state.timing_dict):
+                with stage_timer("step", state.timing_dict):
                     await self._train_batch_async(batch, state)
                 state.metrics.update(self.agent_workflow_engine.stats.as_metrics())  # every round of the step
                 state.batches_done = index + 1
@@ -354,12 +332,12 @@ class UnifiedTrainer:
         engine = self.agent_workflow_engine
         engine.set_training_step(state.global_step, mode="train", epoch=state.epoch)
         timings = state.timing_dict
-        with _timer("generate", timings):  # stage 1
+        with stage_timer("generate", timings):  # stage 1
             state.episodes = await self.backend.generate_episodes(batch, agent_workflow_engine=engine)
-        state.metrics.update(_episode_metrics(state.episodes))
+        state.metrics.update(episode_metrics(state.episodes))
         if not state.has_episodes:
             return
-        with _timer("group", timings):  # stages 2 and 3
+        with stage_timer("group", timings):  # stages 2 and 3
             groups, transform_metrics = self._grouped(state.episodes)
             self._warn_unused_roles(groups)
             groups, episodes, rs_metrics = apply_rejection_sampling_and_filtering(
@@ -367,7 +345,7 @@ class UnifiedTrainer:
             )
         state.metrics.update(transform_metrics)
         state.metrics.update(rs_metrics)
-        with _timer("dynamic_sampling", timings):
+        with stage_timer("dynamic_sampling", timings):
             groups, episodes = await apply_dynamic_sampling(
                 groups, episodes, state, self.ds_config, self.train_dataset, partial(self._generate_round, state=state)
             )
@@ -382,7 +360,7 @@ class UnifiedTrainer:
                 stacklevel=2,
             )
             return
-        with _timer("backend_batch", timings):  # stages 4 and 5
+        with stage_timer("backend_batch", timings):  # stages 4 and 5
             state.backend_batch = self.backend.transform_to_backend_batch(state)
             await self.backend.process_backend_batch(state)
         if not state.has_backend_batch:
@@ -390,9 +368,9 @@ class UnifiedTrainer:
                 f"Backend {type(self.backend).__name__} left trainer_state.backend_batch empty; "
                 "transform_to_backend_batch must return the batch."
             )
-        with _timer("advantage", timings):  # stage 6
+        with stage_timer("advantage", timings):  # stage 6
             await self.backend.compute_advantages(state, self.algorithm_config)
-        with _timer("update", timings):  # stage 7
+        with stage_timer("update", timings):  # stage 7
             await self.backend.update_policy(state)
 
     def _grouped(self, episodes: Sequence[Episode]) -> tuple[list[TrajectoryGroup], dict[str, float]]:
