@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rllm.errors import ConfigError
+from rllm.losses.kl import KL_KINDS
 
 KeyType = Literal["int", "float", "bool", "str", "list[str]", "list[int]", "mapping"]
 
@@ -326,7 +327,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "str",
         "low_var_kl",
         "KL estimator of the loss term; a trailing + takes k2's gradient (straight-through).",
-        choices=tuple(k + suffix for suffix in ("", "+") for k in ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")),
+        choices=tuple(k + suffix for suffix in ("", "+") for k in KL_KINDS),
     ),
     ConfigKey(
         "rllm.algorithm.warmup_steps",

@@ -5,148 +5,62 @@ engine, (2) the grouping hook turns them into trajectory groups, (3) rejection s
 filtering, (4) the backend converts groups to its batch, (5) processes it (log-probs, ...),
 (6) advantages are computed with rllm's estimators, (7) the backend updates the policy,
 (8) metrics are logged. Validation, checkpoints and resume wrap around that loop.
+
+This module is the orchestration; the parts it drives live beside it: the config-named parts
+(:mod:`rllm.trainer.components`), the run directory's files and resuming
+(:mod:`rllm.trainer.run_files`), the settings a checkpoint is tied to
+(:mod:`rllm.trainer.fingerprint`), dynamic sampling on a batch (:mod:`rllm.trainer.refill`)
+and the step's timings and episode metrics (:mod:`rllm.trainer.step_metrics`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import sys
 import threading
 import time
 import warnings
-from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from rllm.config.algorithm import AlgorithmConfig, estimator_name
-from rllm.config.loading import CONFIG_FILE, default_config, save_config, validate_config
-from rllm.errors import ConfigError, RLLMWarning, RunDirError, TrainerError
+from rllm.config.algorithm import AlgorithmConfig
+from rllm.config.loading import default_config, validate_config
+from rllm.errors import ConfigError, RLLMWarning, TrainerError
 from rllm.estimators.collect import collect_advantages, collect_reward_and_advantage_from_trajectory_groups
 from rllm.estimators.compute import get_estimator
-from rllm.plugins.manager import get_plugin_manager
-from rllm.trainer.backend_protocol import BackendProtocol, TrainerState, task_id_of
+from rllm.trainer.backend_protocol import BackendProtocol, TrainerState
 from rllm.trainer.checkpoint import CheckpointManager
-from rllm.trainer.engine import Executor, WorkflowEngine
+from rllm.trainer.components import configured_executor, resolve_backend, resolve_grouping_hook
+from rllm.trainer.engine import WorkflowEngine
+from rllm.trainer.fingerprint import NUMBER_SETTINGS, run_fingerprint
 from rllm.trainer.grouping import (
     CompactFilteringConfig,
     GroupingHook,
     check_estimator_roles,
     transform_episodes_to_trajectory_groups,
-    with_options,
 )
-from rllm.trainer.logging import METRICS_FILE, EpisodeLogger, MetricsLogger, truncate_metrics
+from rllm.trainer.logging import EpisodeLogger, MetricsLogger
 from rllm.trainer.pass_at_k import pass_at_k_metrics
+from rllm.trainer.refill import apply_dynamic_sampling
 from rllm.trainer.rejection import (
     RejectionSamplingConfig,
     RejectionSamplingState,
     apply_rejection_sampling_and_filtering,
-    episodes_of,
 )
-from rllm.trainer.rundir import RunDirectory, check_run_name, os_cause
-from rllm.trainer.sampling import DynamicSamplingConfig, SamplingState, informative, refill_tasks, substitute
-from rllm.types import Episode, TerminationReason, TrajectoryGroup
+from rllm.trainer.run_files import LEARNING_CURVE, RunFiles
+from rllm.trainer.rundir import check_run_name
+from rllm.trainer.sampling import DynamicSamplingConfig
+from rllm.trainer.step_metrics import episode_metrics, stage_timer
+from rllm.types import Episode, TrajectoryGroup
 from rllm.workflows.workflow import Workflow
 
 TRAINER_OPTIONS = ("executor", "progress")
 """Keyword arguments accepted beyond the documented ones."""
-LEARNING_CURVE = "learning_curve.png"
-"""Written into the run directory by ``rllm train`` after training."""
-NUMBER_SETTINGS = (
-    "rllm.grouping_hook",
-    "rllm.algorithm",
-    "rllm.stepwise_advantage",
-    "rllm.compact_filtering",
-    "rllm.rejection_sample",
-    "rllm.rollout.n",
-    "rllm.data.train_batch_size",
-    "rllm.data.shuffle",
-)
-"""Config keys (and sections) that change a run's numbers: a checkpoint resumes only under the same values."""
-
-
-def _flatten(path: str, node: Any, into: dict[str, Any]) -> None:
-    """A section as its keys (each value whole: options compare as one mapping), or a single key."""
-    if isinstance(node, dict):
-        into.update({f"{path}.{key}": value for key, value in node.items()})
-    else:
-        into[path] = node
-
-
-@contextmanager
-def _timer(name: str, timings: dict[str, float]) -> Iterator[None]:
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[name] = timings.get(name, 0.0) + time.perf_counter() - started
-
-
-def _resolve_backend(backend_cls: type[BackendProtocol] | str | None, config: DictConfig) -> type[BackendProtocol]:
-    if isinstance(backend_cls, type):
-        return backend_cls
-    name = backend_cls or str(config.rllm.backend)
-    target = get_plugin_manager().backends.resolve(name).target
-    if not isinstance(target, type):
-        raise ConfigError(f"Backend {name!r} is registered as {target!r}, which is not a class.")
-    return target
-
-
-def _resolve_grouping_hook(hook: GroupingHook | str | None, config: DictConfig) -> GroupingHook:
-    """The hook to call as ``hook(episodes)``, with ``rllm.grouping_hook_options`` bound."""
-    options = OmegaConf.to_container(config.rllm.grouping_hook_options, resolve=True)
-    if callable(hook):
-        return with_options(hook, options, getattr(hook, "__qualname__", repr(hook)))  # type: ignore[arg-type]
-    name = hook or str(config.rllm.grouping_hook)
-    return with_options(get_plugin_manager().grouping_hooks.resolve(name).target, options, name)  # type: ignore[arg-type]
-
-
-def _warn_unused_workflow_keys(workflow: DictConfig) -> None:
-    """Keys that the chosen executor or failure policy never reads, when set: said, never silently ignored."""
-    defaults = default_config().rllm.workflow
-    unused = []
-    if str(workflow.executor) == "local":
-        unused += [f"ray.{key}" for key in defaults.ray if workflow.ray[key] != defaults.ray[key]]
-    policy = str(workflow.failure_policy)
-    if policy != "retry":  # under fail, raise_on_error=false is refused by the engine, not merely unused
-        keys = ("retry_limit", "raise_on_error") if policy == "drop_group" else ("retry_limit",)
-        unused += [key for key in keys if workflow[key] != defaults[key]]
-    for key in unused:
-        why = "the executor is local" if key.startswith("ray.") else f"failure_policy={workflow.failure_policy}"
-        warnings.warn(f"rllm.workflow.{key} has no effect: {why}.", RLLMWarning, stacklevel=4)
-
-
-def _configured_executor(workflow: DictConfig) -> Executor | None:
-    """The executor ``rllm.workflow.executor`` names; None is the engine's local one."""
-    _warn_unused_workflow_keys(workflow)
-    if str(workflow.executor) != "ray":
-        return None
-    from rllm.trainer.ray_executor import RayExecutor  # ray is an optional extra: imported only when chosen
-
-    return RayExecutor.from_config(workflow.ray)
-
-
-def _episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
-    """Averages of the workflows' own metrics and the share of each termination reason."""
-    values: dict[str, list[float]] = defaultdict(list)
-    for episode in episodes:
-        for key, value in episode.metrics.items():
-            if isinstance(value, int | float | np.number):
-                values[f"batch/{key}"].append(float(value))
-    metrics = {key: float(np.mean(series)) for key, series in values.items()}
-    reasons = Counter(ep.termination_reason for ep in episodes)
-    total = max(len(episodes), 1)
-    for reason in TerminationReason:
-        metrics[f"batch/termination_reason/{reason.value}"] = reasons[reason] / total
-    metrics["batch/num_episodes"] = float(len(episodes))
-    metrics["batch/accuracy"] = float(np.mean([ep.is_correct for ep in episodes])) if episodes else 0.0
-    return metrics
 
 
 class UnifiedTrainer:
@@ -193,7 +107,7 @@ class UnifiedTrainer:
         self.workflow_args = dict(workflow_args or {})
         self.train_dataset = train_dataset
         self.val_dataset = val_dataset
-        self.traj_grouping_hook = _resolve_grouping_hook(traj_grouping_hook, self.config)
+        self.traj_grouping_hook = resolve_grouping_hook(traj_grouping_hook, self.config)
         self.traj_group_adv_estimator_map = dict(traj_group_adv_estimator_map or {})
         self.progress = bool(kwargs.get("progress", True))
         self.logger: MetricsLogger | None = None
@@ -202,7 +116,7 @@ class UnifiedTrainer:
         """Steps of this process that left nothing to update on (reported at the end of the run)."""
 
         self._validate_and_setup_configs()
-        backend_type = _resolve_backend(backend_cls, self.config)
+        backend_type = resolve_backend(backend_cls, self.config)
         self.backend: BackendProtocol = backend_type(config=self.config, **(backend_args or {}))
         self.backend.validate_config()
         self._setup_task()
@@ -210,13 +124,16 @@ class UnifiedTrainer:
         trainer_cfg = self.rllm_config.trainer
         self.output_dir = Path(str(trainer_cfg.output_dir))
         self.checkpoints = CheckpointManager(
-            self.output_dir / "checkpoints", self._fingerprint(), keep=int(trainer_cfg.max_checkpoints)
+            self.output_dir / "checkpoints",
+            run_fingerprint(self.config, self.algorithm_config, self.ds_config),
+            keep=int(trainer_cfg.max_checkpoints),
         )
         episode_logging = self.rllm_config.episode_logging
         self.episode_logger = (
             EpisodeLogger(Path(str(episode_logging.episode_log_dir))) if episode_logging.log_episodes else None
         )
-        self.run_dir = RunDirectory(self.output_dir, self._run_names())
+        self.run_files = RunFiles(self.output_dir, self.checkpoints, self.episode_logger)
+        self.run_dir = self.run_files.run_dir
         rollout_engine = self.backend.init_rollout_engine(
             cf_config=self.cf_config,
             rs_config=self.rs_config,
@@ -231,7 +148,7 @@ class UnifiedTrainer:
             retry_limit=int(workflow.retry_limit),
             raise_on_error=bool(workflow.raise_on_error),
             timeout=None if workflow.timeout is None else float(workflow.timeout),
-            executor=kwargs.get("executor") or _configured_executor(workflow),
+            executor=kwargs.get("executor") or configured_executor(workflow),
             episode_logger=self.episode_logger,
             failure_policy=str(workflow.failure_policy),
             seed=int(workflow.seed),
@@ -288,31 +205,6 @@ class UnifiedTrainer:
         if self.val_dataset is None:
             self.val_dataset = setup.val_dataset
 
-    def _fingerprint(self) -> dict[str, Any]:
-        """Settings a checkpoint is tied to: resuming under others would mix two experiments.
-
-        Beyond the named choices, every key of :data:`NUMBER_SETTINGS` and of the backend's own
-        section (``rllm.<backend>``: its task family, seed, learning rate, ...) is in it, by its
-        dotted name, so a mismatch names the key.
-        """
-        resolved = OmegaConf.to_container(self.config, resolve=True)
-        settings: dict[str, Any] = {}
-        for path in (*NUMBER_SETTINGS, f"rllm.{self.rllm_config.backend}"):
-            node: Any = resolved
-            for part in path.split("."):
-                node = node.get(part) if isinstance(node, dict) else None
-            if node is not None:
-                _flatten(path, node, settings)
-        return {
-            **settings,
-            "backend": str(self.rllm_config.backend),
-            "estimator": estimator_name(self.algorithm_config.estimator),
-            "estimator_map": {k: estimator_name(v) for k, v in self.algorithm_config.estimator_map.items()},
-            "loss_fn": self.algorithm_config.loss_fn,
-            **({"normalize_by_steps": True} if self.algorithm_config.normalize_by_steps else {}),
-            **({"dynamic_sampling": dataclasses.asdict(self.ds_config)} if self.ds_config.enabled else {}),
-        }
-
     # -- entry points ------------------------------------------------------------------------
     def fit(self) -> None:
         """Train to the end (sync). Inside a running event loop it trains on a separate thread."""
@@ -339,45 +231,25 @@ class UnifiedTrainer:
         if failure:
             raise failure[0]
 
-    def _episodes_entry(self) -> str | None:
-        """The run-directory entry holding the episode files, if they go under the run directory."""
-        if self.episode_logger is None:
-            return None
-        base = Path(os.path.abspath(self.episode_logger.base_dir))
-        run = Path(os.path.abspath(self.output_dir))
-        return base.relative_to(run).parts[0] if base != run and base.is_relative_to(run) else None
-
-    def _run_names(self) -> list[str]:
-        """The entries rllm writes directly inside the run directory."""
-        episodes = self._episodes_entry()
-        return [
-            METRICS_FILE,
-            CONFIG_FILE,
-            self.checkpoints.root.name,
-            LEARNING_CURVE,
-            *([episodes] if episodes else []),
-        ]
-
     async def fit_async(self) -> None:
         """Train to the end: resume if a checkpoint exists, validate, run the steps, validate again.
 
         The run directory is locked for the duration (a second run into it fails with
         :class:`RunDirLockedError`), and a directory holding files rllm did not write is refused.
         """
-        self.run_dir.acquire()
+        self.run_files.acquire()
         try:
-            self.run_dir.claim()
-            save_config(self.config, self.output_dir)  # what this run ran with: `rllm train -c` reruns it
+            self.run_files.start(self.config)
             await self._fit_locked()
         finally:
             if self.logger is not None:
                 self.logger.finish()
-            self.run_dir.release()
+            self.run_files.release()
 
     async def _fit_locked(self) -> None:
         await self.agent_workflow_engine.initialize_pool()
         state = TrainerState(rs_state=RejectionSamplingState())
-        resumed = self._restore(state)
+        resumed = self.run_files.resume(state, self.backend, str(self.rllm_config.trainer.resume_mode))
         state.total_steps = self._total_steps(state)
         self.logger = MetricsLogger(
             self.rllm_config.trainer.logger, self.output_dir, state.total_steps, progress=self.progress
@@ -401,38 +273,6 @@ class UnifiedTrainer:
                     stacklevel=2,
                 )
         await self.backend.on_train_end(state)
-
-    def _restore(self, state: TrainerState) -> bool:
-        mode = str(self.rllm_config.trainer.resume_mode)
-        latest, skipped = (None, []) if mode == "disable" else self.checkpoints.resume(state, self.backend)
-        self._clear(everything=latest is None)
-        if latest is None:
-            return False
-        if skipped:
-            more = f" ({len(skipped) - 1} more unusable)" if len(skipped) > 1 else ""
-            print(f"rllm: warning: {skipped[0]} Resuming from it{more}.", file=sys.stderr)
-        truncate_metrics(self.output_dir / METRICS_FILE, state.global_step)
-        print(f"rllm: resumed from {latest} (step {state.global_step}).", file=sys.stderr)
-        return True
-
-    def _clear(self, everything: bool) -> None:
-        """Delete killed writes' scratch and, with ``everything`` (starting over), all that rllm wrote here before.
-
-        Only rllm's own files go: see :mod:`rllm.trainer.rundir`.
-        """
-        try:
-            if everything:
-                self.checkpoints.discard_all()
-                (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
-                (self.output_dir / LEARNING_CURVE).unlink(missing_ok=True)
-            if self.episode_logger is not None and self._episodes_entry():
-                self.episode_logger.discard(logs=everything)
-        except OSError as error:
-            exc = os_cause(error)
-            raise RunDirError(
-                f"Cannot clear the earlier run in {str(self.output_dir)!r}: {exc.strerror or exc}"
-                f"{f' ({exc.filename})' if exc.filename else ''}."
-            ) from exc
 
     def _total_steps(self, state: TrainerState) -> int:
         trainer_cfg = self.rllm_config.trainer
@@ -468,7 +308,7 @@ class UnifiedTrainer:
                 state.reset_batch()
                 state.global_step += 1
                 await self.backend.on_batch_start(state)
-                with _timer("step", state.timing_dict):
+                with stage_timer("step", state.timing_dict):
                     await self._train_batch_async(batch, state)
                 state.metrics.update(self.agent_workflow_engine.stats.as_metrics())  # every round of the step
                 state.batches_done = index + 1
@@ -492,12 +332,12 @@ class UnifiedTrainer:
         engine = self.agent_workflow_engine
         engine.set_training_step(state.global_step, mode="train", epoch=state.epoch)
         timings = state.timing_dict
-        with _timer("generate", timings):  # stage 1
+        with stage_timer("generate", timings):  # stage 1
             state.episodes = await self.backend.generate_episodes(batch, agent_workflow_engine=engine)
-        state.metrics.update(_episode_metrics(state.episodes))
+        state.metrics.update(episode_metrics(state.episodes))
         if not state.has_episodes:
             return
-        with _timer("group", timings):  # stages 2 and 3
+        with stage_timer("group", timings):  # stages 2 and 3
             groups, transform_metrics = self._grouped(state.episodes)
             self._warn_unused_roles(groups)
             groups, episodes, rs_metrics = apply_rejection_sampling_and_filtering(
@@ -505,8 +345,10 @@ class UnifiedTrainer:
             )
         state.metrics.update(transform_metrics)
         state.metrics.update(rs_metrics)
-        with _timer("dynamic_sampling", timings):
-            groups, episodes = await self._dynamic_sampling(groups, episodes, state)
+        with stage_timer("dynamic_sampling", timings):
+            groups, episodes = await apply_dynamic_sampling(
+                groups, episodes, state, self.ds_config, self.train_dataset, partial(self._generate_round, state=state)
+            )
         state.trajectory_groups, state.episodes = groups, episodes
         state.metrics["batch/updated"] = float(state.has_trajectory_groups)
         if not state.has_trajectory_groups:
@@ -518,7 +360,7 @@ class UnifiedTrainer:
                 stacklevel=2,
             )
             return
-        with _timer("backend_batch", timings):  # stages 4 and 5
+        with stage_timer("backend_batch", timings):  # stages 4 and 5
             state.backend_batch = self.backend.transform_to_backend_batch(state)
             await self.backend.process_backend_batch(state)
         if not state.has_backend_batch:
@@ -526,9 +368,9 @@ class UnifiedTrainer:
                 f"Backend {type(self.backend).__name__} left trainer_state.backend_batch empty; "
                 "transform_to_backend_batch must return the batch."
             )
-        with _timer("advantage", timings):  # stage 6
+        with stage_timer("advantage", timings):  # stage 6
             await self.backend.compute_advantages(state, self.algorithm_config)
-        with _timer("update", timings):  # stage 7
+        with stage_timer("update", timings):  # stage 7
             await self.backend.update_policy(state)
 
     def _grouped(self, episodes: Sequence[Episode]) -> tuple[list[TrajectoryGroup], dict[str, float]]:
@@ -542,46 +384,14 @@ class UnifiedTrainer:
             collect_advantages(groups, self.algorithm_config, write_steps=False, collect_advantage=False)
         return groups, metrics
 
-    async def _dynamic_sampling(
-        self, groups: list[TrajectoryGroup], episodes: list[Episode], state: TrainerState
+    async def _generate_round(
+        self, tasks: list[Any], state: TrainerState
     ) -> tuple[list[TrajectoryGroup], list[Episode]]:
-        """Drop or replace uniform groups (see :mod:`rllm.trainer.sampling`); the effective batch is always reported."""
-        config = self.ds_config
-        keep = informative(groups, config)
-        target, rounds, dropped, replaced = len(groups), 1, keep.count(False), 0
-        if config.enabled and config.strategy == "drop":
-            kept = [group for group, flag in zip(groups, keep, strict=True) if flag]
-            every_episode = list(episodes)
-            seen = {episode.task_id for episode in state.episodes}
-            if state.sampling_state is None:
-                state.sampling_state = SamplingState()
-            dataset = self.train_dataset
-            if dataset is None:
-                raise TrainerError("Dynamic sampling refills from the training set, but this run has none.")
-            while len(kept) < target and rounds < config.max_rounds:
-                tasks = refill_tasks(dataset, target - len(kept), seen, state.sampling_state, task_id_of)
-                if not tasks:
-                    break
-                rounds += 1
-                fresh = await self.backend.generate_episodes(tasks, agent_workflow_engine=self.agent_workflow_engine)
-                more, _ = self._grouped(fresh)
-                more, fresh, _ = apply_rejection_sampling_and_filtering(fresh, more, self.rs_config, state.rs_state)
-                flags = informative(more, config)
-                dropped += flags.count(False)
-                kept += [group for group, flag in zip(more, flags, strict=True) if flag]
-                every_episode += fresh
-            groups = kept[:target]
-            episodes = episodes_of(groups, every_episode)
-        elif config.enabled:
-            groups, replaced = substitute(groups, keep, state.global_step)
-        metrics = state.metrics
-        metrics["sampling/target_groups"] = float(target)
-        metrics["sampling/effective_groups"] = float(sum(informative(groups, config)))
-        metrics["sampling/groups_uniform"] = float(dropped)
-        if config.enabled:
-            metrics["sampling/rounds"] = float(rounds)
-            metrics["sampling/groups_replaced"] = float(replaced)
-        return groups, episodes
+        """Stages 1-3 for the tasks of a dynamic-sampling refill round (its grouping metrics are not logged)."""
+        fresh = await self.backend.generate_episodes(tasks, agent_workflow_engine=self.agent_workflow_engine)
+        more, _ = self._grouped(fresh)
+        more, fresh, _ = apply_rejection_sampling_and_filtering(fresh, more, self.rs_config, state.rs_state)
+        return more, fresh
 
     def _warn_unused_roles(self, groups: Sequence[Any]) -> None:
         for role in check_estimator_roles(groups, self.algorithm_config.estimator_map):
@@ -635,4 +445,4 @@ class UnifiedTrainer:
             self.logger.finish()
 
 
-__all__ = ["TrainerState", "UnifiedTrainer"]
+__all__ = ["LEARNING_CURVE", "NUMBER_SETTINGS", "TRAINER_OPTIONS", "TrainerState", "UnifiedTrainer"]

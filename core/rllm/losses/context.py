@@ -1,0 +1,49 @@
+"""What a policy loss receives (:class:`LossContext`) and the signature a loss has (:data:`LossFn`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rllm.losses.aggregation import aggregate
+
+LossFn = Callable[["LossContext"], tuple[Any, dict[str, float]]]
+"""A loss: ``fn(ctx) -> (scalar_tensor, metrics)``."""
+
+
+@dataclass
+class LossContext:
+    """What a policy loss receives: per-token tensors of shape ``(batch, tokens)`` and the run's settings.
+
+    ``dp_size``, ``batch_num_tokens``, ``global_batch_size`` and ``loss_scale_factor`` are
+    verl's global-batch information, so that a micro-batch's loss is normalised over the
+    whole batch (None: this micro-batch is the whole batch).
+    """
+
+    log_probs: Any
+    old_log_probs: Any
+    advantages: Any
+    response_mask: Any
+    rollout_log_probs: Any = None
+    ref_log_probs: Any = None
+    rollout_is_weights: Any = None
+    options: dict[str, Any] = field(default_factory=dict)
+    agg_mode: str = "token-mean"
+    dp_size: int = 1
+    batch_num_tokens: Any = None
+    global_batch_size: Any = None
+    loss_scale_factor: Any = None
+    name: str = ""
+
+    def aggregate(self, per_token: Any, mode: str | None = None, mask: Any = None) -> Any:
+        """``per_token`` reduced to a scalar by ``mode`` (default: the run's ``agg_mode``) over ``mask``."""
+        return aggregate(
+            per_token,
+            self.response_mask if mask is None else mask,
+            mode or self.agg_mode,
+            dp_size=self.dp_size,
+            batch_num_tokens=self.batch_num_tokens,
+            global_batch_size=self.global_batch_size,
+            loss_scale_factor=self.loss_scale_factor,
+        )

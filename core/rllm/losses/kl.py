@@ -1,0 +1,85 @@
+"""KL to the reference policy: verl's estimator kinds, the per-token penalty, and the coefficient's controllers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rllm.errors import LossOptionError
+from rllm.losses.choices import one_of
+
+KL_KINDS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+"""verl's KL estimators (k1, abs, k2, k3 and their long names); each also with a trailing ``+``."""
+
+
+def check_kl_kind(kind: Any, key: str = "kl_loss_type") -> str:
+    """``kind`` if it names a KL estimator (optionally with the straight-through ``+``), else a named error."""
+    return one_of(kind, KL_KINDS + tuple(k + "+" for k in KL_KINDS), key, "a KL kind")
+
+
+def kl_penalty(log_probs: Any, ref_log_probs: Any, kind: str) -> Any:
+    """Per-token KL estimate between the policy and the reference, by verl's kinds.
+
+    ``k1``/``kl``: the log-ratio; ``abs``: its absolute value; ``k2``/``mse``: half its
+    square; ``k3``/``low_var_kl``: ``r - log r - 1`` with ``r = ref/policy`` (log-ratio
+    clamped to ±20, result to ±10). A trailing ``+`` keeps the kind's value but takes the
+    gradient of k2 (straight-through), whose gradient is unbiased.
+    """
+    import torch
+
+    check_kl_kind(kind, "kl kind")
+    base = kind.rstrip("+")
+    diff = log_probs - ref_log_probs
+    if base in ("kl", "k1"):
+        value = diff
+    elif base == "abs":
+        value = diff.abs()
+    elif base in ("mse", "k2"):
+        value = 0.5 * diff.square()
+    else:
+        log_ratio = torch.clamp(-diff, min=-20.0, max=20.0)
+        value = torch.clamp(torch.exp(log_ratio) - log_ratio - 1, min=-10.0, max=10.0)
+    if not kind.endswith("+") or base in ("mse", "k2"):
+        return value
+    k2 = 0.5 * diff.square()
+    return k2 - k2.detach() + value.detach()
+
+
+class FixedKLController:
+    """A KL coefficient that never changes (``kl_ctrl.type=fixed``)."""
+
+    def __init__(self, kl_coef: float) -> None:
+        self.value = float(kl_coef)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        """Nothing to adapt."""
+
+
+class AdaptiveKLController:
+    """Ziegler et al.'s controller: moves the coefficient so the measured KL approaches ``target_kl``.
+
+    Each update multiplies it by ``1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon``.
+    """
+
+    def __init__(self, init_kl_coef: float, target_kl: float, horizon: int) -> None:
+        if not horizon > 0 or not target_kl > 0:
+            raise LossOptionError(
+                f"The adaptive KL controller needs a positive target_kl and horizon; got {target_kl!r}, {horizon!r}."
+            )
+        self.value = float(init_kl_coef)
+        self.target = float(target_kl)
+        self.horizon = int(horizon)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        """Adapt the coefficient after ``n_steps`` samples with mean KL ``current_kl``."""
+        error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + error * n_steps / self.horizon
+
+
+def kl_controller(
+    kind: str, kl_coef: float, target_kl: float = 0.1, horizon: int = 10000
+) -> FixedKLController | AdaptiveKLController:
+    """The controller ``kind`` (``fixed`` or ``adaptive``), as verl's ``kl_ctrl`` section configures it."""
+    kind = one_of(kind, ("fixed", "adaptive"), "kl_ctrl.type", "a KL controller")
+    if kind == "fixed":
+        return FixedKLController(kl_coef)
+    return AdaptiveKLController(kl_coef, target_kl, horizon)

@@ -1,0 +1,67 @@
+"""A role's loss settings from a run's ``rllm.algorithm`` section, checked before the run starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rllm.losses.compute import compute_policy_loss
+from rllm.losses.kl import check_kl_kind
+from rllm.losses.registry import loss_entry, resolve_loss_options
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """What a torch backend passes to :func:`compute_policy_loss` for one role, checked before a run starts.
+
+    Built from a run's ``rllm.algorithm`` section by :meth:`from_algorithm`: the role's loss
+    (``loss_fn_map``, else ``loss_fn``, else ``default``), ``loss_options`` over rLLM's
+    ``eps_clip``/``eps_clip_high`` (as ``clip_ratio``/``clip_ratio_high`` for a loss that
+    declares them), ``loss_agg_mode`` (else ``token-mean``), the KL term (``use_kl_loss``,
+    ``kl_beta``, ``kl_loss_type``) and rollout correction (``tis_mode``, ``tis_cap``).
+    """
+
+    name: str
+    options: dict[str, Any]
+    agg_mode: str
+    kl_coef: float = 0.0
+    kl_kind: str = "low_var_kl"
+    tis_mode: str | None = None
+    tis_cap: float = 2.0
+
+    @classmethod
+    def from_algorithm(cls, algorithm: Any, role: str = "default", default: str = "vanilla") -> LossSettings:
+        """The checked settings of ``role`` from an :class:`rllm.AlgorithmConfig`; a bad choice is a named error."""
+        name = algorithm.loss_fn_for(role) or default
+        declared = {o.name for o in loss_entry(name).options}
+        given: dict[str, Any] = {}
+        if "clip_ratio" in declared:
+            given["clip_ratio"] = algorithm.eps_clip
+        if "clip_ratio_high" in declared and algorithm.eps_clip_high is not None:
+            given["clip_ratio_high"] = algorithm.eps_clip_high
+        given.update(algorithm.loss_options)
+        _, options, mode = resolve_loss_options(name, given, algorithm.loss_agg_mode or "token-mean")
+        kl_kind = check_kl_kind(algorithm.kl_loss_type, "rllm.algorithm.kl_loss_type")
+        correction = algorithm.rollout_correction
+        return cls(
+            name=name,
+            options=options,
+            agg_mode=mode,
+            kl_coef=float(algorithm.kl_beta) if algorithm.use_kl_loss else 0.0,
+            kl_kind=kl_kind,
+            tis_mode=correction.tis_mode,
+            tis_cap=float(correction.tis_cap),
+        )
+
+    def compute(self, **tensors: Any) -> tuple[Any, dict[str, float]]:
+        """:func:`compute_policy_loss` with these settings on ``log_probs=..., old_log_probs=..., ...``."""
+        return compute_policy_loss(
+            self.name,
+            options=self.options,
+            agg_mode=self.agg_mode,
+            kl_coef=self.kl_coef,
+            kl_kind=self.kl_kind,
+            tis_mode=self.tis_mode,
+            tis_cap=self.tis_cap,
+            **tensors,
+        )

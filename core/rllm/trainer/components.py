@@ -1,0 +1,63 @@
+"""The parts of a run its config names: the backend class, the grouping hook, the workflow executor.
+
+Each is given directly or by the name a plugin registered; resolving them when the trainer is
+built makes a misspelt name fail before the first rollout.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from omegaconf import DictConfig, OmegaConf
+
+from rllm.config.loading import default_config
+from rllm.errors import ConfigError, RLLMWarning
+from rllm.plugins.manager import get_plugin_manager
+from rllm.trainer.backend_protocol import BackendProtocol
+from rllm.trainer.engine import Executor
+from rllm.trainer.grouping import GroupingHook, with_options
+
+
+def resolve_backend(backend_cls: type[BackendProtocol] | str | None, config: DictConfig) -> type[BackendProtocol]:
+    """``backend_cls`` if it is a class, else the class registered as it (or as ``rllm.backend``)."""
+    if isinstance(backend_cls, type):
+        return backend_cls
+    name = backend_cls or str(config.rllm.backend)
+    target = get_plugin_manager().backends.resolve(name).target
+    if not isinstance(target, type):
+        raise ConfigError(f"Backend {name!r} is registered as {target!r}, which is not a class.")
+    return target
+
+
+def resolve_grouping_hook(hook: GroupingHook | str | None, config: DictConfig) -> GroupingHook:
+    """The hook to call as ``hook(episodes)``, with ``rllm.grouping_hook_options`` bound."""
+    options = OmegaConf.to_container(config.rllm.grouping_hook_options, resolve=True)
+    if callable(hook):
+        return with_options(hook, options, getattr(hook, "__qualname__", repr(hook)))  # type: ignore[arg-type]
+    name = hook or str(config.rllm.grouping_hook)
+    return with_options(get_plugin_manager().grouping_hooks.resolve(name).target, options, name)  # type: ignore[arg-type]
+
+
+def _warn_unused_workflow_keys(workflow: DictConfig) -> None:
+    """Keys that the chosen executor or failure policy never reads, when set: said, never silently ignored."""
+    defaults = default_config().rllm.workflow
+    unused = []
+    if str(workflow.executor) == "local":
+        unused += [f"ray.{key}" for key in defaults.ray if workflow.ray[key] != defaults.ray[key]]
+    policy = str(workflow.failure_policy)
+    if policy != "retry":  # under fail, raise_on_error=false is refused by the engine, not merely unused
+        keys = ("retry_limit", "raise_on_error") if policy == "drop_group" else ("retry_limit",)
+        unused += [key for key in keys if workflow[key] != defaults[key]]
+    for key in unused:
+        why = "the executor is local" if key.startswith("ray.") else f"failure_policy={workflow.failure_policy}"
+        warnings.warn(f"rllm.workflow.{key} has no effect: {why}.", RLLMWarning, stacklevel=4)
+
+
+def configured_executor(workflow: DictConfig) -> Executor | None:
+    """The executor ``rllm.workflow.executor`` names; None is the engine's local one."""
+    _warn_unused_workflow_keys(workflow)
+    if str(workflow.executor) != "ray":
+        return None
+    from rllm.trainer.ray_executor import RayExecutor  # ray is an optional extra: imported only when chosen
+
+    return RayExecutor.from_config(workflow.ray)
