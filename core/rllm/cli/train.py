@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
         return _plot([Path(p) for p in args.plot], args.output or Path(DEFAULT_NAME))
     from rllm.trainer.plot import PlotUnavailableError
+    from rllm.trainer.run_files import LEARNING_CURVE
     from rllm.trainer.unified import UnifiedTrainer
 
     config = words.load()
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         trainer.shutdown()
     print(f"rllm train: done in {time.perf_counter() - started:.1f}s; metrics and checkpoints in {trainer.output_dir}")
     try:
-        _plot([trainer.output_dir], trainer.output_dir / "learning_curve.png")
+        _plot([trainer.output_dir], trainer.output_dir / LEARNING_CURVE)
     except PlotUnavailableError as exc:
         print(f"rllm train: no learning curve: {exc}", file=sys.stderr)
     return 0
