@@ -1,8 +1,8 @@
 """A configuration key: its type, default, allowed values and meaning, and the check of a value.
 
 :class:`ConfigKey` is what rllm's table (:mod:`rllm.config.core_keys`) and every plugin's
-section are made of; the type checks below are the only place a value's type is judged, so
-``rllm config``, a run and a plugin's keys refuse the same values with the same message.
+section are made of. Every key's value goes through :meth:`ConfigKey.check` and the type
+checks below, so rllm's keys and a plugin's refuse a bad value with the same kind of message.
 """
 
 from __future__ import annotations
