@@ -2,7 +2,7 @@
 
 Config files come as ``-c/--config FILE`` (repeatable) or as positional ``.yaml``/``.yml``
 words; overrides are ``key=value``, ``+key=value``, ``++key=value`` or ``~key`` (Hydra's
-meaning, see :mod:`rllm.config.loading`). Files are merged in the order given, ``-c`` ones
+meaning, see :mod:`rllm.config.overrides`). Files are merged in the order given, ``-c`` ones
 first, then the overrides in order.
 """
 

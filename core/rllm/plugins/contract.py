@@ -33,7 +33,7 @@ from rllm.plugins.fields import batch_field_problem
 from rllm.plugins.hookspecs import BACKEND_ABSTRACT_METHODS, BACKEND_METHODS, KERNEL_NAMES
 
 PROTOCOL_MODULE, PROTOCOL_CLASS = "rllm.trainer.backend_protocol", "BackendProtocol"
-CONFIG_KEY_MODULE, CONFIG_KEY_CLASS = "rllm.config.schema", "ConfigKey"
+CONFIG_KEY_MODULE, CONFIG_KEY_CLASS = "rllm.config.keys", "ConfigKey"
 
 
 def callable_problem(name: str, target: Any) -> str | None:

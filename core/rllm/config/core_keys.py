@@ -1,0 +1,397 @@
+"""rllm's own configuration keys, in one table: every key's type, default, allowed values and meaning.
+
+The shipped defaults, ``rllm config --keys``, docs/config-keys.md and the checks run before
+anything starts all read :data:`CORE_KEYS`, so a key cannot be documented, defaulted and
+validated three different ways. Plugins add sections through ``rllm_register_config_sections``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rllm.config.keys import ConfigKey
+from rllm.losses.kl import KL_KINDS
+from rllm.plugins.hookspecs import LOSS_AGG_MODES
+
+
+def _registered(kind: str) -> Callable[[], list[str]]:
+    """Names in one plugin registry, looked up when a value is checked."""
+
+    def names() -> list[str]:
+        from rllm.plugins.manager import get_plugin_manager
+
+        return getattr(get_plugin_manager(), kind).names()
+
+    return names
+
+
+def _bool_key(path: str, default: bool, doc: str) -> ConfigKey:
+    return ConfigKey(path, "bool", default, doc)
+
+
+def _count(path: str, default: int | None, doc: str, minimum: int = 1, **extra: Any) -> ConfigKey:
+    return ConfigKey(path, "int", default, doc, minimum=minimum, **extra)
+
+
+_MASKS = (
+    "max_prompt_length_exceeded",
+    "max_response_length_exceeded",
+    "env_done",
+    "max_turns_exceeded",
+    "timeout",
+    "unknown",
+    "error",
+)
+
+CORE_KEYS: tuple[ConfigKey, ...] = (
+    ConfigKey(
+        "rllm.backend",
+        "str",
+        "embedded",
+        "Training backend, by the name a plugin registered (see `rllm plugins`).",
+        names=_registered("backends"),
+    ),
+    ConfigKey(
+        "rllm.grouping_hook",
+        "str",
+        "task_and_role",
+        "Trajectory grouping hook, by name: which rollouts an estimator compares.",
+        names=_registered("grouping_hooks"),
+    ),
+    ConfigKey(
+        "rllm.grouping_hook_options",
+        "mapping",
+        {},
+        "Keyword options of the grouping hook, called as hook(episodes, **options); task_and_role takes "
+        "impute_missing_names, default_traj_name and drop_unnamed_traj.",
+    ),
+    ConfigKey(
+        "rllm.algorithm.adv_estimator",
+        "str",
+        "grpo",
+        "Advantage estimator, by its registered name (see `rllm plugins`).",
+        names=_registered("estimators"),
+    ),
+    ConfigKey(
+        "algorithm.adv_estimator",
+        "str",
+        "${rllm.algorithm.adv_estimator}",
+        "verl's location of the estimator name; follows rllm.algorithm.adv_estimator unless set.",
+        names=_registered("estimators"),
+    ),
+    ConfigKey("rllm.algorithm.gamma", "float", 1.0, "Discount of the per-step estimators.", minimum=0, maximum=1),
+    ConfigKey("rllm.algorithm.lam", "float", 0.95, "GAE lambda.", minimum=0, maximum=1),
+    _bool_key("rllm.algorithm.norm_adv_by_std_in_grpo", True, "GRPO divides by the group's std."),
+    ConfigKey(
+        "rllm.algorithm.use_rllm",
+        "bool",
+        None,
+        "Deprecated (rLLM's switch): advantages always come from rllm's estimators; setting it warns.",
+        nullable=True,
+    ),
+    _bool_key("rllm.algorithm.use_precomputed_advantage", False, "Groups whose steps carry advantages keep them."),
+    ConfigKey(
+        "rllm.algorithm.loss_fn",
+        "str",
+        None,
+        "Policy loss, any name `rllm losses` lists (checked by the backend); null lets the backend choose "
+        "(the embedded backend: ppo).",
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.lr_schedule",
+        "str",
+        "constant",
+        "Learning-rate schedule.",
+        choices=("linear", "cosine", "constant"),
+    ),
+    ConfigKey(
+        "rllm.algorithm.warmup_steps_ratio", "float", 0.0, "Share of steps spent warming up.", minimum=0, maximum=1
+    ),
+    ConfigKey(
+        "rllm.algorithm.epsilon",
+        "float",
+        None,
+        "Guard added to the std before dividing; null keeps the estimator's (or the preset's) default.",
+        minimum=0,
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.estimator_map",
+        "mapping",
+        {},
+        "role -> estimator name, for multi-agent workflows.",
+    ),
+    ConfigKey(
+        "rllm.algorithm.estimator_options",
+        "mapping",
+        {},
+        "Extra estimator options, e.g. {preset: verl}; a key naming an estimator holds options for it alone.",
+    ),
+    ConfigKey(
+        "rllm.algorithm.nonfinite_rewards",
+        "str",
+        "error",
+        "error: reject NaN/inf rewards naming the group; zero: such groups get zero advantage; "
+        "exclude: only the unscorable rollouts leave the statistics and get 0.",
+        choices=("error", "zero", "exclude"),
+    ),
+    ConfigKey(
+        "rllm.algorithm.loss_fn_map",
+        "mapping",
+        {},
+        "role -> policy loss, for multi-agent workflows ((estimator, loss) pairs in estimator_map fill it too).",
+    ),
+    ConfigKey(
+        "rllm.algorithm.loss_agg_mode",
+        "str",
+        None,
+        "How token losses are aggregated (verl's modes); null lets the backend choose.",
+        choices=LOSS_AGG_MODES,
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.loss_options",
+        "mapping",
+        {},
+        "Options of the policy loss (e.g. {clip_ratio_c: 3.0}); each must be one the loss declares (`rllm losses`).",
+    ),
+    _bool_key("rllm.algorithm.use_kl_loss", False, "Add kl_beta times the KL to the reference policy to the loss."),
+    ConfigKey(
+        "rllm.algorithm.kl_loss_type",
+        "str",
+        "low_var_kl",
+        "KL estimator of the loss term; a trailing + takes k2's gradient (straight-through).",
+        choices=tuple(k + suffix for suffix in ("", "+") for k in KL_KINDS),
+    ),
+    ConfigKey(
+        "rllm.algorithm.warmup_steps",
+        "int",
+        -1,
+        "Learning-rate warm-up steps; -1 uses warmup_steps_ratio.",
+        minimum=0,
+        special=(-1,),
+    ),
+    ConfigKey("rllm.algorithm.kl_beta", "float", 0.0, "Weight of the KL penalty to the reference policy.", minimum=0),
+    ConfigKey("rllm.algorithm.eps_clip", "float", 0.2, "PPO clip range.", minimum=0, above=True),
+    ConfigKey(
+        "rllm.algorithm.eps_clip_high",
+        "float",
+        None,
+        "Upper PPO clip range; null: eps_clip.",
+        minimum=0,
+        above=True,
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.router_replay",
+        "str",
+        "disabled",
+        "Mixture-of-experts router replay.",
+        choices=("disabled", "R2", "R3"),
+    ),
+    ConfigKey(
+        "rllm.algorithm.rollout_correction.tis_mode",
+        "str",
+        None,
+        "Truncated importance sampling level; null turns it off.",
+        choices=("token", "sequence"),
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.rollout_correction.bypass_mode",
+        "bool",
+        None,
+        "Use the rollout logprobs as the old policy; null: the backend's default.",
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.rollout_correction.tis_cap",
+        "float",
+        2.0,
+        "Clamp of the importance weights.",
+        minimum=0,
+        above=True,
+    ),
+    _bool_key("rllm.stepwise_advantage.enable", False, "Per-step advantages (verl switch)."),
+    ConfigKey(
+        "rllm.stepwise_advantage.use_rllm",
+        "bool",
+        None,
+        "The seed's place for the deprecated use_rllm switch (see rllm.algorithm.use_rllm).",
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.stepwise_advantage.norm_adv_by_std_in_grpo",
+        "bool",
+        None,
+        "The seed's place for norm_adv_by_std_in_grpo; null: rllm.algorithm.norm_adv_by_std_in_grpo decides.",
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.stepwise_advantage.mode",
+        "str",
+        "broadcast",
+        "broadcast: every step gets its trajectory's advantage (per_step is switched to it with a warning).",
+        choices=("broadcast", "per_step"),
+    ),
+    _bool_key(
+        "rllm.stepwise_advantage.normalize_by_steps",
+        False,
+        "Divide every step's advantage by its trajectory's number of steps (any estimator).",
+    ),
+    _bool_key("rllm.compact_filtering.enable", False, "Mask trajectories by how their episode ended."),
+    *(_bool_key(f"rllm.compact_filtering.mask_{name}", False, f"Mask episodes ending with {name}.") for name in _MASKS),
+    _bool_key("rllm.rejection_sample.enable", False, "Drop groups with no signal (all solved or all failed)."),
+    ConfigKey(
+        "rllm.rejection_sample.mode",
+        "str",
+        None,
+        "batch: keep each batch's partly solved groups; episode: accumulate until enough are solved; "
+        "none/group: drop only groups below min_trajs_per_group; null: episode when enabled (rLLM's default).",
+        choices=("none", "batch", "episode", "group"),
+        nullable=True,
+    ),
+    _count("rllm.rejection_sample.multiplier", 1, "Tasks sampled per batch slot, to make up for rejected ones."),
+    _count("rllm.rejection_sample.min_partial_solve_tasks", 1, "Partly solved tasks to gather before training.", 0),
+    _count("rllm.rejection_sample.min_trajs_per_group", 2, "Smaller groups are dropped (no baseline)."),
+    _bool_key(
+        "rllm.rejection_sample.filter_uniform_groups",
+        False,
+        "rLLM's switch: drop groups whose rewards are all equal and keep generating (dynamic sampling, "
+        "tolerance 0, drop strategy).",
+    ),
+    _bool_key(
+        "rllm.dynamic_sampling.enable",
+        False,
+        "Filter groups whose reward spread is within the tolerance (they carry no group-relative signal).",
+    ),
+    ConfigKey(
+        "rllm.dynamic_sampling.strategy",
+        "str",
+        "drop",
+        "drop: generate more tasks until the batch is full (DAPO); replace: copy non-uniform groups of the "
+        "same batch in place of uniform ones (POLARIS).",
+        choices=("drop", "replace"),
+    ),
+    ConfigKey(
+        "rllm.dynamic_sampling.spread",
+        "str",
+        "std",
+        "How a group's reward spread is measured: std (population) or range (max - min).",
+        choices=("std", "range"),
+    ),
+    ConfigKey(
+        "rllm.dynamic_sampling.tolerance",
+        "float",
+        0.0,
+        "A group whose spread is at most this is uniform; 0 means all rewards equal.",
+        minimum=0,
+    ),
+    _count("rllm.dynamic_sampling.max_rounds", 3, "drop: generation rounds per step, the first included."),
+    _count("rllm.workflow.n_parallel_tasks", 256, "Workflows run at once."),
+    _count("rllm.workflow.retry_limit", 3, "failure_policy=retry: extra attempts for a workflow that raised.", 0),
+    _bool_key(
+        "rllm.workflow.raise_on_error",
+        True,
+        "failure_policy=retry: a workflow still failing after its retries stops training (false: its group is "
+        "dropped, counted).",
+    ),
+    ConfigKey(
+        "rllm.workflow.timeout",
+        "float",
+        300,
+        "Seconds one workflow run may take before its episode ends TIMEOUT; null waits forever.",
+        minimum=0,
+        above=True,
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.workflow.failure_policy",
+        "str",
+        "retry",
+        "What a workflow error does: retry (re-run it up to retry_limit times, then raise_on_error decides), "
+        "drop_group (leave its task's group out of the step, counted), fail (stop the run naming the task).",
+        choices=("retry", "drop_group", "fail"),
+    ),
+    _count(
+        "rllm.workflow.seed",
+        0,
+        "Run seed of the episodes: each one's comes from it, the step and its (task, rollout) index.",
+        0,
+    ),
+    ConfigKey(
+        "rllm.workflow.executor",
+        "str",
+        "local",
+        "Where workflows run: local (the trainer's event loop) or ray (Ray actors; pip install 'rllm[ray]').",
+        choices=("local", "ray"),
+    ),
+    ConfigKey(
+        "rllm.workflow.ray.address",
+        "str",
+        None,
+        "ray: address of an existing cluster (ray.init(address=...)); null starts a local instance.",
+        nullable=True,
+    ),
+    _count("rllm.workflow.ray.num_workers", 2, "ray: worker actors the workflows are spread over."),
+    ConfigKey("rllm.workflow.ray.num_cpus", "float", 1.0, "ray: CPUs each worker actor reserves.", minimum=0),
+    ConfigKey("rllm.workflow.ray.num_gpus", "float", 0.0, "ray: GPUs each worker actor reserves.", minimum=0),
+    ConfigKey(
+        "rllm.workflow.ray.resources",
+        "mapping",
+        {},
+        "ray: custom resources each worker actor reserves, e.g. {sandbox: 1}.",
+    ),
+    _count("rllm.rollout.n", 8, "Rollouts per task in training."),
+    _count("rllm.rollout.n_val", 1, "Rollouts per task in validation."),
+    _count("rllm.trainer.total_epochs", 10, "Passes over the training tasks."),
+    _count("rllm.trainer.total_batches", -1, "Stop after this many steps; -1: no limit.", special=(-1,)),
+    ConfigKey(
+        "rllm.trainer.logger",
+        "list[str]",
+        ["console", "jsonl"],
+        "console: a line per step and a progress bar; jsonl: {output_dir}/metrics.jsonl.",
+        choices=("console", "jsonl"),
+    ),
+    ConfigKey("rllm.trainer.project_name", "str", "rllm", "Folder under runs/ holding the experiments."),
+    ConfigKey("rllm.trainer.experiment_name", "str", "default", "Folder of this run under the project."),
+    _count("rllm.trainer.test_freq", 5, "Validate every N steps; 0: only at the end (if val_before_train).", 0),
+    _count("rllm.trainer.save_freq", 20, "Checkpoint every N steps; 0: never.", 0),
+    _bool_key("rllm.trainer.val_before_train", True, "Validate once before the first step."),
+    ConfigKey(
+        "rllm.trainer.val_pass_at_k",
+        "list[int]",
+        [1],
+        "k values of the unbiased pass@k reported by validation; each must be <= rllm.rollout.n_val.",
+        minimum=1,
+    ),
+    _bool_key("rllm.trainer.val_only", False, "Validate and stop."),
+    ConfigKey(
+        "rllm.trainer.output_dir",
+        "str",
+        "runs/${rllm.trainer.project_name}/${rllm.trainer.experiment_name}",
+        "Run directory: metrics, checkpoints, config.yaml and the learning curve.",
+    ),
+    ConfigKey(
+        "rllm.trainer.resume_mode",
+        "str",
+        "auto",
+        "auto: resume from the newest intact checkpoint in output_dir; "
+        "disable: start over (deletes what rllm wrote there, nothing else).",
+        choices=("auto", "disable"),
+    ),
+    _count("rllm.trainer.max_checkpoints", 3, "Checkpoints kept; older ones are deleted."),
+    _bool_key("rllm.episode_logging.log_episodes", False, "Write every episode to episode_log_dir."),
+    ConfigKey(
+        "rllm.episode_logging.episode_log_dir",
+        "str",
+        "${rllm.trainer.output_dir}/episodes",
+        "Folder of the episode logs; inside the run directory by default, so runs never mix.",
+    ),
+    _count("rllm.data.train_batch_size", 20, "Tasks per training step."),
+    _count("rllm.data.val_batch_size", None, "Tasks per validation batch; null: all at once.", nullable=True),
+    _bool_key("rllm.data.shuffle", True, "Shuffle the training tasks each epoch."),
+)
+"""rllm's own keys; plugins add sections through ``rllm_register_config_sections``."""
