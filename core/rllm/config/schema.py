@@ -328,6 +328,44 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "KL estimator of the loss term; a trailing + takes k2's gradient (straight-through).",
         choices=tuple(k + suffix for suffix in ("", "+") for k in ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")),
     ),
+    # KL in the reward (verl's use_kl_in_reward, kl_penalty and kl_ctrl section, with verl's defaults)
+    _bool_key(
+        "rllm.algorithm.use_kl_in_reward",
+        False,
+        "Subtract kl_ctrl's coefficient times the KL of the rollout policy to the reference from the rewards.",
+    ),
+    ConfigKey(
+        "rllm.algorithm.kl_penalty",
+        "str",
+        "kl",
+        "KL estimator of the reward penalty (use_kl_in_reward); the kinds of kl_loss_type.",
+        choices=tuple(k + suffix for suffix in ("", "+") for k in ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")),
+    ),
+    ConfigKey(
+        "rllm.algorithm.kl_ctrl.type",
+        "str",
+        "fixed",
+        "Controller of the reward penalty's coefficient: fixed keeps kl_coef; adaptive steers the KL to target_kl.",
+        choices=("fixed", "adaptive"),
+    ),
+    ConfigKey(
+        "rllm.algorithm.kl_ctrl.kl_coef", "float", 0.001, "(Initial) coefficient of the reward penalty.", minimum=0
+    ),
+    ConfigKey(
+        "rllm.algorithm.kl_ctrl.target_kl",
+        "float",
+        0.1,
+        "adaptive: the mean KL per token the controller aims for.",
+        minimum=0,
+        above=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.kl_ctrl.horizon",
+        "int",
+        10000,
+        "adaptive: each update changes the coefficient by at most 20% times the batch's samples / horizon.",
+        minimum=1,
+    ),
     ConfigKey(
         "rllm.algorithm.warmup_steps",
         "int",
