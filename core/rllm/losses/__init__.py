@@ -1,5 +1,7 @@
 """Policy losses by name: the context a loss receives, aggregation, KL penalties and controllers.
 
+KL in the reward (:class:`KLInReward`) lives in :mod:`rllm.losses.kl_reward`.
+
 A loss is ``fn(ctx: LossContext) -> (scalar_tensor, metrics)``, registered by a plugin's
 ``rllm_register_losses`` hook (see :mod:`rllm.plugins.hookspecs`). This module imports no
 torch: the functions that compute import it when called, and a loss's module is imported the
@@ -30,13 +32,16 @@ __all__ = [
     "TIS_MODES",
     "AdaptiveKLController",
     "FixedKLController",
+    "KLInReward",
     "LossContext",
     "LossSettings",
     "aggregate",
+    "batch_mean_kl",
     "check_agg_mode",
     "check_kl_kind",
     "compute_policy_loss",
     "get_loss",
+    "inactive_kl_keys",
     "kl_controller",
     "kl_penalty",
     "loss_entry",
@@ -404,3 +409,6 @@ class LossSettings:
             tis_cap=self.tis_cap,
             **tensors,
         )
+
+
+from rllm.losses.kl_reward import KLInReward, batch_mean_kl, inactive_kl_keys  # noqa: E402  (it builds on the names above)
