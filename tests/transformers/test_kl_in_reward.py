@@ -13,7 +13,7 @@ skip_module_without("torch", "transformers", "safetensors", install="pip install
 
 from omegaconf import DictConfig
 
-from rllm.errors import RLLMWarning
+from rllm.errors import ConfigError, RLLMWarning
 from rllm.trainer import UnifiedTrainer
 from rllm.trainer.logging import METRICS_FILE, read_metrics
 
@@ -112,3 +112,12 @@ def test_controller_keys_without_the_switch_warn(tiny_config: MakeConfig) -> Non
         trainer = UnifiedTrainer(None, tiny_config("rllm.algorithm.kl_ctrl.type=adaptive"), progress=False)
     assert trainer.backend.kl_in_reward is None and trainer.backend.reference is None
     trainer.shutdown()
+
+
+def test_an_estimator_that_reads_reward_components_is_refused(tiny_config: MakeConfig) -> None:
+    config = tiny_config("rllm.algorithm.adv_estimator=gdpo", "rllm.algorithm.use_kl_in_reward=true")
+    with pytest.raises(
+        ConfigError, match=r"use_kl_in_reward=true .* estimator 'gdpo' reads reward_components"
+    ) as caught:
+        UnifiedTrainer(None, config, progress=False)
+    assert "\n" not in str(caught.value)

@@ -37,7 +37,7 @@ from rllm_builtin.embedded.tasks import VOCAB, ArithmeticWorkflow, build_tasks
 from rllm_transformers.engine import Sampling, TransformersEngine
 from rllm_transformers.model import TINY, load_policy
 from rllm_transformers.plugin import TransformersBackend
-from rllm_transformers.rewards import subtract_from_rewards
+from rllm_transformers.rewards import check_estimators_see_the_penalty, subtract_from_rewards
 
 MODEL_DIR = "model"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -157,6 +157,7 @@ class TorchTransformersBackend(TransformersBackend):
         if int(self.options.mini_batches) < 1 or int(self.options.micro_batches) < 1:
             raise ConfigError("rllm.transformers.mini_batches and micro_batches must be at least 1.")
         scheduled_lr(1.0, algorithm, 1, 1)  # an unknown schedule fails now
+        check_estimators_see_the_penalty(self.algorithm)
         inactive = inactive_kl_keys(self.algorithm)
         if inactive:
             warnings.warn(

@@ -13,7 +13,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rllm import AlgorithmConfig, get_estimator
+from rllm.errors import ConfigError
 from rllm.types import Step, TrajectoryGroup
+
+UNREACHED_FIELDS = ("reward_components",)
+"""Estimator inputs that replace the rewards: an estimator requiring one never sees the penalty."""
+
+
+def check_estimators_see_the_penalty(algorithm: AlgorithmConfig) -> None:
+    """Refuse ``use_kl_in_reward`` with an estimator that scores from reward components instead of rewards."""
+    if not algorithm.use_kl_in_reward:
+        return
+    for name in dict.fromkeys([algorithm.estimator, *algorithm.estimator_map.values()]):
+        entry = get_estimator(name)
+        fields = [field for field in entry.requires if field in UNREACHED_FIELDS]
+        if fields:
+            raise ConfigError(
+                f"rllm.algorithm.use_kl_in_reward=true lowers the rewards, but estimator {entry.name!r} reads "
+                f"{', '.join(fields)} instead, so the penalty would not reach it; use another estimator or the "
+                "KL loss (use_kl_loss)."
+            )
 
 
 def subtract_from_rewards(
