@@ -54,11 +54,49 @@ class RolloutCorrectionConfig:
             raise ConfigError(f"rllm.algorithm.rollout_correction.tis_cap must be positive; got {self.tis_cap!r}.")
 
 
+_KL_CTRL_KEYS = {
+    key.path.rsplit(".", 1)[-1]: key for key in CORE_KEYS if key.path.startswith("rllm.algorithm.kl_ctrl.")
+}
+"""The ``kl_ctrl`` section's schema keys, by field name."""
+
+
+@dataclass
+class KLControlConfig:
+    """verl's ``kl_ctrl`` section: the controller of the KL-in-reward coefficient (``use_kl_in_reward``).
+
+    ``type`` is ``fixed`` (``kl_coef`` throughout) or ``adaptive`` (``kl_coef`` to start, moved
+    each step so the measured KL approaches ``target_kl``, by at most 20% per ``horizon``
+    samples). Each field is checked by its schema key, so a bad value reads as in a config file.
+    """
+
+    type: Literal["fixed", "adaptive"] = "fixed"
+    kl_coef: float = 0.001
+    target_kl: float = 0.1
+    horizon: int = 10000
+
+    def __post_init__(self) -> None:
+        for name, key in _KL_CTRL_KEYS.items():
+            key.check(getattr(self, name))
+
+    @classmethod
+    def from_mapping(cls, section: Mapping[str, Any]) -> KLControlConfig:
+        """The section as a config file gives it; an unknown key is a named error with the close match."""
+        extra = sorted(set(section) - set(_KL_CTRL_KEYS))
+        if extra:
+            close = difflib.get_close_matches(extra[0], sorted(_KL_CTRL_KEYS), n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"Unknown key 'rllm.algorithm.kl_ctrl.{extra[0]}'; its keys are "
+                f"{', '.join(sorted(_KL_CTRL_KEYS))}.{hint}"
+            )
+        return cls(**{name: section[name] for name in _KL_CTRL_KEYS if name in section})
+
+
 _FIELD_KEYS = {
     key.path.rsplit(".", 1)[-1]: key
     for key in CORE_KEYS
     if key.path.startswith("rllm.algorithm.")
-    and key.path.count(".") == 2  # the section's own keys; rollout_correction.* are checked by its dataclass
+    and key.path.count(".") == 2  # the section's own keys; rollout_correction.*, kl_ctrl.* are checked by theirs
     and key.type not in ("mapping",)
     and key.names is None
 }
@@ -83,6 +121,8 @@ class AlgorithmConfig:
     ``nonfinite_rewards`` (``"error"`` rejects NaN/inf rewards naming the group; ``"zero"``
     gives such groups zero advantage, leaves them out of the metrics and warns; ``"exclude"``
     leaves only the unscorable rollouts out of every statistic and gives them advantage 0).
+    verl's KL in the reward: ``use_kl_in_reward``, its estimator ``kl_penalty`` and the
+    coefficient's controller ``kl_ctrl`` (a :class:`KLControlConfig` or a mapping of its keys).
     """
 
     use_rllm: bool | None = None
@@ -103,6 +143,9 @@ class AlgorithmConfig:
     loss_options: dict[str, Any] = field(default_factory=dict)
     use_kl_loss: bool = False
     kl_loss_type: str = "low_var_kl"
+    use_kl_in_reward: bool = False
+    kl_penalty: str = "kl"
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     router_replay: Literal["disabled", "R2", "R3"] = "disabled"
     epsilon: float | None = None
@@ -133,6 +176,10 @@ class AlgorithmConfig:
         self.estimator_map = estimators
         if isinstance(self.rollout_correction, Mapping):
             self.rollout_correction = RolloutCorrectionConfig(**self.rollout_correction)
+        if isinstance(self.kl_ctrl, Mapping):
+            self.kl_ctrl = KLControlConfig.from_mapping(self.kl_ctrl)
+        if not isinstance(self.kl_ctrl, KLControlConfig):
+            raise ConfigError(f"kl_ctrl must be a KLControlConfig or a mapping of its keys; got {self.kl_ctrl!r}.")
         if self.stepwise_advantage_mode == "per_step":
             warnings.warn(
                 "stepwise_advantage_mode='per_step' is not supported by the unified pipeline and was "
@@ -237,6 +284,9 @@ class AlgorithmConfig:
             loss_options=dict(_plain(algo.get("loss_options", None) or {})),
             use_kl_loss=bool(algo.get("use_kl_loss", _DEFAULTS["use_kl_loss"])),
             kl_loss_type=str(algo.get("kl_loss_type", _DEFAULTS["kl_loss_type"])),
+            use_kl_in_reward=algo.get("use_kl_in_reward", _DEFAULTS["use_kl_in_reward"]),
+            kl_penalty=algo.get("kl_penalty", _DEFAULTS["kl_penalty"]),
+            kl_ctrl=KLControlConfig.from_mapping(_plain(algo.get("kl_ctrl", None) or {})),
             rollout_correction=RolloutCorrectionConfig(
                 tis_mode=correction.get("tis_mode", None),
                 bypass_mode=correction.get("bypass_mode", None),

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rllm.config.keys import ConfigKey
-from rllm.losses.kl import KL_KINDS
+from rllm.losses.kl import KL_CONTROLLERS, KL_KINDS
 from rllm.plugins.hookspecs import LOSS_AGG_MODES
 
 
@@ -164,6 +164,44 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "low_var_kl",
         "KL estimator of the loss term; a trailing + takes k2's gradient (straight-through).",
         choices=tuple(k + suffix for suffix in ("", "+") for k in KL_KINDS),
+    ),
+    # KL in the reward (verl's use_kl_in_reward, kl_penalty and kl_ctrl section, with verl's defaults)
+    _bool_key(
+        "rllm.algorithm.use_kl_in_reward",
+        False,
+        "Subtract kl_ctrl's coefficient times the KL of the rollout policy to the reference from the rewards.",
+    ),
+    ConfigKey(
+        "rllm.algorithm.kl_penalty",
+        "str",
+        "kl",
+        "KL estimator of the reward penalty (use_kl_in_reward); the kinds of kl_loss_type.",
+        choices=tuple(k + suffix for suffix in ("", "+") for k in KL_KINDS),
+    ),
+    ConfigKey(
+        "rllm.algorithm.kl_ctrl.type",
+        "str",
+        "fixed",
+        "Controller of the reward penalty's coefficient: fixed keeps kl_coef; adaptive steers the KL to target_kl.",
+        choices=KL_CONTROLLERS,
+    ),
+    ConfigKey(
+        "rllm.algorithm.kl_ctrl.kl_coef", "float", 0.001, "(Initial) coefficient of the reward penalty.", minimum=0
+    ),
+    ConfigKey(
+        "rllm.algorithm.kl_ctrl.target_kl",
+        "float",
+        0.1,
+        "adaptive: the mean KL per token the controller aims for.",
+        minimum=0,
+        above=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.kl_ctrl.horizon",
+        "int",
+        10000,
+        "adaptive: each update changes the coefficient by at most 20% times the batch's samples / horizon.",
+        minimum=1,
     ),
     ConfigKey(
         "rllm.algorithm.warmup_steps",

@@ -1,4 +1,4 @@
-"""Policy losses by name: the context a loss receives, aggregation, KL penalties and controllers.
+"""Policy losses by name: the context a loss receives, aggregation, KL penalties and controllers, KL in the reward.
 
 A loss is ``fn(ctx: LossContext) -> (scalar_tensor, metrics)``, registered by a plugin's
 ``rllm_register_losses`` hook (see :mod:`rllm.plugins.hookspecs`). This module imports no
@@ -13,6 +13,7 @@ from rllm.losses.compute import compute_policy_loss
 from rllm.losses.context import LossContext, LossFn
 from rllm.losses.correction import TIS_MODES, truncated_is_weights
 from rllm.losses.kl import KL_KINDS, AdaptiveKLController, FixedKLController, check_kl_kind, kl_controller, kl_penalty
+from rllm.losses.kl_reward import KLInReward, batch_mean_kl, inactive_kl_keys
 from rllm.losses.registry import get_loss, loss_entry, loss_names, resolve_loss_options
 from rllm.losses.settings import LossSettings
 
@@ -22,14 +23,17 @@ __all__ = [
     "TIS_MODES",
     "AdaptiveKLController",
     "FixedKLController",
+    "KLInReward",
     "LossContext",
     "LossFn",
     "LossSettings",
     "aggregate",
+    "batch_mean_kl",
     "check_agg_mode",
     "check_kl_kind",
     "compute_policy_loss",
     "get_loss",
+    "inactive_kl_keys",
     "kl_controller",
     "kl_penalty",
     "loss_entry",

@@ -9,6 +9,8 @@ from rllm.losses.choices import one_of
 
 KL_KINDS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 """verl's KL estimators (k1, abs, k2, k3 and their long names); each also with a trailing ``+``."""
+KL_CONTROLLERS = ("fixed", "adaptive")
+"""How the KL coefficient moves (verl's ``kl_ctrl.type``): never, or towards a target KL."""
 
 
 def check_kl_kind(kind: Any, key: str = "kl_loss_type") -> str:
@@ -79,7 +81,7 @@ def kl_controller(
     kind: str, kl_coef: float, target_kl: float = 0.1, horizon: int = 10000
 ) -> FixedKLController | AdaptiveKLController:
     """The controller ``kind`` (``fixed`` or ``adaptive``), as verl's ``kl_ctrl`` section configures it."""
-    kind = one_of(kind, ("fixed", "adaptive"), "kl_ctrl.type", "a KL controller")
+    kind = one_of(kind, KL_CONTROLLERS, "kl_ctrl.type", "a KL controller")
     if kind == "fixed":
         return FixedKLController(kl_coef)
     return AdaptiveKLController(kl_coef, target_kl, horizon)

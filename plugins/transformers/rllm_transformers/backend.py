@@ -2,7 +2,8 @@
 
 Stages: workflows sample through :class:`TransformersEngine` (batched across concurrent
 rollouts); stage 4 packs every step into one right-padded row; stage 5 recomputes the old
-policy's log-probs (or takes the rollout's, with ``bypass_mode``) and the reference policy's;
+policy's log-probs (or takes the rollout's, with ``bypass_mode``) and the reference policy's,
+and with ``use_kl_in_reward`` subtracts the KL penalty from the rewards (:mod:`rllm_transformers.rewards`);
 stage 7 runs ``ppo_epochs`` passes over shuffled mini-batches, each accumulated over
 micro-batches, with gradient-norm clipping and AdamW. Checkpoints are safetensors and JSON;
 the model part is a ``save_pretrained`` directory, so any checkpoint loads with
@@ -14,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -25,8 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import load_file, save_file
 
 from rllm import AlgorithmConfig
-from rllm.errors import CheckpointError, ConfigError, TrainerError
-from rllm.losses import LossSettings
+from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
+from rllm.losses import KLInReward, LossSettings, inactive_kl_keys
 from rllm.trainer import TaskSetup, TrainerState, WorkflowEngine
 from rllm.types import Episode, Step
 from rllm_builtin.embedded.backend import TaskLoader, task_loader
@@ -35,6 +37,7 @@ from rllm_builtin.embedded.tasks import VOCAB, ArithmeticWorkflow, build_tasks
 from rllm_transformers.engine import Sampling, TransformersEngine
 from rllm_transformers.model import TINY, load_policy
 from rllm_transformers.plugin import TransformersBackend
+from rllm_transformers.rewards import check_estimators_see_the_penalty, subtract_from_rewards
 
 MODEL_DIR = "model"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -125,8 +128,11 @@ class TorchTransformersBackend(TransformersBackend):
             role: replace(LossSettings.from_algorithm(self.algorithm, role, DEFAULT_LOSS), **kl)
             for role in self.algorithm.loss_fn_map
         }
+        # KL in the reward: its controller's coefficient changes each step and is checkpointed
+        self.kl_in_reward = KLInReward.from_algorithm(self.algorithm)
         self.reference = None
-        if any(s.kl_coef > 0 for s in [self.default_settings, *self.role_settings.values()]):
+        in_loss = any(s.kl_coef > 0 for s in [self.default_settings, *self.role_settings.values()])
+        if in_loss or self.kl_in_reward is not None:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)  # the frozen initial policy
         self.engine: TransformersEngine | None = None
 
@@ -151,6 +157,14 @@ class TorchTransformersBackend(TransformersBackend):
         if int(self.options.mini_batches) < 1 or int(self.options.micro_batches) < 1:
             raise ConfigError("rllm.transformers.mini_batches and micro_batches must be at least 1.")
         scheduled_lr(1.0, algorithm, 1, 1)  # an unknown schedule fails now
+        check_estimators_see_the_penalty(self.algorithm)
+        inactive = inactive_kl_keys(self.algorithm)
+        if inactive:
+            warnings.warn(
+                f"{', '.join(inactive)} has no effect without rllm.algorithm.use_kl_in_reward=true.",
+                RLLMWarning,
+                stacklevel=2,
+            )
 
     def sampling(self) -> Sampling:
         options = self.options
@@ -230,7 +244,11 @@ class TorchTransformersBackend(TransformersBackend):
         return RowBatch(ids.to(device), attention.to(device), mask.to(device), rollout.to(device), steps, roles, losses)
 
     async def process_backend_batch(self, trainer_state: TrainerState) -> None:
-        """The old policy's log-probs (PPO's denominator) and, for the KL term, the reference policy's."""
+        """The old policy's log-probs (PPO's denominator), the reference policy's, and the KL-in-reward penalty.
+
+        The penalty uses the policy that sampled the batch (the old log-probs) against the
+        reference and reaches the rewards here, before stage 6 computes advantages.
+        """
         batch: RowBatch = trainer_state.backend_batch
         with torch.no_grad():
             if self.algorithm.rollout_correction.bypass_mode:
@@ -243,6 +261,12 @@ class TorchTransformersBackend(TransformersBackend):
         if bool(known.any()):
             gap = (batch.old_logps - batch.rollout_logps).abs()[known]
             trainer_state.metrics["actor/rollout_logprob_diff"] = float(gap.mean())
+        if self.kl_in_reward is not None and batch.ref_logps is not None:
+            penalty, metrics = self.kl_in_reward.penalty(batch.old_logps, batch.ref_logps, batch.mask)
+            metrics.update(
+                subtract_from_rewards(trainer_state.trajectory_groups, batch.steps, penalty.sum(-1).tolist())
+            )
+            trainer_state.metrics.update(metrics)
 
     async def update_policy(self, trainer_state: TrainerState) -> None:
         batch: RowBatch = trainer_state.backend_batch
@@ -378,7 +402,10 @@ class TorchTransformersBackend(TransformersBackend):
         groups = [
             {k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in optimizer["param_groups"]
         ]
-        (directory / STATE_FILE).write_text(json.dumps({"param_groups": groups}), encoding="utf-8")
+        state: dict[str, Any] = {"param_groups": groups}
+        if self.kl_in_reward is not None:
+            state["kl_in_reward_coef"] = self.kl_in_reward.coef
+        (directory / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
 
     def load_checkpoint(self, directory: Path) -> None:
         from transformers import AutoModelForCausalLM
@@ -387,7 +414,8 @@ class TorchTransformersBackend(TransformersBackend):
             loaded = AutoModelForCausalLM.from_pretrained(str(directory / MODEL_DIR))
             tensors = load_file(str(directory / OPTIMIZER_FILE))
             rng = load_file(str(directory / RNG_FILE))
-            groups = json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))["param_groups"]
+            saved = json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))
+            groups = saved["param_groups"]
         except (OSError, KeyError, ValueError) as exc:
             raise CheckpointError(
                 f"Transformers checkpoint in {str(directory)!r} is unreadable ({exc}); delete it to start over."
@@ -408,3 +436,5 @@ class TorchTransformersBackend(TransformersBackend):
         self.optimizer.load_state_dict({"state": dict(state), "param_groups": groups})
         self.sample_rng.set_state(rng["sample"])
         self.update_rng.set_state(rng["update"])
+        if self.kl_in_reward is not None and "kl_in_reward_coef" in saved:  # else: a checkpoint of a run without it
+            self.kl_in_reward.coef = saved["kl_in_reward_coef"]

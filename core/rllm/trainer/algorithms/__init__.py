@@ -8,6 +8,7 @@ from rllm.trainer.algorithms.advantage import collect_reward_and_advantage_from_
 from rllm.trainer.algorithms.config import (
     AlgorithmConfig,
     CompactFilteringConfig,
+    KLControlConfig,
     RejectionSamplingConfig,
     RolloutCorrectionConfig,
     TransformConfig,
@@ -20,6 +21,7 @@ from rllm.trainer.algorithms.transform import transform_episodes_to_trajectory_g
 __all__ = [
     "AlgorithmConfig",
     "CompactFilteringConfig",
+    "KLControlConfig",
     "RejectionSamplingConfig",
     "RejectionSamplingState",
     "RolloutCorrectionConfig",

@@ -37,12 +37,18 @@ POLICY_FILE = "policy.npz"
 STATE_FILE = "embedded.json"
 
 
+_NO_KL_IN_REWARD = "it keeps no reference policy, so there is no KL in the reward"
 _UNHONOURED: tuple[tuple[str, Any, str], ...] = (
     ("algorithm.kl_beta", 0.0, "it keeps no reference policy, so there is no KL term"),
     ("algorithm.eps_clip", 0.2, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
     ("algorithm.eps_clip_high", None, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
     ("algorithm.loss_agg_mode", None, "it sums token losses"),
     ("algorithm.use_kl_loss", False, "it keeps no reference policy, so there is no KL term"),
+    ("algorithm.kl_penalty", "kl", _NO_KL_IN_REWARD),
+    ("algorithm.kl_ctrl.type", "fixed", _NO_KL_IN_REWARD),
+    ("algorithm.kl_ctrl.kl_coef", 0.001, _NO_KL_IN_REWARD),
+    ("algorithm.kl_ctrl.target_kl", 0.1, _NO_KL_IN_REWARD),
+    ("algorithm.kl_ctrl.horizon", 10000, _NO_KL_IN_REWARD),
     ("algorithm.loss_options", {}, "its numpy losses take their clip ranges from rllm.embedded"),
     ("algorithm.router_replay", "disabled", "its policy has no mixture-of-experts router"),
     ("algorithm.rollout_correction.tis_mode", None, "it samples and trains with the same policy"),
@@ -222,6 +228,11 @@ class EmbeddedBackend(BackendProtocol):
             if size is not None and int(size) < 1:
                 raise ConfigError(f"rllm.data.{key} must be at least 1 (or null for val_batch_size), got {size}.")
         lr_factor(str(self.config.rllm.algorithm.lr_schedule), 0.0, 1, 1)
+        if OmegaConf.select(self.config.rllm, "algorithm.use_kl_in_reward", default=False):
+            raise ConfigError(
+                "rllm.algorithm.use_kl_in_reward=true is not supported by the embedded backend: it keeps no "
+                "reference policy to measure the KL against; use rllm.backend=transformers or set it to false."
+            )
         self._warn_unhonoured()
 
     def _warn_unhonoured(self) -> None:
