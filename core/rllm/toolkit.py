@@ -9,9 +9,11 @@ plugin (``rllm[fast]``). Everything here is stable API; the modules behind it ar
 """
 
 from rllm.estimators.acceleration import CENTRE, DIVIDE_BY_STD, PRIMITIVES, RLOO_FACTOR, kernel, numpy_only
-from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, IndexArray, Ragged
+from rllm.estimators.batch import AdvantageBatch
 from rllm.estimators.compute import run_estimator
+from rllm.estimators.layout import GroupLayout
 from rllm.estimators.numerics import PRESETS, Numerics, resolve_numerics
+from rllm.estimators.ragged import FloatArray, IndexArray, Ragged
 from rllm.estimators.state import EstimatorState, EstimatorStates, state_factory, stateful
 from rllm.estimators.statistics import (
     accelerated_centre,

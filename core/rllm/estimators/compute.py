@@ -10,8 +10,9 @@ from numpy.typing import ArrayLike
 
 from rllm.config.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
 from rllm.errors import EstimatorNotFoundError
-from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, FloatArray, Ragged, declared_fields
+from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, declared_fields
 from rllm.estimators.pipeline import invoke
+from rllm.estimators.ragged import FloatArray, Ragged
 from rllm.estimators.state import EstimatorState
 from rllm.plugins.manager import get_plugin_manager
 from rllm.plugins.registry import EstimatorEntry

@@ -18,8 +18,9 @@ import numpy as np
 from rllm.config.algorithm import AlgorithmConfig
 from rllm.config.names import EstimatorName, estimator_name
 from rllm.errors import ConfigError, EstimatorCallError, EstimatorNotFoundError, GroupError
-from rllm.estimators.batch import AdvantageBatch, GroupLayout
+from rllm.estimators.batch import AdvantageBatch
 from rllm.estimators.compute import get_estimator
+from rllm.estimators.layout import GroupLayout
 from rllm.estimators.pipeline import invoke
 from rllm.plugins.hookspecs import EstimatorStyle
 from rllm.plugins.manager import get_plugin_manager
