@@ -19,9 +19,11 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from rllm.errors import GroupError, InputFieldError, MissingInputError
+from rllm.estimators.acceleration import Kernels
 from rllm.estimators.labels import _label_array
 from rllm.estimators.layout import GroupLayout
 from rllm.estimators.ragged import FloatArray, IndexArray, Ragged
+from rllm.estimators.resolution import declared_fields
 from rllm.estimators.values import _NOT_CONVERTED, EXACT_INTEGERS, _given, _non_number, float_rewards
 from rllm.plugins.fields import BUILTIN_FIELDS, BatchField
 from rllm.plugins.hookspecs import OPTIONAL_FIELDS
@@ -50,6 +52,11 @@ class AdvantageBatch:
     estimator when a caller did not supply it. A field may also come from ``sources``, a
     mapping from field name to a function that builds it on first access, so that inputs
     nobody asks for cost nothing.
+
+    A door hands the batch what it resolved from the plugins (:mod:`rllm.estimators.resolution`):
+    ``kernels`` for the layout it builds from ``group_ids`` (a given layout keeps its own) and
+    ``fields``, the plugin-declared batch fields. A batch built without them looks them up
+    when it first needs them.
     """
 
     def __init__(
@@ -69,11 +76,14 @@ class AdvantageBatch:
         sources: Mapping[str, FieldSource] | None = None,
         describe: Callable[[int], str] | None = None,
         extra: Mapping[str, Any] | None = None,
+        kernels: Kernels | None = None,
+        fields: Mapping[str, BatchField] | None = None,
     ) -> None:
+        self._declared_fields = fields
         self.rewards: FloatArray = float_rewards(rewards, dtype)
         if self.rewards.ndim != 1:
             raise GroupError(f"Rewards must be a 1-D array, got shape {self.rewards.shape}.")
-        self.layout = group_ids if isinstance(group_ids, GroupLayout) else GroupLayout(group_ids)
+        self.layout = group_ids if isinstance(group_ids, GroupLayout) else GroupLayout(group_ids, kernels)
         n = len(self.rewards)
         if self.layout.size != n:
             raise GroupError(f"Got {n} rewards but {self.layout.size} group ids; give exactly one group id per reward.")
@@ -94,7 +104,7 @@ class AdvantageBatch:
             "roles": roles,
             "task_ids": task_ids,
         }
-        declared = declared_fields() if extra or set(sources or ()) - set(given) else {}
+        declared = self._declared() if extra or set(sources or ()) - set(given) else {}
         unknown = sorted((set(sources or ()) | set(extra or ())) - set(given) - set(declared))
         if unknown:
             known = ", ".join([*OPTIONAL_FIELDS, *declared])
@@ -186,6 +196,10 @@ class AdvantageBatch:
             f"{self._where(trajectory(first))} (value {values[first].item()!r}). Give each trajectory {wanted}."
         )
 
+    def _declared(self) -> Mapping[str, BatchField]:
+        """The plugin-declared batch fields: the door's, else looked up now."""
+        return self._declared_fields if self._declared_fields is not None else declared_fields()
+
     def _field_names(self) -> list[str]:
         return [*OPTIONAL_FIELDS, *self._per_step]
 
@@ -227,15 +241,21 @@ class AdvantageBatch:
             if name != "component_weights" and (name in self.__dict__ or name in self._sources)
         }
         sub = AdvantageBatch(
-            self.rewards[keep], _label_array(labels.tolist()), dtype=self.dtype, sources=sources, **given
+            self.rewards[keep],
+            _label_array(labels.tolist()),
+            dtype=self.dtype,
+            sources=sources,
+            kernels=self.layout.kernels,
+            fields=self._declared_fields,
+            **given,
         )
         sub.large_values = self.large_values
         return sub
 
     def require(self, name: str, estimator: str) -> Any:
         value = getattr(self, name, None)
-        if value is None and name not in OPTIONAL_FIELDS and name not in declared_fields():
-            known = [*OPTIONAL_FIELDS, *declared_fields()]
+        if value is None and name not in OPTIONAL_FIELDS and name not in self._declared():
+            known = [*OPTIONAL_FIELDS, *self._declared()]
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise MissingInputError(
@@ -249,14 +269,6 @@ class AdvantageBatch:
                 "(see docs/estimators.md)."
             )
         return value
-
-
-def declared_fields() -> dict[str, BatchField]:
-    """Batch fields the installed plugins declare (``rllm_register_batch_fields``), by name."""
-    from rllm.plugins.manager import get_plugin_manager
-
-    registry = get_plugin_manager().batch_fields
-    return {name: registry.resolve(name).target for name in registry.names()}
 
 
 def _take(batch: AdvantageBatch, name: str, keep: NDArray[np.bool_]) -> Any:

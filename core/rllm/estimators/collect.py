@@ -25,8 +25,10 @@ from rllm.estimators.layout import GroupLayout
 from rllm.estimators.metrics import _reward_metrics, summarize
 from rllm.estimators.pipeline import Outcome, check_rewards, invoke
 from rllm.estimators.ragged import Ragged
+from rllm.estimators.resolution import resolve_plugins
 from rllm.estimators.state import EstimatorStates
 from rllm.estimators.writeback import RoleAdvantages, _broadcast, _divide_by_steps, _per_step, per_step_share
+from rllm.plugins.registry import EstimatorEntry
 from rllm.types import TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -50,15 +52,17 @@ def estimate_role(
     *,
     context: Mapping[str, Any] | None = None,
     state: Any = None,
+    entry: EstimatorEntry | None = None,
 ) -> Outcome:
     """One role's advantages under ``config`` (its estimator, options and reward policy), through the pipeline.
 
     The collection step and ``rllm advantages`` both call this, so a run configuration means
-    the same thing to both.
+    the same thing to both. ``entry`` is the role's estimator as the caller's door resolved it
+    (default: looked up now).
     """
     name = estimator_name(config.estimator_for(role))
     return invoke(
-        get_estimator(name),
+        entry if entry is not None else get_estimator(name),
         batch,
         config.options_for(name),
         ambient=config.ambient_options(),
@@ -98,6 +102,8 @@ def collect_advantages(
     config = algorithm_config
     precomputed: dict[str, list[float]] = {}
     by_role = _by_role(groups, config.use_precomputed_advantage, collect_advantage, precomputed)
+    names = dict.fromkeys(estimator_name(config.estimator_for(role)) for role in by_role) if collect_advantage else {}
+    resolved = resolve_plugins(*names)  # the one lookup of this call: every role's estimator, kernels, fields
 
     # A trajectory object in two groups would count twice. Checking every object costs about half of
     # the bare loop, so it runs only when it can matter: when writing finds steps already set (which a
@@ -107,10 +113,16 @@ def collect_advantages(
     metrics = collected.metrics
     advantages_by_role: dict[str, np.ndarray] = {}
     for role, (role_groups, per_group) in by_role.items():
-        layout = GroupLayout.from_sizes(list(map(len, per_group)), partial(_group_ids, role_groups))
+        layout = GroupLayout.from_sizes(
+            list(map(len, per_group)), partial(_group_ids, role_groups), kernels=resolved.kernels
+        )
         rewards = _rewards(role_groups, per_group)
         batch = AdvantageBatch(
-            rewards, layout, sources=_sources(role_groups, per_group, role), describe=_describer(role_groups, per_group)
+            rewards,
+            layout,
+            sources=_sources(role_groups, per_group, role, resolved),
+            describe=_describer(role_groups, per_group),
+            fields=resolved.fields,
         )
         if not collect_advantage:
             zeroed = check_rewards(batch, config.nonfinite_rewards)
@@ -118,10 +130,10 @@ def collect_advantages(
             _reward_metrics(role, rewards, good, metrics)
             continue
         name = estimator_name(config.estimator_for(role))
-        entry = get_estimator(name)
+        entry = resolved.entry(name)
         context = {"algorithm_config": config, "traj_groups": role_groups}
         state = None if states is None else states.get(name, entry.target, role)
-        outcome = estimate_role(config, role, batch, context=context, state=state)
+        outcome = estimate_role(config, role, batch, context=context, state=state, entry=entry)
         advantages = outcome.advantages
         if config.normalize_by_steps:
             advantages = _divide_by_steps(per_group, advantages)

@@ -19,9 +19,11 @@ from typing import Any
 import numpy as np
 
 from rllm.errors import DataError, InputFieldError, RewardError, RLLMWarning
-from rllm.estimators.batch import FieldSource, declared_fields
+from rllm.estimators.batch import FieldSource
 from rllm.estimators.ragged import Ragged
+from rllm.estimators.resolution import Resolved
 from rllm.estimators.values import float_rewards
+from rllm.plugins.discovery import Source
 from rllm.plugins.fields import BatchField
 from rllm.types import Step, Trajectory, TrajectoryGroup
 
@@ -127,8 +129,13 @@ def _components(trajectories: list[Trajectory]) -> np.ndarray | None:
     return np.array(values, dtype=np.float64)
 
 
-def _sources(groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]], role: str) -> dict[str, FieldSource]:
-    """Where each optional batch field lives on the trajectories; read only if an estimator asks."""
+def _sources(
+    groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]], role: str, resolved: Resolved
+) -> dict[str, FieldSource]:
+    """Where each optional batch field lives on the trajectories; read only if an estimator asks.
+
+    The plugin-declared fields are those the collection step resolved (``resolved.fields``).
+    """
 
     def flat() -> list[Trajectory]:
         return list(chain.from_iterable(per_group))
@@ -140,7 +147,10 @@ def _sources(groups: Sequence[TrajectoryGroup], per_group: list[list[Trajectory]
         "baseline_rewards": lambda: _per_trajectory(flat(), "baseline_reward"),
         "reward_components": lambda: _components(flat()),
         "roles": lambda: [role] * len(flat()),
-        **{name: partial(_declared, name, field, flat) for name, field in declared_fields().items()},
+        **{
+            name: partial(_declared, name, field, resolved.field_sources[name], flat)
+            for name, field in resolved.fields.items()
+        },
         "task_ids": lambda: [g.group_task_id for g in groups for _ in g.trajectories],
     }
 
@@ -150,16 +160,17 @@ def _group_ids(groups: list[TrajectoryGroup]) -> list[str]:
     return [g.group_id for g in groups]
 
 
-def _declared(name: str, field: BatchField, flat: Callable[[], list[Trajectory]]) -> list[Any]:
-    """A plugin-declared batch field, read from every trajectory of the batch; a failing read names both."""
+def _declared(name: str, field: BatchField, source: Source, flat: Callable[[], list[Trajectory]]) -> list[Any]:
+    """A plugin-declared batch field, read from every trajectory of the batch; a failing read names both.
+
+    ``source`` is the plugin that declared the field.
+    """
     values = []
     for position, trajectory in enumerate(flat()):
         try:
             values.append(field.read(trajectory))
         except Exception as exc:  # the plugin's reader: any failure is a missing input, not a crash
-            from rllm.plugins.manager import get_plugin_manager
-
-            owner = get_plugin_manager().batch_fields.resolve(name).source.describe()
+            owner = source.describe()
             raise InputFieldError(
                 f"Batch field {name!r} ({owner}) could not be read from trajectory {trajectory.uid!r} (name "
                 f"{trajectory.name!r}, position {position} of the batch): {type(exc).__name__}: {exc}. Give "

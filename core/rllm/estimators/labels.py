@@ -7,7 +7,7 @@ Python tells apart (``1``, ``1.0``, ``True`` and ``"1"`` are four groups).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -21,15 +21,15 @@ SortedRuns = tuple[IndexArray | None, NDArray[Any] | None, int | None, int]
 """Run starts, run labels, common run length (or None) and run count; starts and labels are None when unlocated."""
 
 
-def _sorted_runs(labels: NDArray[Any]) -> SortedRuns | None:
+def _sorted_runs(labels: NDArray[Any], kernel: Callable[[str], Callable[..., Any] | None]) -> SortedRuns | None:
     """The runs of non-decreasing labels; None if labels ever decrease.
 
-    With a registered ``sorted_runs`` kernel (:mod:`rllm.estimators.acceleration`), one compiled
-    pass checks the order and counts the runs, and ragged runs are left unlocated: the
-    ``group_centre`` kernel that reduces them finds them.
+    With a ``sorted_runs`` kernel (:mod:`rllm.estimators.acceleration`; ``kernel(name)`` gives the
+    layout's), one compiled pass checks the order and counts the runs, and ragged runs are left
+    unlocated: the ``group_centre`` kernel that reduces them finds them.
     """
     contiguous_ints = labels.dtype == np.int64 and labels.flags.c_contiguous
-    fast = acceleration.kernel(acceleration.SORTED_RUNS) if contiguous_ints else None
+    fast = kernel(acceleration.SORTED_RUNS) if contiguous_ints else None
     count = None
     if fast is not None:
         count = fast(labels)

@@ -17,6 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from rllm.errors import GroupError
 from rllm.estimators import acceleration
+from rllm.estimators.acceleration import Kernels
 from rllm.estimators.labels import _dense_groups, _label_array, _run_starts, _sorted_runs
 from rllm.estimators.ragged import FloatArray, IndexArray
 
@@ -39,6 +40,10 @@ class GroupLayout:
     All operations take and return arrays in input order. ``order`` (the stable
     permutation that makes groups contiguous, ``None`` for a contiguous layout) and
     ``starts`` (where each group begins in that order) serve per-group splitting.
+
+    ``kernels`` are the compiled primitives the operations may use, resolved by the door
+    that builds the layout (:mod:`rllm.estimators.resolution`); a layout built without
+    them looks the installed ones up once, on first need.
     """
 
     size: int
@@ -51,11 +56,14 @@ class GroupLayout:
     _sizes: IndexArray
     _sorted_labels: NDArray[np.int64] | None = None
     _unlocated = False
+    """True while the runs of ``_sorted_labels`` are counted but not located (see :meth:`locate_runs`)."""
     _label_source: Callable[[], Sequence[Any]] | None = None
     """Gives the labels on first use (see :meth:`from_sizes`)."""
-    """True while the runs of ``_sorted_labels`` are counted but not located (see :meth:`locate_runs`)."""
+    _kernels: Kernels | None = None
+    """The door's kernels; None until first need when the layout was built without them."""
 
-    def __init__(self, labels: ArrayLike) -> None:
+    def __init__(self, labels: ArrayLike, kernels: Kernels | None = None) -> None:
+        self._kernels = kernels
         labels = labels if isinstance(labels, np.ndarray) else _label_array(labels)
         if labels.ndim != 1:
             raise GroupError(f"Group ids must be a 1-D array, got shape {labels.shape}.")
@@ -63,7 +71,7 @@ class GroupLayout:
         self.codes = None
         if self.size == 0:
             self._contiguous(np.zeros(0, dtype=np.intp), labels)
-        elif labels.dtype.kind in "iub" and (runs := _sorted_runs(labels)) is not None:
+        elif labels.dtype.kind in "iub" and (runs := _sorted_runs(labels, self._kernel)) is not None:
             starts, run_labels, uniform, count = runs
             if starts is None:  # sorted and ragged: a fused kernel locates the runs while it reduces them
                 self._sorted_labels, self._unlocated, self._n_groups, self.uniform_size = labels, True, count, None
@@ -109,7 +117,7 @@ class GroupLayout:
         if not self._unlocated or labels is None:
             return
         if starts is None:
-            fast = acceleration.kernel(acceleration.RUN_STARTS)
+            fast = self._kernel(acceleration.RUN_STARTS)
             starts = fast(labels, self._n_groups) if fast is not None else _run_starts(labels)
         self._unlocated = False
         self._contiguous(starts, None)
@@ -129,9 +137,22 @@ class GroupLayout:
         self.locate_runs()
         return self._sizes
 
+    @property
+    def kernels(self) -> Kernels:
+        """The compiled primitives this layout's operations use (the installed ones unless a door gave them)."""
+        if self._kernels is None:
+            self._kernels = acceleration.installed_kernels()
+        return self._kernels
+
+    def _kernel(self, name: str) -> Callable[..., Any] | None:
+        return self.kernels.get(name)
+
     @classmethod
     def from_sizes(
-        cls, sizes: ArrayLike, labels: Sequence[Any] | Callable[[], Sequence[Any]] | None = None
+        cls,
+        sizes: ArrayLike,
+        labels: Sequence[Any] | Callable[[], Sequence[Any]] | None = None,
+        kernels: Kernels | None = None,
     ) -> GroupLayout:
         """Contiguous groups of the given sizes, labelled ``labels`` (default: ``0..n-1``); sizes must be >= 1.
 
@@ -141,6 +162,7 @@ class GroupLayout:
         if len(sizes) and sizes.min() < 1:
             raise GroupError("Every group needs at least one trajectory; got a group of size 0.")
         layout = cls.__new__(cls)
+        layout._kernels = kernels
         layout.size = int(sizes.sum())
         layout.codes = None
         starts = np.zeros(len(sizes), dtype=np.intp)

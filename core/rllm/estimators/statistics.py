@@ -87,7 +87,7 @@ def accelerated_centre(
     layout = batch.layout
     if layout.codes is not None or batch.large_values:
         return None
-    fast = acceleration.kernel(acceleration.GROUP_CENTRE)
+    fast = layout.kernels.get(acceleration.GROUP_CENTRE)
     if fast is None:
         return None
     if numerics.single == "error":
