@@ -1,14 +1,16 @@
-"""Each door asks the plugin manager once per call; nothing deeper in the call asks it again.
+"""Resolve once at the door: each door asks the plugin manager once per call, and what it resolved suffices.
 
 The doors: ``rllm.compute_advantages``, the list API (``get_rllm_adv_estimator`` and the
 ``calculate_*`` functions), the collection step, ``rllm advantages``' estimating pass and the
 verl bridge. Every module that bound ``get_plugin_manager`` is patched with a counter, and so
 is the single-kernel lookup ``rllm.estimators.acceleration.kernel``: once the door has
-resolved the kernels, no layout or statistic should look one up by name.
+resolved the kernels, no layout or statistic should look one up by name. Then the manager is
+made to raise, and a batch and its layout built from a :class:`Resolved` still do all their work.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -18,12 +20,15 @@ import pytest
 
 import rllm
 from rllm import AlgorithmConfig, Step, Trajectory, TrajectoryGroup
+from rllm.errors import EstimatorNotFoundError, MissingInputError
 from rllm.estimators import acceleration
+from rllm.estimators.acceleration import NO_KERNELS
+from rllm.estimators.pipeline import invoke
 from rllm.experimental.common import advantage as list_api
 from rllm.plugins import manager as manager_module
 from rllm.plugins.manager import PluginManager
 from rllm.plugins.registry import Source
-from rllm.toolkit import BatchField
+from rllm.toolkit import AdvantageBatch, BatchField, GroupLayout, Kernels, Resolved, numpy_only, resolve_plugins
 
 RLOO_REWARDS = [1.0, 3.0, 0.0, 4.0, 8.0]
 RLOO_LABELS = np.array([0, 0, 1, 1, 1], dtype=np.int64)
@@ -82,19 +87,25 @@ def spy(plugin_manager: PluginManager) -> SpyKernels:
     return kernels
 
 
-@pytest.fixture
-def lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every call of ``get_plugin_manager`` (wherever a module bound it) and of ``acceleration.kernel``."""
+def patch_lookups(monkeypatch: pytest.MonkeyPatch, refuse: bool = False) -> list[str]:
+    """Record every call of ``get_plugin_manager`` (wherever a module bound it) and of ``acceleration.kernel``.
+
+    With ``refuse`` each such call raises instead: nothing may ask the plugins any more.
+    """
     calls: list[str] = []
     real = manager_module.get_plugin_manager
     real_kernel = acceleration.kernel
 
     def counted(*args: Any, **kwargs: Any) -> PluginManager:
         calls.append("manager")
+        if refuse:
+            raise AssertionError("the plugin manager was asked after the door had resolved what the call needs")
         return real(*args, **kwargs)
 
     def kernel(name: str) -> Any:
         calls.append(f"kernel {name}")
+        if refuse:
+            raise AssertionError(f"kernel {name!r} was looked up by name after the door had resolved the kernels")
         return real_kernel(name)
 
     for module in list(sys.modules.values()):
@@ -108,6 +119,11 @@ def lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(rllm, "get_plugin_manager", counted)
     monkeypatch.setattr(acceleration, "kernel", kernel)
     return calls
+
+
+@pytest.fixture
+def lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    return patch_lookups(monkeypatch)
 
 
 def test_compute_advantages_asks_once_and_uses_the_kernels_it_resolved(spy: SpyKernels, lookups: list[str]) -> None:
@@ -187,3 +203,114 @@ def test_the_verl_bridge_asks_once(spy: SpyKernels, lookups: list[str]) -> None:
     got = run_for_verl("rloo", token_rewards, mask, RLOO_LABELS.astype(object), None, None)
     assert got[:, 0].tolist() == RLOO_BY_HAND and got[:, 1].tolist() == [0.0] * 5
     assert lookups == ["manager"]
+
+
+# -- what the door resolved is all a batch and its layout need ------------------------------------------------------
+
+
+def weighted(batch: rllm.AdvantageBatch) -> np.ndarray:
+    return np.asarray(batch.rewards) * np.asarray(batch.require("difficulty", "weighted"))
+
+
+@pytest.fixture
+def resolved(spy: SpyKernels) -> Resolved:
+    rllm.register_rllm_adv_estimator("weighted", style="batch", requires=["difficulty"])(weighted)
+    return resolve_plugins("grpo", "weighted")
+
+
+def test_a_layout_works_from_the_resolved_kernels_with_the_manager_refusing(
+    spy: SpyKernels, resolved: Resolved, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    patch_lookups(monkeypatch, refuse=True)
+    labels = np.repeat(np.array([3, 7, 9], dtype=np.int64), [3, 1, 3])
+    layout = GroupLayout(labels, kernels=resolved.kernels)
+    assert layout.unlocated_runs is not None  # the spy's sorted_runs counted the runs and left them unlocated
+    assert layout.sizes.tolist() == [3, 1, 3] and layout.labels.tolist() == [3, 7, 9]
+    assert spy.calls == ["sorted_runs", "run_starts"]
+    assert layout.kernels is resolved.kernels
+    assert GroupLayout.from_sizes([2, 3], kernels=resolved.kernels).kernels is resolved.kernels
+
+
+def test_a_batch_works_from_the_resolved_value_with_the_manager_refusing(
+    spy: SpyKernels, resolved: Resolved, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rewards = np.array([1.0, 2.0, 6.0, 5.0, 0.0, 4.0, 3.0])
+    labels = np.repeat(np.array([3, 7, 9], dtype=np.int64), [3, 1, 3])
+    difficulty = [2.0, 1.0, 1.0, 0.5, 1.0, 1.0, 3.0]
+    patch_lookups(monkeypatch, refuse=True)
+
+    def batch(values: np.ndarray = rewards) -> AdvantageBatch:
+        return AdvantageBatch(
+            values, labels, kernels=resolved.kernels, fields=resolved.fields, extra={"difficulty": difficulty}
+        )
+
+    got = invoke(resolved.entry("grpo"), batch(), {}).advantages
+    np.testing.assert_allclose(got, grpo_by_formula(rewards, labels), rtol=1e-12)
+    assert "group_centre" in spy.calls
+    assert invoke(resolved.entry("weighted"), batch(), {}).advantages.tolist() == (rewards * difficulty).tolist()
+    with pytest.raises(MissingInputError, match=r"'difficullty'.*Did you mean 'difficulty'\?.*difficulty"):
+        batch().require("difficullty", "misspelt")
+    # An unscorable rollout left out: the estimator runs on a subset built from the same resolved value.
+    unscored = rewards.copy()
+    unscored[1] = np.nan
+    got = invoke(resolved.entry("grpo"), batch(unscored), {}, nonfinite_rewards="exclude").advantages
+    kept = ~np.isnan(unscored)
+    expected = np.zeros_like(rewards)
+    expected[kept] = grpo_by_formula(rewards[kept], labels[kept])
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    sub = batch().subset(kept)
+    assert sub.layout.kernels is resolved.kernels
+    assert np.asarray(sub.require("difficulty", "weighted")).tolist() == [2.0, 1.0, 0.5, 1.0, 1.0, 3.0]
+
+
+def test_a_declared_field_from_a_source_is_known_from_the_resolved_fields(
+    resolved: Resolved, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    patch_lookups(monkeypatch, refuse=True)
+    reads: list[str] = []
+    sources = {"difficulty": lambda: reads.append("difficulty") or [4.0, 0.5]}
+    batch = AdvantageBatch([1.0, 2.0], ["a", "a"], kernels=resolved.kernels, fields=resolved.fields, sources=sources)
+    assert reads == []  # read only when asked
+    assert invoke(resolved.entry("weighted"), batch, {}).advantages.tolist() == [4.0, 1.0]
+    assert reads == ["difficulty"]
+
+
+def test_numpy_only_applies_when_a_resolved_kernel_would_be_used(spy: SpyKernels) -> None:
+    resolved = resolve_plugins("grpo")
+    labels = np.repeat(np.array([3, 7, 9], dtype=np.int64), [3, 1, 3])
+    with numpy_only():
+        assert resolved.kernels.get("group_centre") is None
+        layout = GroupLayout(labels, kernels=resolved.kernels)
+        assert layout.unlocated_runs is None and layout.sizes.tolist() == [3, 1, 3]
+    assert spy.calls == []
+    assert resolved.kernels.get("group_centre") == spy.group_centre
+
+
+def test_the_kernels_value_has_one_field_per_primitive() -> None:
+    assert tuple(field.name for field in dataclasses.fields(Kernels)) == acceleration.PRIMITIVES
+    assert all(NO_KERNELS.get(name) is None for name in acceleration.PRIMITIVES)
+
+
+def test_a_layout_built_without_kernels_looks_them_up_once_and_only_when_needed(
+    spy: SpyKernels, lookups: list[str]
+) -> None:
+    GroupLayout(["a", "b", "a"])  # strings never take a kernel
+    GroupLayout.from_sizes([2, 3])
+    assert lookups == []
+    layout = GroupLayout(np.repeat(np.array([3, 7, 9], dtype=np.int64), [3, 1, 3]))
+    assert layout.sizes.tolist() == [3, 1, 3]
+    assert lookups == ["manager"]
+    assert spy.calls == ["sorted_runs", "run_starts"]
+
+
+def test_resolved_names_its_entries(spy: SpyKernels) -> None:
+    resolved = resolve_plugins("grpo", "rloo")
+    assert resolved.entry("rloo").name == "rloo" and resolved.entry(rllm.rLLMAdvantageEstimator.GRPO).name == "grpo"
+    with pytest.raises(KeyError, match="2 estimators were resolved"):
+        resolved.entry()
+    assert resolved.fields["difficulty"].doc == "number: how hard"
+    assert resolved.field_sources["difficulty"].plugin == "spy-kernels"
+    with pytest.raises(EstimatorNotFoundError, match="Unknown estimator 'gpro'"):
+        resolve_plugins("gpro")
+    with pytest.raises(EstimatorNotFoundError, match="OTHER only marks a custom estimator"):
+        resolve_plugins(rllm.rLLMAdvantageEstimator.OTHER)
