@@ -40,8 +40,8 @@ _EXPORTS: dict[str, str] = {
     "RLLMError": "rllm.errors",
     "RLLMWarning": "rllm.errors",
     "AdvantageBatch": "rllm.estimators.batch",
-    "GroupLayout": "rllm.estimators.batch",
-    "Ragged": "rllm.estimators.batch",
+    "GroupLayout": "rllm.estimators.layout",
+    "Ragged": "rllm.estimators.ragged",
     "Numerics": "rllm.estimators.numerics",
     "collect_advantages": "rllm.estimators.collect",
     "collect_reward_and_advantage_from_trajectory_groups": "rllm.estimators.collect",
@@ -150,11 +150,13 @@ if TYPE_CHECKING:
         RLLMError,
         RLLMWarning,
     )
-    from rllm.estimators.batch import AdvantageBatch, GroupLayout, Ragged
+    from rllm.estimators.batch import AdvantageBatch
     from rllm.estimators.collect import collect_advantages, collect_reward_and_advantage_from_trajectory_groups
     from rllm.estimators.compute import compute_advantages, get_estimator
+    from rllm.estimators.layout import GroupLayout
     from rllm.estimators.list_api import get_rllm_adv_estimator, register_adv_estimator, register_rllm_adv_estimator
     from rllm.estimators.numerics import Numerics
+    from rllm.estimators.ragged import Ragged
     from rllm.plugins.hookspecs import hookimpl, hookspec
     from rllm.plugins.manager import get_plugin_manager
     from rllm.types import Episode, Step, TerminationReason, Trajectory, TrajectoryGroup

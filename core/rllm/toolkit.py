@@ -5,13 +5,19 @@ fields, and the :class:`GroupLayout` of its groups) and, when it registers with
 ``numerics=True``, one resolved :class:`Numerics` (std divisor, eps, policy for groups of one,
 dtype, whitening; presets reproduce other frameworks). The statistics below do segment
 reductions over all groups at once, and pick up compiled kernels from any installed kernel
-plugin (``rllm[fast]``). Everything here is stable API; the modules behind it are not.
+plugin (``rllm[fast]``), which travel with the batch's layout (``batch.layout.kernels``). A
+caller that builds batches itself (a bridge from another framework) asks the plugins once
+with :func:`resolve_plugins` and hands the result on. Everything here is stable API; the
+modules behind it are not.
 """
 
-from rllm.estimators.acceleration import CENTRE, DIVIDE_BY_STD, PRIMITIVES, RLOO_FACTOR, kernel, numpy_only
-from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, IndexArray, Ragged
+from rllm.estimators.acceleration import CENTRE, DIVIDE_BY_STD, PRIMITIVES, RLOO_FACTOR, Kernels, kernel, numpy_only
+from rllm.estimators.batch import AdvantageBatch
 from rllm.estimators.compute import run_estimator
+from rllm.estimators.layout import GroupLayout
 from rllm.estimators.numerics import PRESETS, Numerics, resolve_numerics
+from rllm.estimators.ragged import FloatArray, IndexArray, Ragged
+from rllm.estimators.resolution import Resolved, resolve_plugins
 from rllm.estimators.state import EstimatorState, EstimatorStates, state_factory, stateful
 from rllm.estimators.statistics import (
     accelerated_centre,
@@ -46,9 +52,11 @@ __all__ = [
     "FloatArray",
     "GroupLayout",
     "IndexArray",
+    "Kernels",
     "Numerics",
     "Option",
     "Ragged",
+    "Resolved",
     "accelerated_centre",
     "batch_std",
     "centre",
@@ -61,6 +69,7 @@ __all__ = [
     "normalise_groups",
     "numpy_only",
     "resolve_numerics",
+    "resolve_plugins",
     "rewards_as",
     "run_estimator",
     "state_factory",

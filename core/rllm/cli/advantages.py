@@ -26,6 +26,7 @@ from rllm.errors import RLLMError, RLLMWarning, RolloutFileError
 from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, Ragged
 from rllm.estimators.collect import estimate_role, per_step_share, summarize
 from rllm.estimators.compute import get_estimator
+from rllm.estimators.resolution import Resolved, resolve_plugins
 from rllm.io import exit_on_signals, open_output
 from rllm.toolkit import numpy_only
 
@@ -96,12 +97,17 @@ def add_parser(sub: Any) -> None:
 
 
 # -- estimating ------------------------------------------------------------------------------
-def _needed_fields(config: AlgorithmConfig) -> set[str]:
-    """Batch fields the configured estimators (default and per role) require."""
+def _configured(config: AlgorithmConfig) -> list[str]:
+    """The configured estimators' names: the default and each role's."""
+    return list(dict.fromkeys([estimator_name(config.estimator), *map(estimator_name, config.estimator_map.values())]))
+
+
+def _needed_fields(config: AlgorithmConfig, resolved: Resolved) -> set[str]:
+    """Batch fields the configured estimators (default and per role, resolved in ``resolved``) require."""
     needed: set[str] = set()
     line_fields = _line_fields()
-    for name in {estimator_name(config.estimator), *map(estimator_name, config.estimator_map.values())}:
-        for field_name in get_estimator(name).requires:
+    for name in _configured(config):
+        for field_name in resolved.entry(name).requires:
             if field_name not in line_fields and field_name not in ("roles", "task_ids"):
                 raise RolloutFileError(
                     f"Estimator {name!r} needs {field_name!r}, which no JSON Lines field provides; "
@@ -127,8 +133,10 @@ def _components(rows: Ragged, source: str, role: str) -> np.ndarray:
     return rows.values.reshape(len(widths), -1)
 
 
-def _batch(cols: Columns, index: np.ndarray, role: str, requires: Iterable[str], source: str) -> AdvantageBatch:
-    """One role's batch; error messages name the line a rollout came from."""
+def _batch(
+    cols: Columns, index: np.ndarray, role: str, requires: Iterable[str], source: str, resolved: Resolved
+) -> AdvantageBatch:
+    """One role's batch, with the kernels and fields in ``resolved``; error messages name a rollout's line."""
     rewards = np.frombuffer(cols.rewards, dtype=np.float64)[index]
     groups = np.frombuffer(cols.groups, dtype=np.int64)[index]
     fields: dict[str, Any] = {}
@@ -157,15 +165,28 @@ def _batch(cols: Columns, index: np.ndarray, role: str, requires: Iterable[str],
             extra[name] = np.frombuffer(cols.numbers[name], dtype=np.float64)[index]
         elif name in cols.rows:
             extra[name] = _rows(*cols.rows[name], index)
-    return AdvantageBatch(rewards, groups, describe=describe, extra=extra, **fields)
+    return AdvantageBatch(
+        rewards,
+        groups,
+        describe=describe,
+        extra=extra,
+        kernels=resolved.kernels,
+        fields=resolved.fields,
+        **fields,
+    )
 
 
-def estimate(cols: Columns, config: AlgorithmConfig, source: str) -> tuple[Any, dict[str, float]]:
+def estimate(
+    cols: Columns, config: AlgorithmConfig, source: str, resolved: Resolved | None = None
+) -> tuple[Any, dict[str, float]]:
     """Advantages in line order (a float array, or a list of per-step rows) and the summary metrics.
 
     Each role's batch goes through the same pipeline as every other door (reward policy, option
-    checks, output checks).
+    checks, output checks). ``resolved`` holds what the command resolved from the plugins for
+    the configured estimators (default: resolved here).
     """
+    if resolved is None:
+        resolved = resolve_plugins(*_configured(config))
     n = len(cols)
     roles = np.frombuffer(cols.roles, dtype=np.int64)
     rewards_all = np.frombuffer(cols.rewards, dtype=np.float64)
@@ -173,9 +194,9 @@ def estimate(cols: Columns, config: AlgorithmConfig, source: str) -> tuple[Any, 
     metrics: dict[str, float] = {}
     for role_id, role in enumerate(cols.role_names):
         index = np.flatnonzero(roles == role_id)
-        requires = get_estimator(estimator_name(config.estimator_for(role))).requires
-        batch = _batch(cols, index, role, requires, source)
-        outcome = estimate_role(config, role, batch)
+        entry = resolved.entry(config.estimator_for(role))
+        batch = _batch(cols, index, role, entry.requires, source, resolved)
+        outcome = estimate_role(config, role, batch, entry=entry)
         result = outcome.advantages
         if config.normalize_by_steps:
             if not isinstance(result, Ragged):
@@ -228,7 +249,8 @@ def run(args: argparse.Namespace) -> int:
         source = _input(words.others[0] if words.others else None)
         progress = Progress(source.size())
         try:
-            reader = Reader(source.source, config, _needed_fields(config), args.field)
+            resolved = resolve_plugins(*_configured(config))  # once: each configured estimator, kernels, fields
+            reader = Reader(source.source, config, _needed_fields(config, resolved), args.field)
             with source.open() as handle:
                 for number, raw in _lines(handle, progress, "reading"):
                     reader.add(number, raw)
@@ -237,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
             # seconds per process (bench/jsonl.py measured 2.5 s on a 30 MB file).
             # An estimator's print() goes to stderr: stdout may be the JSON Lines output.
             with numpy_only(), contextlib.redirect_stdout(sys.stderr):
-                advantages, metrics = estimate(cols, config, source.source)
+                advantages, metrics = estimate(cols, config, source.source, resolved)
             with open_output(args.output) as out, source.open() as handle:
                 _write(handle, out, cols, advantages, args.field, progress)
         finally:

@@ -1,6 +1,6 @@
 """Estimator inputs, numerics, dispatch, and the advantage entry points."""
 
-from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, GroupLayout, Ragged
+from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch
 from rllm.estimators.collect import (
     Collected,
     RoleAdvantages,
@@ -8,7 +8,9 @@ from rllm.estimators.collect import (
     collect_reward_and_advantage_from_trajectory_groups,
 )
 from rllm.estimators.compute import compute_advantages, get_estimator
+from rllm.estimators.layout import GroupLayout
 from rllm.estimators.numerics import PRESETS, Numerics, resolve_numerics
+from rllm.estimators.ragged import Ragged
 
 __all__ = [
     "OPTIONAL_FIELDS",

@@ -17,6 +17,10 @@ must give the numpy path's results up to summation order.
     the labels ever decrease.
 ``"run_starts"``: ``fn(labels, count) -> array``
     Where each of the ``count`` runs of sorted ``labels`` begins.
+
+A door (:mod:`rllm.estimators.resolution`) looks the kernels up once per call as one
+:class:`Kernels` value and hands it to the batch's :class:`~rllm.estimators.layout.GroupLayout`;
+the toolkit's operations take them from there and never ask the registry themselves.
 """
 
 from __future__ import annotations
@@ -24,9 +28,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from rllm.plugins.hookspecs import KERNEL_NAMES
+
+if TYPE_CHECKING:
+    from rllm.plugins.registry import Registry
 
 PRIMITIVES = KERNEL_NAMES
 """The names a kernel plugin may register (the hookspecs' one tuple)."""
@@ -48,6 +56,41 @@ def kernel(name: str) -> Callable[..., Any] | None:
     if name not in registry:
         return None
     return registry.resolve(name).target  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The registered implementations of the primitives, looked up once (None: the numpy path).
+
+    :meth:`get` honours :func:`numpy_only` when a kernel is used, not when it was looked up,
+    so a batch built outside the block still takes the numpy path inside it.
+    """
+
+    group_centre: Callable[..., Any] | None = None
+    sorted_runs: Callable[..., Any] | None = None
+    run_starts: Callable[..., Any] | None = None
+
+    def get(self, name: str) -> Callable[..., Any] | None:
+        """The implementation of primitive ``name`` (one of :data:`PRIMITIVES`), or None: use numpy."""
+        if not _enabled.get():
+            return None
+        return getattr(self, name)  # type: ignore[no-any-return]
+
+
+NO_KERNELS = Kernels()
+"""No compiled kernels: every primitive takes the numpy path."""
+
+
+def kernels_of(registry: Registry[Any]) -> Kernels:
+    """The kernels ``registry`` (a plugin manager's ``kernels``) holds, resolved now."""
+    return Kernels(**{name: registry.resolve(name).target for name in PRIMITIVES if name in registry})
+
+
+def installed_kernels() -> Kernels:
+    """The installed plugins' kernels, asked of the plugin manager now (for a layout built without a door)."""
+    from rllm.plugins.manager import get_plugin_manager
+
+    return kernels_of(get_plugin_manager().kernels)
 
 
 @contextmanager

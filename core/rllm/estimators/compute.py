@@ -8,10 +8,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from rllm.config.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
-from rllm.errors import EstimatorNotFoundError
-from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, FloatArray, Ragged, declared_fields
+from rllm.config.names import EstimatorName
+from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch
 from rllm.estimators.pipeline import invoke
+from rllm.estimators.ragged import FloatArray, Ragged
+from rllm.estimators.resolution import estimator_entry, resolve_plugins
 from rllm.estimators.state import EstimatorState
 from rllm.plugins.manager import get_plugin_manager
 from rllm.plugins.registry import EstimatorEntry
@@ -19,16 +20,11 @@ from rllm.plugins.registry import EstimatorEntry
 
 def get_estimator(name: EstimatorName) -> EstimatorEntry:
     """The registered estimator for ``name``, with conflicts and unknown names reported."""
-    if name is rLLMAdvantageEstimator.OTHER:
-        raise EstimatorNotFoundError(
-            "rLLMAdvantageEstimator.OTHER only marks a custom estimator; name the estimator by its "
-            "registered string instead (e.g. adv_estimator: my_estimator)."
-        )
-    return get_plugin_manager().estimators.resolve(estimator_name(name))
+    return estimator_entry(get_plugin_manager(), name)
 
 
 def run_estimator(
-    name: EstimatorName,
+    name: EstimatorName | EstimatorEntry,
     batch: AdvantageBatch,
     options: Mapping[str, Any] | None = None,
     *,
@@ -39,9 +35,12 @@ def run_estimator(
 
     For composite estimators: ``options`` are checked strictly against ``name``'s declaration;
     ``ambient`` settings reach it only where it declares them. A stateful estimator gets
-    ``state`` (keep it across calls, e.g. from an :class:`EstimatorStates`), or a fresh one.
+    ``state`` (keep it across calls, e.g. from an :class:`EstimatorStates`), or a fresh one. A
+    door that resolved the estimator already (:func:`rllm.toolkit.resolve_plugins`) passes its
+    entry for ``name``.
     """
-    return invoke(get_estimator(name), batch, options, ambient=ambient, state=state).advantages
+    entry = name if isinstance(name, EstimatorEntry) else get_estimator(name)
+    return invoke(entry, batch, options, ambient=ambient, state=state).advantages
 
 
 def compute_advantages(
@@ -67,9 +66,17 @@ def compute_advantages(
     >>> compute_advantages("grpo", [1.0, 0.0, 0.0, 0.0], [0, 0, 0, 0]).round(3).tolist()
     [1.732, -0.577, -0.577, -0.577]
     """
-    entry = get_estimator(estimator)
+    resolved = resolve_plugins(estimator)  # the one lookup of this call: entry, kernels, declared fields
     fields = {name: options.pop(name) for name in OPTIONAL_FIELDS if name in options}
-    extra = {name: options.pop(name) for name in declared_fields() if name in options}
+    extra = {name: options.pop(name) for name in resolved.fields if name in options}
     dtype = options.get("dtype") if options.get("dtype") in ("float32", "float64", np.float32, np.float64) else None
-    batch = AdvantageBatch(rewards, group_ids, dtype=dtype or np.float64, extra=extra, **fields)
-    return invoke(entry, batch, options, nonfinite_rewards=nonfinite_rewards).advantages
+    batch = AdvantageBatch(
+        rewards,
+        group_ids,
+        dtype=dtype or np.float64,
+        extra=extra,
+        kernels=resolved.kernels,
+        fields=resolved.fields,
+        **fields,
+    )
+    return invoke(resolved.entry(), batch, options, nonfinite_rewards=nonfinite_rewards).advantages

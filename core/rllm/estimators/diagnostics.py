@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from rllm.estimators.batch import GroupLayout
+from rllm.estimators.layout import GroupLayout
 
 INFORMATIVE_STD = 1e-8
 """Smallest within-group population std that counts as a learning signal."""

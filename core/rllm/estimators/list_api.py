@@ -18,9 +18,11 @@ import numpy as np
 from rllm.config.algorithm import AlgorithmConfig
 from rllm.config.names import EstimatorName, estimator_name
 from rllm.errors import ConfigError, EstimatorCallError, EstimatorNotFoundError, GroupError
-from rllm.estimators.batch import AdvantageBatch, GroupLayout
+from rllm.estimators.batch import AdvantageBatch
 from rllm.estimators.compute import get_estimator
+from rllm.estimators.layout import GroupLayout
 from rllm.estimators.pipeline import invoke
+from rllm.estimators.resolution import Resolved, resolve_plugins
 from rllm.plugins.hookspecs import EstimatorStyle
 from rllm.plugins.manager import get_plugin_manager
 from rllm.plugins.options import Option
@@ -70,19 +72,23 @@ def run_on_groups(
     *,
     algorithm_config: AlgorithmConfig | None = None,
     traj_groups: Sequence[Any] | None = None,
+    resolved: Resolved | None = None,
 ) -> tuple[GroupArrays, GroupArrays]:
     """The list-of-arrays door: per-group reward arrays in, ``(advantages, returns)`` per group out.
 
     With ``algorithm_config`` its run settings and ``estimator_options`` apply (explicit
     ``options`` win) and estimators that take the config receive it; ``traj_groups`` (aligned
-    with ``rewards``) reach estimators that take them.
+    with ``rewards``) reach estimators that take them. ``resolved`` is what the caller already
+    resolved from the plugins for ``entry`` (default: resolved here, once).
     """
+    if resolved is None:
+        resolved = resolve_plugins(entry)
     arrays = _group_arrays(entry.name, rewards)
     empty = [g for g, a in enumerate(arrays) if len(a) == 0]
     if empty:
         raise GroupError(f"Reward group(s) at position {empty} are empty; every group needs at least one reward.")
-    layout = GroupLayout.from_sizes([len(a) for a in arrays])
-    batch = AdvantageBatch(np.concatenate(arrays) if arrays else np.zeros(0), layout)
+    layout = GroupLayout.from_sizes([len(a) for a in arrays], kernels=resolved.kernels)
+    batch = AdvantageBatch(np.concatenate(arrays) if arrays else np.zeros(0), layout, fields=resolved.fields)
     nonfinite = options.pop("nonfinite_rewards", None)
     ambient: dict[str, Any] = {}
     context: dict[str, Any] = {}
@@ -224,11 +230,14 @@ class EstimatorRegistryView(MutableMapping[str, Callable[..., Any]]):
 RLLM_ADV_ESTIMATOR_REGISTRY = EstimatorRegistryView()
 
 
-def _builtin(name: str) -> EstimatorEntry:
-    """The built-in plugin's estimator ``name``, even when a plugin or user code took the name over."""
-    claims = get_plugin_manager().estimators.claims(name)
-    builtin = [claim for claim in claims if claim.source.kind == "builtin"]
-    return builtin[0] if builtin else get_estimator(name)
+def _builtin(name: str) -> Resolved:
+    """The built-in plugin's estimator ``name``, even when a plugin or user code took the name over, resolved.
+
+    One lookup of the plugin manager serves the entry and what the call needs besides it.
+    """
+    manager = get_plugin_manager()
+    builtin = [claim for claim in manager.estimators.claims(name) if claim.source.kind == "builtin"]
+    return resolve_plugins(builtin[0] if builtin else name, manager=manager)
 
 
 def _classic(
@@ -249,7 +258,10 @@ def _classic(
     if kwargs.get("epsilon", 0.0) is None:  # epsilon=None, like the config's null: the estimator's own default
         del kwargs["epsilon"]
     traj_groups = kwargs.pop("traj_groups", None)
-    return run_on_groups(_builtin(name), rewards, kwargs, algorithm_config=config, traj_groups=traj_groups)
+    resolved = _builtin(name)
+    return run_on_groups(
+        resolved.entry(), rewards, kwargs, algorithm_config=config, traj_groups=traj_groups, resolved=resolved
+    )
 
 
 def calculate_grpo_advantages(
@@ -302,7 +314,8 @@ def calculate_rloo_advantages(
 
 
 def _one_group(name: str, rewards: np.ndarray, options: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    advantages, returns = run_on_groups(_builtin(name), [rewards], options)
+    resolved = _builtin(name)
+    advantages, returns = run_on_groups(resolved.entry(), [rewards], options, resolved=resolved)
     return advantages[0], returns[0]
 
 

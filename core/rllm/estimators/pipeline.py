@@ -26,8 +26,10 @@ from rllm.errors import (
     RLLMError,
     RLLMWarning,
 )
-from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, Ragged
+from rllm.estimators.batch import AdvantageBatch
+from rllm.estimators.layout import GroupLayout
 from rllm.estimators.numerics import resolve_numerics
+from rllm.estimators.ragged import FloatArray, Ragged
 from rllm.estimators.state import EstimatorState, state_factory
 from rllm.plugins.options import CONFIG_NAMES, CONTEXT_NAMES, NUMERICS_NAMES, resolve_options
 from rllm.plugins.registry import EstimatorEntry

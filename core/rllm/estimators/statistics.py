@@ -16,8 +16,10 @@ import numpy as np
 
 from rllm.errors import GroupError, RewardError, RLLMWarning
 from rllm.estimators import acceleration
-from rllm.estimators.batch import AdvantageBatch, FloatArray, GroupLayout, Ragged
+from rllm.estimators.batch import AdvantageBatch
+from rllm.estimators.layout import GroupLayout
 from rllm.estimators.numerics import PRESETS, Numerics
+from rllm.estimators.ragged import FloatArray, Ragged
 
 
 def rewards_as(batch: AdvantageBatch, numerics: Numerics, values: Any = None) -> FloatArray:
@@ -85,7 +87,7 @@ def accelerated_centre(
     layout = batch.layout
     if layout.codes is not None or batch.large_values:
         return None
-    fast = acceleration.kernel(acceleration.GROUP_CENTRE)
+    fast = layout.kernels.get(acceleration.GROUP_CENTRE)
     if fast is None:
         return None
     if numerics.single == "error":

@@ -32,7 +32,7 @@ import numpy as np
 
 import rllm
 from rllm.errors import ConfigError, MissingInputError, RLLMWarning
-from rllm.toolkit import AdvantageBatch, EstimatorStates, FloatArray, Ragged, run_estimator
+from rllm.toolkit import AdvantageBatch, EstimatorStates, FloatArray, Ragged, resolve_plugins, run_estimator
 
 if TYPE_CHECKING:
     import torch
@@ -118,7 +118,8 @@ def run_for_verl(
     """Advantages of rllm's estimator ``name`` on verl's inputs, shaped and typed like ``token_level_rewards``."""
     import torch
 
-    entry = rllm.get_estimator(name)
+    resolved = resolve_plugins(name)  # the one lookup of this call: the estimator, kernels, declared fields
+    entry = resolved.entry()
     missing = [field for field in entry.requires if field not in FROM_VERL]
     if "baseline_rewards" in entry.requires and reward_baselines is None:
         missing.append("baseline_rewards")
@@ -146,11 +147,13 @@ def run_for_verl(
                 "response_lengths": lambda: _numpy(on_mask.sum(dim=-1)),
                 "step_rewards": lambda: _token_rows(token_level_rewards, response_mask),
             },
+            kernels=resolved.kernels,
+            fields=resolved.fields,
         )
         state = ESTIMATOR_STATES.get(name, entry.target, STATE_ROLE)
         if state is not None:
             _warn_if_keyed_by_uid(entry, options)
-        advantages = run_estimator(name, batch, options, ambient=ambient, state=state)
+        advantages = run_estimator(entry, batch, options, ambient=ambient, state=state)
         return broadcast(advantages, token_level_rewards, response_mask)
 
 

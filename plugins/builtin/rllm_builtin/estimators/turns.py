@@ -42,7 +42,7 @@ def turn_grpo(
     group = np.repeat(batch.layout.group_index, lengths)
     longest = int(lengths.max())
     key = group.astype(np.int64) * longest + turn  # one label per (group, turn)
-    turns = AdvantageBatch(returns, key, dtype=dtype)
+    turns = AdvantageBatch(returns, key, dtype=dtype, kernels=batch.layout.kernels)  # the door's kernels
     if baseline == "survivors":
         return steps.with_values(normalise_groups(turns, returns, numerics, "turn_grpo", norm_adv_by_std_in_grpo))
     # "all": the group's every rollout counts, those that ended with return 0.
