@@ -11,8 +11,10 @@ made to raise, and a batch and its layout built from a :class:`Resolved` still d
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -314,3 +316,34 @@ def test_resolved_names_its_entries(spy: SpyKernels) -> None:
         resolve_plugins("gpro")
     with pytest.raises(EstimatorNotFoundError, match="OTHER only marks a custom estimator"):
         resolve_plugins(rllm.rLLMAdvantageEstimator.OTHER)
+
+
+def test_the_rllm_advantages_command_reads_and_estimates_with_the_fields_it_resolved(
+    spy: SpyKernels, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """After the command resolves (its config loaded), reading the lines and estimating ask the plugins nothing."""
+    from rllm.cli import advantages
+    from rllm.cli.main import build_parser
+
+    def weighted(batch: rllm.AdvantageBatch) -> np.ndarray:
+        return np.asarray(batch.rewards) * np.asarray(batch.require("difficulty", "weighted"))
+
+    rllm.register_rllm_adv_estimator("weighted", style="batch", requires=["difficulty"])(weighted)
+    rollouts = tmp_path / "rollouts.jsonl"
+    rollouts.write_text(
+        '{"reward": 2.0, "group_id": "a", "difficulty": 3.0}\n{"reward": 1.0, "group_id": "a", "difficulty": 0.5}\n'
+    )
+    out = tmp_path / "scored.jsonl"
+    args = build_parser().parse_args(["advantages", str(rollouts), "-e", "weighted", "-o", str(out)])
+    resolved: list[Resolved] = []
+
+    def resolve_then_refuse(*names: Any) -> Resolved:
+        resolved.append(resolve_plugins(*names))
+        patch_lookups(monkeypatch, refuse=True)
+        return resolved[-1]
+
+    monkeypatch.setattr(advantages, "resolve_plugins", resolve_then_refuse)
+    assert args.run(args) == 0
+    assert len(resolved) == 1
+    # weighted: reward times difficulty, 2 * 3 and 1 * 0.5
+    assert [json.loads(line)["advantage"] for line in out.read_text().splitlines()] == [6.0, 0.5]

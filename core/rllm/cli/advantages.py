@@ -105,7 +105,7 @@ def _configured(config: AlgorithmConfig) -> list[str]:
 def _needed_fields(config: AlgorithmConfig, resolved: Resolved) -> set[str]:
     """Batch fields the configured estimators (default and per role, resolved in ``resolved``) require."""
     needed: set[str] = set()
-    line_fields = _line_fields()
+    line_fields = _line_fields(resolved.fields)
     for name in _configured(config):
         for field_name in resolved.entry(name).requires:
             if field_name not in line_fields and field_name not in ("roles", "task_ids"):
@@ -250,7 +250,8 @@ def run(args: argparse.Namespace) -> int:
         progress = Progress(source.size())
         try:
             resolved = resolve_plugins(*_configured(config))  # once: each configured estimator, kernels, fields
-            reader = Reader(source.source, config, _needed_fields(config, resolved), args.field)
+            needed = _needed_fields(config, resolved)
+            reader = Reader(source.source, config, needed, args.field, resolved)
             with source.open() as handle:
                 for number, raw in _lines(handle, progress, "reading"):
                     reader.add(number, raw)

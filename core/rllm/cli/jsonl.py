@@ -20,7 +20,8 @@ from rllm.config.algorithm import AlgorithmConfig, estimator_name
 from rllm.errors import RLLMError, RolloutFileError
 from rllm.estimators.batch import declared_fields
 from rllm.estimators.compute import get_estimator
-from rllm.plugins.fields import BUILTIN_FIELDS
+from rllm.estimators.resolution import Resolved
+from rllm.plugins.fields import BUILTIN_FIELDS, BatchField
 from rllm.types import DEFAULT_ROLE
 
 GROUP_FIELDS = ("group_id", "task_id")
@@ -59,12 +60,16 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _line_fields() -> dict[str, tuple[str, str]]:
-    """Batch field -> (per-line JSON key, what it holds): the built-in ones and those plugins declare."""
-    try:
-        declared = declared_fields()
-    except RLLMError:  # a broken plugin in strict mode is reported when the command runs
-        declared = {}
+def _line_fields(declared: Mapping[str, BatchField] | None = None) -> dict[str, tuple[str, str]]:
+    """Batch field -> (per-line JSON key, what it holds): the built-in ones and those plugins declare.
+
+    ``declared``: the fields the command resolved (default: asked of the plugins here, for the help text).
+    """
+    if declared is None:
+        try:
+            declared = declared_fields()
+        except RLLMError:  # a broken plugin in strict mode is reported when the command runs
+            declared = {}
     extra = {name: (field.line_key(name), field.doc or "declared by a plugin") for name, field in declared.items()}
     return {**LINE_FIELDS, **extra}
 
@@ -76,14 +81,25 @@ class Reader:
     every column stays aligned with the lines.
     """
 
-    def __init__(self, source: str, config: AlgorithmConfig, fields: set[str], out_field: str) -> None:
+    def __init__(
+        self,
+        source: str,
+        config: AlgorithmConfig,
+        fields: set[str],
+        out_field: str,
+        resolved: Resolved | None = None,
+    ) -> None:
         self.source, self.config, self.out_field = source, config, out_field
         self.columns = Columns()
         self._group_index: dict[tuple[tuple[str, Any], int], int] = {}
         self._role_index: dict[str, int] = {}
         self._requires: list[tuple[str, frozenset[str]]] = []
-        self.line_fields = _line_fields()
-        declared = declared_fields() if fields - set(LINE_FIELDS) else {}
+        self.resolved = resolved  # the command's one resolution; None: each lookup asks the plugins
+        self.line_fields = _line_fields(None if resolved is None else resolved.fields)
+        if resolved is not None:
+            declared: Mapping[str, BatchField] = resolved.fields
+        else:
+            declared = declared_fields() if fields - set(LINE_FIELDS) else {}
         row_fields = {"step_rewards", "step_values", "reward_components"} | {
             n for n, f in declared.items() if f.per_step
         }
@@ -108,7 +124,8 @@ class Reader:
             role_id = self._role_index[role] = len(self._role_index)
             self.columns.role_names.append(role)
             name = estimator_name(self.config.estimator_for(role))
-            self._requires.append((name, frozenset(get_estimator(name).requires)))
+            entry = get_estimator(name) if self.resolved is None else self.resolved.entry(name)
+            self._requires.append((name, frozenset(entry.requires)))
         return role_id
 
     def add(self, number: int, raw: bytes) -> None:
