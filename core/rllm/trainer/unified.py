@@ -352,6 +352,8 @@ class UnifiedTrainer:
         state.trajectory_groups, state.episodes = groups, episodes
         state.metrics["batch/updated"] = float(state.has_trajectory_groups)
         if not state.has_trajectory_groups:
+            if state.rs_state.groups:  # episode-mode rejection sampling holds them back, as configured
+                return
             self._untrained_steps += 1
             warnings.warn(
                 f"step {state.global_step}: no group is left to train on (every group was uniform or filtered "
