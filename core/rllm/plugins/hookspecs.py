@@ -31,8 +31,9 @@ it names), so hooks can grow new arguments without breaking plugins.
 rllm calls each plugin's hooks once, when a registry is first used (``import rllm`` only
 discovers the entry points). The hookimpl options ``wrapper``, ``hookwrapper``,
 ``tryfirst`` and ``trylast`` have no meaning for registration hooks and are refused, as is a
-hook name rllm does not define. What ``register`` receives is checked (see each hook);
-a refusal names your plugin and fails the whole plugin, so nothing half-registered stays.
+hook name rllm does not define. What ``register`` receives is checked (see each hook), and
+so is the call itself (an unknown keyword or a missing argument); a refusal names your
+plugin and fails the whole plugin, so nothing half-registered stays.
 """
 
 from __future__ import annotations
