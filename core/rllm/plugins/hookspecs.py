@@ -23,7 +23,7 @@ Each hook receives a ``register`` callable bound to your plugin, so every entry 
 attributed to it in ``rllm plugins`` and in error messages. Its type is the hook's own
 Protocol (:class:`EstimatorRegistrar`, :class:`GroupingHookRegistrar`,
 :class:`BackendRegistrar`, :class:`KernelRegistrar`, :class:`BatchFieldRegistrar`,
-:class:`LossRegistrar`, :class:`ConfigSectionRegistrar`, all in :mod:`rllm.plugins`), for
+:class:`LossRegistrar`, :class:`ConfigSectionRegistrar`, all in ``rllm.plugins``), for
 annotating your hooks; the ``register`` rllm passes has exactly that signature. An
 implementation may accept fewer arguments than the spec lists (pluggy passes only those
 it names), so hooks can grow new arguments without breaking plugins.

@@ -23,10 +23,10 @@ stdout stays machine-readable. Environment switches:
     load every plugin, then raise one :class:`PluginsFailedError` listing every failure; the
     failed load leaves no manager behind, so the next call starts afresh.
 
-:class:`PluginManager` is assembled from one part per job: :mod:`rllm.plugins.loading`
-(entry points, claims made while a plugin's module is imported), :mod:`rllm.plugins.registration`
+:class:`PluginManager` is assembled from one part per job: ``rllm.plugins.loading``
+(entry points, claims made while a plugin's module is imported), ``rllm.plugins.registration``
 (running hooks, checking and rolling back entries; the ``register`` callables are in
-:mod:`rllm.plugins.registrars`) and :mod:`rllm.plugins.reporting` (:class:`PluginInfo`,
+``rllm.plugins.registrars``) and :mod:`rllm.plugins.reporting` (:class:`PluginInfo`,
 warnings, failures, the switches above). This module holds the process-wide manager.
 """
 
