@@ -73,6 +73,8 @@ def _plain(signature: inspect.Signature) -> str:
 
 
 def estimator_registrar(manager: RegistrationMixin, source: Source, names: list[str]) -> EstimatorRegistrar:
+    """``register`` for ``rllm_register_estimators``: every keyword becomes a field of the EstimatorEntry."""
+
     def register_estimator(
         name: str,
         fn: Callable[..., Any],
@@ -91,6 +93,8 @@ def estimator_registrar(manager: RegistrationMixin, source: Source, names: list[
 
 
 def loss_registrar(manager: RegistrationMixin, source: Source, names: list[str]) -> LossRegistrar:
+    """``register`` for ``rllm_register_losses``: the loss and each alias become claims of their own."""
+
     def register_loss(
         name: str,
         fn: Callable[..., Any] | str,
@@ -119,6 +123,7 @@ def loss_registrar(manager: RegistrationMixin, source: Source, names: list[str])
 
 
 def grouping_hook_registrar(manager: RegistrationMixin, source: Source, names: list[str]) -> GroupingHookRegistrar:
+    """``register`` for ``rllm_register_grouping_hooks``."""
     kind = _KINDS["grouping_hooks"]
 
     def register_grouping_hook(name: str, hook: Callable[..., Any], *, replace: bool = False) -> None:
@@ -129,6 +134,7 @@ def grouping_hook_registrar(manager: RegistrationMixin, source: Source, names: l
 
 
 def backend_registrar(manager: RegistrationMixin, source: Source, names: list[str]) -> BackendRegistrar:
+    """``register`` for ``rllm_register_backends``: the class is checked, never constructed, here."""
     kind = _KINDS["backends"]
 
     def register_backend(name: str, backend_cls: type[Any], *, replace: bool = False) -> None:
@@ -139,6 +145,7 @@ def backend_registrar(manager: RegistrationMixin, source: Source, names: list[st
 
 
 def kernel_registrar(manager: RegistrationMixin, source: Source, names: list[str]) -> KernelRegistrar:
+    """``register`` for ``rllm_register_kernels``: only the names in KERNEL_NAMES are accepted."""
     kind = _KINDS["kernels"]
 
     def register_kernel(name: str, fn: Callable[..., Any], *, replace: bool = False) -> None:
@@ -149,6 +156,7 @@ def kernel_registrar(manager: RegistrationMixin, source: Source, names: list[str
 
 
 def batch_field_registrar(manager: RegistrationMixin, source: Source, names: list[str]) -> BatchFieldRegistrar:
+    """``register`` for ``rllm_register_batch_fields``."""
     kind = _KINDS["batch_fields"]
 
     def register_batch_field(name: str, field: BatchField, *, replace: bool = False) -> None:
@@ -159,6 +167,8 @@ def batch_field_registrar(manager: RegistrationMixin, source: Source, names: lis
 
 
 def config_section_registrar(manager: RegistrationMixin, source: Source, names: list[str]) -> ConfigSectionRegistrar:
+    """``register`` for ``rllm_register_config_sections``: the keys (a tuple, or None) are the claim's target."""
+
     def register_config_section(section: str, keys: Sequence[ConfigKey] | None = None) -> None:
         if keys is not None and not isinstance(keys, Iterable):
             raise PluginContractError(
