@@ -17,7 +17,7 @@ import pytest
 import rllm
 import rllm.plugins
 from rllm.config import ConfigKey
-from rllm.errors import PluginContractError, PluginWarning
+from rllm.errors import PluginContractError, PluginHookError, PluginWarning
 from rllm.plugins import PluginManager, Source, hookspecs
 from rllm.plugins.manager import HOOK_NAMES
 from rllm.toolkit import BatchField, Option
@@ -292,3 +292,14 @@ def test_a_call_that_does_not_fit_the_protocol_is_refused_naming_the_plugin(
     plugin_manager: PluginManager, hook: str, args: tuple[Any, ...], kwargs: dict[str, Any], problem: str
 ) -> None:
     assert problem in refusal(plugin_manager, Calls(hook, *args, **kwargs))
+
+
+def test_a_type_error_from_inside_a_call_that_fits_stays_the_hooks_error(plugin_manager: PluginManager) -> None:
+    def keys() -> Any:
+        raise TypeError("the plugin's own mistake")
+        yield
+
+    with pytest.warns(PluginWarning, match="its registration hook raised TypeError: the plugin's own mistake"):
+        info = plugin_manager.register(Calls("rllm_register_config_sections", "rllm.x", keys()), SOURCE)
+    assert info.status == "failed"
+    assert type(plugin_manager.failures[-1]) is PluginHookError

@@ -43,27 +43,43 @@ _KINDS: dict[str, HookKind] = {kind.attribute: kind for kind in HOOK_KINDS}
 def _checked(register: F, source: Source, what: str) -> F:
     """``register``, refusing a call its signature does not accept with an error naming the plugin.
 
-    ``inspect.signature`` of the result is that of ``register`` (through ``__wrapped__``).
+    The signature is read only when a call raises ``TypeError``, so a call that fits costs
+    nothing extra; ``inspect.signature`` of the result is that of ``register`` (``__wrapped__``).
     """
-    signature = inspect.signature(register)
-    keywords = [p.name for p in signature.parameters.values() if p.kind is not inspect.Parameter.POSITIONAL_ONLY]
 
     @functools.wraps(register)
     def checked(*args: Any, **kwargs: Any) -> None:
         try:
-            signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            name = args[0] if args else kwargs.get(keywords[0], "")
-            unknown = first_unknown(kwargs, keywords)
-            if unknown:
-                key, hint = unknown
-                problem = f"with unknown keyword {key!r}{hint}; register() accepts {', '.join(keywords)}"
-            else:
-                problem = f"with arguments that do not fit register{_plain(signature)}: {exc}"
-            raise PluginContractError(f"{source.describe()} registered {what} {name!r} {problem}.") from None
-        register(*args, **kwargs)
+            register(*args, **kwargs)
+        except TypeError:
+            signature = inspect.signature(register)
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as misfit:
+                raise PluginContractError(_describe_misfit(signature, source, what, args, kwargs, misfit)) from None
+            raise  # the arguments fit: the TypeError came from inside, and is reported as the hook's
 
     return checked  # type: ignore[return-value]
+
+
+def _describe_misfit(
+    signature: inspect.Signature,
+    source: Source,
+    what: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    exc: TypeError,
+) -> str:
+    """The refusal of a call that does not fit ``signature``: the unknown keyword (and the closest), or why not."""
+    keywords = [p.name for p in signature.parameters.values() if p.kind is not inspect.Parameter.POSITIONAL_ONLY]
+    name = args[0] if args else kwargs.get(keywords[0], "")
+    unknown = first_unknown(kwargs, keywords)
+    if unknown:
+        key, hint = unknown
+        problem = f"with unknown keyword {key!r}{hint}; register() accepts {', '.join(keywords)}"
+    else:
+        problem = f"with arguments that do not fit register{_plain(signature)}: {exc}"
+    return f"{source.describe()} registered {what} {name!r} {problem}."
 
 
 def _plain(signature: inspect.Signature) -> str:
