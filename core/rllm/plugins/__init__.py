@@ -12,8 +12,12 @@ _EXPORTS = {
     "ENTRY_POINT_GROUP": "rllm.plugins.discovery",
     "Source": "rllm.plugins.discovery",
     "discover_plugins": "rllm.plugins.discovery",
+    "BackendRegistrar": "rllm.plugins.hookspecs",
+    "BatchFieldRegistrar": "rllm.plugins.hookspecs",
     "ConfigSectionRegistrar": "rllm.plugins.hookspecs",
     "EstimatorRegistrar": "rllm.plugins.hookspecs",
+    "GroupingHookRegistrar": "rllm.plugins.hookspecs",
+    "KernelRegistrar": "rllm.plugins.hookspecs",
     "LossRegistrar": "rllm.plugins.hookspecs",
     "NamedRegistrar": "rllm.plugins.hookspecs",
     "hookimpl": "rllm.plugins.hookspecs",
@@ -29,10 +33,14 @@ _EXPORTS = {
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "BackendRegistrar",
+    "BatchFieldRegistrar",
     "ConfigSectionRegistrar",
     "Entry",
     "EstimatorEntry",
     "EstimatorRegistrar",
+    "GroupingHookRegistrar",
+    "KernelRegistrar",
     "LossEntry",
     "LossRegistrar",
     "NamedRegistrar",
@@ -58,8 +66,12 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:
     from rllm.plugins.discovery import ENTRY_POINT_GROUP, Source, discover_plugins
     from rllm.plugins.hookspecs import (
+        BackendRegistrar,
+        BatchFieldRegistrar,
         ConfigSectionRegistrar,
         EstimatorRegistrar,
+        GroupingHookRegistrar,
+        KernelRegistrar,
         LossRegistrar,
         NamedRegistrar,
         hookimpl,

@@ -20,15 +20,20 @@ the hooks below. Publish it under the ``rllm.estimators`` entry-point group::
         register("centred", centred)
 
 Each hook receives a ``register`` callable bound to your plugin, so every entry is
-attributed to it in ``rllm plugins`` and in error messages. An implementation may accept
-fewer arguments than the spec lists (pluggy passes only those it names), so hooks can grow
-new arguments without breaking plugins.
+attributed to it in ``rllm plugins`` and in error messages. Its type is the hook's own
+Protocol (:class:`EstimatorRegistrar`, :class:`GroupingHookRegistrar`,
+:class:`BackendRegistrar`, :class:`KernelRegistrar`, :class:`BatchFieldRegistrar`,
+:class:`LossRegistrar`, :class:`ConfigSectionRegistrar`, all in ``rllm.plugins``), for
+annotating your hooks; the ``register`` rllm passes has exactly that signature. An
+implementation may accept fewer arguments than the spec lists (pluggy passes only those
+it names), so hooks can grow new arguments without breaking plugins.
 
 rllm calls each plugin's hooks once, when a registry is first used (``import rllm`` only
 discovers the entry points). The hookimpl options ``wrapper``, ``hookwrapper``,
 ``tryfirst`` and ``trylast`` have no meaning for registration hooks and are refused, as is a
-hook name rllm does not define. What ``register`` receives is checked (see each hook);
-a refusal names your plugin and fails the whole plugin, so nothing half-registered stays.
+hook name rllm does not define. What ``register`` receives is checked (see each hook), and
+so is the call itself (an unknown keyword or a missing argument); a refusal names your
+plugin and fails the whole plugin, so nothing half-registered stays.
 """
 
 from __future__ import annotations
@@ -39,8 +44,10 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import pluggy
 
 from rllm.plugins import fields as _fields
+from rllm.plugins.fields import BatchField
 
 if TYPE_CHECKING:
+    from rllm.config.schema import ConfigKey
     from rllm.plugins.options import Option
 
 PROJECT_NAME = "rllm"
@@ -88,7 +95,10 @@ BACKEND_ABSTRACT_METHODS = ("init_rollout_engine", "get_dataloader", "transform_
 
 
 class EstimatorRegistrar(Protocol):
-    """The ``register`` argument of :func:`rllm_register_estimators`."""
+    """The ``register`` argument of :func:`rllm_register_estimators`: claims ``name`` for the estimator ``fn``.
+
+    The keywords declare how ``fn`` is called and what it needs; the hook's docstring says what each means.
+    """
 
     def __call__(
         self,
@@ -104,7 +114,12 @@ class EstimatorRegistrar(Protocol):
 
 
 class NamedRegistrar(Protocol):
-    """The ``register`` argument of the grouping-hook, backend and kernel hooks."""
+    """The shape the grouping-hook, backend, kernel and batch-field registrars share: a name and one object.
+
+    Kept for plugins written against it; each of those hooks now annotates ``register`` with
+    its own Protocol (:class:`GroupingHookRegistrar`, :class:`BackendRegistrar`,
+    :class:`KernelRegistrar`, :class:`BatchFieldRegistrar`), which names the object.
+    """
 
     def __call__(self, name: str, target: Any, *, replace: bool = False) -> None: ...
 
@@ -177,7 +192,10 @@ LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-tok
 
 
 class LossRegistrar(Protocol):
-    """The ``register`` argument of :func:`rllm_register_losses`."""
+    """The ``register`` argument of :func:`rllm_register_losses`: claims ``name`` (and each alias) for the loss ``fn``.
+
+    ``fn`` may be a ``"module:function"`` path, imported when the loss is first used.
+    """
 
     def __call__(
         self,
@@ -264,8 +282,17 @@ def rllm_register_losses(register: LossRegistrar) -> None:
     """
 
 
+class GroupingHookRegistrar(Protocol):
+    """The ``register`` argument of :func:`rllm_register_grouping_hooks`: claims ``name`` for the grouping ``hook``.
+
+    ``hook(episodes, **options)`` returns the trajectory groups an estimator compares.
+    """
+
+    def __call__(self, name: str, hook: Callable[..., Any], *, replace: bool = False) -> None: ...
+
+
 @hookspec
-def rllm_register_grouping_hooks(register: NamedRegistrar) -> None:
+def rllm_register_grouping_hooks(register: GroupingHookRegistrar) -> None:
     """Register trajectory grouping hooks that turn episodes into trajectory groups.
 
     :param register: ``register(name, hook, *, replace=False)``.
@@ -295,8 +322,17 @@ def rllm_register_grouping_hooks(register: NamedRegistrar) -> None:
     """
 
 
+class KernelRegistrar(Protocol):
+    """The ``register`` argument of :func:`rllm_register_kernels`: ``fn`` stands in for the primitive ``name``.
+
+    ``name`` is one of :data:`KERNEL_NAMES`; ``fn`` takes and returns what that numpy primitive does.
+    """
+
+    def __call__(self, name: str, fn: Callable[..., Any], *, replace: bool = False) -> None: ...
+
+
 @hookspec
-def rllm_register_kernels(register: NamedRegistrar) -> None:
+def rllm_register_kernels(register: KernelRegistrar) -> None:
     """Register faster implementations of the toolkit's named primitives.
 
     :param register: ``register(name, fn, *, replace=False)``.
@@ -324,8 +360,17 @@ def rllm_register_kernels(register: NamedRegistrar) -> None:
     """
 
 
+class BatchFieldRegistrar(Protocol):
+    """The ``register`` argument of :func:`rllm_register_batch_fields`: declares the batch field ``name``.
+
+    ``field`` (an :class:`rllm.toolkit.BatchField`) says how each trajectory's value is read.
+    """
+
+    def __call__(self, name: str, field: BatchField, *, replace: bool = False) -> None: ...
+
+
 @hookspec
-def rllm_register_batch_fields(register: NamedRegistrar) -> None:
+def rllm_register_batch_fields(register: BatchFieldRegistrar) -> None:
     """Declare new batch fields: per-trajectory inputs your estimators can ``require``.
 
     :param register: ``register(name, field, *, replace=False)``.
@@ -353,8 +398,17 @@ def rllm_register_batch_fields(register: NamedRegistrar) -> None:
     """
 
 
+class BackendRegistrar(Protocol):
+    """The ``register`` argument of :func:`rllm_register_backends`: claims ``name`` for the backend class.
+
+    rllm constructs ``backend_cls(config=config, **backend_args)``, so register the class, not an instance.
+    """
+
+    def __call__(self, name: str, backend_cls: type[Any], *, replace: bool = False) -> None: ...
+
+
 @hookspec
-def rllm_register_backends(register: NamedRegistrar) -> None:
+def rllm_register_backends(register: BackendRegistrar) -> None:
     """Register training backends that the trainer can run against.
 
     :param register: ``register(name, backend_cls, *, replace=False)``.
@@ -380,9 +434,12 @@ def rllm_register_backends(register: NamedRegistrar) -> None:
 
 
 class ConfigSectionRegistrar(Protocol):
-    """The ``register`` argument of :func:`rllm_register_config_sections`."""
+    """The ``register`` argument of :func:`rllm_register_config_sections`: declares the section ``section``.
 
-    def __call__(self, section: str, keys: Sequence[Any] | None = None) -> None: ...
+    ``keys`` are its checked keys; None leaves the section open (any key, unchecked).
+    """
+
+    def __call__(self, section: str, keys: Sequence[ConfigKey] | None = None) -> None: ...
 
 
 @hookspec

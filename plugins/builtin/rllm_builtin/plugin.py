@@ -6,7 +6,13 @@ from collections.abc import Mapping
 
 from rllm import hookimpl
 from rllm.config import ConfigKey
-from rllm.plugins import ConfigSectionRegistrar, EstimatorRegistrar, LossRegistrar, NamedRegistrar
+from rllm.plugins import (
+    BackendRegistrar,
+    ConfigSectionRegistrar,
+    EstimatorRegistrar,
+    GroupingHookRegistrar,
+    LossRegistrar,
+)
 from rllm.toolkit import NUMERICS_OPTIONS, Option
 from rllm_builtin import estimators, losses
 
@@ -92,14 +98,14 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
 
 
 @hookimpl
-def rllm_register_grouping_hooks(register: NamedRegistrar) -> None:
+def rllm_register_grouping_hooks(register: GroupingHookRegistrar) -> None:
     from rllm.trainer import group_by_task_and_role
 
     register("task_and_role", group_by_task_and_role)
 
 
 @hookimpl
-def rllm_register_backends(register: NamedRegistrar) -> None:
+def rllm_register_backends(register: BackendRegistrar) -> None:
     from rllm_builtin.embedded.backend import EmbeddedBackend
 
     register("embedded", EmbeddedBackend)

@@ -156,10 +156,10 @@ class BanditBackend(BackendProtocol):
 
 
 @rllm.hookimpl
-def rllm_register_grouping_hooks(register: rllm.plugins.NamedRegistrar) -> None:
+def rllm_register_grouping_hooks(register: rllm.plugins.GroupingHookRegistrar) -> None:
     register("by_task_only", by_task_only)
 
 
 @rllm.hookimpl
-def rllm_register_backends(register: rllm.plugins.NamedRegistrar) -> None:
+def rllm_register_backends(register: rllm.plugins.BackendRegistrar) -> None:
     register("bandit", BanditBackend)

@@ -7,9 +7,9 @@ compiled, on the first call of a primitive (:mod:`rllm_fast.primitives`).
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
 
 import rllm
+from rllm.plugins import KernelRegistrar
 from rllm_fast.primitives import FastPrimitives
 
 PRIMITIVES = FastPrimitives()
@@ -17,7 +17,7 @@ PRIMITIVES = FastPrimitives()
 
 
 @rllm.hookimpl
-def rllm_register_kernels(register: Callable[..., None]) -> None:
+def rllm_register_kernels(register: KernelRegistrar) -> None:
     if importlib.util.find_spec("numba") is None:  # without numba the toolkit's numpy path is the only one
         return
     register("group_centre", PRIMITIVES.group_centre)

@@ -12,7 +12,7 @@ from typing import Any
 from rllm import hookimpl
 from rllm.config import ConfigKey
 from rllm.errors import ConfigError
-from rllm.plugins import ConfigSectionRegistrar, NamedRegistrar
+from rllm.plugins import BackendRegistrar, ConfigSectionRegistrar
 from rllm.trainer import BackendProtocol
 
 EXTRA = ("torch", "transformers", "safetensors")
@@ -64,7 +64,7 @@ class TransformersBackend(BackendProtocol):
 
 
 @hookimpl
-def rllm_register_backends(register: NamedRegistrar) -> None:
+def rllm_register_backends(register: BackendRegistrar) -> None:
     register("transformers", TransformersBackend)
 
 
