@@ -26,8 +26,8 @@ nitpick_ignore_regex = [
     ("py:.*", r"(Any|Callable|Sequence|Mapping|Iterable|Iterator|NDArray|ArrayLike|DictConfig|Path|Literal|TypeVar)"),
     (
         "py:.*",
-        r"(array|dataclasses\.InitVar|rllm\.estimators\.state\.F|rllm\.plugins\.registry\.E)",
-    ),  # numpy's array; type variables
+        r"(array|dataclasses\.InitVar|rllm\.estimators\.state\.F|rllm\.plugins\.registry\.E|EstimatorName|LossFn)",
+    ),  # numpy's array; type variables; the aliases EstimatorName and LossFn
     ("py:.*", r"(int|float|str|bool|None|dict|list|tuple|type|object|bytes)"),
 ]
 

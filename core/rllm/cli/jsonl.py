@@ -2,7 +2,7 @@
 
 :class:`Reader` parses and checks each line and keeps only the fields its role's estimator
 needs, as compact arrays (:class:`Columns`), so memory grows with the number of rollouts and
-not with the size of the lines. :func:`_write` then copies each line as read, splicing the
+not with the size of the lines. ``_write`` then copies each line as read, splicing the
 advantage in before its closing brace (a line that already has the field is re-serialised).
 """
 

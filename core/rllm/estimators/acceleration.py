@@ -19,7 +19,8 @@ must give the numpy path's results up to summation order.
     Where each of the ``count`` runs of sorted ``labels`` begins.
 
 A door (:mod:`rllm.estimators.resolution`) looks the kernels up once per call as one
-:class:`Kernels` value and hands it to the batch's :class:`~rllm.estimators.layout.GroupLayout`;
+:class:`~rllm.estimators.acceleration.Kernels` value and hands it to the batch's
+:class:`~rllm.estimators.layout.GroupLayout`;
 the toolkit's operations take them from there and never ask the registry themselves.
 """
 
