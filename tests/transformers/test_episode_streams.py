@@ -79,16 +79,29 @@ def test_a_rows_draws_do_not_depend_on_its_batch_neighbours() -> None:
         assert b.logprobs == pytest.approx(a.logprobs, abs=1e-5)
 
 
-def test_the_first_token_is_the_multinomial_draw_of_a_generator_seeded_with_the_episode_seed() -> None:
-    """The independent formula: one unpadded forward pass, the sampling distribution, torch.multinomial."""
+def test_the_first_token_is_the_race_drawn_with_a_generator_seeded_with_the_episode_seed() -> None:
+    """The independent formula: one unpadded forward pass, the sampling distribution, argmax(p / Exp(1))."""
     engine = _engine(sampling=Sampling(temperature=0.7, top_k=5))
     prompt = [5, 1, EQUALS]
     with torch.no_grad():
         logits = engine.model(input_ids=torch.tensor([prompt])).logits[:, -1, :]
     probs = sampling_log_probs(logits, engine.sampling).exp()[0]
     for seed in range(6):
-        expected = int(torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed))[0])
+        race = torch.empty_like(probs).exponential_(generator=torch.Generator().manual_seed(seed))
+        expected = int((probs / race).argmax())
         assert _alone(engine, seed, prompt, turns=1)[0].response_ids[0] == expected
+
+
+def test_a_rows_draw_follows_its_distribution() -> None:
+    """8,000 rows of p = (0.5, 0.3, 0.15, 0.05, 0), each its own seed: frequencies within 4.5 sigma of p."""
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
+    n = 8000
+    generators = [torch.Generator().manual_seed(seed) for seed in range(n)]
+    tokens = draw_rows(torch.log(p).expand(n, -1), torch.ones(n, dtype=torch.bool), generators, pad=9)
+    counts = torch.bincount(tokens, minlength=5).double()
+    sigma = (n * p * (1 - p)).double().sqrt()
+    assert counts[4] == 0
+    assert bool(((counts - n * p).abs()[:4] <= 4.5 * sigma[:4]).all()), counts.tolist()
 
 
 def test_rollouts_of_one_prompt_differ_by_seed_and_repeat_for_the_same_seed() -> None:
@@ -116,7 +129,8 @@ def test_a_finished_row_draws_nothing_from_its_generator() -> None:
     before = gens[1].get_state()
     token = draw_rows(log_p, torch.tensor([True, False]), gens, pad=9)
     assert int(token[1]) == 9 and torch.equal(gens[1].get_state(), before)
-    assert int(token[0]) == int(torch.multinomial(log_p[0].exp(), 1, generator=torch.Generator().manual_seed(1))[0])
+    race = torch.empty(4).exponential_(generator=torch.Generator().manual_seed(1))
+    assert int(token[0]) == int((log_p[0].exp() / race).argmax())
 
 
 def test_a_worker_snapshot_samples_the_engines_episodes_and_batches_them() -> None:
