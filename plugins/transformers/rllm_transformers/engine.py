@@ -100,7 +100,7 @@ def draw_rows(
 
 
 class TransformersEngine:
-    """Batched sampling from a transformers causal LM, in the trainer's process."""
+    """Batched sampling from a transformers causal LM, in the trainer's process or a Ray worker (see ``workers``)."""
 
     def __init__(
         self,
