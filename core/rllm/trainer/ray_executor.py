@@ -52,31 +52,43 @@ def _failure(exc: BaseException, hint: str | None = None) -> tuple[str, str, str
 
 
 class _Worker:
-    """One Ray actor: runs many workflows at once on its own event loop."""
+    """One Ray actor: runs many workflows at once on its own event loop.
+
+    A batch's workflow class, arguments and rollout engine are loaded once per worker and
+    shared by all of the batch's episodes there: the first call of a batch starts the loading
+    and the calls that arrive meanwhile wait for the same copy (a copy per call would give
+    each episode its own engine, with its own batcher and its own copy of any random state).
+    """
 
     def __init__(self) -> None:
         self._key: str | None = None
-        self._batch: tuple[Any, ...] | None = None
+        self._loading: asyncio.Future[tuple[Any, ...]] | None = None
 
     def pid(self) -> int:
         return os.getpid()
 
+    async def _load(self, box: list[Any]) -> tuple[Any, ...]:
+        """``("ok", batch)`` or a failure tuple: the batch's one copy in this worker."""
+        from ray import cloudpickle
+
+        payload = await box[0]
+        try:
+            return ("ok", cloudpickle.loads(payload))
+        except Exception as exc:
+            return _failure(
+                exc,
+                "the workflow or the rollout engine cannot be loaded in the Ray worker: install the module "
+                "defining it where the workers run (as a package, or with Ray's runtime_env)",
+            )
+
     async def run(self, key: str, box: list[Any], task: Any, uid: str, seed: int | None) -> tuple[Any, ...]:
         """``("ok", episode)`` or ``("error", type, message, traceback)``: errors travel as data, in one piece."""
-        if key != self._key:
-            from ray import cloudpickle
-
-            payload = await box[0]
-            try:
-                batch = cloudpickle.loads(payload)
-            except Exception as exc:
-                return _failure(
-                    exc,
-                    "the workflow or the rollout engine cannot be loaded in the Ray worker: install the module "
-                    "defining it where the workers run (as a package, or with Ray's runtime_env)",
-                )
-            self._key, self._batch = key, batch
-        workflow_class, workflow_args, engine = self._batch or ()
+        if key != self._key or self._loading is None:
+            self._key, self._loading = key, asyncio.ensure_future(self._load(box))
+        loaded = await asyncio.shield(self._loading)  # a cancelled episode must not cancel the others' loading
+        if loaded[0] != "ok":
+            return loaded
+        workflow_class, workflow_args, engine = loaded[1]
         call = WorkflowCall(workflow_class, workflow_args, engine, task, uid, seed)
         try:
             return ("ok", await instantiate(call, engine).run(task, uid))

@@ -85,6 +85,11 @@ class RowBatch:
         return values
 
 
+def response_tokens(episodes: Sequence[Episode]) -> int:
+    """The response tokens of the episodes' steps: what was generated for them, in this process or a worker."""
+    return sum(len(step.response_ids) for ep in episodes for trajectory in ep.trajectories for step in trajectory.steps)
+
+
 def token_log_probs(model: Any, ids: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob of each next token of ``ids`` and the entropy of each position's distribution (no gradient)."""
     logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
@@ -135,6 +140,8 @@ class TorchTransformersBackend(TransformersBackend):
         if in_loss or self.kl_in_reward is not None:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)  # the frozen initial policy
         self.engine: TransformersEngine | None = None
+        self.rollout_tokens, self.rollout_seconds = 0, 0.0
+        """The step's response tokens and the wall-clock seconds its rollouts took: ``perf/rollout_tokens_per_s``."""
 
     # -- setup ------------------------------------------------------------------------------
     def validate_config(self) -> None:
@@ -201,15 +208,21 @@ class TorchTransformersBackend(TransformersBackend):
     async def generate_episodes(
         self, batch: Sequence[Any], agent_workflow_engine: WorkflowEngine, is_validation: bool = False
     ) -> list[Episode]:
+        import time
+
         engine = self.engine
         if engine is not None:
             engine.validating = is_validation
-            engine.tokens_generated, engine.seconds = 0, 0.0
+        started = time.perf_counter()
         try:
-            return await super().generate_episodes(batch, agent_workflow_engine, is_validation)
+            episodes = await super().generate_episodes(batch, agent_workflow_engine, is_validation)
         finally:
             if engine is not None:
                 engine.validating = False
+        if not is_validation:  # this step's rollouts, wherever the executor ran them (several rounds: summed)
+            self.rollout_tokens += response_tokens(episodes)
+            self.rollout_seconds += time.perf_counter() - started
+        return episodes
 
     # -- stages 4, 5 and 7 -------------------------------------------------------------------
     def transform_to_backend_batch(self, trainer_state: TrainerState) -> RowBatch:
@@ -324,8 +337,9 @@ class TorchTransformersBackend(TransformersBackend):
         metrics.update(
             {"actor/lr": lr, "actor/tokens": tokens, "perf/update_tokens_per_s": tokens / max(elapsed, 1e-9)}
         )
-        if self.engine is not None and self.engine.seconds > 0:
-            metrics["perf/rollout_tokens_per_s"] = self.engine.tokens_generated / self.engine.seconds
+        if self.rollout_seconds > 0:
+            metrics["perf/rollout_tokens_per_s"] = self.rollout_tokens / self.rollout_seconds
+        self.rollout_tokens, self.rollout_seconds = 0, 0.0
         trainer_state.metrics.update(metrics)
 
     def _settings(self, role: str) -> LossSettings:

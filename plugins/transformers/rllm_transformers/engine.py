@@ -3,7 +3,10 @@
 Every call waits on the event loop until the concurrent workflows have all submitted theirs,
 then one left-padded batch is sampled token by token with the model's KV cache. The
 log-probability of each sampled token under the distribution it was drawn from (after
-temperature, top-k and top-p) is returned with it. :class:`RolloutEngine` is the interface a
+temperature, top-k and top-p) is returned with it. Each row draws its tokens from its own
+request's generator: an episode's view (:meth:`TransformersEngine.for_episode`) seeds one
+from the episode's seed, so what an episode samples does not depend on which episodes shared
+its batches, nor on the executor that ran it. :class:`RolloutEngine` is the interface a
 server engine (an OpenAI-compatible vLLM or SGLang endpoint) would implement as well.
 """
 
@@ -55,6 +58,8 @@ class _Request:
     prompt_ids: list[int]
     max_tokens: int
     future: asyncio.Future[Generation]
+    generator: torch.Generator
+    """The stream this row's tokens are drawn from (the episode's, or the engine's own)."""
 
 
 def sampling_log_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
@@ -72,8 +77,30 @@ def sampling_log_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor
     return torch.log_softmax(logits, dim=-1)
 
 
+def draw_rows(
+    log_p: torch.Tensor, alive: torch.Tensor, generators: Sequence[torch.Generator], pad: int
+) -> torch.Tensor:
+    """One token per live row, drawn with that row's own generator; finished rows get ``pad`` and draw nothing.
+
+    The draw is the exponential race ``argmax(p / e)`` with ``e ~ Exp(1)`` per token, which
+    picks token ``i`` with probability ``p_i`` (it is how ``torch.multinomial`` draws one
+    sample): the random numbers come per row, the division and argmax for the batch at once,
+    about ten times cheaper than one ``torch.multinomial`` call per row. Drawing nothing for
+    a finished row keeps its generator where the episode left it, so the episode's next call
+    continues its stream whatever its batch neighbours still generate.
+    """
+    probs = log_p.exp().cpu()
+    race = torch.ones_like(probs)
+    live = alive.cpu().tolist()
+    for row, generator in enumerate(generators):
+        if live[row]:
+            race[row].exponential_(generator=generator)
+    token = (probs / race).argmax(dim=-1)
+    return torch.where(torch.tensor(live), token, pad).to(log_p.device)
+
+
 class TransformersEngine:
-    """Batched sampling from a transformers causal LM, in the trainer's process."""
+    """Batched sampling from a transformers causal LM, in the trainer's process or a Ray worker (see ``workers``)."""
 
     def __init__(
         self,
@@ -97,10 +124,26 @@ class TransformersEngine:
         self.validating = False
         self._pending: list[_Request] = []
         self._flush: asyncio.Task[None] | None = None
-        self.tokens_generated = 0
-        self.seconds = 0.0
+
+    def for_episode(self, seed: int) -> EpisodeEngine:
+        """A view for one episode: batched with the others, sampling from a generator seeded with ``seed``."""
+        return EpisodeEngine(self, torch.Generator().manual_seed(int(seed)))
+
+    def for_workers(self) -> Any:
+        """What a Ray worker gets once per batch: a snapshot of the weights and settings that samples there."""
+        from rllm_transformers.workers import WorkerEngine
+
+        return WorkerEngine.snapshot(self)
 
     async def chat(self, messages: Sequence[dict[str, str]], max_tokens: int | None = None) -> Generation:
+        return await self.generate(self.chat_ids(messages), max_tokens)
+
+    async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
+        """Sampled from the engine's own generator; workflows run by the trainer sample from their episode's view."""
+        return await self.submit(prompt_ids, max_tokens, self.generator)
+
+    def chat_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """The prompt ids of ``messages`` under the tokenizer's chat template."""
         if getattr(self.tokenizer, "chat_template", None) is None:
             raise DataError(
                 "engine.chat() needs a tokenizer with a chat template, and rllm.transformers.model's has none; "
@@ -109,9 +152,10 @@ class TransformersEngine:
         ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]
-        return await self.generate(list(ids), max_tokens)
+        return list(ids)
 
-    async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
+    async def submit(self, prompt_ids: Sequence[int], max_tokens: int | None, generator: torch.Generator) -> Generation:
+        """Queue one prompt for the next batch; its tokens are drawn from ``generator``."""
         prompt = [int(token) for token in prompt_ids]
         if len(prompt) > self.max_prompt_length:
             return Generation([], [], "", PROMPT_TOO_LONG, prompt)
@@ -119,7 +163,7 @@ class TransformersEngine:
             raise DataError("engine.generate() got an empty prompt; give at least one token id.")
         future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
         limit = self.max_new_tokens if max_tokens is None else min(int(max_tokens), self.max_new_tokens)
-        self._pending.append(_Request(prompt, max(limit, 1), future))
+        self._pending.append(_Request(prompt, max(limit, 1), future, generator))
         if self._flush is None or self._flush.done():
             self._flush = asyncio.ensure_future(self._run_when_quiet())
         return await future
@@ -145,9 +189,6 @@ class TransformersEngine:
 
     @torch.no_grad()
     def sample(self, requests: Sequence[_Request]) -> list[Generation]:
-        import time
-
-        started = time.perf_counter()
         model, pad, eos = self.model, int(self.tokenizer.pad_token_id), self.tokenizer.eos_token_id
         greedy = self.validating and self.greedy_validation
         width = max(len(r.prompt_ids) for r in requests)
@@ -179,9 +220,7 @@ class TransformersEngine:
                     token = log_p.argmax(dim=-1)
                 else:
                     log_p = sampling_log_probs(logits, self.sampling)
-                    token = (
-                        torch.multinomial(log_p.exp().cpu(), 1, generator=self.generator).squeeze(-1).to(self.device)
-                    )
+                    token = draw_rows(log_p, alive, [r.generator for r in requests], pad)
                 tokens[:, t] = torch.where(alive, token, pad)
                 logps[:, t] = log_p.gather(-1, token[:, None]).squeeze(-1)
                 if eos is not None:
@@ -205,6 +244,22 @@ class TransformersEngine:
             text = self.tokenizer.decode(response, skip_special_tokens=True)
             reason = "stop" if bool(stopped_cpu[row]) else "length"
             generations.append(Generation(response, logps_cpu[row, :length].tolist(), text, reason, request.prompt_ids))
-            self.tokens_generated += length
-        self.seconds += time.perf_counter() - started
         return generations
+
+
+class EpisodeEngine:
+    """One episode's view of a :class:`TransformersEngine`: the engine's batches, the episode's random stream."""
+
+    def __init__(self, engine: TransformersEngine, generator: torch.Generator) -> None:
+        self.engine = engine
+        self.generator = generator
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.tokenizer
+
+    async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
+        return await self.engine.submit(prompt_ids, max_tokens, self.generator)
+
+    async def chat(self, messages: Sequence[dict[str, str]], max_tokens: int | None = None) -> Generation:
+        return await self.engine.submit(self.engine.chat_ids(messages), max_tokens, self.generator)

@@ -1,0 +1,94 @@
+"""What the Ray executor sends its workers for the transformers engine, once per batch.
+
+:class:`WorkerEngine` is a snapshot of the trainer's engine: the model's class, config and
+weights as they are after the last update, the tokenizer and the sampling settings (the
+validation flag included). It is plain picklable data; in a worker its first use builds a
+:class:`~rllm_transformers.engine.TransformersEngine` from it, which the worker's concurrent
+episodes share, so they are batched there as in the trainer's process. Each episode still
+samples from its own seed (``for_episode``), so the workers give the same episodes as the
+local executor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rllm_transformers.engine import EpisodeEngine, Generation, Sampling, TransformersEngine
+
+
+@dataclass
+class WorkerEngine:
+    """The trainer's engine as data; built into a live engine where it is first used (a Ray worker)."""
+
+    model_class: type
+    model_config: Any
+    weights: dict[str, torch.Tensor]
+    dtype: torch.dtype
+    device_type: str
+    tokenizer: Any
+    sampling: Sampling
+    max_new_tokens: int
+    max_prompt_length: int
+    greedy_validation: bool
+    validating: bool
+    _engine: TransformersEngine | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def snapshot(cls, engine: TransformersEngine) -> WorkerEngine:
+        """A copy of the engine's weights now: later updates in the trainer do not reach this snapshot."""
+        model = engine.model
+        weights = {name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()}
+        return cls(
+            type(model),
+            model.config,
+            weights,
+            next(model.parameters()).dtype,
+            engine.device.type,
+            engine.tokenizer,
+            engine.sampling,
+            engine.max_new_tokens,
+            engine.max_prompt_length,
+            engine.greedy_validation,
+            engine.validating,
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_engine": None}  # a built engine (its model, its batcher) stays where it was built
+
+    def engine(self) -> TransformersEngine:
+        """The live engine, built on first use: the model on the trainer's device type if this process has it."""
+        if self._engine is None:
+            device = torch.device(self.device_type)
+            if device.type == "cuda" and not torch.cuda.is_available():
+                device = torch.device("cpu")
+            model = self.model_class(self.model_config)
+            model.to(dtype=self.dtype)
+            model.load_state_dict(self.weights)
+            model.to(device).eval()
+            generator = torch.Generator()
+            generator.seed()  # calls without an episode seed: a stream of this process's own, not a replayed copy
+            self._engine = TransformersEngine(
+                model,
+                self.tokenizer,
+                device,
+                generator,
+                self.sampling,
+                self.max_new_tokens,
+                self.max_prompt_length,
+                self.greedy_validation,
+            )
+            self._engine.validating = self.validating
+        return self._engine
+
+    def for_episode(self, seed: int) -> EpisodeEngine:
+        return self.engine().for_episode(seed)
+
+    async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
+        return await self.engine().generate(prompt_ids, max_tokens)
+
+    async def chat(self, messages: Sequence[dict[str, str]], max_tokens: int | None = None) -> Generation:
+        return await self.engine().chat(messages, max_tokens)
