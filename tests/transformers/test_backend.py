@@ -19,7 +19,7 @@ skip_module_without("torch", "transformers", "safetensors", install="pip install
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rllm.errors import ConfigError, TrainerError
+from rllm.errors import ConfigError, RLLMWarning, TrainerError
 from rllm.losses import loss_entry, loss_names
 from rllm.plugins.manager import get_plugin_manager
 from rllm.trainer import AgentTrainer, UnifiedTrainer
@@ -312,8 +312,6 @@ def test_a_hub_id_without_network(tiny_config: MakeConfig, monkeypatch: pytest.M
 
 
 def test_a_tokenizer_without_pad_token_pads_with_eos_and_warns(tiny_config: MakeConfig, tmp_path: Path) -> None:
-    from rllm.errors import RLLMWarning
-
     trainer = UnifiedTrainer(None, tiny_config(), progress=False)
     trainer.backend.model.save_pretrained(tmp_path / "saved")
     tokenizer = trainer.backend.tokenizer
@@ -339,7 +337,11 @@ def test_prompts_over_the_limit_end_with_a_termination_reason(tiny_config: MakeC
         "rllm.compact_filtering.enable=true",
         "rllm.compact_filtering.mask_max_prompt_length_exceeded=true",
     )
-    _, records = _fit(config)
+    with pytest.warns(RLLMWarning) as caught:  # every rollout was masked: the step and the run's end say so
+        _, records = _fit(config)
+    messages = [str(w.message) for w in caught]
+    assert any("step 1: no group is left to train on" in m for m in messages), messages
+    assert any("1 of this run's steps trained nothing" in m for m in messages), messages
     (step,) = _train(records)
     # digit_max prompts have 3 tokens, digit_sum's 4: every one is over the limit
     assert step["batch/termination_reason/max_prompt_length_exceeded"] == 1.0
