@@ -47,6 +47,8 @@ def test_numerics_options_offer_the_table_and_the_presets() -> None:
 def test_kernel_names_are_one_tuple_and_each_is_documented() -> None:
     assert acceleration.PRIMITIVES is hookspecs.KERNEL_NAMES
     assert (acceleration.GROUP_CENTRE, acceleration.SORTED_RUNS, acceleration.RUN_STARTS) == hookspecs.KERNEL_NAMES
+    # the value a door resolves holds one slot per primitive, no more
+    assert tuple(f.name for f in dataclasses.fields(acceleration.Kernels)) == hookspecs.KERNEL_NAMES
     for name in hookspecs.KERNEL_NAMES:
         assert f'``"{name}"``: ``fn(' in (acceleration.__doc__ or ""), f"acceleration does not document {name}"
 
