@@ -14,7 +14,6 @@ from rllm import AlgorithmConfig
 from rllm.config import CORE_KEYS, load_config
 from rllm.errors import ConfigError, TrainerError
 from rllm.losses import AdaptiveKLController, FixedKLController, KLInReward, inactive_kl_keys, kl_controller
-from rllm.losses.kl_reward import _DEFAULTS
 from rllm.trainer.algorithms import KLControlConfig
 from rllm.types import Step, Trajectory, TrajectoryGroup
 from rllm_transformers.rewards import subtract_from_rewards
@@ -86,14 +85,14 @@ def test_settings_come_from_the_algorithm_config_and_are_none_when_off() -> None
 def test_the_defaults_are_verls_in_the_schema_and_the_dataclass() -> None:
     schema = {key.path: key.default for key in CORE_KEYS}
     assert schema["rllm.algorithm.use_kl_in_reward"] is False
-    assert {key: schema[f"rllm.algorithm.{key}"] for key in _DEFAULTS} == {
+    verls = {
         "kl_penalty": "kl",
         "kl_ctrl.type": "fixed",
         "kl_ctrl.kl_coef": 0.001,
         "kl_ctrl.target_kl": 0.1,
         "kl_ctrl.horizon": 10000,
     }
-    assert {key: schema[f"rllm.algorithm.{key}"] for key in _DEFAULTS} == _DEFAULTS
+    assert {key: schema[f"rllm.algorithm.{key}"] for key in verls} == verls
     assert KLControlConfig() == KLControlConfig(type="fixed", kl_coef=0.001, target_kl=0.1, horizon=10000)
     assert AlgorithmConfig().kl_penalty == "kl"
 

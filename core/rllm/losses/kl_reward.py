@@ -20,16 +20,6 @@ from rllm.losses.kl import AdaptiveKLController, FixedKLController, check_kl_kin
 __all__ = ["KLInReward", "batch_mean_kl", "inactive_kl_keys"]
 
 
-_DEFAULTS: dict[str, Any] = {
-    "kl_penalty": "kl",
-    "kl_ctrl.type": "fixed",
-    "kl_ctrl.kl_coef": 0.001,
-    "kl_ctrl.target_kl": 0.1,
-    "kl_ctrl.horizon": 10000,
-}
-"""verl's defaults of the keys that only matter with ``use_kl_in_reward`` (the schema's too; a test ties them)."""
-
-
 def inactive_kl_keys(algorithm: Any) -> list[str]:
     """The KL-in-reward keys set away from their defaults while ``use_kl_in_reward`` is off, as ``key=value``.
 
@@ -37,11 +27,14 @@ def inactive_kl_keys(algorithm: Any) -> list[str]:
     """
     if algorithm.use_kl_in_reward:
         return []
-    values = {
-        "kl_penalty": algorithm.kl_penalty,
-        **{f"kl_ctrl.{k}": getattr(algorithm.kl_ctrl, k) for k in ("type", "kl_coef", "target_kl", "horizon")},
-    }
-    return [f"rllm.algorithm.{key}={value!r}" for key, value in values.items() if value != _DEFAULTS[key]]
+    defaults = type(algorithm)()  # the schema's defaults, as AlgorithmConfig takes them
+
+    def settings(config: Any) -> dict[str, Any]:
+        ctrl = {f"kl_ctrl.{k}": getattr(config.kl_ctrl, k) for k in ("type", "kl_coef", "target_kl", "horizon")}
+        return {"kl_penalty": config.kl_penalty, **ctrl}
+
+    default = settings(defaults)
+    return [f"rllm.algorithm.{key}={value!r}" for key, value in settings(algorithm).items() if value != default[key]]
 
 
 def batch_mean_kl(kl: Any, mask: Any) -> float:
