@@ -96,7 +96,7 @@ def trl_race(steps: int, out: Path) -> tuple[float, float, float]:
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from rllm_builtin.embedded.tasks import VOCAB, digit_max_tasks
+    from rllm.tasks import VOCAB, digit_max_tasks
     from rllm_transformers.model import char_tokenizer, tiny_model
 
     torch.set_num_threads(1)

@@ -7,11 +7,13 @@ import asyncio
 import numpy as np
 import pytest
 
+import rllm.tasks
 from rllm.errors import ConfigError
+from rllm.tasks import ArithmeticWorkflow, build_tasks
+from rllm.trainer import TaskLoader, lr_factor
 from rllm.types import TerminationReason
-from rllm_builtin.embedded.backend import EmbeddedRolloutEngine, Generation, TaskLoader
-from rllm_builtin.embedded.policy import SoftmaxPolicy, lr_factor, policy_loss
-from rllm_builtin.embedded.tasks import ArithmeticWorkflow, build_tasks
+from rllm_builtin.embedded.backend import EmbeddedRolloutEngine, Generation
+from rllm_builtin.embedded.policy import SoftmaxPolicy, policy_loss
 
 
 def _total_loss(policy: SoftmaxPolicy, kind: str, features, tokens, old, adv) -> float:
@@ -117,6 +119,15 @@ def test_untrained_policy_samples_uniformly_and_reports_its_log_probability() ->
     generation = asyncio.run(engine.generate([1, 10, 2, 11], max_tokens=3))
     assert 1 <= len(generation.response_ids) <= 3
     assert generation.logprobs == pytest.approx([np.log(1 / 14)] * len(generation.response_ids))
+
+
+def test_the_tasks_earlier_paths_give_the_core_objects() -> None:
+    import rllm_builtin.embedded as embedded
+    from rllm_builtin.embedded import tasks as earlier
+
+    for name in rllm.tasks.__all__:
+        assert getattr(earlier, name) is getattr(rllm.tasks, name), name
+    assert embedded.ArithmeticWorkflow is rllm.tasks.ArithmeticWorkflow and embedded.VOCAB is rllm.tasks.VOCAB
 
 
 def test_unknown_task_family_is_named() -> None:

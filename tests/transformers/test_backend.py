@@ -22,11 +22,11 @@ from omegaconf import DictConfig, OmegaConf
 from rllm.errors import ConfigError, RLLMWarning, TrainerError
 from rllm.losses import loss_entry, loss_names
 from rllm.plugins.manager import get_plugin_manager
+from rllm.tasks import EQUALS, digit_max_tasks
 from rllm.trainer import AgentTrainer, UnifiedTrainer
 from rllm.trainer.logging import METRICS_FILE, read_metrics
 from rllm.types import Episode, Step, TerminationReason, Trajectory
 from rllm.workflows import Workflow
-from rllm_builtin.embedded.tasks import EQUALS, digit_max_tasks
 from rllm_transformers.engine import Sampling, TransformersEngine, sampling_log_probs
 from rllm_transformers.model import char_tokenizer
 
@@ -281,7 +281,7 @@ def test_agent_trainer_trains_with_a_registered_backend_name(tmp_path: Path, bac
         "rllm.data.train_batch_size": 4,
     }
     tasks = digit_max_tasks()[:8]
-    from rllm_builtin.embedded.tasks import ArithmeticWorkflow
+    from rllm.tasks import ArithmeticWorkflow
 
     AgentTrainer(
         workflow_class=ArithmeticWorkflow, config=config, train_dataset=tasks, val_dataset=tasks, backend=backend

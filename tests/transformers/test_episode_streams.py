@@ -19,8 +19,8 @@ skip_module_without("torch", "transformers", "safetensors", install="pip install
 import torch
 from omegaconf import OmegaConf
 
+from rllm.tasks import EQUALS, ArithmeticWorkflow
 from rllm.trainer.engine import WorkflowCall, instantiate
-from rllm_builtin.embedded.tasks import EQUALS, ArithmeticWorkflow
 from rllm_transformers.engine import Generation, Sampling, TransformersEngine, draw_rows, sampling_log_probs
 from rllm_transformers.model import char_tokenizer, tiny_model
 from rllm_transformers.workers import WorkerEngine

@@ -19,8 +19,12 @@ _EXPORTS = {
     "LocalExecutor": "rllm.trainer.engine",
     "WorkflowCall": "rllm.trainer.engine",
     "WorkflowEngine": "rllm.trainer.engine",
+    "TaskLoader": "rllm.trainer.dataloading",
     "UnifiedTrainer": "rllm.trainer.unified",
     "group_by_task_and_role": "rllm.trainer.grouping",
+    "lr_factor": "rllm.trainer.lr_schedule",
+    "scheduled_lr": "rllm.trainer.lr_schedule",
+    "task_loader": "rllm.trainer.dataloading",
 }
 
 __all__ = sorted(_EXPORTS)

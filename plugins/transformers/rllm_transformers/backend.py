@@ -29,11 +29,9 @@ from safetensors.torch import load_file, save_file
 from rllm import AlgorithmConfig
 from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
 from rllm.losses import KLInReward, LossSettings, inactive_kl_keys
-from rllm.trainer import TaskSetup, TrainerState, WorkflowEngine
+from rllm.tasks import VOCAB, ArithmeticWorkflow, build_tasks
+from rllm.trainer import TaskLoader, TaskSetup, TrainerState, WorkflowEngine, scheduled_lr, task_loader
 from rllm.types import Episode, Step
-from rllm_builtin.embedded.backend import TaskLoader, task_loader
-from rllm_builtin.embedded.policy import scheduled_lr
-from rllm_builtin.embedded.tasks import VOCAB, ArithmeticWorkflow, build_tasks
 from rllm_transformers.engine import Sampling, TransformersEngine
 from rllm_transformers.model import TINY, load_policy
 from rllm_transformers.plugin import TransformersBackend

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from rllm.errors import ConfigError, RLLMWarning
-from rllm_builtin.embedded.tasks import VOCAB
+from rllm.tasks import VOCAB
 
 TINY = "tiny"
 PAD = "<pad>"

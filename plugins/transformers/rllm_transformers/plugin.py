@@ -69,7 +69,7 @@ def rllm_register_backends(register: BackendRegistrar) -> None:
 
 
 def _task_names() -> list[str]:
-    from rllm_builtin.embedded.tasks import TASKS
+    from rllm.tasks import TASKS
 
     return list(TASKS)
 

@@ -1,12 +1,11 @@
-"""The embedded CPU backend: a numpy softmax policy, its rollout engine and built-in tasks.
+"""The embedded CPU backend: a numpy softmax policy and its rollout engine.
 
-Workflows written for it use the vocabulary exported here: ``VOCAB[i]`` is token ``i``'s
-text (the digits 0-9 are tokens 0-9), ``PLUS``, ``EQUALS``, ``ARROW`` and ``EOS`` are the
-other token ids, and ``decode`` turns ids into text.
+The built-in tasks and their vocabulary live in :mod:`rllm.tasks` (every backend trains
+them); they are re-exported here, where workflows written for this backend import them.
 """
 
+from rllm.tasks import ARROW, EOS, EQUALS, PLUS, VOCAB, ArithmeticWorkflow, build_tasks, decode
 from rllm_builtin.embedded.backend import EmbeddedBackend, EmbeddedRolloutEngine, Generation
-from rllm_builtin.embedded.tasks import ARROW, EOS, EQUALS, PLUS, VOCAB, ArithmeticWorkflow, build_tasks, decode
 
 __all__ = [
     "ARROW",

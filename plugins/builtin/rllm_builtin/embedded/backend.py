@@ -8,9 +8,8 @@ work here. Settings live under ``rllm.embedded`` and ``rllm.data``.
 from __future__ import annotations
 
 import json
-import math
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,17 +20,10 @@ from omegaconf import DictConfig, OmegaConf
 from rllm import AlgorithmConfig
 from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
 from rllm.losses import loss_entry
-from rllm.trainer import BackendProtocol, TaskSetup, TrainerState
+from rllm.tasks import EOS, VOCAB, ArithmeticWorkflow, build_tasks, decode
+from rllm.trainer import BackendProtocol, TaskLoader, TaskSetup, TrainerState, lr_factor, scheduled_lr, task_loader
 from rllm.types import Step
-from rllm_builtin.embedded.policy import (
-    REGISTRY_LOSSES,
-    LossTerms,
-    SoftmaxPolicy,
-    lr_factor,
-    policy_loss,
-    scheduled_lr,
-)
-from rllm_builtin.embedded.tasks import EOS, VOCAB, ArithmeticWorkflow, build_tasks, decode
+from rllm_builtin.embedded.policy import REGISTRY_LOSSES, LossTerms, SoftmaxPolicy, policy_loss
 
 POLICY_FILE = "policy.npz"
 STATE_FILE = "embedded.json"
@@ -99,43 +91,6 @@ class EmbeddedRolloutEngine:
             if token == EOS:
                 break
         return Generation(response, logprobs, decode(response))
-
-
-class TaskLoader:
-    """Batches of a task list; reshuffled per epoch from ``seed + epoch`` so a resumed run sees the same order."""
-
-    def __init__(self, tasks: Sequence[Any], batch_size: int, shuffle: bool, seed: int) -> None:
-        self.tasks = list(tasks)
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.seed = seed
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.tasks) / self.batch_size)
-
-    def __iter__(self) -> Iterator[list[Any]]:
-        order = np.arange(len(self.tasks))
-        if self.shuffle:
-            order = np.random.default_rng(self.seed).permutation(len(self.tasks))
-        for start in range(0, len(order), self.batch_size):
-            yield [self.tasks[i] for i in order[start : start + self.batch_size]]
-
-
-def task_loader(
-    config: DictConfig, backend: str, dataset: Sequence[Any] | None, trainer_state: TrainerState, seed: int
-) -> TaskLoader:
-    """The batches of ``rllm.data``: validation in order (all at once unless ``val_batch_size``), training
-    shuffled per epoch from ``seed + epoch``, ``train_batch_size`` times rejection sampling's multiplier."""
-    if dataset is None:
-        raise ConfigError(f"The {backend} backend needs a dataset: pass train_dataset/val_dataset or no workflow.")
-    data = config.rllm.data
-    if trainer_state.validating:
-        size = data.val_batch_size
-        return TaskLoader(dataset, int(size) if size else len(dataset), shuffle=False, seed=0)
-    multiplier = int(config.rllm.rejection_sample.multiplier)
-    return TaskLoader(
-        dataset, int(data.train_batch_size) * multiplier, shuffle=bool(data.shuffle), seed=seed + trainer_state.epoch
-    )
 
 
 @dataclass

@@ -8,11 +8,9 @@ by plain gradient descent on the policy-gradient losses below.
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -109,26 +107,3 @@ def policy_loss(
         weight = np.clip(ratio, 1 - clip_low, 1 + clip_high)
         return LossTerms(-weight * advantages * logp, -weight * advantages, weight != ratio)
     raise ConfigError(f"Unknown loss {kind!r}; supported: {', '.join(LOSS_FUNCTIONS)}.")
-
-
-def lr_factor(schedule: str, warmup_ratio: float, step: int, total: int) -> float:
-    """Multiplier of the base learning rate at ``step`` (1-based) of ``total``: warmup, then the schedule."""
-    total = max(total, 1)
-    warmup = int(warmup_ratio * total)
-    if warmup and step <= warmup:
-        return step / warmup
-    progress = (step - warmup) / max(total - warmup, 1)
-    if schedule == "constant":
-        return 1.0
-    if schedule == "linear":
-        return max(1.0 - progress, 0.0)
-    if schedule == "cosine":
-        return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
-    raise ConfigError(f"rllm.algorithm.lr_schedule={schedule!r} is unknown; use constant, linear or cosine.")
-
-
-def scheduled_lr(base: float, algorithm: Any, step: int, total: int) -> float:
-    """``base`` under rLLM's ``lr_schedule`` and warm-up keys; ``warmup_steps``, when set, wins over the ratio."""
-    warmup_steps = int(algorithm.get("warmup_steps", -1))
-    warmup_ratio = warmup_steps / max(total, 1) if warmup_steps >= 0 else float(algorithm.warmup_steps_ratio)
-    return base * lr_factor(str(algorithm.lr_schedule), warmup_ratio, step, total)
