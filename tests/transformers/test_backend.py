@@ -381,6 +381,19 @@ def test_cuda_requested_where_there_is_none(tiny_config: MakeConfig) -> None:
         UnifiedTrainer(None, tiny_config("rllm.transformers.device=cuda"), progress=False)
 
 
+def test_the_plugin_registers_the_backends_path_and_selecting_it_gives_the_implementation() -> None:
+    """Registered as ``"module:Class"`` (no torch at registration), not a stand-in class that swaps itself."""
+    from rllm.config import load_config
+    from rllm.trainer.components import resolve_backend
+    from rllm_transformers.backend import TransformersBackend
+
+    assert get_plugin_manager().backends.resolve("transformers").target == (
+        "rllm_transformers.backend:TransformersBackend"
+    )
+    assert resolve_backend("transformers", load_config()) is TransformersBackend
+    assert "__new__" not in vars(TransformersBackend)
+
+
 def test_without_the_extra_selecting_the_backend_is_one_line_naming_it(tmp_path: Path) -> None:
     """torch made unimportable in a fresh process, as where the extra is not installed."""
     code = (

@@ -28,9 +28,11 @@ from rllm.errors import (
     LossNotFoundError,
     NameConflictError,
     NameNotFoundError,
+    PluginContractError,
 )
 from rllm.plugins.fields import batch_field_problem
 from rllm.plugins.hookspecs import BACKEND_ABSTRACT_METHODS, BACKEND_METHODS, KERNEL_NAMES
+from rllm.plugins.registry import Entry, import_target, is_import_path
 
 PROTOCOL_MODULE, PROTOCOL_CLASS = "rllm.trainer.backend_protocol", "BackendProtocol"
 CONFIG_KEY_MODULE, CONFIG_KEY_CLASS = "rllm.config.keys", "ConfigKey"
@@ -71,9 +73,15 @@ def _is_protocol_base(owner: type) -> bool:
 
 
 def backend_problem(name: str, target: Any) -> str | None:
-    """Why ``target`` does not implement the backend protocol, or None when it does."""
+    """Why ``target`` does not implement the backend protocol, or None when it does.
+
+    A ``"module:Class"`` path passes if it is one: it is imported, and the class checked, when
+    a run first asks for the backend (:func:`backend_class`), so registering imports nothing.
+    """
+    if isinstance(target, str) and is_import_path(target):
+        return None
     if not isinstance(target, type):
-        return f"is {target!r}, not a class (register the backend class; rllm constructs it)"
+        return f"is {target!r}, not a class (register the backend class, or its 'module:Class' path)"
     problems = []
     for method, is_async in BACKEND_METHODS.items():
         owner = next((k for k in target.__mro__ if method in vars(k)), None)
@@ -98,6 +106,19 @@ def backend_problem(name: str, target: Any) -> str | None:
         f"does not implement rllm.trainer.backend_protocol.BackendProtocol: it {', '.join(problems)} "
         "(subclass BackendProtocol, or the embedded backend, and override its stages)"
     )
+
+
+def backend_class(entry: Entry) -> type[Any]:
+    """The class of a backend claim: a lazy ``"module:Class"`` is imported now and checked as a class registered
+    directly is at registration, so a wrong path or class is one line naming the plugin."""
+    if not isinstance(entry.target, str):
+        return entry.target  # type: ignore[no-any-return]
+    who = f"Backend {entry.name!r} of {entry.source.describe()}"
+    target = import_target(entry.target, who, "Install what the plugin needs, or fix its registration.")
+    problem = backend_problem(entry.name, target)
+    if problem:
+        raise PluginContractError(f"{who}, loaded from {entry.target!r}, {problem}.")
+    return target  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

@@ -401,10 +401,11 @@ def rllm_register_batch_fields(register: BatchFieldRegistrar) -> None:
 class BackendRegistrar(Protocol):
     """The ``register`` argument of :func:`rllm_register_backends`: claims ``name`` for the backend class.
 
-    rllm constructs ``backend_cls(config=config, **backend_args)``, so register the class, not an instance.
+    rllm constructs ``backend_cls(config=config, **backend_args)``, so register the class (or the
+    ``"module:Class"`` path to import it from when a run selects it), not an instance.
     """
 
-    def __call__(self, name: str, backend_cls: type[Any], *, replace: bool = False) -> None: ...
+    def __call__(self, name: str, backend_cls: type[Any] | str, *, replace: bool = False) -> None: ...
 
 
 @hookspec
@@ -415,12 +416,15 @@ def rllm_register_backends(register: BackendRegistrar) -> None:
 
         ``name`` (str)
             What users write as ``rllm.backend``.
-        ``backend_cls`` (type)
+        ``backend_cls`` (type or str)
             A class implementing :class:`rllm.trainer.backend_protocol.BackendProtocol` (subclass it,
             or the embedded backend), constructed as ``backend_cls(config=config,
             **backend_args)``. Refused unless it is a class with every method in
             :data:`BACKEND_METHODS` (``async def`` where marked), overrides those in
-            :data:`BACKEND_ABSTRACT_METHODS`, and accepts ``config``.
+            :data:`BACKEND_ABSTRACT_METHODS`, and accepts ``config``. Or its path,
+            ``"package.module:Class"``, imported (and the class checked) only when a run selects
+            the backend: registering then imports nothing heavy (the transformers plugin does so).
+            A path that cannot be imported is a one-line error naming the plugin.
         ``replace`` (bool)
             Required to take over a built-in name (``embedded``); without it your
             registration is ignored with a warning.
@@ -430,6 +434,7 @@ def rllm_register_backends(register: BackendRegistrar) -> None:
         @rllm.hookimpl
         def rllm_register_backends(register):
             register("my_cluster", MyClusterBackend)
+            register("my_gpu", "my_plugin.gpu_backend:GpuBackend")  # imported when selected
     """
 
 

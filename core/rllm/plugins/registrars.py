@@ -150,10 +150,11 @@ def grouping_hook_registrar(manager: RegistrationMixin, source: Source, names: l
 
 
 def backend_registrar(manager: RegistrationMixin, source: Source, names: list[str]) -> BackendRegistrar:
-    """``register`` for ``rllm_register_backends``: the class is checked, never constructed, here."""
+    """``register`` for ``rllm_register_backends``: the class is checked, never constructed, here (a
+    ``"module:Class"`` path is checked when a run first asks for the backend)."""
     kind = _KINDS["backends"]
 
-    def register_backend(name: str, backend_cls: type[Any], *, replace: bool = False) -> None:
+    def register_backend(name: str, backend_cls: type[Any] | str, *, replace: bool = False) -> None:
         manager.add(kind, name, backend_cls, source, replace=replace)
         names.append(name)
 

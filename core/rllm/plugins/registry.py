@@ -33,12 +33,33 @@ class Entry:
     replace: bool = False
 
     def same_target(self, other: Entry) -> bool:
-        if self.target is other.target:
+        if self.target is other.target or (isinstance(self.target, str) and self.target == other.target):
             return True
         # The same function from a re-imported module (a notebook cell run twice).
         key = getattr(self.target, "__module__", None), getattr(self.target, "__qualname__", None)
         other_key = getattr(other.target, "__module__", None), getattr(other.target, "__qualname__", None)
         return self.source == other.source and None not in key and key == other_key
+
+
+def is_import_path(target: object) -> bool:
+    """Whether ``target`` is a lazy ``"module:attribute"`` registration (imported when first used)."""
+    if not isinstance(target, str):
+        return False
+    module, _, attribute = target.partition(":")
+    return bool(module) and bool(attribute)
+
+
+def import_target(path: str, who: str, hint: str) -> Any:
+    """The object a ``"module:attribute"`` path names, imported now; a failure is one line saying ``who`` and why.
+
+    Only a missing module or attribute is reported so: any other error while the module
+    imports (an rllm error a plugin raises to explain itself, a bug) propagates unchanged.
+    """
+    module, _, attribute = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise PluginContractError(f"{who} cannot be loaded from {path!r}: {exc}. {hint}") from None
 
 
 def first_unknown(given: Iterable[str], known: Sequence[str]) -> tuple[str, str] | None:
@@ -248,8 +269,7 @@ class LossEntry(Entry):
         who = f"{self.source.describe()} registered loss {self.name!r}"
         target = self.target
         if isinstance(target, str):
-            module, _, attribute = target.partition(":")
-            if not module or not attribute:
+            if not is_import_path(target):
                 raise PluginContractError(f"{who} with fn={target!r}; give a callable or 'module:function'.")
         elif not callable(target):
             raise PluginContractError(f"{who} with a non-callable {target!r}; give a callable or 'module:function'.")
@@ -290,14 +310,11 @@ class LossEntry(Entry):
         """The loss function, importing its module on first use; an import failure names the plugin."""
         if not isinstance(self.target, str):
             return self.target  # type: ignore[no-any-return]
-        module, _, attribute = self.target.partition(":")
-        try:
-            fn = getattr(importlib.import_module(module), attribute)
-        except (ImportError, AttributeError) as exc:
-            raise PluginContractError(
-                f"Loss {self.name!r} of {self.source.describe()} cannot be loaded from {self.target!r}: {exc}. "
-                "Install what it needs (torch for rllm's losses: pip install torch), or fix the plugin."
-            ) from None
+        fn = import_target(
+            self.target,
+            f"Loss {self.name!r} of {self.source.describe()}",
+            "Install what it needs (torch for rllm's losses: pip install torch), or fix the plugin.",
+        )
         if not callable(fn):
             raise PluginContractError(
                 f"Loss {self.name!r} of {self.source.describe()}: {self.target!r} is not callable."

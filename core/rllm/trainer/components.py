@@ -11,7 +11,8 @@ import warnings
 from omegaconf import DictConfig, OmegaConf
 
 from rllm.config.loading import default_config
-from rllm.errors import ConfigError, RLLMWarning
+from rllm.errors import RLLMWarning
+from rllm.plugins.contract import backend_class
 from rllm.plugins.manager import get_plugin_manager
 from rllm.trainer.backend_protocol import BackendProtocol
 from rllm.trainer.engine import Executor
@@ -19,14 +20,12 @@ from rllm.trainer.grouping import GroupingHook, with_options
 
 
 def resolve_backend(backend_cls: type[BackendProtocol] | str | None, config: DictConfig) -> type[BackendProtocol]:
-    """``backend_cls`` if it is a class, else the class registered as it (or as ``rllm.backend``)."""
+    """``backend_cls`` if it is a class, else the class registered as it (or as ``rllm.backend``), imported now if
+    the plugin registered it lazily as ``"module:Class"``."""
     if isinstance(backend_cls, type):
         return backend_cls
     name = backend_cls or str(config.rllm.backend)
-    target = get_plugin_manager().backends.resolve(name).target
-    if not isinstance(target, type):
-        raise ConfigError(f"Backend {name!r} is registered as {target!r}, which is not a class.")
-    return target
+    return backend_class(get_plugin_manager().backends.resolve(name))
 
 
 def resolve_grouping_hook(hook: GroupingHook | str | None, config: DictConfig) -> GroupingHook:

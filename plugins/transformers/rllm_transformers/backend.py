@@ -14,28 +14,33 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import warnings
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
-from safetensors.torch import load_file, save_file
 
 from rllm import AlgorithmConfig
 from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
 from rllm.losses import KLInReward, LossSettings, inactive_kl_keys
 from rllm.tasks import VOCAB, ArithmeticWorkflow, build_tasks
-from rllm.trainer import TaskLoader, TaskSetup, TrainerState, WorkflowEngine, scheduled_lr, task_loader
-from rllm.types import Episode, Step
-from rllm_transformers.engine import Sampling, TransformersEngine
-from rllm_transformers.model import TINY, load_policy
-from rllm_transformers.plugin import TransformersBackend
-from rllm_transformers.rewards import check_estimators_see_the_penalty, subtract_from_rewards
+from rllm.trainer import BackendProtocol, TaskLoader, TaskSetup, TrainerState, WorkflowEngine, scheduled_lr, task_loader
+from rllm.types import Episode
+from rllm_transformers.plugin import missing_extra_error
+
+try:  # the extra first: without it, selecting the backend is one line naming the extra, not an ImportError
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from rllm_transformers.batch import RowBatch, pack_rows, response_tokens, token_log_probs
+    from rllm_transformers.engine import Sampling, TransformersEngine
+    from rllm_transformers.model import TINY, load_policy
+    from rllm_transformers.rewards import check_estimators_see_the_penalty, subtract_from_rewards
+except ImportError as exc:
+    raise missing_extra_error(exc) from None
 
 MODEL_DIR = "model"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -49,60 +54,11 @@ _REFUSED: tuple[tuple[str, Any, str], ...] = (
 """rLLM's algorithm keys this backend cannot honour: (key, default, what to do). Every other key is honoured."""
 
 
-@dataclass
-class RowBatch:
-    """Stage 4's batch: one right-padded row per step, the response tokens marked in ``mask``.
-
-    ``mask[r, j]`` is 1 where token ``j + 1`` of row ``r`` is a response token, so it lines up
-    with the log-prob the model gives at position ``j``.
-    """
-
-    ids: torch.Tensor
-    attention: torch.Tensor
-    mask: torch.Tensor
-    rollout_logps: torch.Tensor
-    steps: list[Step]
-    roles: list[str]
-    losses: list[str]
-    old_logps: torch.Tensor | None = None
-    ref_logps: torch.Tensor | None = None
-
-    def advantages(self) -> torch.Tensor:
-        values = torch.zeros_like(self.mask)
-        for row, step in enumerate(self.steps):
-            if step.advantage is None:
-                raise TrainerError("A step reached the policy update without an advantage; stage 6 did not run.")
-            positions = self.mask[row].nonzero().squeeze(-1)
-            per_token = torch.as_tensor(step.advantage, dtype=values.dtype).reshape(-1)
-            if per_token.numel() not in (1, len(positions)):
-                raise TrainerError(
-                    f"A step has {per_token.numel()} advantages for {len(positions)} response tokens; give one "
-                    "per token or a single one."
-                )
-            values[row, positions] = per_token.to(values.device)
-        return values
-
-
-def response_tokens(episodes: Sequence[Episode]) -> int:
-    """The response tokens of the episodes' steps: what was generated for them, in this process or a worker."""
-    return sum(len(step.response_ids) for ep in episodes for trajectory in ep.trajectories for step in trajectory.steps)
-
-
-def token_log_probs(model: Any, ids: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-prob of each next token of ``ids`` and the entropy of each position's distribution (no gradient)."""
-    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
-    log_p = torch.log_softmax(logits, dim=-1)
-    chosen = log_p.gather(-1, ids[:, 1:, None]).squeeze(-1)
-    with torch.no_grad():
-        entropy = -(log_p.exp() * log_p).sum(-1)
-    return chosen, entropy
-
-
-class TorchTransformersBackend(TransformersBackend):
-    """The implementation behind ``rllm.backend=transformers`` (constructed through :class:`TransformersBackend`)."""
+class TransformersBackend(BackendProtocol):
+    """``rllm.backend=transformers`` (the plugin registers this class's path, so it is imported when selected)."""
 
     def __init__(self, config: DictConfig, **kwargs: Any) -> None:
-        self.config = config
+        super().__init__(config)
         self.options = config.rllm.transformers
         self.algorithm = AlgorithmConfig.from_config(config)
         options = self.options
@@ -224,35 +180,9 @@ class TorchTransformersBackend(TransformersBackend):
 
     # -- stages 4, 5 and 7 -------------------------------------------------------------------
     def transform_to_backend_batch(self, trainer_state: TrainerState) -> RowBatch:
-        rows: list[tuple[list[int], list[int], list[float]]] = []
-        steps, roles, losses = [], [], []
-        for group in trainer_state.trajectory_groups:
-            loss = self._settings(group.group_role).name
-            for trajectory in group.trajectories:
-                for step in trajectory.steps:
-                    if not step.response_ids:
-                        continue
-                    logps = list(step.logprobs) if step.logprobs else [math.nan] * len(step.response_ids)
-                    rows.append((list(step.prompt_ids), list(step.response_ids), logps))
-                    steps.append(step)
-                    roles.append(group.group_role)
-                    losses.append(loss)
-        if not rows:
-            raise TrainerError("The trajectory groups hold no response tokens; the workflow produced empty steps.")
-        width = max(len(p) + len(r) for p, r, _ in rows)
-        pad = int(self.tokenizer.pad_token_id)
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        mask = torch.zeros((len(rows), width - 1))
-        rollout = torch.zeros((len(rows), width - 1))
-        for row, (prompt, response, logps) in enumerate(rows):
-            ids[row, : len(prompt) + len(response)] = torch.tensor(prompt + response)
-            attention[row, : len(prompt) + len(response)] = 1
-            span = slice(len(prompt) - 1, len(prompt) - 1 + len(response))
-            mask[row, span] = 1.0
-            rollout[row, span] = torch.tensor(logps[: len(response)], dtype=torch.float32)
-        device = self.device
-        return RowBatch(ids.to(device), attention.to(device), mask.to(device), rollout.to(device), steps, roles, losses)
+        groups = trainer_state.trajectory_groups
+        loss_of = {group.group_role: self._settings(group.group_role).name for group in groups}
+        return pack_rows(groups, loss_of, int(self.tokenizer.pad_token_id), self.device)
 
     async def process_backend_batch(self, trainer_state: TrainerState) -> None:
         """The old policy's log-probs (PPO's denominator), the reference policy's, and the KL-in-reward penalty.

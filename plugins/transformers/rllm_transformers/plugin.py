@@ -1,19 +1,18 @@
 """The ``transformers`` plugin's hooks: the backend's name and its ``rllm.transformers`` settings.
 
-Nothing here imports torch or transformers: the registered class checks for the extra when a
-run constructs it, then builds the implementation in :mod:`rllm_transformers.backend`.
+Nothing here imports torch or transformers: the backend is registered as the path of
+:class:`rllm_transformers.backend.TransformersBackend`, imported when a run selects it; that
+module names the extra in one line when it is not installed.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
 
 from rllm import hookimpl
 from rllm.config import ConfigKey
 from rllm.errors import ConfigError
 from rllm.plugins import BackendRegistrar, ConfigSectionRegistrar
-from rllm.trainer import BackendProtocol
 
 EXTRA = ("torch", "transformers", "safetensors")
 
@@ -29,43 +28,20 @@ def missing_extra() -> list[str]:
     return [name for name in EXTRA if not _installed(name)]
 
 
-class TransformersBackend(BackendProtocol):
-    """``rllm.backend=transformers``: constructing it yields the torch implementation, if the extra is installed."""
-
-    name = "transformers"
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> TransformersBackend:
-        if cls is TransformersBackend:
-            missing = missing_extra()
-            if missing:
-                raise ConfigError(
-                    f"rllm.backend=transformers needs {', '.join(missing)}: pip install 'rllm[transformers]' "
-                    "(on a machine without a GPU, install torch's CPU build first)."
-                )
-            from rllm_transformers.backend import TorchTransformersBackend
-
-            cls = TorchTransformersBackend
-        return super().__new__(cls)
-
-    def __init__(self, config: Any, **kwargs: Any) -> None:
-        super().__init__(config)
-
-    def init_rollout_engine(self, **kwargs: Any) -> Any:
-        raise NotImplementedError
-
-    def get_dataloader(self, dataset: Any, trainer_state: Any) -> Any:
-        raise NotImplementedError
-
-    def transform_to_backend_batch(self, trainer_state: Any) -> Any:
-        raise NotImplementedError
-
-    async def update_policy(self, trainer_state: Any) -> None:
-        raise NotImplementedError
+def missing_extra_error(exc: ImportError) -> Exception:
+    """What importing the backend without the extra raises: a one-line error naming it (else ``exc`` itself)."""
+    missing = missing_extra()
+    if not missing:
+        return exc  # the extra is installed: the import failed for another reason, reported as it is
+    return ConfigError(
+        f"rllm.backend=transformers needs {', '.join(missing)}: pip install 'rllm[transformers]' "
+        "(on a machine without a GPU, install torch's CPU build first)."
+    )
 
 
 @hookimpl
 def rllm_register_backends(register: BackendRegistrar) -> None:
-    register("transformers", TransformersBackend)
+    register("transformers", "rllm_transformers.backend:TransformersBackend")  # imports torch only when selected
 
 
 def _task_names() -> list[str]:

@@ -1,0 +1,99 @@
+"""Stage 4 of the transformers backend: every step one right-padded row, and the log-probs of a row batch.
+
+:func:`pack_rows` turns the trajectory groups into a :class:`RowBatch`; the backend's stages 5
+and 7 read it (``token_log_probs`` for the old, reference and current policies).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rllm.errors import TrainerError
+from rllm.types import Episode, Step, TrajectoryGroup
+
+
+@dataclass
+class RowBatch:
+    """Stage 4's batch: one right-padded row per step, the response tokens marked in ``mask``.
+
+    ``mask[r, j]`` is 1 where token ``j + 1`` of row ``r`` is a response token, so it lines up
+    with the log-prob the model gives at position ``j``.
+    """
+
+    ids: torch.Tensor
+    attention: torch.Tensor
+    mask: torch.Tensor
+    rollout_logps: torch.Tensor
+    steps: list[Step]
+    roles: list[str]
+    losses: list[str]
+    old_logps: torch.Tensor | None = None
+    ref_logps: torch.Tensor | None = None
+
+    def advantages(self) -> torch.Tensor:
+        values = torch.zeros_like(self.mask)
+        for row, step in enumerate(self.steps):
+            if step.advantage is None:
+                raise TrainerError("A step reached the policy update without an advantage; stage 6 did not run.")
+            positions = self.mask[row].nonzero().squeeze(-1)
+            per_token = torch.as_tensor(step.advantage, dtype=values.dtype).reshape(-1)
+            if per_token.numel() not in (1, len(positions)):
+                raise TrainerError(
+                    f"A step has {per_token.numel()} advantages for {len(positions)} response tokens; give one "
+                    "per token or a single one."
+                )
+            values[row, positions] = per_token.to(values.device)
+        return values
+
+
+def response_tokens(episodes: Sequence[Episode]) -> int:
+    """The response tokens of the episodes' steps: what was generated for them, in this process or a worker."""
+    return sum(len(step.response_ids) for ep in episodes for trajectory in ep.trajectories for step in trajectory.steps)
+
+
+def token_log_probs(model: Any, ids: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob of each next token of ``ids`` and the entropy of each position's distribution (no gradient)."""
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+    log_p = torch.log_softmax(logits, dim=-1)
+    chosen = log_p.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    with torch.no_grad():
+        entropy = -(log_p.exp() * log_p).sum(-1)
+    return chosen, entropy
+
+
+def pack_rows(
+    groups: Sequence[TrajectoryGroup], loss_of: Mapping[str, str], pad: int, device: torch.device
+) -> RowBatch:
+    """One row per step with a response (``pad`` after it), each row's role and the name of its role's loss."""
+    rows: list[tuple[list[int], list[int], list[float]]] = []
+    steps, roles, losses = [], [], []
+    for group in groups:
+        loss = loss_of[group.group_role]
+        for trajectory in group.trajectories:
+            for step in trajectory.steps:
+                if not step.response_ids:
+                    continue
+                logps = list(step.logprobs) if step.logprobs else [math.nan] * len(step.response_ids)
+                rows.append((list(step.prompt_ids), list(step.response_ids), logps))
+                steps.append(step)
+                roles.append(group.group_role)
+                losses.append(loss)
+    if not rows:
+        raise TrainerError("The trajectory groups hold no response tokens; the workflow produced empty steps.")
+    width = max(len(p) + len(r) for p, r, _ in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width - 1))
+    rollout = torch.zeros((len(rows), width - 1))
+    for row, (prompt, response, logps) in enumerate(rows):
+        ids[row, : len(prompt) + len(response)] = torch.tensor(prompt + response)
+        attention[row, : len(prompt) + len(response)] = 1
+        span = slice(len(prompt) - 1, len(prompt) - 1 + len(response))
+        mask[row, span] = 1.0
+        rollout[row, span] = torch.tensor(logps[: len(response)], dtype=torch.float32)
+    return RowBatch(ids.to(device), attention.to(device), mask.to(device), rollout.to(device), steps, roles, losses)
