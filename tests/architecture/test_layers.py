@@ -25,6 +25,7 @@ PUBLIC_MODULES = (  # a name is public if the module's __all__ lists it (or, wit
     "rllm",
     "rllm.toolkit",
     "rllm.config",
+    "rllm.engine",
     "rllm.errors",
     "rllm.types",
     "rllm.plugins",

@@ -17,6 +17,7 @@ skip_module_without("ray", install="pip install 'rllm[ray]' (CI does)")
 
 import ray
 
+from rllm.engine import RolloutEngine
 from rllm.errors import WorkflowError
 from rllm.trainer.engine import WorkflowEngine
 from rllm.trainer.ray_executor import RayExecutor
@@ -198,7 +199,7 @@ def test_an_engine_that_cannot_reach_the_workers_stops_the_run_before_any_rollou
 
     from rllm.errors import TrainerError
 
-    class LockedEngine:
+    class LockedEngine(RolloutEngine):
         def __init__(self) -> None:
             self.lock = threading.Lock()  # cannot be pickled
 
@@ -210,10 +211,10 @@ def test_an_engine_that_cannot_reach_the_workers_stops_the_run_before_any_rollou
 
 
 def test_for_workers_is_what_the_workers_get() -> None:
-    class Handle:
+    class Handle(RolloutEngine):
         label = "from for_workers"
 
-    class ServerEngine:
+    class ServerEngine(RolloutEngine):
         def __init__(self) -> None:
             import threading
 

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 import rllm.tasks
+from rllm.engine import Generation
 from rllm.errors import ConfigError
 from rllm.tasks import ArithmeticWorkflow, build_tasks
 from rllm.trainer import TaskLoader, lr_factor
 from rllm.types import TerminationReason
-from rllm_builtin.embedded.backend import EmbeddedRolloutEngine, Generation
+from rllm_builtin.embedded.backend import EmbeddedRolloutEngine
 from rllm_builtin.embedded.policy import SoftmaxPolicy, policy_loss
 
 

@@ -19,9 +19,10 @@ skip_module_without("torch", "transformers", "safetensors", install="pip install
 import torch
 from omegaconf import OmegaConf
 
+from rllm.engine import Generation, RolloutEngine
 from rllm.tasks import EQUALS, ArithmeticWorkflow
 from rllm.trainer.engine import WorkflowCall, instantiate
-from rllm_transformers.engine import Generation, Sampling, TransformersEngine, draw_rows, sampling_log_probs
+from rllm_transformers.engine import Sampling, TransformersEngine, draw_rows, sampling_log_probs
 from rllm_transformers.model import char_tokenizer, tiny_model
 from rllm_transformers.workers import WorkerEngine
 
@@ -144,6 +145,7 @@ def test_a_worker_snapshot_samples_the_engines_episodes_and_batches_them() -> No
 
     worker = pickle.loads(pickle.dumps(snapshot))  # what a Ray worker unpickles
     assert isinstance(worker, WorkerEngine)
+    assert all(isinstance(e, RolloutEngine) for e in (engine, engine.for_episode(1), worker, worker.for_episode(1)))
     batches: list[int] = []
     live = worker.engine()
     sample = live.sample

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rllm.engine import PROMPT_TOO_LONG
 from rllm.errors import ConfigError
 from rllm.types import Episode, Step, TerminationReason, Trajectory
 from rllm.workflows import Workflow
@@ -88,7 +89,7 @@ class ArithmeticWorkflow(Workflow):
         correct = 0
         for expected in answers:
             generation = await self.rollout_engine.generate(context, max_tokens=1)
-            if getattr(generation, "finish_reason", None) == "prompt_length":  # longer than the engine takes
+            if generation.finish_reason == PROMPT_TOO_LONG:  # longer than the engine takes
                 if steps:
                     steps[-1].reward, steps[-1].done = correct / len(answers), True
                 return Episode(

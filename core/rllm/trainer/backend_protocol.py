@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from rllm.config.algorithm import AlgorithmConfig
+from rllm.engine import RolloutEngine
 from rllm.errors import DataError
 from rllm.estimators.collect import collect_advantages
 from rllm.estimators.state import EstimatorStates
@@ -111,8 +112,9 @@ class BackendProtocol:
         self.config = config
 
     # -- setup ------------------------------------------------------------------------
-    def init_rollout_engine(self, **kwargs: Any) -> Any:
-        """Build what workflows sample from. Receives the trainer's parsed configs as keywords."""
+    def init_rollout_engine(self, **kwargs: Any) -> RolloutEngine:
+        """Build what workflows sample from (an :class:`rllm.engine.RolloutEngine`). Receives the trainer's parsed
+        configs as keywords."""
         raise NotImplementedError(f"{type(self).__name__} must implement init_rollout_engine()")
 
     def validate_config(self) -> None:

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rllm.errors import ConfigError, DataError, WorkflowError
+from rllm.engine import RolloutEngine, engine_problem
+from rllm.errors import ConfigError, DataError, PluginContractError, WorkflowError
 from rllm.trainer.logging import EpisodeLogger
 from rllm.types import Episode, TerminationReason
 from rllm.workflows.workflow import Workflow
@@ -30,7 +31,7 @@ class WorkflowCall:
 
     workflow_class: type[Workflow]
     workflow_args: dict[str, Any]
-    rollout_engine: Any
+    rollout_engine: RolloutEngine | None
     task: dict[str, Any]
     uid: str
     seed: int | None = None
@@ -38,18 +39,21 @@ class WorkflowCall:
 
 
 FAILURE_POLICIES = ("retry", "drop_group", "fail")
+EXECUTOR_METHODS = ("start", "prepare", "run", "shutdown")
+"""The methods of :class:`Executor`, each of which an executor must have."""
 
 
 class Executor(Protocol):
     """Runs workflow calls. ``run`` may be cancelled (on timeout) and must then stop the rollout.
 
-    An executor may also define ``async prepare(call)``: the engine calls it before each batch
-    with the batch's first call (all of a batch's calls share the workflow class, its arguments
-    and the rollout engine), since the policy may have changed since the last batch. What it
-    raises stops the run, before any rollout.
+    ``prepare(call)`` runs before each batch with the batch's first call (all of a batch's
+    calls share the workflow class, its arguments and the rollout engine), since the policy
+    may have changed since the last batch. What it raises stops the run, before any rollout.
     """
 
     async def start(self) -> None: ...
+
+    async def prepare(self, call: WorkflowCall) -> None: ...
 
     async def run(self, call: WorkflowCall) -> Episode | None: ...
 
@@ -67,13 +71,13 @@ def episode_seed(run_seed: int, mode: str, step: int, call_index: int, task_inde
     return int.from_bytes(hashlib.blake2b(words, digest_size=8).digest(), "little") >> 1
 
 
-def instantiate(call: WorkflowCall, rollout_engine: Any) -> Workflow:
+def instantiate(call: WorkflowCall, rollout_engine: RolloutEngine | None) -> Workflow:
     """A fresh workflow for one attempt, sampling with the episode's own random stream.
 
-    A rollout engine with ``for_episode(seed)`` hands each episode a view seeded with its seed,
+    The rollout engine's ``for_episode(seed)`` hands each episode a view seeded with its seed,
     so what it samples does not depend on which episodes ran before it, or where.
     """
-    if call.seed is not None and hasattr(rollout_engine, "for_episode"):
+    if call.seed is not None and rollout_engine is not None:
         rollout_engine = rollout_engine.for_episode(call.seed)
     workflow = call.workflow_class(rollout_engine=rollout_engine, **call.workflow_args)
     workflow.seed = call.seed
@@ -85,6 +89,9 @@ class LocalExecutor:
 
     async def start(self) -> None:
         """Nothing to start: the event loop is the worker pool."""
+
+    async def prepare(self, call: WorkflowCall) -> None:
+        """Nothing to send: the batch's calls run here, with the rollout engine itself."""
 
     async def run(self, call: WorkflowCall) -> Episode | None:
         return await instantiate(call, call.rollout_engine).run(call.task, call.uid)
@@ -151,7 +158,7 @@ class WorkflowEngine:
         self,
         workflow_cls: type[Workflow],
         workflow_args: dict[str, Any] | None = None,
-        rollout_engine: Any = None,
+        rollout_engine: RolloutEngine | None = None,
         *,
         n_parallel_tasks: int = 256,
         retry_limit: int = 3,
@@ -180,6 +187,17 @@ class WorkflowEngine:
             raise ConfigError(
                 "rllm.workflow.failure_policy=fail stops the run at the first workflow error, but "
                 "rllm.workflow.raise_on_error=false asks to go on; use failure_policy=drop_group to go on."
+            )
+        problem = None if rollout_engine is None else engine_problem(rollout_engine)
+        if problem:
+            raise PluginContractError(f"{problem}.")
+        missing = [
+            name for name in EXECUTOR_METHODS if executor is not None and not callable(getattr(executor, name, None))
+        ]
+        if missing:
+            raise ConfigError(
+                f"executor {type(executor).__qualname__} has no {', '.join(f'{name}()' for name in missing)}; an "
+                "executor implements rllm.trainer.engine.Executor (subclass LocalExecutor for its no-op defaults)."
             )
         self.workflow_cls = workflow_cls
         self.workflow_args = dict(workflow_args or {})
@@ -234,9 +252,8 @@ class WorkflowEngine:
             calls.append(
                 WorkflowCall(self.workflow_cls, self.workflow_args, self.rollout_engine, task, f"{task_id}:{k}", seed)
             )
-        prepare = getattr(self.executor, "prepare", None)
-        if prepare is not None and calls:
-            await prepare(calls[0])
+        if calls:
+            await self.executor.prepare(calls[0])
         stats = self.stats
         failed_groups: set[str] = set()
         limit = asyncio.Semaphore(self.n_parallel_tasks)

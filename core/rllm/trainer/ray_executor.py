@@ -3,9 +3,9 @@
 Chosen with ``rllm.workflow.executor: ray`` (``pip install 'rllm[ray]'``). The workflow engine
 keeps ordering, retries, timeouts, seeds and the failure policy, so a run gives the same
 episodes as with the local executor; this module only moves calls to workers and results
-back. Per batch the workflow class, its arguments and the rollout engine travel once (the
-engine's ``for_workers()`` if it has one, else a copy of the engine itself); per episode only
-the task, its id and its seed do. ray is imported when the executor starts, never before.
+back. Per batch the workflow class, its arguments and the rollout engine travel once (what
+the engine's ``for_workers()`` returns: by default a copy of the engine itself); per episode
+only the task, its id and its seed do. ray is imported when the executor starts, never before.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from rllm.engine import engine_problem
 from rllm.errors import ConfigError, NameNotFoundError, TrainerError
 from rllm.trainer.engine import WorkflowCall, instantiate
 from rllm.types import Episode
@@ -168,8 +169,12 @@ class RayExecutor:
     def _publish(self, call: WorkflowCall) -> tuple[str, list[Any]]:
         ray = _ray()
         engine = call.rollout_engine
-        for_workers = getattr(engine, "for_workers", None)
-        sent = for_workers() if for_workers is not None else engine
+        sent = None if engine is None else engine.for_workers()
+        problem = None if sent is None else engine_problem(sent)
+        if problem:
+            raise TrainerError(
+                f"{type(engine).__name__}.for_workers() returned what workers cannot sample from: {problem}."
+            )
         try:
             payload = ray.cloudpickle.dumps((call.workflow_class, call.workflow_args, sent))
         except Exception as exc:

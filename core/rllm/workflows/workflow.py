@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rllm.engine import RolloutEngine
 from rllm.types import Episode, TerminationReason
 
 __all__ = ["TerminationReason", "Workflow"]
@@ -29,7 +30,7 @@ class Workflow:
     """This episode's seed, set by the engine before ``run``: seed the environment's randomness
     from it (``numpy.random.default_rng(self.seed)``) so every executor gives the same episode."""
 
-    def __init__(self, rollout_engine: Any, **kwargs: Any) -> None:
+    def __init__(self, rollout_engine: RolloutEngine, **kwargs: Any) -> None:
         self.rollout_engine = rollout_engine
         self.options = kwargs
 

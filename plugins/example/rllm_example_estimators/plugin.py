@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 import rllm
+from rllm.engine import Generation, RolloutEngine
 from rllm.toolkit import AdvantageBatch, FloatArray, Numerics, Option, centre, group_std, lone_groups, rewards_as
 from rllm.trainer import BackendProtocol, TaskSetup, TrainerState
 from rllm.types import Step, Trajectory
@@ -90,23 +92,24 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
     return weights / weights.sum()
 
 
-class ArmEngine:
-    """The rollout engine of the bandit backend: samples an arm from the current policy."""
+class ArmEngine(RolloutEngine):
+    """The rollout engine of the bandit backend: its one-token answer is an arm sampled from the current policy."""
 
     def __init__(self, backend: BanditBackend) -> None:
         self.backend = backend
 
-    def pull(self) -> tuple[int, float]:
+    async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
         probabilities = _softmax(self.backend.logits)
         arm = int(self.backend.rng.choice(ARMS, p=probabilities))
-        return arm, float(np.log(probabilities[arm]))
+        return Generation([arm], [float(np.log(probabilities[arm]))], str(arm))
 
 
 class PickArm(Workflow):
     """One step: pull an arm; reward 1 for the task's best arm."""
 
     async def run(self, task: dict[str, Any], uid: str, **kwargs: Any) -> rllm.Episode:
-        arm, logprob = self.rollout_engine.pull()
+        generation = await self.rollout_engine.generate([])
+        arm, logprob = generation.response_ids[0], generation.logprobs[0]
         reward = 1.0 if arm == task["best_arm"] else 0.0
         step = Step(response_ids=[arm], logprobs=[logprob], action=arm, reward=reward, done=True)
         return rllm.Episode(

@@ -6,35 +6,22 @@ log-probability of each sampled token under the distribution it was drawn from (
 temperature, top-k and top-p) is returned with it. Each row draws its tokens from its own
 request's generator: an episode's view (:meth:`TransformersEngine.for_episode`) seeds one
 from the episode's seed, so what an episode samples does not depend on which episodes shared
-its batches, nor on the executor that ran it. :class:`RolloutEngine` is the interface a
-server engine (an OpenAI-compatible vLLM or SGLang endpoint) would implement as well.
+its batches, nor on the executor that ran it. The engines here implement core's
+:class:`rllm.engine.RolloutEngine`, as a server engine (an OpenAI-compatible vLLM or SGLang
+endpoint) would; ``chat`` is this engine's own addition.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from rllm.engine import PROMPT_TOO_LONG, Generation, RolloutEngine
 from rllm.errors import DataError
-
-PROMPT_TOO_LONG = "prompt_length"
-"""``Generation.finish_reason`` of a prompt longer than ``max_prompt_length``: nothing was generated."""
-
-
-@dataclass
-class Generation:
-    """One model call's answer: the response tokens, their sampling log-probs, its text and why it stopped."""
-
-    response_ids: list[int]
-    logprobs: list[float]
-    text: str
-    finish_reason: str = "stop"
-    """``stop`` (EOS), ``length`` (max tokens) or :data:`PROMPT_TOO_LONG`."""
-    prompt_ids: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -43,14 +30,6 @@ class Sampling:
     top_p: float = 1.0
     top_k: int = 0
     """0: no top-k cut."""
-
-
-class RolloutEngine(Protocol):
-    """What workflows sample from. ``chat`` applies the tokenizer's chat template to the messages."""
-
-    async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation: ...
-
-    async def chat(self, messages: Sequence[dict[str, str]], max_tokens: int | None = None) -> Generation: ...
 
 
 @dataclass
@@ -99,7 +78,7 @@ def draw_rows(
     return torch.where(torch.tensor(live), token, pad).to(log_p.device)
 
 
-class TransformersEngine:
+class TransformersEngine(RolloutEngine):
     """Batched sampling from a transformers causal LM, in the trainer's process or a Ray worker (see ``workers``)."""
 
     def __init__(
@@ -129,7 +108,7 @@ class TransformersEngine:
         """A view for one episode: batched with the others, sampling from a generator seeded with ``seed``."""
         return EpisodeEngine(self, torch.Generator().manual_seed(int(seed)))
 
-    def for_workers(self) -> Any:
+    def for_workers(self) -> RolloutEngine:
         """What a Ray worker gets once per batch: a snapshot of the weights and settings that samples there."""
         from rllm_transformers.workers import WorkerEngine
 
@@ -247,7 +226,7 @@ class TransformersEngine:
         return generations
 
 
-class EpisodeEngine:
+class EpisodeEngine(RolloutEngine):
     """One episode's view of a :class:`TransformersEngine`: the engine's batches, the episode's random stream."""
 
     def __init__(self, engine: TransformersEngine, generator: torch.Generator) -> None:

@@ -17,11 +17,12 @@ from typing import Any
 
 import torch
 
-from rllm_transformers.engine import EpisodeEngine, Generation, Sampling, TransformersEngine
+from rllm.engine import Generation, RolloutEngine
+from rllm_transformers.engine import EpisodeEngine, Sampling, TransformersEngine
 
 
 @dataclass
-class WorkerEngine:
+class WorkerEngine(RolloutEngine):
     """The trainer's engine as data; built into a live engine where it is first used (a Ray worker)."""
 
     model_class: type

@@ -18,6 +18,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from rllm import AlgorithmConfig
+from rllm.engine import Generation, RolloutEngine
 from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
 from rllm.losses import loss_entry
 from rllm.tasks import EOS, VOCAB, ArithmeticWorkflow, build_tasks, decode
@@ -55,16 +56,7 @@ _UNHONOURED: tuple[tuple[str, Any, str], ...] = (
 """rLLM's keys the embedded backend cannot honour: (path under ``rllm``, default, why)."""
 
 
-@dataclass
-class Generation:
-    """What the rollout engine returns for one model call."""
-
-    response_ids: list[int]
-    logprobs: list[float]
-    text: str
-
-
-class EmbeddedRolloutEngine:
+class EmbeddedRolloutEngine(RolloutEngine):
     """Samples responses from the current policy, token by token, until EOS or ``max_tokens``.
 
     It is plain data (the policy's weights, a generator, the temperature), so the Ray executor
@@ -80,17 +72,19 @@ class EmbeddedRolloutEngine:
         """The same policy with the episode's own generator, so its samples do not depend on scheduling."""
         return EmbeddedRolloutEngine(self.policy, np.random.default_rng(seed), self.temperature)
 
-    async def generate(self, prompt_ids: Sequence[int], max_tokens: int = 1) -> Generation:
+    async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = 1) -> Generation:
+        """Token by token until EOS or ``max_tokens`` (None: one token, what the built-in tasks ask)."""
+        limit = 1 if max_tokens is None else max_tokens
         context = list(prompt_ids)
         response: list[int] = []
         logprobs: list[float] = []
-        while len(response) < max_tokens:
+        while len(response) < limit:
             token, logprob = self.policy.sample(context + response, self.rng, self.temperature)
             response.append(token)
             logprobs.append(logprob)
             if token == EOS:
                 break
-        return Generation(response, logprobs, decode(response))
+        return Generation(response, logprobs, decode(response), "stop" if response[-1:] == [EOS] else "length")
 
 
 @dataclass
