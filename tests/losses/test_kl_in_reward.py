@@ -12,7 +12,7 @@ from extras import missing
 
 from rllm import AlgorithmConfig
 from rllm.config import CORE_KEYS, load_config
-from rllm.errors import ConfigError, TrainerError
+from rllm.errors import ConfigError, LossOptionError, TrainerError
 from rllm.losses import AdaptiveKLController, FixedKLController, KLInReward, inactive_kl_keys, kl_controller
 from rllm.trainer.algorithms import KLControlConfig
 from rllm.types import Step, Trajectory, TrajectoryGroup
@@ -63,6 +63,54 @@ def test_adaptive_controller_after_one_update_by_hand(kl: float, factor: float) 
     assert isinstance(ctrl, AdaptiveKLController)
     ctrl.update(kl, 100)
     assert ctrl.value == pytest.approx(0.001 * factor, rel=1e-12)
+
+
+def test_a_batch_of_more_than_five_horizons_below_target_keeps_the_coefficient_positive() -> None:
+    """verl's factor ``1 - 0.2 * 16 / 1`` is -2.2 (0.001 -> -0.0022); the step's share of the horizon is capped at 1."""
+    ctrl = kl_controller("adaptive", 0.001, target_kl=0.1, horizon=1)
+    ctrl.update(0.0, 16)
+    assert ctrl.value == pytest.approx(0.001 * 0.8, rel=1e-12)
+    ctrl.update(1.0, 16)  # far above target: +20% at most
+    assert ctrl.value == pytest.approx(0.001 * 0.8 * 1.2, rel=1e-12)
+    capped = kl_controller("adaptive", 0.5, target_kl=0.1, horizon=100)
+    for _ in range(50):
+        capped.update(0.0, 10**6)
+    assert capped.value == pytest.approx(0.5 * 0.8**50, rel=1e-9) and capped.value > 0
+
+
+def test_up_to_one_horizon_per_update_the_step_is_verls_formula() -> None:
+    ctrl = kl_controller("adaptive", 0.002, target_kl=0.1, horizon=64)
+    ctrl.update(0.09, 64)  # the error -0.1 within the clip, the whole horizon
+    assert ctrl.value == pytest.approx(0.002 * (1 - 0.1), rel=1e-12)
+    ctrl.update(0.3, 16)
+    assert ctrl.value == pytest.approx(0.002 * 0.9 * (1 + 0.2 * 16 / 64), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: AdaptiveKLController(0.001, 0.1, math.inf), r"kl_ctrl\.horizon must be an integer >= 1 .*got inf"),
+        (lambda: AdaptiveKLController(0.001, 0.1, 2.5), r"kl_ctrl\.horizon must be an integer >= 1 .*got 2\.5"),
+        (lambda: kl_controller("adaptive", 0.001, 0.1, 0.5), r"kl_ctrl\.horizon must be an integer >= 1 .*got 0\.5"),
+        (lambda: kl_controller("adaptive", 0.001, 0.1, True), r"kl_ctrl\.horizon must be an integer >= 1 .*got True"),
+        (lambda: kl_controller("adaptive", 0.001, math.nan), r"kl_ctrl\.target_kl must be a finite number > 0"),
+        (lambda: kl_controller("adaptive", -0.1), r"kl_ctrl\.kl_coef must be a finite number >= 0; got -0\.1"),
+        (lambda: kl_controller("fixed", math.nan), r"kl_ctrl\.kl_coef must be a finite number >= 0; got nan"),
+        (lambda: kl_controller("adaptive", 0.001).update(math.nan, 8), r"needs a finite measured KL; got nan"),
+        (lambda: kl_controller("adaptive", 0.001).update(0.1, 2.5), r"needs a count of samples >= 0; got 2\.5"),
+    ],
+)
+def test_controller_options_out_of_range_are_one_line_errors(call, message) -> None:
+    with pytest.raises(LossOptionError, match=message) as caught:
+        call()
+    assert "\n" not in str(caught.value)
+
+
+def test_a_refused_update_leaves_the_coefficient() -> None:
+    ctrl = kl_controller("adaptive", 0.001)
+    with pytest.raises(LossOptionError):
+        ctrl.update(math.inf, 8)
+    assert ctrl.value == 0.001
 
 
 def test_settings_come_from_the_algorithm_config_and_are_none_when_off() -> None:

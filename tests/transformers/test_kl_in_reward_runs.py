@@ -107,6 +107,21 @@ def test_resume_restores_the_adapted_coefficient(tiny_config: MakeConfig, tmp_pa
     assert [r["kl_in_reward/kl"] for r in resumed] == [r["kl_in_reward/kl"] for r in clean]
 
 
+def test_a_horizon_below_the_batch_keeps_the_coefficient_positive_and_the_run_resumes(
+    tiny_config: MakeConfig, tmp_path: Path
+) -> None:
+    """16 sequences per step and horizon 1: verl's factor would be 1 - 0.2 * 16 = -2.2 at step 1's zero KL."""
+    run = (*ADAPTIVE[:2], "rllm.algorithm.kl_ctrl.kl_coef=0.001", "rllm.algorithm.kl_ctrl.horizon=1")
+    out = f"rllm.trainer.output_dir={tmp_path / 'run'}"
+    _, first = _fit(tiny_config(*run, out, "rllm.trainer.total_batches=2", "rllm.trainer.save_freq=1"))
+    coefs = [r["kl_in_reward/coef"] for r in first]
+    assert coefs[0] == 0.001 and first[0]["kl_in_reward/kl"] == 0.0
+    assert coefs[1] == pytest.approx(0.001 * 0.8, rel=1e-12)  # below target by the clip's 20%, one horizon at most
+    _, resumed = _fit(tiny_config(*run, out, "rllm.trainer.total_batches=3", "rllm.trainer.save_freq=1"))
+    assert [r["step"] for r in resumed] == [1, 2, 3]  # resumed from its own step-2 checkpoint
+    assert resumed[2]["kl_in_reward/coef"] > 0
+
+
 def test_controller_keys_without_the_switch_warn(tiny_config: MakeConfig) -> None:
     with pytest.warns(RLLMWarning, match=r"kl_ctrl\.type='adaptive' has no effect without .*use_kl_in_reward=true"):
         trainer = UnifiedTrainer(None, tiny_config("rllm.algorithm.kl_ctrl.type=adaptive"), progress=False)

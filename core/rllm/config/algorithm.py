@@ -66,7 +66,7 @@ class KLControlConfig:
 
     ``type`` is ``fixed`` (``kl_coef`` throughout) or ``adaptive`` (``kl_coef`` to start, moved
     each step so the measured KL approaches ``target_kl``, by at most 20% per ``horizon``
-    samples). Each field is checked by its schema key, so a bad value reads as in a config file.
+    samples and per update). Each field is checked by its schema key, so a bad value reads as in a config file.
     """
 
     type: Literal["fixed", "adaptive"] = "fixed"

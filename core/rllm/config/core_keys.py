@@ -200,7 +200,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "rllm.algorithm.kl_ctrl.horizon",
         "int",
         10000,
-        "adaptive: each update changes the coefficient by at most 20% times the batch's samples / horizon.",
+        "adaptive: each update changes the coefficient by at most 20% times min(the batch's samples / horizon, 1).",
         minimum=1,
     ),
     ConfigKey(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from numbers import Integral, Real
 from typing import Any
 
 from rllm.errors import LossOptionError
@@ -46,11 +48,18 @@ def kl_penalty(log_probs: Any, ref_log_probs: Any, kind: str) -> Any:
     return k2 - k2.detach() + value.detach()
 
 
+def check_kl_coef(value: Any, what: str = "The KL coefficient") -> float:
+    """``value`` as a float if it is a finite number >= 0 (a bool is not a number here), else a named error."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value < 0:
+        raise LossOptionError(f"{what} must be a finite number >= 0; got {value!r}.")
+    return float(value)
+
+
 class FixedKLController:
     """A KL coefficient that never changes (``kl_ctrl.type=fixed``)."""
 
     def __init__(self, kl_coef: float) -> None:
-        self.value = float(kl_coef)
+        self.value = check_kl_coef(kl_coef, "kl_ctrl.kl_coef")
 
     def update(self, current_kl: float, n_steps: int) -> None:
         """Nothing to adapt."""
@@ -59,22 +68,30 @@ class FixedKLController:
 class AdaptiveKLController:
     """Ziegler et al.'s controller: moves the coefficient so the measured KL approaches ``target_kl``.
 
-    Each update multiplies it by ``1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon``.
+    Each update multiplies it by ``1 + clip(kl / target - 1, -0.2, 0.2) * min(n_steps / horizon, 1)``:
+    verl's step, with the batch's share of the horizon capped at one. Up to ``horizon`` samples
+    per update the numbers are verl's; a larger batch moves the coefficient by the clip's 20%
+    at most, where verl's factor would exceed 1.2 and, past 5 x ``horizon`` samples below the
+    target, turn the coefficient negative (a reward for diverging from the reference).
     """
 
     def __init__(self, init_kl_coef: float, target_kl: float, horizon: int) -> None:
-        if not horizon > 0 or not target_kl > 0:
-            raise LossOptionError(
-                f"The adaptive KL controller needs a positive target_kl and horizon; got {target_kl!r}, {horizon!r}."
-            )
-        self.value = float(init_kl_coef)
+        if isinstance(target_kl, bool) or not isinstance(target_kl, Real) or not 0 < target_kl < math.inf:
+            raise LossOptionError(f"kl_ctrl.target_kl must be a finite number > 0; got {target_kl!r}.")
+        if isinstance(horizon, bool) or not isinstance(horizon, Integral) or horizon < 1:
+            raise LossOptionError(f"kl_ctrl.horizon must be an integer >= 1 (a count of samples); got {horizon!r}.")
+        self.value = check_kl_coef(init_kl_coef, "kl_ctrl.kl_coef")
         self.target = float(target_kl)
         self.horizon = int(horizon)
 
     def update(self, current_kl: float, n_steps: int) -> None:
         """Adapt the coefficient after ``n_steps`` samples with mean KL ``current_kl``."""
+        if isinstance(current_kl, bool) or not isinstance(current_kl, Real) or not math.isfinite(current_kl):
+            raise LossOptionError(f"The adaptive KL controller needs a finite measured KL; got {current_kl!r}.")
+        if isinstance(n_steps, bool) or not isinstance(n_steps, Integral) or n_steps < 0:
+            raise LossOptionError(f"The adaptive KL controller needs a count of samples >= 0; got {n_steps!r}.")
         error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
-        self.value *= 1.0 + error * n_steps / self.horizon
+        self.value *= 1.0 + error * min(n_steps / self.horizon, 1.0)
 
 
 def kl_controller(

@@ -14,8 +14,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from rllm.errors import LossOptionError, TrainerError
-from rllm.losses.kl import AdaptiveKLController, FixedKLController, check_kl_kind, kl_controller, kl_penalty
+from rllm.errors import TrainerError
+from rllm.losses.kl import (
+    AdaptiveKLController,
+    FixedKLController,
+    check_kl_coef,
+    check_kl_kind,
+    kl_controller,
+    kl_penalty,
+)
 
 __all__ = ["KLInReward", "batch_mean_kl", "inactive_kl_keys"]
 
@@ -79,9 +86,7 @@ class KLInReward:
     @coef.setter
     def coef(self, value: float) -> None:
         """Restore a coefficient (from a checkpoint); it must be a finite, non-negative number."""
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            raise LossOptionError(f"The KL-in-reward coefficient must be a finite number >= 0; got {value!r}.")
-        self.controller.value = float(value)
+        self.controller.value = check_kl_coef(value, "The KL-in-reward coefficient")
 
     def penalty(self, old_log_probs: Any, ref_log_probs: Any, mask: Any) -> tuple[Any, dict[str, float]]:
         """``coef * KL`` per token (0 off ``mask``, no gradient) and the metrics; then the controller's update.

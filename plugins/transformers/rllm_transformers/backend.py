@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from rllm import AlgorithmConfig
 from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
 from rllm.losses import KLInReward, LossSettings, inactive_kl_keys
+from rllm.losses.kl import check_kl_coef
 from rllm.tasks import VOCAB, ArithmeticWorkflow, build_tasks
 from rllm.trainer import BackendProtocol, TaskLoader, TaskSetup, TrainerState, WorkflowEngine, scheduled_lr, task_loader
 from rllm.types import Episode
@@ -328,10 +329,21 @@ class TransformersBackend(BackendProtocol):
 
     # -- checkpoints --------------------------------------------------------------------------
     def save_checkpoint(self, directory: Path) -> None:
-        """The model as ``save_pretrained`` writes it, the optimizer's tensors, the generators; the rest JSON."""
+        """The model as ``save_pretrained`` writes it, the optimizer's tensors, the generators; the rest JSON.
+
+        The JSON part is built and checked as :meth:`load_checkpoint` checks it before any file is
+        written, so a value the loader would refuse fails the save instead of the resume.
+        """
+        optimizer = self.optimizer.state_dict()
+        groups = [
+            {k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in optimizer["param_groups"]
+        ]
+        state: dict[str, Any] = {"param_groups": groups}
+        if self.kl_in_reward is not None:
+            state["kl_in_reward_coef"] = check_kl_coef(self.kl_in_reward.coef, "The KL-in-reward coefficient")
+        state_text = json.dumps(state, allow_nan=False)
         self.model.save_pretrained(directory / MODEL_DIR, safe_serialization=True)
         self.tokenizer.save_pretrained(directory / MODEL_DIR)
-        optimizer = self.optimizer.state_dict()
         tensors = {
             f"{index}.{name}": value.detach().cpu().contiguous()
             for index, entry in optimizer["state"].items()
@@ -341,13 +353,7 @@ class TransformersBackend(BackendProtocol):
         save_file(
             {"sample": self.sample_rng.get_state(), "update": self.update_rng.get_state()}, str(directory / RNG_FILE)
         )
-        groups = [
-            {k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in optimizer["param_groups"]
-        ]
-        state: dict[str, Any] = {"param_groups": groups}
-        if self.kl_in_reward is not None:
-            state["kl_in_reward_coef"] = self.kl_in_reward.coef
-        (directory / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
+        (directory / STATE_FILE).write_text(state_text, encoding="utf-8")
 
     def load_checkpoint(self, directory: Path) -> None:
         from transformers import AutoModelForCausalLM
