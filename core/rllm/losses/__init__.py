@@ -12,7 +12,15 @@ from rllm.losses.aggregation import LOSS_AGG_MODES, aggregate, check_agg_mode
 from rllm.losses.compute import compute_policy_loss
 from rllm.losses.context import LossContext, LossFn
 from rllm.losses.correction import TIS_MODES, truncated_is_weights
-from rllm.losses.kl import KL_KINDS, AdaptiveKLController, FixedKLController, check_kl_kind, kl_controller, kl_penalty
+from rllm.losses.kl import (
+    KL_KINDS,
+    AdaptiveKLController,
+    FixedKLController,
+    check_kl_coef,
+    check_kl_kind,
+    kl_controller,
+    kl_penalty,
+)
 from rllm.losses.kl_reward import KLInReward, batch_mean_kl, inactive_kl_keys
 from rllm.losses.registry import get_loss, loss_entry, loss_names, resolve_loss_options
 from rllm.losses.settings import LossSettings
@@ -30,6 +38,7 @@ __all__ = [
     "aggregate",
     "batch_mean_kl",
     "check_agg_mode",
+    "check_kl_coef",
     "check_kl_kind",
     "compute_policy_loss",
     "get_loss",

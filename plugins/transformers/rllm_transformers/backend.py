@@ -13,7 +13,6 @@ the model part is a ``save_pretrained`` directory, so any checkpoint loads with
 from __future__ import annotations
 
 import copy
-import json
 import warnings
 from collections import defaultdict
 from collections.abc import Sequence
@@ -24,9 +23,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rllm import AlgorithmConfig
-from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
-from rllm.losses import KLInReward, LossSettings, inactive_kl_keys
-from rllm.losses.kl import check_kl_coef
+from rllm.errors import ConfigError, RLLMWarning, TrainerError
+from rllm.losses import KLInReward, LossSettings, check_kl_coef, inactive_kl_keys
 from rllm.tasks import VOCAB, ArithmeticWorkflow, build_tasks
 from rllm.trainer import BackendProtocol, TaskLoader, TaskSetup, TrainerState, WorkflowEngine, scheduled_lr, task_loader
 from rllm.types import Episode
@@ -34,19 +32,15 @@ from rllm_transformers.plugin import missing_extra_error
 
 try:  # the extra first: without it, selecting the backend is one line naming the extra, not an ImportError
     import torch
-    from safetensors.torch import load_file, save_file
 
     from rllm_transformers.batch import RowBatch, pack_rows, response_tokens, token_log_probs
+    from rllm_transformers.checkpoint import load_training_state, save_training_state
     from rllm_transformers.engine import Sampling, TransformersEngine
     from rllm_transformers.model import TINY, load_policy
     from rllm_transformers.rewards import check_estimators_see_the_penalty, subtract_from_rewards
 except ImportError as exc:
     raise missing_extra_error(exc) from None
 
-MODEL_DIR = "model"
-OPTIMIZER_FILE = "optimizer.safetensors"
-RNG_FILE = "rng.safetensors"
-STATE_FILE = "transformers.json"
 DEFAULT_LOSS = "vanilla"
 
 _REFUSED: tuple[tuple[str, Any, str], ...] = (
@@ -329,60 +323,20 @@ class TransformersBackend(BackendProtocol):
 
     # -- checkpoints --------------------------------------------------------------------------
     def save_checkpoint(self, directory: Path) -> None:
-        """The model as ``save_pretrained`` writes it, the optimizer's tensors, the generators; the rest JSON.
+        """The model, optimizer and generators (:func:`save_training_state`), and the KL-in-reward coefficient.
 
-        The JSON part is built and checked as :meth:`load_checkpoint` checks it before any file is
+        The coefficient is checked as :meth:`load_checkpoint` checks it before any file is
         written, so a value the loader would refuse fails the save instead of the resume.
         """
-        optimizer = self.optimizer.state_dict()
-        groups = [
-            {k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in optimizer["param_groups"]
-        ]
-        state: dict[str, Any] = {"param_groups": groups}
+        extra: dict[str, Any] = {}
         if self.kl_in_reward is not None:
-            state["kl_in_reward_coef"] = check_kl_coef(self.kl_in_reward.coef, "The KL-in-reward coefficient")
-        state_text = json.dumps(state, allow_nan=False)
-        self.model.save_pretrained(directory / MODEL_DIR, safe_serialization=True)
-        self.tokenizer.save_pretrained(directory / MODEL_DIR)
-        tensors = {
-            f"{index}.{name}": value.detach().cpu().contiguous()
-            for index, entry in optimizer["state"].items()
-            for name, value in entry.items()
-        }
-        save_file(tensors, str(directory / OPTIMIZER_FILE))
-        save_file(
-            {"sample": self.sample_rng.get_state(), "update": self.update_rng.get_state()}, str(directory / RNG_FILE)
-        )
-        (directory / STATE_FILE).write_text(state_text, encoding="utf-8")
+            extra["kl_in_reward_coef"] = check_kl_coef(self.kl_in_reward.coef, "The KL-in-reward coefficient")
+        save_training_state(directory, self.model, self.tokenizer, self.optimizer, self._generators(), extra)
 
     def load_checkpoint(self, directory: Path) -> None:
-        from transformers import AutoModelForCausalLM
-
-        try:
-            loaded = AutoModelForCausalLM.from_pretrained(str(directory / MODEL_DIR))
-            tensors = load_file(str(directory / OPTIMIZER_FILE))
-            rng = load_file(str(directory / RNG_FILE))
-            saved = json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))
-            groups = saved["param_groups"]
-        except (OSError, KeyError, ValueError) as exc:
-            raise CheckpointError(
-                f"Transformers checkpoint in {str(directory)!r} is unreadable ({exc}); delete it to start over."
-            ) from exc
-        try:
-            self.model.load_state_dict(loaded.state_dict())
-        except RuntimeError as exc:
-            raise CheckpointError(
-                f"Checkpoint {str(directory)!r} holds a model of another shape than rllm.transformers.model gives "
-                f"({str(exc).splitlines()[0]}); resume with the same model settings."
-            ) from None
-        state: dict[int, dict[str, torch.Tensor]] = defaultdict(dict)
-        for key, value in tensors.items():
-            index, name = key.split(".", 1)
-            state[int(index)][name] = value
-        for group in groups:
-            group["betas"] = tuple(group["betas"])
-        self.optimizer.load_state_dict({"state": dict(state), "param_groups": groups})
-        self.sample_rng.set_state(rng["sample"])
-        self.update_rng.set_state(rng["update"])
+        saved = load_training_state(directory, self.model, self.optimizer, self._generators())
         if self.kl_in_reward is not None and "kl_in_reward_coef" in saved:  # else: a checkpoint of a run without it
             self.kl_in_reward.coef = saved["kl_in_reward_coef"]
+
+    def _generators(self) -> dict[str, torch.Generator]:
+        return {"sample": self.sample_rng, "update": self.update_rng}

@@ -1,0 +1,86 @@
+"""The transformers backend's checkpoint files: safetensors and JSON, never pickle.
+
+The model part is a ``save_pretrained`` directory, so any checkpoint loads with
+``AutoModelForCausalLM.from_pretrained``; the optimizer's tensors and the random generators'
+states are safetensors files, everything else one JSON file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from rllm.errors import CheckpointError
+
+MODEL_DIR = "model"
+OPTIMIZER_FILE = "optimizer.safetensors"
+RNG_FILE = "rng.safetensors"
+STATE_FILE = "transformers.json"
+
+
+def save_training_state(
+    directory: Path,
+    model: Any,
+    tokenizer: Any,
+    optimizer: torch.optim.Optimizer,
+    generators: Mapping[str, torch.Generator],
+    extra: Mapping[str, Any],
+) -> None:
+    """The model as ``save_pretrained`` writes it, the optimizer's tensors, the generators; the rest (and ``extra``)
+    JSON, serialised before any file is written so a value JSON cannot hold fails the save, not the resume."""
+    state_dict = optimizer.state_dict()
+    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in state_dict["param_groups"]]
+    state_text = json.dumps({"param_groups": groups, **extra}, allow_nan=False)
+    model.save_pretrained(directory / MODEL_DIR, safe_serialization=True)
+    tokenizer.save_pretrained(directory / MODEL_DIR)
+    tensors = {
+        f"{index}.{name}": value.detach().cpu().contiguous()
+        for index, entry in state_dict["state"].items()
+        for name, value in entry.items()
+    }
+    save_file(tensors, str(directory / OPTIMIZER_FILE))
+    save_file({name: generator.get_state() for name, generator in generators.items()}, str(directory / RNG_FILE))
+    (directory / STATE_FILE).write_text(state_text, encoding="utf-8")
+
+
+def load_training_state(
+    directory: Path, model: Any, optimizer: torch.optim.Optimizer, generators: Mapping[str, torch.Generator]
+) -> dict[str, Any]:
+    """Restore what :func:`save_training_state` wrote into ``model``, ``optimizer`` and ``generators``; returns the
+    JSON state (``extra``'s keys among it). An unreadable checkpoint or a model of another shape is a named error."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        loaded = AutoModelForCausalLM.from_pretrained(str(directory / MODEL_DIR))
+        tensors = load_file(str(directory / OPTIMIZER_FILE))
+        rng = load_file(str(directory / RNG_FILE))
+        saved: dict[str, Any] = json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))
+        groups = saved["param_groups"]
+        states = {name: rng[name] for name in generators}
+    except (OSError, KeyError, ValueError) as exc:
+        raise CheckpointError(
+            f"Transformers checkpoint in {str(directory)!r} is unreadable ({exc}); delete it to start over."
+        ) from exc
+    try:
+        model.load_state_dict(loaded.state_dict())
+    except RuntimeError as exc:
+        raise CheckpointError(
+            f"Checkpoint {str(directory)!r} holds a model of another shape than rllm.transformers.model gives "
+            f"({str(exc).splitlines()[0]}); resume with the same model settings."
+        ) from None
+    state: dict[int, dict[str, torch.Tensor]] = defaultdict(dict)
+    for key, value in tensors.items():
+        index, name = key.split(".", 1)
+        state[int(index)][name] = value
+    for group in groups:
+        group["betas"] = tuple(group["betas"])
+    optimizer.load_state_dict({"state": dict(state), "param_groups": groups})
+    for name, generator in generators.items():
+        generator.set_state(states[name])
+    return saved
