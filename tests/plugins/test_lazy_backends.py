@@ -84,3 +84,26 @@ def test_a_string_that_is_no_path_is_refused_when_registered(plugin_manager: Plu
     assert "registered backend 'wrong', which is 'acme.backend.Backend', not a class" in str(
         plugin_manager.failures[-1]
     )
+
+
+def test_every_door_that_selects_a_backend_loads_the_path(
+    plugin_manager: PluginManager, demo_module: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``rllm train``, ``UnifiedTrainer("name")`` and ``rllm.testing.check_backend`` import the path alike."""
+    from rllm.cli.main import main
+    from rllm.testing import check_backend
+    from rllm.trainer import UnifiedTrainer
+
+    plugin_manager.register(LazyBackends(demo=f"{demo_module}:DemoBackend", wrong="acme_no_such_module:B"), SOURCE)
+    trainer = UnifiedTrainer("demo", load_config(), progress=False)
+    trainer.shutdown()
+    assert type(trainer.backend) is sys.modules[demo_module].DemoBackend
+    check_backend("demo", tmp_path / "check")
+    run = [f"rllm.trainer.output_dir={tmp_path / 'run'}", "rllm.trainer.total_batches=1", "rllm.trainer.test_freq=0"]
+    assert main(["train", "--no-progress", *run, "rllm.backend=demo"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--no-progress", *run, "rllm.backend=wrong"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(
+        f"rllm train: error: Backend 'wrong' of {NAMED} cannot be loaded from 'acme_no_such_module:B'"
+    )
