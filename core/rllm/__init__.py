@@ -51,8 +51,8 @@ _EXPORTS: dict[str, str] = {
     "register_adv_estimator": "rllm.estimators.list_api",
     "register_rllm_adv_estimator": "rllm.estimators.list_api",
     "get_plugin_manager": "rllm.plugins.manager",
-    "hookimpl": "rllm.plugins.hookspecs",
-    "hookspec": "rllm.plugins.hookspecs",
+    "hookimpl": "rllm.plugins",
+    "hookspec": "rllm.plugins",
     "Episode": "rllm.types",
     "Step": "rllm.types",
     "TerminationReason": "rllm.types",
@@ -157,7 +157,7 @@ if TYPE_CHECKING:
     from rllm.estimators.list_api import get_rllm_adv_estimator, register_adv_estimator, register_rllm_adv_estimator
     from rllm.estimators.numerics import Numerics
     from rllm.estimators.ragged import Ragged
-    from rllm.plugins.hookspecs import hookimpl, hookspec
+    from rllm.plugins import hookimpl, hookspec
     from rllm.plugins.manager import get_plugin_manager
     from rllm.types import Episode, Step, TerminationReason, Trajectory, TrajectoryGroup
 

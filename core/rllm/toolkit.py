@@ -11,6 +11,9 @@ with :func:`resolve_plugins` and hands the result on. Everything here is stable 
 modules behind it are not.
 """
 
+from rllm.contract.fields import BatchField
+from rllm.contract.keys import Option
+from rllm.contract.options import CONFIG_OPTIONS, NUMERICS_OPTIONS
 from rllm.estimators.acceleration import CENTRE, DIVIDE_BY_STD, PRIMITIVES, RLOO_FACTOR, Kernels, kernel, numpy_only
 from rllm.estimators.batch import AdvantageBatch
 from rllm.estimators.compute import run_estimator
@@ -34,8 +37,6 @@ from rllm.estimators.statistics import (
     whiten,
     whitening_weights,
 )
-from rllm.plugins.fields import BatchField
-from rllm.plugins.options import CONFIG_OPTIONS, NUMERICS_OPTIONS, Option
 
 __all__ = [
     "CENTRE",

@@ -12,9 +12,9 @@ import typing
 
 import pytest
 
+from rllm.contract import names
+from rllm.contract.options import NUMERICS_CHOICES, NUMERICS_OPTIONS, PRESET_NAMES
 from rllm.estimators import acceleration, numerics
-from rllm.plugins import hookspecs
-from rllm.plugins.options import NUMERICS_CHOICES, NUMERICS_OPTIONS, PRESET_NAMES
 
 LITERALS = {
     "std": numerics.StdDivisor,
@@ -45,11 +45,11 @@ def test_numerics_options_offer_the_table_and_the_presets() -> None:
 
 
 def test_kernel_names_are_one_tuple_and_each_is_documented() -> None:
-    assert acceleration.PRIMITIVES is hookspecs.KERNEL_NAMES
-    assert (acceleration.GROUP_CENTRE, acceleration.SORTED_RUNS, acceleration.RUN_STARTS) == hookspecs.KERNEL_NAMES
+    assert acceleration.PRIMITIVES is names.KERNEL_NAMES
+    assert (acceleration.GROUP_CENTRE, acceleration.SORTED_RUNS, acceleration.RUN_STARTS) == names.KERNEL_NAMES
     # the value a door resolves holds one slot per primitive, no more
-    assert tuple(f.name for f in dataclasses.fields(acceleration.Kernels)) == hookspecs.KERNEL_NAMES
-    for name in hookspecs.KERNEL_NAMES:
+    assert tuple(f.name for f in dataclasses.fields(acceleration.Kernels)) == names.KERNEL_NAMES
+    for name in names.KERNEL_NAMES:
         assert f'``"{name}"``: ``fn(' in (acceleration.__doc__ or ""), f"acceleration does not document {name}"
 
 
@@ -90,10 +90,12 @@ def test_batch_fields_are_one_table() -> None:
     from pathlib import Path
 
     from rllm.cli.advantages import LINE_FIELDS
+    from rllm.contract.fields import BUILTIN_FIELDS, OPTIONAL_FIELDS
     from rllm.estimators import OPTIONAL_FIELDS as ESTIMATOR_FIELDS
-    from rllm.plugins.fields import BUILTIN_FIELDS
+    from rllm.plugins import hookspecs
 
-    assert hookspecs.OPTIONAL_FIELDS == ESTIMATOR_FIELDS == tuple(BUILTIN_FIELDS)
+    assert hookspecs.OPTIONAL_FIELDS is OPTIONAL_FIELDS  # the plugin author's reference re-exports the floor's tuple
+    assert OPTIONAL_FIELDS == ESTIMATOR_FIELDS == tuple(BUILTIN_FIELDS)
     readable = {name for name, field in BUILTIN_FIELDS.items() if field.jsonl_key}
     assert set(LINE_FIELDS) == readable and readable
     assert all(LINE_FIELDS[name] == (BUILTIN_FIELDS[name].jsonl_key, BUILTIN_FIELDS[name].doc) for name in readable)
@@ -101,3 +103,37 @@ def test_batch_fields_are_one_table() -> None:
     table = [line for line in guide.splitlines() if line.startswith("| `")]
     for name in BUILTIN_FIELDS:
         assert any(f"`{name}`" in line.split("|")[1] for line in table), f"docs/estimators.md lacks field {name}"
+
+
+LITERAL_WORDS = {
+    "EstimatorStyle": "ESTIMATOR_STYLES",
+    "NonFinitePolicy": "NONFINITE_POLICIES",
+    "KlController": "KL_CONTROLLERS",
+    "TisMode": "TIS_MODES",
+    "LrSchedule": "LR_SCHEDULES",
+}
+
+
+@pytest.mark.parametrize("literal", sorted(LITERAL_WORDS))
+def test_each_literal_type_of_the_floor_is_its_tuple(literal: str) -> None:
+    assert typing.get_args(getattr(names, literal)) == getattr(names, LITERAL_WORDS[literal])
+
+
+def test_the_config_keys_offer_the_floors_tuples() -> None:
+    """A key's choices are the floor's tuple itself, not a copy that could drift."""
+    from rllm.config.algorithm import AlgorithmConfig, RolloutCorrectionConfig
+    from rllm.config.schema import CORE_KEYS
+
+    by_path = {key.path: key for key in CORE_KEYS}
+    algorithm = "rllm.algorithm."
+    assert by_path[algorithm + "lr_schedule"].choices is names.LR_SCHEDULES
+    assert by_path[algorithm + "nonfinite_rewards"].choices is names.NONFINITE_POLICIES
+    assert by_path[algorithm + "loss_agg_mode"].choices is names.LOSS_AGG_MODES
+    assert by_path[algorithm + "kl_ctrl.type"].choices is names.KL_CONTROLLERS
+    assert by_path[algorithm + "rollout_correction.tis_mode"].choices is names.TIS_MODES
+    for key in ("kl_loss_type", "kl_penalty"):
+        assert by_path[algorithm + key].choices is names.KL_KIND_CHOICES
+    assert (*names.KL_KINDS, *(kind + "+" for kind in names.KL_KINDS)) == names.KL_KIND_CHOICES
+    hints = typing.get_type_hints(AlgorithmConfig)
+    assert hints["lr_schedule"] == names.LrSchedule and hints["nonfinite_rewards"] == names.NonFinitePolicy
+    assert typing.get_type_hints(RolloutCorrectionConfig)["tis_mode"] == names.TisMode | None

@@ -6,9 +6,9 @@ import argparse
 from typing import Any
 
 from rllm.cli.listing import add_listing_parser, print_listing, provider
+from rllm.contract.options import NUMERICS_OPTIONS
 from rllm.estimators.compute import get_estimator
 from rllm.plugins.manager import get_plugin_manager
-from rllm.plugins.options import NUMERICS_OPTIONS
 from rllm.plugins.registry import EstimatorEntry
 
 

@@ -17,11 +17,11 @@ from typing import IO, Any
 
 from rllm.cli.rollout_file import Progress
 from rllm.config.algorithm import AlgorithmConfig, estimator_name
+from rllm.contract.fields import BUILTIN_FIELDS, BatchField
 from rllm.errors import RLLMError, RolloutFileError
 from rllm.estimators.batch import declared_fields
 from rllm.estimators.compute import get_estimator
 from rllm.estimators.resolution import Resolved
-from rllm.plugins.fields import BUILTIN_FIELDS, BatchField
 from rllm.types import DEFAULT_ROLE
 
 GROUP_FIELDS = ("group_id", "task_id")

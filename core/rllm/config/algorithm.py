@@ -10,6 +10,7 @@ from typing import Any, Literal, cast
 
 from rllm.config.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
 from rllm.config.schema import CORE_KEYS
+from rllm.contract.names import TIS_MODES, KlController, LrSchedule, NonFinitePolicy, TisMode
 from rllm.errors import ConfigError
 
 
@@ -19,9 +20,6 @@ def _as_estimator(name: EstimatorName) -> EstimatorName:
     member = rLLMAdvantageEstimator(name)
     return member if member.value == name else name
 
-
-NonFinitePolicy = Literal["error", "zero", "exclude"]
-TIS_MODES = ("token", "sequence")
 
 _USE_RLLM_DEPRECATED = (
     "algorithm.use_rllm is deprecated and ignored: advantages are always computed by rllm's estimators. "
@@ -44,7 +42,7 @@ class RolloutCorrectionConfig:
     logprobs as the old policy (None: the backend's default).
     """
 
-    tis_mode: Literal["token", "sequence"] | None = None
+    tis_mode: TisMode | None = None
     bypass_mode: bool | None = None
     tis_cap: float = 2.0
 
@@ -69,7 +67,7 @@ class KLControlConfig:
     samples and per update). Each field is checked by its schema key, so a bad value reads as in a config file.
     """
 
-    type: Literal["fixed", "adaptive"] = "fixed"
+    type: KlController = "fixed"
     kl_coef: float = 0.001
     target_kl: float = 0.1
     horizon: int = 10000
@@ -133,7 +131,7 @@ class AlgorithmConfig:
     norm_adv_by_std_in_grpo: bool = True
     use_precomputed_advantage: bool = False
     loss_fn: str | None = None
-    lr_schedule: Literal["linear", "cosine", "constant"] = "constant"
+    lr_schedule: LrSchedule = "constant"
     warmup_steps: int = -1
     warmup_steps_ratio: float = 0.0
     kl_beta: float = 0.0

@@ -10,20 +10,33 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rllm.config.keys import ConfigKey
-from rllm.losses.kl import KL_CONTROLLERS, KL_KINDS
-from rllm.plugins.hookspecs import LOSS_AGG_MODES
+from rllm.contract.keys import ConfigKey
+from rllm.contract.names import (
+    KL_CONTROLLERS,
+    KL_KIND_CHOICES,
+    LOSS_AGG_MODES,
+    LR_SCHEDULES,
+    NONFINITE_POLICIES,
+    TIS_MODES,
+)
 
 
-def _registered(kind: str) -> Callable[[], list[str]]:
-    """Names in one plugin registry, looked up when a value is checked."""
+def why_missing(name: str) -> str:
+    """Why ``name`` is not registered (a plugin that failed to load), for a key whose values are registered names."""
+    from rllm.plugins.manager import get_plugin_manager
+
+    return get_plugin_manager().why_missing(name)
+
+
+def _registered(kind: str) -> dict[str, Callable[..., Any]]:
+    """The ``names`` of a key whose values are the names in one plugin registry, looked up when a value is checked."""
 
     def names() -> list[str]:
         from rllm.plugins.manager import get_plugin_manager
 
         return getattr(get_plugin_manager(), kind).names()
 
-    return names
+    return {"names": names, "explain": why_missing}
 
 
 def _bool_key(path: str, default: bool, doc: str) -> ConfigKey:
@@ -50,14 +63,14 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "str",
         "embedded",
         "Training backend, by the name a plugin registered (see `rllm plugins`).",
-        names=_registered("backends"),
+        **_registered("backends"),
     ),
     ConfigKey(
         "rllm.grouping_hook",
         "str",
         "task_and_role",
         "Trajectory grouping hook, by name: which rollouts an estimator compares.",
-        names=_registered("grouping_hooks"),
+        **_registered("grouping_hooks"),
     ),
     ConfigKey(
         "rllm.grouping_hook_options",
@@ -71,14 +84,14 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "str",
         "grpo",
         "Advantage estimator, by its registered name (see `rllm plugins`).",
-        names=_registered("estimators"),
+        **_registered("estimators"),
     ),
     ConfigKey(
         "algorithm.adv_estimator",
         "str",
         "${rllm.algorithm.adv_estimator}",
         "verl's location of the estimator name; follows rllm.algorithm.adv_estimator unless set.",
-        names=_registered("estimators"),
+        **_registered("estimators"),
     ),
     ConfigKey("rllm.algorithm.gamma", "float", 1.0, "Discount of the per-step estimators.", minimum=0, maximum=1),
     ConfigKey("rllm.algorithm.lam", "float", 0.95, "GAE lambda.", minimum=0, maximum=1),
@@ -104,7 +117,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "str",
         "constant",
         "Learning-rate schedule.",
-        choices=("linear", "cosine", "constant"),
+        choices=LR_SCHEDULES,
     ),
     ConfigKey(
         "rllm.algorithm.warmup_steps_ratio", "float", 0.0, "Share of steps spent warming up.", minimum=0, maximum=1
@@ -135,7 +148,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "error",
         "error: reject NaN/inf rewards naming the group; zero: such groups get zero advantage; "
         "exclude: only the unscorable rollouts leave the statistics and get 0.",
-        choices=("error", "zero", "exclude"),
+        choices=NONFINITE_POLICIES,
     ),
     ConfigKey(
         "rllm.algorithm.loss_fn_map",
@@ -163,7 +176,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "str",
         "low_var_kl",
         "KL estimator of the loss term; a trailing + takes k2's gradient (straight-through).",
-        choices=tuple(k + suffix for suffix in ("", "+") for k in KL_KINDS),
+        choices=KL_KIND_CHOICES,
     ),
     # KL in the reward (verl's use_kl_in_reward, kl_penalty and kl_ctrl section, with verl's defaults)
     _bool_key(
@@ -176,7 +189,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "str",
         "kl",
         "KL estimator of the reward penalty (use_kl_in_reward); the kinds of kl_loss_type.",
-        choices=tuple(k + suffix for suffix in ("", "+") for k in KL_KINDS),
+        choices=KL_KIND_CHOICES,
     ),
     ConfigKey(
         "rllm.algorithm.kl_ctrl.type",
@@ -234,7 +247,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "str",
         None,
         "Truncated importance sampling level; null turns it off.",
-        choices=("token", "sequence"),
+        choices=TIS_MODES,
         nullable=True,
     ),
     ConfigKey(

@@ -19,12 +19,13 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from rllm.config.core_keys import why_missing
 from rllm.config.expansion import _ALIAS_NODES, MAX_DEPTH, MAX_EXPANSION, _alias_bound, check_expansion
 from rllm.config.overrides import _apply, _one_line, _select, is_override, parse_value
 from rllm.config.schema import CORE_KEYS, ConfigKey, Schema, section_keys
 from rllm.config.unknown_keys import check_keys
+from rllm.contract.options import PRESET_NAMES
 from rllm.errors import ConfigError, PluginWarning
-from rllm.plugins.options import PRESET_NAMES
 
 __all__ = [
     "CONFIG_FILE",
@@ -195,7 +196,9 @@ def _check_estimator_choices(algorithm: Mapping[str, Any]) -> None:
                 f"strings, so quote it ('{role}': ...)."
             )
         chosen = value[0] if isinstance(value, list | tuple) and value else value
-        ConfigKey(f"{base}.estimator_map.{role}", "str", None, "", names=_registered_estimators).check(chosen)
+        ConfigKey(
+            f"{base}.estimator_map.{role}", "str", None, "", names=_registered_estimators, explain=why_missing
+        ).check(chosen)
     known = set(_registered_estimators())
     for name, options in (algorithm.get("estimator_options") or {}).items():
         if name in known and isinstance(options, Mapping):

@@ -32,13 +32,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rllm.plugins.hookspecs import KERNEL_NAMES
+from rllm.contract.names import KERNEL_NAMES
 
 if TYPE_CHECKING:
     from rllm.plugins.registry import Registry
 
 PRIMITIVES = KERNEL_NAMES
-"""The names a kernel plugin may register (the hookspecs' one tuple)."""
+"""The names a kernel plugin may register (the contract's one tuple)."""
 GROUP_CENTRE, SORTED_RUNS, RUN_STARTS = PRIMITIVES
 
 CENTRE, DIVIDE_BY_STD, RLOO_FACTOR = 0, 1, 2

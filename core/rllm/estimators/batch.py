@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from rllm.contract.fields import BUILTIN_FIELDS, OPTIONAL_FIELDS, BatchField
 from rllm.errors import GroupError, InputFieldError, MissingInputError
 from rllm.estimators.acceleration import Kernels
 from rllm.estimators.labels import _label_array
@@ -25,8 +26,6 @@ from rllm.estimators.layout import GroupLayout
 from rllm.estimators.ragged import FloatArray, IndexArray, Ragged
 from rllm.estimators.resolution import declared_fields
 from rllm.estimators.values import _NOT_CONVERTED, EXACT_INTEGERS, _given, _non_number, float_rewards
-from rllm.plugins.fields import BUILTIN_FIELDS, BatchField
-from rllm.plugins.hookspecs import OPTIONAL_FIELDS
 
 __all__ = [
     "EXACT_INTEGERS",

@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from rllm.contract.fields import BatchField
 from rllm.errors import DataError, InputFieldError, RewardError, RLLMWarning
 from rllm.estimators.batch import FieldSource
 from rllm.estimators.ragged import Ragged
 from rllm.estimators.resolution import Resolved
 from rllm.estimators.values import float_rewards
 from rllm.plugins.discovery import Source
-from rllm.plugins.fields import BatchField
 from rllm.types import Step, Trajectory, TrajectoryGroup
 
 

@@ -17,15 +17,15 @@ import numpy as np
 
 from rllm.config.algorithm import AlgorithmConfig
 from rllm.config.names import EstimatorName, estimator_name
+from rllm.contract.keys import Option
+from rllm.contract.names import EstimatorStyle
 from rllm.errors import ConfigError, EstimatorCallError, EstimatorNotFoundError, GroupError
 from rllm.estimators.batch import AdvantageBatch
 from rllm.estimators.compute import get_estimator
 from rllm.estimators.layout import GroupLayout
 from rllm.estimators.pipeline import invoke
 from rllm.estimators.resolution import Resolved, resolve_plugins
-from rllm.plugins.hookspecs import EstimatorStyle
 from rllm.plugins.manager import get_plugin_manager
-from rllm.plugins.options import Option
 from rllm.plugins.registry import EstimatorEntry
 
 GroupArrays = list[np.ndarray]

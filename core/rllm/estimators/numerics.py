@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from rllm.contract.options import NUMERICS_CHOICES
 from rllm.errors import ConfigError
-from rllm.plugins.options import NUMERICS_CHOICES
 
 StdDivisor = Literal["population", "unbiased"]
 SinglePolicy = Literal["raw", "zero", "error"]

@@ -12,11 +12,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from rllm.contract.names import NONFINITE_POLICIES
+from rllm.contract.options import CONFIG_NAMES, CONTEXT_NAMES, NUMERICS_NAMES
 from rllm.errors import (
     EstimatorFailedError,
     EstimatorOptionError,
@@ -31,11 +33,9 @@ from rllm.estimators.layout import GroupLayout
 from rllm.estimators.numerics import resolve_numerics
 from rllm.estimators.ragged import FloatArray, Ragged
 from rllm.estimators.state import EstimatorState, state_factory
-from rllm.plugins.options import CONFIG_NAMES, CONTEXT_NAMES, NUMERICS_NAMES, resolve_options
+from rllm.plugins.options import resolve_options
 from rllm.plugins.registry import EstimatorEntry
 
-NonFinitePolicy = Literal["error", "zero", "exclude"]
-NONFINITE_POLICIES: tuple[str, ...] = ("error", "zero", "exclude")
 _SAFE_SQUARES = 1e300
 """Below this sum of squared rewards no statistic can overflow (one dot product checks finiteness too)."""
 

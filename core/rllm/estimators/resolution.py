@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rllm.config.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
+from rllm.contract.fields import BatchField
 from rllm.errors import EstimatorNotFoundError
 from rllm.estimators.acceleration import Kernels, kernels_of
-from rllm.plugins.fields import BatchField
 from rllm.plugins.registry import EstimatorEntry
 
 if TYPE_CHECKING:

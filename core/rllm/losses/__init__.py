@@ -1,19 +1,20 @@
 """Policy losses by name: the context a loss receives, aggregation, KL penalties and controllers, KL in the reward.
 
 A loss is ``fn(ctx: LossContext) -> (scalar_tensor, metrics)``, registered by a plugin's
-``rllm_register_losses`` hook (see :mod:`rllm.plugins.hookspecs`). This module imports no
+``rllm_register_losses`` hook (see :mod:`rllm.plugins.hookspecs`; its words, the aggregation
+modes, KL kinds and TIS modes, are :mod:`rllm.contract.names`'s). This module imports no
 torch: the functions that compute import it when called, and a loss's module is imported the
 first time the loss is used.
 """
 
 from __future__ import annotations
 
-from rllm.losses.aggregation import LOSS_AGG_MODES, aggregate, check_agg_mode
+from rllm.contract.names import KL_KINDS, LOSS_AGG_MODES, TIS_MODES
+from rllm.losses.aggregation import aggregate, check_agg_mode
 from rllm.losses.compute import compute_policy_loss
 from rllm.losses.context import LossContext, LossFn
-from rllm.losses.correction import TIS_MODES, truncated_is_weights
+from rllm.losses.correction import truncated_is_weights
 from rllm.losses.kl import (
-    KL_KINDS,
     AdaptiveKLController,
     FixedKLController,
     check_kl_coef,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rllm.contract.names import LOSS_AGG_MODES
 from rllm.errors import LossOptionError
 from rllm.losses.choices import one_of
-from rllm.plugins.hookspecs import LOSS_AGG_MODES
 
 
 def check_agg_mode(mode: Any, key: str = "loss_agg_mode", allowed: tuple[str, ...] | None = None) -> str:

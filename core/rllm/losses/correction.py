@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rllm.contract.names import TIS_MODES
 from rllm.errors import LossOptionError
 from rllm.losses.choices import one_of
-
-TIS_MODES = ("token", "sequence")
-"""Levels of truncated importance sampling for rollout correction."""
 
 
 def truncated_is_weights(old_log_probs: Any, rollout_log_probs: Any, mask: Any, mode: str, cap: float) -> Any:

@@ -6,18 +6,14 @@ import math
 from numbers import Integral, Real
 from typing import Any
 
+from rllm.contract.names import KL_CONTROLLERS, KL_KIND_CHOICES
 from rllm.errors import LossOptionError
 from rllm.losses.choices import one_of
-
-KL_KINDS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
-"""verl's KL estimators (k1, abs, k2, k3 and their long names); each also with a trailing ``+``."""
-KL_CONTROLLERS = ("fixed", "adaptive")
-"""How the KL coefficient moves (verl's ``kl_ctrl.type``): never, or towards a target KL."""
 
 
 def check_kl_kind(kind: Any, key: str = "kl_loss_type") -> str:
     """``kind`` if it names a KL estimator (optionally with the straight-through ``+``), else a named error."""
-    return one_of(kind, KL_KINDS + tuple(k + "+" for k in KL_KINDS), key, "a KL kind")
+    return one_of(kind, KL_KIND_CHOICES, key, "a KL kind")
 
 
 def kl_penalty(log_probs: Any, ref_log_probs: Any, kind: str) -> Any:

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rllm.contract.keys import ConfigKey
+from rllm.contract.names import BACKEND_ABSTRACT_METHODS, BACKEND_METHODS, KERNEL_NAMES
 from rllm.errors import (
     BackendConflictError,
     BackendNotFoundError,
@@ -31,11 +33,9 @@ from rllm.errors import (
     PluginContractError,
 )
 from rllm.plugins.fields import batch_field_problem
-from rllm.plugins.hookspecs import BACKEND_ABSTRACT_METHODS, BACKEND_METHODS, KERNEL_NAMES
 from rllm.plugins.registry import Entry, import_target, is_import_path
 
 PROTOCOL_MODULE, PROTOCOL_CLASS = "rllm.trainer.backend_protocol", "BackendProtocol"
-CONFIG_KEY_MODULE, CONFIG_KEY_CLASS = "rllm.config.keys", "ConfigKey"
 
 
 def callable_problem(name: str, target: Any) -> str | None:
@@ -53,17 +53,13 @@ def kernel_problem(name: str, target: Any) -> str | None:
 
 
 def config_section_problem(name: str, target: Any) -> str | None:
-    """Why ``target`` (the keys, or None) cannot be declared as config section ``name``, or None.
-
-    The class is recognised by name, so checking needs no import of the config layer.
-    """
+    """Why ``target`` (the keys, or None) cannot be declared as config section ``name``, or None."""
     if name.startswith(".") or name.endswith(".") or ".." in name:
         return "is not a dotted section name such as 'rllm.my_backend'"
     if target is None:
         return None
     for key in target:
-        kind = type(key)
-        if (kind.__module__, kind.__qualname__) != (CONFIG_KEY_MODULE, CONFIG_KEY_CLASS):
+        if not isinstance(key, ConfigKey):
             return f"declares {key!r}, which is not a rllm.config.ConfigKey"
     return None
 

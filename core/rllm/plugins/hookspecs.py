@@ -39,59 +39,55 @@ plugin and fails the whole plugin, so nothing half-registered stays.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
 
-from rllm.plugins import fields as _fields
-from rllm.plugins.fields import BatchField
+from rllm.contract.fields import OPTIONAL_FIELDS, BatchField
+from rllm.contract.names import (
+    BACKEND_ABSTRACT_METHODS,
+    BACKEND_METHODS,
+    KERNEL_NAMES,
+    LOSS_AGG_MODES,
+    REFUSED_HOOKIMPL_OPTIONS,
+    EstimatorStyle,
+)
 
 if TYPE_CHECKING:
-    from rllm.config.schema import ConfigKey
-    from rllm.plugins.options import Option
+    from rllm.contract.keys import ConfigKey, Option
+
+__all__ = [  # the words below are rllm.contract's, kept importable here for plugins written against this module
+    "BACKEND_ABSTRACT_METHODS",
+    "BACKEND_METHODS",
+    "KERNEL_NAMES",
+    "LOSS_AGG_MODES",
+    "OPTIONAL_FIELDS",
+    "PROJECT_NAME",
+    "REFUSED_HOOKIMPL_OPTIONS",
+    "BackendRegistrar",
+    "BatchFieldRegistrar",
+    "ConfigSectionRegistrar",
+    "EstimatorRegistrar",
+    "EstimatorStyle",
+    "GroupingHookRegistrar",
+    "KernelRegistrar",
+    "LossRegistrar",
+    "NamedRegistrar",
+    "hookimpl",
+    "hookspec",
+    "rllm_register_backends",
+    "rllm_register_batch_fields",
+    "rllm_register_config_sections",
+    "rllm_register_estimators",
+    "rllm_register_grouping_hooks",
+    "rllm_register_kernels",
+    "rllm_register_losses",
+]
 
 PROJECT_NAME = "rllm"
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
-
-EstimatorStyle = Literal["grouped", "batch"]
-
-OPTIONAL_FIELDS = _fields.OPTIONAL_FIELDS
-"""Batch fields beyond rewards that an estimator may list in ``requires`` (from ``BUILTIN_FIELDS``)."""
-
-KERNEL_NAMES = ("group_centre", "sorted_runs", "run_starts")
-"""The toolkit primitives a plugin may provide a faster implementation of (``rllm_register_kernels``)."""
-
-REFUSED_HOOKIMPL_OPTIONS = ("wrapper", "hookwrapper", "tryfirst", "trylast")
-"""pluggy hookimpl options that mean nothing for registration hooks; a plugin using one is refused."""
-
-BACKEND_METHODS: dict[str, bool] = {
-    "init_rollout_engine": False,
-    "validate_config": False,
-    "get_dataloader": False,
-    "builtin_task": False,
-    "shutdown": False,
-    "save_checkpoint": False,
-    "load_checkpoint": False,
-    "generate_episodes": True,
-    "transform_to_backend_batch": False,
-    "process_backend_batch": True,
-    "compute_advantages": True,
-    "update_policy": True,
-    "on_train_start": True,
-    "on_train_end": True,
-    "on_epoch_start": True,
-    "on_epoch_end": True,
-    "on_batch_start": True,
-    "on_batch_end": True,
-    "on_validation_start": True,
-    "on_validation_end": True,
-}
-"""Methods of :class:`rllm.trainer.backend_protocol.BackendProtocol` the trainer calls; True: ``async``."""
-
-BACKEND_ABSTRACT_METHODS = ("init_rollout_engine", "get_dataloader", "transform_to_backend_batch", "update_policy")
-"""Protocol methods without a default: a backend subclassing the protocol must override them."""
 
 
 class EstimatorRegistrar(Protocol):
@@ -185,10 +181,6 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
             register("length_weighted", length_weighted, style="batch",
                      requires=["response_lengths"], options=[])
     """
-
-
-LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-"""verl's aggregation modes: how per-token losses become one scalar (``LossContext.aggregate``)."""
 
 
 class LossRegistrar(Protocol):

@@ -23,7 +23,6 @@ from rllm.plugins.hookspecs import (
     BatchFieldRegistrar,
     ConfigSectionRegistrar,
     EstimatorRegistrar,
-    EstimatorStyle,
     GroupingHookRegistrar,
     KernelRegistrar,
     LossRegistrar,
@@ -31,9 +30,9 @@ from rllm.plugins.hookspecs import (
 from rllm.plugins.registry import LossEntry, first_unknown
 
 if TYPE_CHECKING:
-    from rllm.config.schema import ConfigKey
-    from rllm.plugins.fields import BatchField
-    from rllm.plugins.options import Option
+    from rllm.contract.fields import BatchField
+    from rllm.contract.keys import ConfigKey, Option
+    from rllm.contract.names import EstimatorStyle
     from rllm.plugins.registration import RegistrationMixin
 
 F = TypeVar("F", bound=Callable[..., None])

@@ -17,6 +17,8 @@ from typing import Any
 
 import pluggy
 
+from rllm.contract.fields import OPTIONAL_FIELDS
+from rllm.contract.names import REFUSED_HOOKIMPL_OPTIONS
 from rllm.errors import PluginContractError, PluginHookError
 from rllm.plugins import hookspecs
 from rllm.plugins.contract import HOOK_KINDS, HookKind
@@ -128,7 +130,7 @@ class RegistrationMixin(ReportingMixin):
         """Registration hooks run once per plugin, outside pluggy's call loop: ordering and wrapping mean nothing."""
         for attribute in dir(plugin):
             options: dict[str, Any] = dict(self.hooks.parse_hookimpl_opts(plugin, attribute) or {})
-            refused = [f"{option}=True" for option in hookspecs.REFUSED_HOOKIMPL_OPTIONS if options.get(option)]
+            refused = [f"{option}=True" for option in REFUSED_HOOKIMPL_OPTIONS if options.get(option)]
             if refused:
                 raise PluginContractError(
                     f"its hook {attribute} is marked @rllm.hookimpl({', '.join(refused)}), an option rllm does not "
@@ -166,7 +168,7 @@ class RegistrationMixin(ReportingMixin):
 
     def _refuse_unknown_fields(self, entry: EstimatorEntry) -> None:
         """A ``requires`` entry naming no batch field (built in or declared by a loaded plugin) is refused."""
-        known = [*hookspecs.OPTIONAL_FIELDS, *self.batch_fields.names()]
+        known = [*OPTIONAL_FIELDS, *self.batch_fields.names()]
         unknown = first_unknown(entry.requires, known)
         if unknown:
             field_name, hint = unknown

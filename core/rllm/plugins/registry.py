@@ -15,12 +15,14 @@ import importlib
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, TypeVar
 
+from rllm.contract.fields import OPTIONAL_FIELDS
+from rllm.contract.keys import Option
+from rllm.contract.names import ESTIMATOR_STYLES, LOSS_AGG_MODES, EstimatorStyle
 from rllm.errors import NameConflictError, NameNotFoundError, PluginContractError, RLLMWarning
 from rllm.plugins.discovery import Source, SourceKind
-from rllm.plugins.hookspecs import OPTIONAL_FIELDS
-from rllm.plugins.options import UNDECLARED, Declaration, Option, declare
+from rllm.plugins.options import UNDECLARED, Declaration, declare
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,7 @@ class EstimatorEntry(Entry):
     registrar forwards every keyword it does not know itself to :meth:`declare`.
     """
 
-    style: Literal["grouped", "batch"] = "grouped"
+    style: EstimatorStyle = "grouped"
     requires: tuple[str, ...] = ()
     options: tuple[Option, ...] | None = None
     """The declared options (None: derived from the function's signature)."""
@@ -225,7 +227,7 @@ class EstimatorEntry(Entry):
 
     def __post_init__(self) -> None:
         who = f"{self.source.describe()} registered estimator {self.name!r}"
-        if self.style not in ("grouped", "batch"):
+        if self.style not in ESTIMATOR_STYLES:
             raise PluginContractError(f"{who} with style {self.style!r}; use 'grouped' or 'batch'.")
         if isinstance(self.requires, str) or not isinstance(self.requires, Iterable):
             raise PluginContractError(f"{who} with requires={self.requires!r}; give a list of field names.")
@@ -264,8 +266,6 @@ class LossEntry(Entry):
     alias_of: str | None = None
 
     def __post_init__(self) -> None:
-        from rllm.plugins.hookspecs import LOSS_AGG_MODES
-
         who = f"{self.source.describe()} registered loss {self.name!r}"
         target = self.target
         if isinstance(target, str):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from rllm.contract.names import LR_SCHEDULES
 from rllm.errors import ConfigError
 
 __all__ = ["lr_factor", "scheduled_lr"]
@@ -27,7 +28,7 @@ def lr_factor(schedule: str, warmup_ratio: float, step: int, total: int) -> floa
         return max(1.0 - progress, 0.0)
     if schedule == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
-    raise ConfigError(f"rllm.algorithm.lr_schedule={schedule!r} is unknown; use constant, linear or cosine.")
+    raise ConfigError(f"rllm.algorithm.lr_schedule={schedule!r} is unknown; use one of {', '.join(LR_SCHEDULES)}.")
 
 
 def scheduled_lr(base: float, algorithm: Any, step: int, total: int) -> float:

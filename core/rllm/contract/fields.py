@@ -1,0 +1,79 @@
+"""Batch fields: the per-trajectory inputs an estimator can ``require``, built in or added by a plugin."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class BuiltinField:
+    """A batch field rllm fills itself, described as a :class:`BatchField` is (the collection step reads it).
+
+    ``jsonl_key`` is the per-line JSON key ``rllm advantages`` reads it from; None: not read from lines.
+    """
+
+    per_step: bool = False
+    doc: str = ""
+    jsonl_key: str | None = None
+
+
+BUILTIN_FIELDS: dict[str, BuiltinField] = {
+    "response_lengths": BuiltinField(doc="integer >= 0: tokens in the response", jsonl_key="response_length"),
+    "baseline_rewards": BuiltinField(
+        doc="number: reward of the baseline (e.g. greedy) response", jsonl_key="baseline_reward"
+    ),
+    "reward_components": BuiltinField(
+        doc="list of numbers, or an object with the same keys on every line", jsonl_key="reward_components"
+    ),
+    "component_weights": BuiltinField(doc="one weight per reward component (the estimator's option)"),
+    "step_rewards": BuiltinField(per_step=True, doc="list of numbers: reward of each step", jsonl_key="step_rewards"),
+    "step_values": BuiltinField(
+        per_step=True, doc="list of numbers: value estimate of each step", jsonl_key="step_values"
+    ),
+    "roles": BuiltinField(doc="the group's role, per trajectory"),
+    "task_ids": BuiltinField(doc="the group's task id, per trajectory"),
+}
+"""The one table of the built-in batch fields beyond rewards; every other list of them is derived from it."""
+
+OPTIONAL_FIELDS = tuple(BUILTIN_FIELDS)
+"""Batch fields beyond rewards that an estimator may list in ``requires``."""
+
+
+@dataclass(frozen=True)
+class BatchField:
+    """How to fill one batch field.
+
+    ``read(trajectory)`` gives the trajectory's value: a number, or with ``per_step`` a list of
+    numbers, one per step. The collection step calls it for every trajectory of a batch whose
+    estimator requires the field; ``rllm.compute_advantages`` takes the field as a keyword
+    array; ``rllm advantages`` reads it from the per-line JSON key ``jsonl_key`` (default: the
+    field's name).
+    """
+
+    read: Callable[[Any], Any]
+    per_step: bool = False
+    doc: str = ""
+    jsonl_key: str | None = None
+
+    def line_key(self, name: str) -> str:
+        return self.jsonl_key or name
+
+
+BATCH_ATTRIBUTES = (
+    "layout",
+    "nonfinite_rewards",
+    "large_values",
+    "describe",
+    "dtype",
+    "freeze",
+    "n_groups",
+    "require",
+    "subset",
+)
+"""``AdvantageBatch``'s own names, which a field read as ``batch.<name>`` would shadow.
+
+The batch sits in a layer above this one, so its names are listed here;
+tests/estimators/test_field_names.py fails when the batch gains a public name this list lacks.
+"""

@@ -1,0 +1,72 @@
+"""The domain's word lists: each is written here once and every layer reads it from here.
+
+A config key's ``choices``, a ``Literal`` type, a registration check and the docs all name the
+same tuple, so adding a word is one edit (tests/architecture/test_vocabularies.py ties the
+copies that cannot import it, such as ``Literal`` types, to these tuples).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+EstimatorStyle = Literal["grouped", "batch"]
+ESTIMATOR_STYLES: tuple[str, ...] = ("grouped", "batch")
+"""How a registered estimator is called: with a list of group arrays, or with one ``AdvantageBatch``."""
+
+KERNEL_NAMES = ("group_centre", "sorted_runs", "run_starts")
+"""The toolkit primitives a plugin may provide a faster implementation of (``rllm_register_kernels``)."""
+
+NonFinitePolicy = Literal["error", "zero", "exclude"]
+NONFINITE_POLICIES: tuple[str, ...] = ("error", "zero", "exclude")
+"""What a non-finite (unscorable) reward does: an error naming the group, a zero group, or left out."""
+
+BACKEND_METHODS: dict[str, bool] = {
+    "init_rollout_engine": False,
+    "validate_config": False,
+    "get_dataloader": False,
+    "builtin_task": False,
+    "shutdown": False,
+    "save_checkpoint": False,
+    "load_checkpoint": False,
+    "generate_episodes": True,
+    "transform_to_backend_batch": False,
+    "process_backend_batch": True,
+    "compute_advantages": True,
+    "update_policy": True,
+    "on_train_start": True,
+    "on_train_end": True,
+    "on_epoch_start": True,
+    "on_epoch_end": True,
+    "on_batch_start": True,
+    "on_batch_end": True,
+    "on_validation_start": True,
+    "on_validation_end": True,
+}
+"""Methods of :class:`rllm.trainer.backend_protocol.BackendProtocol` the trainer calls; True: ``async``."""
+
+BACKEND_ABSTRACT_METHODS = ("init_rollout_engine", "get_dataloader", "transform_to_backend_batch", "update_policy")
+"""Protocol methods without a default: a backend subclassing the protocol must override them."""
+
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+"""verl's aggregation modes: how per-token losses become one scalar (``LossContext.aggregate``)."""
+
+KL_KINDS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+"""verl's KL estimators (k1, abs, k2, k3 and their long names); each also with a trailing ``+``."""
+
+KL_KIND_CHOICES = tuple(kind + suffix for suffix in ("", "+") for kind in KL_KINDS)
+"""Every value ``kl_loss_type`` and ``kl_penalty`` accept: the kinds, bare and with ``+``."""
+
+KlController = Literal["fixed", "adaptive"]
+KL_CONTROLLERS: tuple[str, ...] = ("fixed", "adaptive")
+"""How the KL-in-reward coefficient moves (verl's ``kl_ctrl.type``): never, or towards a target KL."""
+
+TisMode = Literal["token", "sequence"]
+TIS_MODES: tuple[str, ...] = ("token", "sequence")
+"""Levels of truncated importance sampling (``rllm.algorithm.rollout_correction.tis_mode``)."""
+
+REFUSED_HOOKIMPL_OPTIONS = ("wrapper", "hookwrapper", "tryfirst", "trylast")
+"""pluggy hookimpl options that mean nothing for registration hooks; a plugin using one is refused."""
+
+LrSchedule = Literal["linear", "cosine", "constant"]
+LR_SCHEDULES: tuple[str, ...] = ("linear", "cosine", "constant")
+"""Learning-rate schedules after the warm-up (``rllm.algorithm.lr_schedule``)."""
