@@ -62,9 +62,9 @@ async def _engine(engine: WorkflowEngine) -> float:
 async def measure(rounds: int) -> dict[str, float]:
     import ray
 
-    from rllm.trainer.ray_executor import RayExecutor
+    from rllm.trainer.ray_executor import RayExecutor, start_local_ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_local_ray(num_cpus=2)
     local = WorkflowEngine(EnvironmentCall, n_parallel_tasks=EPISODES)
     remote = WorkflowEngine(EnvironmentCall, n_parallel_tasks=EPISODES, executor=RayExecutor(2))
     try:

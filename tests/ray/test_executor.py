@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,9 +21,9 @@ skip_module_without("ray", install="pip install 'rllm[ray]' (CI does)")
 import ray
 
 from rllm.engine import RolloutEngine
-from rllm.errors import WorkflowError
+from rllm.errors import ConfigError, RLLMWarning, TrainerError, WorkflowError
 from rllm.trainer.engine import WorkflowEngine
-from rllm.trainer.ray_executor import RayExecutor
+from rllm.trainer.ray_executor import RayExecutor, start_local_ray
 from rllm.types import Episode, Step, TerminationReason, Trajectory
 from rllm.workflows.workflow import Workflow
 
@@ -29,7 +32,7 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers c
 
 @pytest.fixture(scope="module", autouse=True)
 def _local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_local_ray(num_cpus=2)
     yield
     ray.shutdown()
 
@@ -255,3 +258,94 @@ def test_bad_ray_settings_are_refused_naming_the_key(options: dict[str, Any], cu
 
     with pytest.raises(ConfigError, match=culprit):
         RayExecutor(**options)  # type: ignore[arg-type]
+
+
+def test_a_local_instance_listens_on_the_loopback_address_only() -> None:
+    (node,) = ray.nodes()
+    assert node["NodeManagerAddress"] == "127.0.0.1"
+    assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"resources": {"sandbox": 1}},
+            r"reserves rllm\.workflow\.ray\.resources\.sandbox=1, .*has 2 CPU, no 'sandbox'\)",
+        ),
+        ({"num_gpus": 1}, r"reserves rllm\.workflow\.ray\.num_gpus=1, .*has 2 CPU, 0 GPU\)"),
+        ({"num_cpus": 64}, r"reserves rllm\.workflow\.ray\.num_cpus=64, but no node .*has 2 CPU\)"),
+    ],
+)
+def test_workers_the_cluster_cannot_place_are_refused_naming_the_resource(options: dict, message: str) -> None:
+    tasks, ids = _tasks(["ok"], repeats=2)
+    engine = WorkflowEngine(Env, executor=RayExecutor(2, **options), timeout=5.0)
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=message) as caught:
+        _run(engine, tasks, ids)
+    assert "\n" not in str(caught.value) and time.monotonic() - started < 5
+    assert engine.stats.attempts == 0
+
+
+def test_more_workers_than_the_cluster_holds_start_as_many_as_fit_and_no_episode_waits() -> None:
+    """The documented num_workers=4 on 2 CPUs: two workers start, and every episode is sent to one of them."""
+    tasks, ids = _tasks(["ok"] * 4, repeats=2)
+    engine = WorkflowEngine(Env, executor=RayExecutor(4), timeout=8.0)
+    warning = r"num_workers=4: the cluster holds 2 workers of rllm\.workflow\.ray\.num_cpus=1 \(it has 2 CPU\), so 2"
+    with pytest.warns(RLLMWarning, match=warning):
+        episodes = _run(engine, tasks, ids)
+    assert engine.stats.timeouts == 0
+    assert [ep.termination_reason for ep in episodes] == [TerminationReason.ENV_DONE] * 8
+    assert len({ep.metrics["pid"] for ep in episodes}) == 2
+
+
+@ray.remote(num_cpus=2)
+class _Hog:
+    """Holds both CPUs of the test instance."""
+
+    def ping(self) -> int:
+        return 1
+
+
+def test_workers_that_do_not_start_in_time_are_an_error_saying_what_is_free() -> None:
+    hog = _Hog.remote()  # type: ignore[attr-defined]
+    ray.get(hog.ping.remote())
+    try:
+        executor = RayExecutor(1, start_timeout=1.0)
+        engine = WorkflowEngine(Env, executor=executor)
+        message = (
+            r"1 of 1 Ray workers did not start within rllm\.workflow\.ray\.start_timeout=1 s: each reserves "
+            r"rllm\.workflow\.ray\.num_cpus=1 and the cluster has 0 CPU free"
+        )
+        with pytest.raises(TrainerError, match=message):
+            _run(engine, *_tasks(["ok"], repeats=1))
+        assert executor.workers == []  # the pending worker was not left waiting for the CPUs
+    finally:
+        ray.kill(hog)
+
+
+def test_an_address_nothing_answers_at_is_one_line_from_rllm_train(tmp_path) -> None:
+    with socket.socket() as probe:  # a loopback port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rllm.cli.main",
+            "train",
+            "rllm.workflow.executor=ray",
+            f"rllm.workflow.ray.address=127.0.0.1:{port}",
+            "rllm.workflow.ray.start_timeout=2",
+            "rllm.trainer.logger=[jsonl]",
+            f"rllm.trainer.output_dir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env={**os.environ, "RLLM_DISABLED_PLUGINS": "fast"},
+    )
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode != 0
+    assert len(lines) == 1, done.stderr
+    assert f"rllm.workflow.ray.address='127.0.0.1:{port}': nothing answers there within 2 s" in lines[0]

@@ -26,7 +26,7 @@ import ray
 from rllm.errors import WorkflowError
 from rllm.experimental.common.advantage import register_rllm_adv_estimator
 from rllm.trainer.engine import WorkflowEngine
-from rllm.trainer.ray_executor import RayExecutor
+from rllm.trainer.ray_executor import RayExecutor, start_local_ray
 from rllm.types import Episode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,9 +56,7 @@ def plugins_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         timeout=300,
     )
     sys.path.insert(0, str(target))  # the driver imports the workflow class; it never loads these plugins
-    ray.init(
-        num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(target)}}
-    )
+    start_local_ray(num_cpus=2, runtime_env={"env_vars": {"PYTHONPATH": str(target)}})
     try:
         yield target
     finally:
