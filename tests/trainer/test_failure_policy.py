@@ -6,6 +6,7 @@ index only, never on scheduling, so a retried rollout repeats the episode it wou
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -118,6 +119,20 @@ def test_unknown_policy_is_refused_naming_the_key(make_config) -> None:
         ConfigError, match=r"rllm\.workflow\.failure_policy must be one of retry, drop_group, fail; got 'drop'"
     ):
         make_config("rllm.workflow.failure_policy=drop")
+
+
+class RaisesOnEveryTask(ArithmeticWorkflow):
+    async def run(self, task: dict[str, Any], uid: str, **kwargs: Any) -> Episode:
+        raise RuntimeError(f"the sandbox of {uid} is gone")
+
+
+class SlowOnOneTask(ArithmeticWorkflow):
+    """The built-in workflow, except that every rollout of BAD_TASK takes 30 s."""
+
+    async def run(self, task: dict[str, Any], uid: str, **kwargs: Any) -> Episode:
+        if task["uid"] == BAD_TASK:
+            await asyncio.sleep(30)
+        return await super().run(task, uid, **kwargs)
 
 
 class FailingTaskBackend(EmbeddedBackend):
@@ -236,3 +251,60 @@ def test_validation_says_what_it_dropped(make_config, train) -> None:
     assert record["kind"] == "val" and record["val/digit_sum/num_tasks"] == 99
     assert record["val/workflow/dropped_groups"] == 1 and record["val/workflow/failed"] == 1
     assert "val/workflow/attempts" not in record and "val/workflow/timeouts" not in record  # zero counts stay out
+
+
+class FailingEverywhereBackend(EmbeddedBackend):
+    def builtin_task(self) -> Any:
+        setup = super().builtin_task()
+        setup.workflow_class = RaisesOnEveryTask
+        return setup
+
+
+@pytest.mark.parametrize("require_update", [True, False])
+def test_drop_group_that_drops_every_group_says_so_each_step_and_at_the_end(
+    plugin_manager: PluginManager, tmp_path, capsys, require_update: bool
+) -> None:
+    plugin = type("FailingEverywherePlugin", (), {})()
+    from rllm import hookimpl
+
+    plugin.rllm_register_backends = hookimpl(lambda register: register("failing_all", FailingEverywhereBackend))
+    plugin_manager.register(plugin, Source("plugin", "failing_all", "failing-all-dist", "0.1"))
+    code = main(
+        [
+            "train",
+            "--no-progress",
+            "rllm.backend=failing_all",
+            "rllm.workflow.failure_policy=drop_group",
+            f"rllm.trainer.output_dir={tmp_path / 'run'}",
+            "rllm.trainer.logger=[jsonl]",
+            f"rllm.trainer.require_update={str(require_update).lower()}",
+            *ONE_STEP,
+            "rllm.trainer.total_batches=2",
+            "rllm.data.train_batch_size=3",
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    dropped = "dropped every group (3 groups, 12 rollouts: their workflows failed); the policy was not updated."
+    assert err[:2] == [
+        f"rllm: warning: step {n}: nothing to train on: failure_policy=drop_group {dropped}" for n in (1, 2)
+    ]
+    if require_update:
+        assert code == 2 and len(err) == 3, err
+        assert err[2].startswith("rllm train: error: No step of this run updated the policy (2 of 2: ")
+        assert "set rllm.trainer.require_update=false" in err[2]
+    else:
+        assert code == 0 and len(err) == 3, err
+        assert err[2].startswith("rllm: warning: 2 of this run's steps trained nothing: failure_policy=drop_group")
+
+
+def test_timed_out_rollouts_are_counted_and_said_each_step_and_at_the_end(make_config, train) -> None:
+    from rllm.errors import RLLMWarning
+
+    config = make_config(*ONE_STEP, "rllm.workflow.timeout=0.5")
+    with pytest.warns(RLLMWarning) as caught:
+        _, metrics = train(config, SlowOnOneTask)
+    messages = [str(w.message) for w in caught]
+    assert "step 1: 4 of 400 rollouts timed out after rllm.workflow.timeout=0.5 s and are left out" in messages[0]
+    assert messages[-1].startswith("4 of this run's 400 rollouts timed out (rllm.workflow.timeout)")
+    [record] = [r for r in metrics if r["kind"] == "train"]
+    assert record["workflow/timeouts"] == 4 and record["grouping/num_groups"] == 99

@@ -213,7 +213,7 @@ def test_episode_mode_in_the_trainer_skips_updates_until_release(make_config, tr
     updated = [r["batch/updated"] for r in records]
     partial = [r["rejection/accumulated_partial_tasks"] for r in records]
     # holding groups back is what episode mode is for: no step is reported as having nothing to train on
-    assert not [w for w in caught if "no group is left" in str(w.message) or "trained nothing" in str(w.message)]
+    assert not [w for w in caught if "nothing to train on" in str(w.message) or "trained nothing" in str(w.message)]
     # the untrained policy solves few of 20 tasks per batch partially: it takes several batches
     assert updated[0] == 0.0 and 1.0 in updated
     release = updated.index(1.0)

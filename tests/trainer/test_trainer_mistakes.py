@@ -71,6 +71,7 @@ def test_steps_that_train_nothing_are_reported(make_config) -> None:
         "rllm.dynamic_sampling.max_rounds=1",
         "rllm.trainer.total_batches=2",
         "rllm.trainer.test_freq=0",
+        "rllm.trainer.require_update=false",
     )
     trainer = UnifiedTrainer(None, config, progress=False)
     try:
@@ -79,8 +80,31 @@ def test_steps_that_train_nothing_are_reported(make_config) -> None:
     finally:
         trainer.shutdown()
     messages = [str(w.message) for w in caught]
-    assert sum("no group is left to train on" in m for m in messages) == 2, messages
+    assert sum("nothing to train on: every group was uniform or filtered out" in m for m in messages) == 2, messages
     assert "2 of this run's steps trained nothing" in messages[-1]
+
+
+def test_a_run_no_step_of_which_updated_the_policy_is_an_error(make_config) -> None:
+    from rllm.errors import RLLMWarning, TrainerError
+    from rllm.trainer.unified import UnifiedTrainer
+
+    config = make_config(
+        "rllm.dynamic_sampling.enable=true",
+        "rllm.dynamic_sampling.strategy=drop",
+        "rllm.dynamic_sampling.tolerance=100",
+        "rllm.dynamic_sampling.max_rounds=1",
+        "rllm.trainer.total_batches=2",
+        "rllm.trainer.test_freq=0",
+    )
+    trainer = UnifiedTrainer(None, config, progress=False)
+    try:
+        with pytest.warns(RLLMWarning, match="nothing to train on"), pytest.raises(TrainerError) as caught:
+            trainer.fit()
+    finally:
+        trainer.shutdown()
+    message = str(caught.value)
+    assert message.startswith("No step of this run updated the policy (2 of 2: every group was uniform or filtered")
+    assert "rllm.trainer.require_update=false" in message and "\n" not in message
 
 
 def test_saved_estimator_state_the_estimator_cannot_read_is_named() -> None:

@@ -427,6 +427,11 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         minimum=1,
     ),
     _bool_key("rllm.trainer.val_only", False, "Validate and stop."),
+    _bool_key(
+        "rllm.trainer.require_update",
+        True,
+        "A run none of whose steps updated the policy ends in an error (exit 1); false: with a warning only.",
+    ),
     ConfigKey(
         "rllm.trainer.output_dir",
         "str",

@@ -53,6 +53,7 @@ from rllm.trainer.rejection import (
     apply_rejection_sampling_and_filtering,
 )
 from rllm.trainer.run_files import LEARNING_CURVE, RunFiles
+from rllm.trainer.run_report import FILTERED, RunReport
 from rllm.trainer.rundir import check_run_name
 from rllm.trainer.sampling import DynamicSamplingConfig
 from rllm.trainer.step_metrics import episode_metrics, stage_timer
@@ -112,8 +113,8 @@ class UnifiedTrainer:
         self.progress = bool(kwargs.get("progress", True))
         self.logger: MetricsLogger | None = None
         self._unused_roles_warned: set[str] = set()
-        self._untrained_steps = 0
-        """Steps of this process that left nothing to update on (reported at the end of the run)."""
+        self.report = RunReport()
+        """This process's steps left untrained and rollouts timed out: said each step and at the end."""
 
         self._validate_and_setup_configs()
         backend_type = resolve_backend(backend_cls, self.config)
@@ -265,14 +266,8 @@ class UnifiedTrainer:
             print(f"rllm: training already complete ({state.global_step} steps).", file=sys.stderr)
         else:
             await self._fit_async(state)
-            if self._untrained_steps:
-                warnings.warn(
-                    f"{self._untrained_steps} of this run's steps trained nothing: every group was uniform or "
-                    "filtered out. Check the rewards (do they vary within a group?) and rllm.dynamic_sampling.",
-                    RLLMWarning,
-                    stacklevel=2,
-                )
         await self.backend.on_train_end(state)
+        self.report.finish(bool(trainer_cfg.require_update))
 
     def _total_steps(self, state: TrainerState) -> int:
         trainer_cfg = self.rllm_config.trainer
@@ -310,7 +305,9 @@ class UnifiedTrainer:
                 await self.backend.on_batch_start(state)
                 with stage_timer("step", state.timing_dict):
                     await self._train_batch_async(batch, state)
-                state.metrics.update(self.agent_workflow_engine.stats.as_metrics())  # every round of the step
+                engine = self.agent_workflow_engine
+                state.metrics.update(engine.stats.as_metrics())  # every round of the step
+                self.report.step_done(state.global_step, engine.stats, engine.timeout)
                 state.batches_done = index + 1
                 await self.backend.on_batch_end(state)
                 timings = {f"time/{k}": v for k, v in state.timing_dict.items()}
@@ -336,6 +333,8 @@ class UnifiedTrainer:
             state.episodes = await self.backend.generate_episodes(batch, agent_workflow_engine=engine)
         state.metrics.update(episode_metrics(state.episodes))
         if not state.has_episodes:
+            state.metrics["batch/updated"] = 0.0
+            self.report.no_episodes(state.global_step, engine.stats)
             return
         with stage_timer("group", timings):  # stages 2 and 3
             groups, transform_metrics = self._grouped(state.episodes)
@@ -354,13 +353,7 @@ class UnifiedTrainer:
         if not state.has_trajectory_groups:
             if state.rs_state.groups:  # episode-mode rejection sampling holds them back, as configured
                 return
-            self._untrained_steps += 1
-            warnings.warn(
-                f"step {state.global_step}: no group is left to train on (every group was uniform or filtered "
-                "out); the policy was not updated.",
-                RLLMWarning,
-                stacklevel=2,
-            )
+            self.report.untrained_step(state.global_step, FILTERED)
             return
         with stage_timer("backend_batch", timings):  # stages 4 and 5
             state.backend_batch = self.backend.transform_to_backend_batch(state)
