@@ -5,6 +5,9 @@ alone: the embedded and the transformers backends train the same ``digit_*`` tas
 same :class:`ArithmeticWorkflow`. ``VOCAB[i]`` is token ``i``'s text (the digits 0-9 are
 tokens 0-9); ``PLUS``, ``EQUALS``, ``ARROW`` and ``EOS`` are the other token ids, and
 ``decode`` turns ids into text. ``TASKS`` maps each task family's name to its builder.
+
+Their text versions (:mod:`rllm.tasks.text`, ``TEXT_TASKS``) ask the same questions in words
+for chat models and score the reply with :func:`text_reward`.
 """
 
 from __future__ import annotations
@@ -24,14 +27,25 @@ from rllm.tasks.digits import (
     digit_max_tasks,
     digit_sum_tasks,
 )
+from rllm.tasks.text import (
+    ANSWER_PREFIX,
+    TEXT_TASKS,
+    format_answer,
+    parse_answer,
+    text_digit_max_tasks,
+    text_digit_sum_tasks,
+    text_reward,
+)
 
 __all__ = [
+    "ANSWER_PREFIX",
     "ARROW",
     "EOS",
     "EQUALS",
     "PLUS",
     "ROLE",
     "TASKS",
+    "TEXT_TASKS",
     "VOCAB",
     "ArithmeticWorkflow",
     "build_tasks",
@@ -39,4 +53,9 @@ __all__ = [
     "digit_chain_tasks",
     "digit_max_tasks",
     "digit_sum_tasks",
+    "format_answer",
+    "parse_answer",
+    "text_digit_max_tasks",
+    "text_digit_sum_tasks",
+    "text_reward",
 ]

@@ -36,7 +36,7 @@ try:  # the extra first: without it, selecting the backend is one line naming th
     from rllm_transformers.batch import RowBatch, pack_rows, response_tokens, token_log_probs
     from rllm_transformers.checkpoint import load_training_state, save_training_state
     from rllm_transformers.engine import Sampling, TransformersEngine
-    from rllm_transformers.model import TINY, load_policy
+    from rllm_transformers.model import TINY, has_digit_ids, load_policy
     from rllm_transformers.rewards import check_estimators_see_the_penalty, subtract_from_rewards
 except ImportError as exc:
     raise missing_extra_error(exc) from None
@@ -128,7 +128,7 @@ class TransformersBackend(BackendProtocol):
 
     def builtin_task(self) -> TaskSetup:
         tasks = build_tasks([str(name) for name in self.options.tasks])
-        if str(self.options.model) != TINY:  # the tasks' token ids are the tiny tokenizer's: re-encode the text
+        if not has_digit_ids(self.options):  # the tasks' token ids are the digit tokenizer's: re-encode the text
             tasks = [self._encoded(task) for task in tasks]
         return TaskSetup(workflow_class=ArithmeticWorkflow, train_dataset=tasks, val_dataset=tasks)
 

@@ -1,5 +1,6 @@
 """The policy model and its tokenizer: ``tiny`` (built from a config, random weights, a character
-tokenizer over the digit tasks' vocabulary) or a local directory / hub id loaded with transformers."""
+tokenizer: the digit tasks' vocabulary, or printable ASCII with a chat template) or a local
+directory / hub id loaded with transformers."""
 
 from __future__ import annotations
 
@@ -14,12 +15,36 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from rllm.errors import ConfigError, RLLMWarning
 from rllm.tasks import VOCAB
+from rllm_transformers.plugin import TOKENIZERS
 
 TINY = "tiny"
 PAD = "<pad>"
 EOS = "<eos>"
 CHARACTERS = [token for token in VOCAB if token != EOS]
 """The tiny tokenizer's ids 0-12 are the digit tasks' token ids, ``<eos>`` is 13 as there, ``<pad>`` 14."""
+
+TEXT_SPECIALS = ("<|pad|>", "<|bos|>", "<|eos|>", "<|unk|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>")
+"""The text tokenizer's ids 0-7: pad, bos, eos, unk (any character outside :data:`TEXT_CHARACTERS`), role markers."""
+TEXT_CHARACTERS = ("\n", *(chr(code) for code in range(0x20, 0x7F)))
+"""Ids 8-103: newline, then printable ASCII from space to ``~``."""
+CHAT_TEMPLATE = (
+    "{{- bos_token -}}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] not in ['system', 'user', 'assistant', 'tool'] -%}"
+    "{{- raise_exception('role ' ~ message['role'] ~ ' is not one of system, user, assistant, tool') -}}"
+    "{%- endif -%}"
+    "{%- if message['content'] is not string -%}"
+    "{{- raise_exception('the content of a ' ~ message['role'] ~ ' message is not a string') -}}"
+    "{%- endif -%}"
+    "{{- '<|' ~ message['role'] ~ '|>' ~ message['content'] ~ eos_token -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|assistant|>' -}}{%- endif -%}"
+)
+"""``<|bos|>``, then per message ``<|role|>content<|eos|>``; the generation prompt is ``<|assistant|>``.
+
+The model ends its turn with the EOS token, where sampling stops, so a reply appended to
+the prompt is exactly how the template renders that reply in the next turn's history.
+"""
 
 
 @dataclass
@@ -42,7 +67,41 @@ def char_tokenizer() -> PreTrainedTokenizerBase:
     return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=PAD, eos_token=EOS, unk_token=PAD)
 
 
-def tiny_model(options: DictConfig, vocab_size: int, pad_id: int, eos_id: int) -> PreTrainedModel:
+def text_tokenizer() -> PreTrainedTokenizerBase:
+    """One token per printable ASCII character plus :data:`TEXT_SPECIALS`, with :data:`CHAT_TEMPLATE`.
+
+    A ``tokenizers`` model wrapped in ``PreTrainedTokenizerFast``, so ``save_pretrained`` writes
+    ``tokenizer.json`` and the template, and ``AutoTokenizer.from_pretrained`` reads them back.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    pad, bos, eos, unk, *markers = TEXT_SPECIALS
+    vocab = {token: index for index, token in enumerate((*TEXT_SPECIALS, *TEXT_CHARACTERS))}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unk))
+    backend.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token=pad,
+        bos_token=bos,
+        eos_token=eos,
+        unk_token=unk,
+        additional_special_tokens=markers,
+        clean_up_tokenization_spaces=False,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def has_digit_ids(options: DictConfig) -> bool:
+    """Whether the policy's token ids are the digit tasks' own (``tiny`` with the ``digits`` tokenizer)."""
+    return str(options.model) == TINY and str(options.tokenizer) == TOKENIZERS[0]
+
+
+def tiny_model(
+    options: DictConfig, vocab_size: int, pad_id: int, eos_id: int, bos_id: int | None = None
+) -> PreTrainedModel:
     """A Qwen2-style causal LM from a config: about 75k parameters at the defaults."""
     from transformers import Qwen2Config
 
@@ -57,7 +116,7 @@ def tiny_model(options: DictConfig, vocab_size: int, pad_id: int, eos_id: int) -
         tie_word_embeddings=True,
         pad_token_id=pad_id,
         eos_token_id=eos_id,
-        bos_token_id=None,
+        bos_token_id=bos_id,
     )
     return AutoModelForCausalLM.from_config(config)
 
@@ -81,10 +140,17 @@ def load_policy(options: DictConfig) -> Policy:
     device = resolve_device(str(options.device))
     dtype = torch.bfloat16 if str(options.dtype) == "bfloat16" else torch.float32
     torch.manual_seed(int(options.seed))
-    name = str(options.model)
+    name, kind = str(options.model), str(options.tokenizer)
     if name == TINY:
-        tokenizer = char_tokenizer()
-        model = tiny_model(options, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
+        tokenizer = char_tokenizer() if kind == TOKENIZERS[0] else text_tokenizer()
+        model = tiny_model(
+            options, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id
+        )
+    elif kind != TOKENIZERS[0]:
+        raise ConfigError(
+            f"rllm.transformers.tokenizer={kind} applies to model=tiny only; {name!r} brings its own tokenizer, "
+            f"so leave rllm.transformers.tokenizer at {TOKENIZERS[0]}."
+        )
     else:
         tokenizer, model = _pretrained(name)
     model.to(device=device, dtype=dtype)  # type: ignore[arg-type]

@@ -15,6 +15,8 @@ from rllm.errors import ConfigError
 from rllm.plugins import BackendRegistrar, ConfigSectionRegistrar
 
 EXTRA = ("torch", "transformers", "safetensors")
+TOKENIZERS = ("digits", "text")
+"""``rllm.transformers.tokenizer``: the tiny model's tokenizer (the first is the default)."""
 
 
 def _installed(name: str) -> bool:
@@ -57,6 +59,14 @@ TRANSFORMERS_KEYS = (
         "tiny",
         "tiny (a small Qwen2-style model built from a config, random weights, a character tokenizer), a "
         "directory save_pretrained wrote, or a hub id.",
+    ),
+    ConfigKey(
+        "tokenizer",
+        "str",
+        TOKENIZERS[0],
+        "tiny's tokenizer: digits (the digit tasks' 15 tokens, their own ids) or text (printable ASCII, bos/eos/pad, "
+        "chat role markers and a chat template); a model directory or hub id brings its own.",
+        choices=TOKENIZERS,
     ),
     ConfigKey(
         "tasks", "list[str]", ["digit_max"], "Built-in task families (as rllm.embedded.tasks).", names=_task_names
