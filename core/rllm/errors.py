@@ -183,5 +183,13 @@ class LossOptionError(ConfigError):
     """A policy-loss option, aggregation mode or KL kind is unknown or of the wrong type or value."""
 
 
+class LossOutputError(RLLMError, ValueError):
+    """A policy loss returned something other than a scalar (with a gradient) and a dict of numbers."""
+
+
+class LossFailedError(RLLMError):
+    """A policy loss raised an exception of its own."""
+
+
 class ConformanceError(RLLMError, AssertionError):
     """A plugin broke a contract that :mod:`rllm.testing` checks; the message names the property and the input."""

@@ -137,7 +137,7 @@ def test_adaptive_controller_by_hand() -> None:
         ),
         (
             lambda: resolve_loss_options("sapo", {}, "token-mean"),
-            "loss_agg_mode='token-mean' is not an aggregation mode this loss supports; use one of seq-mean-token-mean",
+            "loss_agg_mode='token-mean' does not fit loss 'sapo' .* aggregates by seq-mean-token-mean only",
         ),
         (
             lambda: resolve_loss_options("vanilla", {}, "token_mean"),
@@ -219,3 +219,40 @@ def test_settings_from_a_run_config_map_rllms_keys_and_check_them() -> None:
     assert LossSettings.from_algorithm(AlgorithmConfig()).name == "vanilla"
     with pytest.raises(ConfigError, match=r"rllm.algorithm.kl_loss_type must be one of .*; got 'k9'"):
         AlgorithmConfig(kl_loss_type="k9")
+
+
+ON_POLICY_ALIKE = ["dppo_tv", "dppo_kl", "gspo", "cispo", "importance_sampling", "gpg", "reinforce", "dro", "kl_cov"]
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_losses_coincide_at_ratio_one_as_docs_losses_md_says(mode: str) -> None:
+    """With the current policy equal to the old one, these losses have vanilla's gradient, -A d log p."""
+    torch = _torch()
+    from rllm.losses import compute_policy_loss
+
+    g = torch.Generator().manual_seed(0)
+    old = -torch.rand(6, 8, generator=g, dtype=torch.float64) * 2
+    advantages = torch.randn(6, 1, generator=g, dtype=torch.float64).expand(6, 8).clone()  # one per sequence
+    mask = (torch.arange(8)[None] < torch.tensor([8, 3, 5, 1, 8, 6])[:, None]).double()
+
+    def gradient(name: str, **options: float):
+        logp = old.clone().requires_grad_(True)
+        loss, _ = compute_policy_loss(
+            name,
+            log_probs=logp,
+            old_log_probs=old,
+            advantages=advantages,
+            response_mask=mask,
+            agg_mode=mode,
+            options=options,
+        )
+        loss.backward()
+        return logp.grad
+
+    tokens = mask.sum(-1, keepdim=True)
+    by_hand = -advantages * mask / (mask.sum() if mode == "token-mean" else tokens * 6)
+    assert torch.allclose(gradient("vanilla"), by_hand, atol=1e-12)
+    alike = ON_POLICY_ALIKE + (["sapo", "geo_mean"] if mode == "seq-mean-token-mean" else [])
+    for name in alike:
+        assert torch.allclose(gradient(name, **({"dro_beta": 0.1} if name == "dro" else {})), by_hand, atol=1e-8), name
+    assert not torch.allclose(gradient("clip_cov"), by_hand, atol=1e-8)

@@ -34,7 +34,7 @@ PROTOCOLS = {
     "rllm_register_batch_fields": ("BatchFieldRegistrar", ["name", "field"]),
     "rllm_register_losses": (
         "LossRegistrar",
-        ["name", "fn", "options", "aliases", "agg_modes", "needs_old_log_probs", "description"],
+        ["name", "fn", "options", "aliases", "agg_modes", "needs_old_log_probs", "additive", "description"],
     ),
     "rllm_register_config_sections": ("ConfigSectionRegistrar", ["section", "keys"]),
 }

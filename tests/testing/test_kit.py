@@ -114,15 +114,98 @@ def test_builtin_losses_conform(check) -> None:  # type: ignore[no-untyped-def]
     check()
 
 
-def test_a_loss_that_counts_masked_tokens_fails(plugin_manager) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip("torch")
+def _register(plugin_manager, name: str, fn, **declaration) -> None:  # type: ignore[no-untyped-def]
     from rllm.plugins.registry import LossEntry, Source
-    from rllm.testing.losses import check_loss
 
-    def unmasked(ctx):  # type: ignore[no-untyped-def]
-        per_token = -ctx.advantages * ctx.log_probs
-        return per_token.mean(), {}  # ignores response_mask (the bug)
+    plugin_manager.losses.add(LossEntry(name=name, target=fn, source=Source("runtime", "tests"), **declaration))
 
-    plugin_manager.losses.add(LossEntry(name="unmasked", target=unmasked, source=Source("runtime", "tests")))
-    with pytest.raises(ConformanceError, match="loss 'unmasked' breaks 'masked tokens contribute nothing'"):
-        check_loss("unmasked")
+
+def _pg(ctx):  # type: ignore[no-untyped-def]
+    """The per-token loss of every fixture: -A * ratio."""
+    import torch
+
+    return -ctx.advantages * torch.exp(ctx.log_probs - ctx.old_log_probs)
+
+
+def unmasked(ctx):  # type: ignore[no-untyped-def]
+    return _pg(ctx).mean(), {}  # the bug: a mean over padding too
+
+
+def seq_modes_as_token_mean(ctx):  # type: ignore[no-untyped-def]
+    mode = "token-mean" if ctx.agg_mode.startswith("seq-mean") else ctx.agg_mode  # the bug
+    return ctx.aggregate(_pg(ctx), mode), {}
+
+
+def nan_on_an_empty_sequence(ctx):  # type: ignore[no-untyped-def]
+    counts = ctx.response_mask.sum(dim=-1)
+    per_sequence = (_pg(ctx) * ctx.response_mask).sum(dim=-1) / counts  # the bug: 0 / 0 for an empty sequence
+    return per_sequence.sum() / (counts > 0).sum(), {}
+
+
+def micro_batch_mean(ctx):  # type: ignore[no-untyped-def]
+    return ctx.aggregate(_pg(ctx), "token-sum") / ctx.response_mask.sum(), {}  # the bug: ignores batch_num_tokens
+
+
+def tensor_metrics(ctx):  # type: ignore[no-untyped-def]
+    per_token = _pg(ctx)
+    return ctx.aggregate(per_token), {"mean": per_token.mean()}  # the bug: a tensor, not a number
+
+
+def float32_pg(ctx):  # type: ignore[no-untyped-def]
+    return ctx.aggregate(_pg(ctx).float()), {"ratio": 1.0}  # correct, in float32
+
+
+@pytest.mark.parametrize(
+    ("fn", "declaration", "check", "message"),
+    [
+        (unmasked, {}, "masked_positions", r"breaks 'masked tokens contribute nothing \(token-mean\)': padding moved"),
+        (seq_modes_as_token_mean, {}, "modes", r"breaks 'aggregation modes honoured': sequence 0 alone .* seq-mean"),
+        (
+            nan_on_an_empty_sequence,
+            {"agg_modes": ["seq-mean-token-mean"]},
+            "masked_positions",
+            r"breaks 'masked tokens contribute nothing \(seq-mean-token-mean\)': padding moved the loss from .* to nan",
+        ),
+        (
+            micro_batch_mean,
+            {"agg_modes": ["token-mean"]},
+            "micro_batches",
+            r"breaks 'micro-batches add up \(token-mean\)': micro-batches of sequences \[\[0, 3\], \[1\], \[2, 4\]\]",
+        ),
+        (
+            tensor_metrics,
+            {},
+            "scalar_gradient",
+            r"breaks 'scalar with a finite gradient \(token-mean\)': LossOutputError: .* returned the metric 'mean'",
+        ),
+    ],
+)
+def test_each_loss_check_fails_its_wrong_plugin(plugin_manager, fn, declaration, check, message) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("torch")
+    from rllm.testing.losses import LOSS_CHECKS, check_loss
+
+    _register(plugin_manager, "wrong", fn, **declaration)
+    with pytest.raises(ConformanceError, match=f"^loss 'wrong' {message}"):
+        LOSS_CHECKS[check]("wrong", {})
+    _register(plugin_manager, "right", float32_pg, **declaration)
+    LOSS_CHECKS[check]("right", {})
+    check_loss("right")  # a correct loss computing in float32 passes every check
+
+
+def test_an_estimator_whose_advantages_scale_with_the_number_of_groups_is_not_group_independent() -> None:
+    from rllm.experimental.common.advantage import register_rllm_adv_estimator
+
+    @register_rllm_adv_estimator("centred_times_groups")
+    def centred_times_groups(rewards, **kwargs):  # type: ignore[no-untyped-def]
+        out = [(g - g.mean()) * len(rewards) for g in rewards]  # the bug: scaled by the number of groups
+        return out, out
+
+    checks = estimator_checks("centred_times_groups", properties=["group_independent", "zero_mean"])
+    for check in checks:
+        if "group_independent" not in check.id:
+            check()  # centred: every other check passes
+    failing = [c for c in checks if "group_independent" in c.id]
+    with pytest.raises(
+        ConformanceError, match=r"estimator 'centred_times_groups' breaks 'group_independent': leaving group .* out"
+    ):
+        failing[0]()

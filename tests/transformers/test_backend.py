@@ -194,6 +194,23 @@ def test_kl_clip_and_aggregation_keys_are_honoured(tiny_config: MakeConfig) -> N
     assert max(r["actor/pg_clipfrac"] for r in steps) > 0  # later mini-batches are off-policy; 1% clips
 
 
+@pytest.mark.parametrize("loss", ["geo_mean", "sapo", "vanilla"])
+def test_micro_batches_do_not_change_the_step(tiny_config: MakeConfig, tmp_path: Path, loss: str) -> None:
+    """Gradient accumulation over 3 micro-batches gives the loss and gradient of the whole mini-batch."""
+    runs = []
+    for micro in (1, 3):
+        config = tiny_config(
+            *_overrides(loss),
+            "rllm.trainer.total_batches=1",
+            f"rllm.transformers.micro_batches={micro}",
+            f"rllm.trainer.output_dir={tmp_path / f'micro{micro}'}",
+        )
+        runs.append(_train(_fit(config)[1])[0])
+    single, split = runs
+    assert split["actor/grad_norm"] == pytest.approx(single["actor/grad_norm"], rel=1e-4)
+    assert split["actor/loss"] == pytest.approx(single["actor/loss"], rel=1e-4, abs=1e-6)
+
+
 def test_router_replay_is_refused_by_name(tiny_config: MakeConfig) -> None:
     with pytest.raises(ConfigError, match=r"rllm\.algorithm\.router_replay='R2'"):
         UnifiedTrainer(None, tiny_config("rllm.algorithm.router_replay=R2"), progress=False)

@@ -19,6 +19,14 @@ from rllm.losses import KL_KINDS, LOSS_AGG_MODES, compute_policy_loss, kl_penalt
 SHARED = ["vanilla", "dppo_tv", "dppo_kl", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "cispo"]
 PINNED = {"sapo": ["seq-mean-token-mean"], "geo_mean": ["seq-mean-token-mean"]}
 """verl's sapo and geo_mean ignore loss_agg_mode; rllm declares the one mode they compute."""
+
+
+def as_verl_counts(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    """verl's geo_mean is ``torch.mean`` over the micro-batch, empty rows included; rllm's divides by the
+    batch's sequences with a token unless told the whole batch's count, so it is told every row."""
+    return {"global_batch_size": data["response_mask"].shape[0]} if name == "geo_mean" else {}
+
+
 OPTIONS = {
     "clip_ratio": 0.2,
     "clip_ratio_low": 0.15,
@@ -98,6 +106,7 @@ def run_rllm(name: str, data: dict[str, Any], mode: str, seed: int) -> tuple[flo
         response_mask=data["response_mask"],
         options=rllm_options(name),
         agg_mode=mode,
+        **as_verl_counts(name, data),
     )
     loss.backward()
     return float(loss.detach()), logp.grad, metrics
@@ -155,6 +164,7 @@ def test_rollout_is_weights_reach_the_loss_as_in_verl() -> None:
             agg_mode=mode,
             tis_mode="token",
             tis_cap=2.0,
+            **as_verl_counts(name, data),
         )
         assert float(loss.detach()) == pytest.approx(float(expected.detach()), abs=TOLERANCE)
 
@@ -265,19 +275,28 @@ def test_rllm_losses_run_inside_verl_by_name(name: str) -> None:
     assert metrics == pytest.approx(expected_metrics, abs=TOLERANCE)
 
 
-def test_an_unsupported_mode_inside_verl_is_a_named_error() -> None:
+@pytest.mark.parametrize("name", ["sapo", "geo_mean"])
+def test_losses_that_fix_their_aggregation_take_verls_default_mode_as_verls_own_do(name: str, monkeypatch) -> None:
+    """verl's sapo and geo_mean ignore loss_agg_mode; rllm.<name> takes verl's default too, and says so once."""
     import verl  # noqa: F401
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
-    from rllm.errors import LossOptionError
+    import rllm
+    from rllm.errors import RLLMWarning
+    from rllm.losses import registry
 
+    monkeypatch.setattr(registry, "_ANNOUNCED", set())
     data = batch(8)
-    with pytest.raises(LossOptionError, match=r"loss_agg_mode=.token-mean.*seq-mean-token-mean"):
-        get_policy_loss_fn("rllm.sapo")(
-            data["old_log_probs"],
-            data["log_probs"],
-            data["advantages"],
-            data["response_mask"],
-            "token-mean",
-            verl_config(OPTIONS),
-        )
+    config = verl_config(OPTIONS)
+    config.global_batch_info.update(as_verl_counts(name, data))
+    args = (data["old_log_probs"], data["log_probs"], data["advantages"], data["response_mask"], "token-mean", config)
+    expected, _ = get_policy_loss_fn(name)(*args)
+    with pytest.warns(RLLMWarning) as caught:
+        first, _ = get_policy_loss_fn(f"rllm.{name}")(*args)
+        second, _ = get_policy_loss_fn(f"rllm.{name}")(*args)
+    assert float(first) == pytest.approx(float(expected), abs=TOLERANCE) and float(second) == float(first)
+    said = [str(w.message) for w in caught if "fixes its own aggregation" in str(w.message)]
+    assert said == [
+        f"Loss {name!r} (built-in plugin 'builtin', distribution rllm {rllm.__version__}) fixes its own aggregation, "
+        "seq-mean-token-mean; actor_rollout_ref.actor.loss_agg_mode is left to it."
+    ]

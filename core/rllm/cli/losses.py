@@ -36,6 +36,7 @@ def describe(entry: LossEntry) -> dict[str, Any]:
         "aliases": list(entry.aliases),
         "agg_modes": list(entry.agg_modes or LOSS_AGG_MODES),
         "needs_old_log_probs": entry.needs_old_log_probs,
+        "additive": entry.additive,
         "options": [option.describe() for option in entry.options],
     }
 
@@ -47,6 +48,8 @@ def show(entry: LossEntry, item: dict[str, Any]) -> None:
         print(f"    {item['doc'].replace('``', '')}")
     if entry.agg_modes is not None:
         print(f"    loss_agg_mode: {', '.join(entry.agg_modes)} only")
+    if not entry.additive:
+        print("    picks tokens by micro-batch statistics: micro-batches do not add up to the batch's loss")
     for option in entry.options:
         print(f"    {option.name} = {option.default!r}: {option.doc} ({option.expected()})")
 

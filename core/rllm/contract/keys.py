@@ -198,7 +198,8 @@ class Option:
 
     ``types`` lists what the value may be: ``bool``, ``int``, ``float`` (ints accepted), ``str``,
     ``list`` (a sequence of numbers), ``Mapping`` or ``object`` (anything). ``None`` is accepted
-    when the default is ``None``. ``choices`` restricts strings. ``minimum`` bounds numbers.
+    when the default is ``None``. ``choices`` restricts strings. ``minimum`` and ``maximum`` bound
+    numbers (``above`` makes the minimum exclusive: a temperature that divides must not be 0).
     """
 
     name: str
@@ -207,6 +208,8 @@ class Option:
     doc: str = ""
     choices: tuple[str, ...] | None = None
     minimum: float | None = None
+    maximum: float | None = None
+    above: bool = False
 
     def check(
         self,
@@ -243,9 +246,16 @@ class Option:
                 f"Option {self.name!r} of {estimator} must be one of "
                 f"{', '.join(map(repr, self.choices))}; got {accepted!r}.{hint}"
             )
-        if self.minimum is not None and isinstance(accepted, int | float) and not accepted >= self.minimum:
-            raise error(f"Option {self.name!r} of {estimator} must be at least {self.minimum}; got {accepted!r}.")
+        if isinstance(accepted, int | float) and not isinstance(accepted, bool):
+            low = self.minimum is None or (accepted > self.minimum if self.above else accepted >= self.minimum)
+            if not (low and (self.maximum is None or accepted <= self.maximum)):
+                raise error(f"Option {self.name!r} of {estimator} must be {self.bounds()}; got {accepted!r}.")
         return accepted
+
+    def bounds(self) -> str:
+        """The allowed range in words: ``above 0``, ``at least 0 and at most 1``."""
+        parts = [] if self.minimum is None else [f"{'above' if self.above else 'at least'} {self.minimum}"]
+        return " and ".join([*parts, *([] if self.maximum is None else [f"at most {self.maximum}"])])
 
     def expected(self) -> str:
         if self.choices is not None:

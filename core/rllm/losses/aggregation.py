@@ -1,4 +1,12 @@
-"""Reducing a per-token loss matrix to a scalar by verl's aggregation modes, and checking a mode's name."""
+"""Reducing a per-token loss matrix to a scalar by verl's aggregation modes, and checking a mode's name.
+
+Masked positions are left out by selection (``where``), not multiplied by 0, so NaN or inf on
+padding never reaches the loss or its gradient; counts and sums accumulate in at least float32,
+so float16 batches of more than 65,504 tokens do not overflow. A batch without a response token
+(or a sequence without one) has loss 0 with gradient 0. Every mode divides by a count of the
+*whole* batch when given one (``batch_num_tokens``, ``global_batch_size``), so the losses of a
+batch's micro-batches add up to the loss of the batch.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +22,36 @@ def check_agg_mode(mode: Any, key: str = "loss_agg_mode", allowed: tuple[str, ..
     return one_of(
         mode, allowed or LOSS_AGG_MODES, key, "an aggregation mode" + (" this loss supports" if allowed else "")
     )
+
+
+def _needs_global(dp_size: int, value: Any, mode: str, needed: str) -> None:
+    if dp_size > 1 and value is None:
+        raise LossOptionError(f"loss_agg_mode={mode!r} with dp_size={dp_size} needs the global {needed}.")
+
+
+def _accumulating(values: Any) -> Any:
+    """The dtype sums and counts of ``values`` accumulate in: theirs, at least float32."""
+    import torch
+
+    return torch.promote_types(values.dtype, torch.float32) if values.is_floating_point() else torch.float32
+
+
+def mean_over_sequences(
+    per_sequence: Any, mask: Any, *, dp_size: int = 1, global_batch_size: Any = None, mode: str = "seq-mean-token-mean"
+) -> Any:
+    """The mean of per-sequence losses over the batch's sequences with a response token, times ``dp_size``.
+
+    The divisor is ``global_batch_size`` when given (the whole batch's count, so micro-batches
+    add up), else this batch's count of sequences with a token; with none, the loss is 0.
+    """
+    import torch
+
+    _needs_global(dp_size, global_batch_size, mode, "global_batch_size")
+    present = mask.bool().any(dim=-1)
+    dtype = _accumulating(per_sequence)
+    total = torch.where(present, per_sequence, 0.0).sum(dtype=dtype)
+    sequences = present.sum(dtype=dtype).clamp(min=1) if global_batch_size is None else global_batch_size
+    return total / sequences * dp_size
 
 
 def aggregate(
@@ -33,25 +71,22 @@ def aggregate(
     one token, and ``seq-mean-token-sum-norm`` then divides by ``loss_scale_factor`` (default:
     the padded length). Every mode is multiplied by ``dp_size`` (ranks average gradients).
     """
+    import torch
+
     check_agg_mode(mode)
-    mask = mask.to(per_token.dtype)
-    if dp_size > 1 and (
-        (mode == "token-mean" and batch_num_tokens is None)
-        or (mode.startswith("seq-mean") and global_batch_size is None)
-    ):
-        needed = "batch_num_tokens" if mode == "token-mean" else "global_batch_size"
-        raise LossOptionError(f"loss_agg_mode={mode!r} with dp_size={dp_size} needs the global {needed}.")
+    selected = mask.bool()
+    dtype = _accumulating(per_token)
+    masked = torch.where(selected, per_token, 0.0).to(dtype)
     if mode == "token-sum":
-        return (per_token * mask).sum() * dp_size
+        return masked.sum() * dp_size
     if mode == "token-mean":
-        tokens = mask.sum() if batch_num_tokens is None else batch_num_tokens
-        return (per_token * mask).sum() / tokens * dp_size
-    counts = mask.sum(dim=-1)
-    sums = (per_token * mask).sum(dim=-1)
-    per_sequence = sums if mode != "seq-mean-token-mean" else sums / (counts + 1e-8)
-    present = (counts > 0).to(per_token.dtype)
-    sequences = present.sum() if global_batch_size is None else global_batch_size
-    loss = (per_sequence * present).sum() / sequences * dp_size
+        _needs_global(dp_size, batch_num_tokens, mode, "batch_num_tokens")
+        tokens = selected.sum(dtype=dtype).clamp(min=1) if batch_num_tokens is None else batch_num_tokens
+        return masked.sum() / tokens * dp_size
+    sums = masked.sum(dim=-1)
+    if mode == "seq-mean-token-mean":
+        sums = sums / selected.sum(dim=-1, dtype=dtype).clamp(min=1)
+    loss = mean_over_sequences(sums, selected, dp_size=dp_size, global_batch_size=global_batch_size, mode=mode)
     if mode == "seq-mean-token-sum-norm":
         loss = loss / (per_token.shape[-1] if loss_scale_factor is None else loss_scale_factor)
     return loss

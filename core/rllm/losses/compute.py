@@ -1,16 +1,36 @@
-"""One call that runs a loss by name on a batch, with the KL term and rollout correction a run configures."""
+"""One call that runs a loss by name on a batch, with the KL term and rollout correction a run configures.
+
+Every caller (a backend, the verl bridge, a user's own loop, the kit) goes through
+:func:`compute_policy_loss`, so its checks are the same for all of them: the settings by the
+rules of the config keys they mirror, the tensors' shapes, and what the loss returns. Padding
+is replaced (by selection) with neutral values before the loss sees it, so NaN or inf on
+masked positions cannot reach a loss or its gradient.
+"""
 
 from __future__ import annotations
 
-import math
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
-from rllm.errors import LossOptionError
+from rllm.errors import LossFailedError, LossOptionError, LossOutputError, RLLMError
+from rllm.losses.arguments import check_arguments, check_shapes
 from rllm.losses.context import LossContext
 from rllm.losses.correction import truncated_is_weights
 from rllm.losses.kl import check_kl_kind, kl_penalty
 from rllm.losses.registry import resolve_loss_options
+from rllm.plugins.registry import LossEntry
+
+
+def _neutral(tensor: Any, selected: Any) -> Any:
+    """``tensor`` with 0 on masked positions, by selection (NaN * 0 would stay NaN)."""
+    if tensor is None:
+        return None
+    if hasattr(tensor, "masked_fill"):
+        return tensor.masked_fill(~selected, 0.0)
+    import numpy as np
+
+    return np.where(selected, tensor, 0.0)
 
 
 def compute_policy_loss(
@@ -24,7 +44,7 @@ def compute_policy_loss(
     ref_log_probs: Any = None,
     rollout_is_weights: Any = None,
     options: Mapping[str, Any] | None = None,
-    agg_mode: str = "token-mean",
+    agg_mode: str | None = None,
     kl_coef: float = 0.0,
     kl_kind: str = "low_var_kl",
     tis_mode: str | None = None,
@@ -36,34 +56,56 @@ def compute_policy_loss(
 ) -> tuple[Any, dict[str, float]]:
     """Loss ``name`` on one batch, with the KL term and rollout correction a run configures.
 
-    Options, mode, KL kind and rollout-correction level are checked first (named one-line
-    errors). With ``kl_coef > 0`` the aggregated ``kl_penalty(log_probs, ref_log_probs,
-    kl_kind)`` times ``kl_coef`` is added (verl's ``use_kl_loss``); with ``tis_mode`` the
-    truncated weights of ``old_log_probs`` against ``rollout_log_probs`` reach the loss as
-    ``ctx.rollout_is_weights`` (or give weights computed elsewhere as ``rollout_is_weights``,
-    as verl does).
+    Options, mode, KL kind, rollout-correction level, the numbers (by the rules of the config
+    keys they mirror) and the tensors' shapes are checked first (named one-line errors).
+    ``agg_mode`` None is ``token-mean``, or the mode of a loss that fixes its own. With
+    ``kl_coef > 0`` the aggregated ``kl_penalty(log_probs, ref_log_probs, kl_kind)`` times
+    ``kl_coef`` is added (verl's ``use_kl_loss``); with ``tis_mode`` the truncated weights of
+    ``old_log_probs`` against ``rollout_log_probs`` reach the loss as ``ctx.rollout_is_weights``
+    (or give weights computed elsewhere as ``rollout_is_weights``, as verl does). A batch
+    without a response token has loss 0 and the metric ``no_response_tokens`` 1.
     """
-    entry, resolved, mode = resolve_loss_options(name, options, agg_mode)
+    entry, resolved, mode = resolve_loss_options(name, options, agg_mode, "agg_mode")
+    check_arguments(
+        kl_coef=kl_coef,
+        tis_cap=tis_cap,
+        dp_size=dp_size,
+        batch_num_tokens=batch_num_tokens,
+        global_batch_size=global_batch_size,
+        loss_scale_factor=loss_scale_factor,
+    )
+    given = {
+        "old_log_probs": old_log_probs,
+        "advantages": advantages,
+        "response_mask": response_mask,
+        "rollout_log_probs": rollout_log_probs,
+        "ref_log_probs": ref_log_probs,
+        "rollout_is_weights": rollout_is_weights,
+    }
+    check_shapes(log_probs, **given)
     if kl_coef:
         check_kl_kind(kl_kind)
-        if not (isinstance(kl_coef, int | float) and math.isfinite(kl_coef) and kl_coef >= 0):
-            raise LossOptionError(f"kl_coef must be a non-negative number; got {kl_coef!r}.")
         if ref_log_probs is None:
             raise LossOptionError("kl_coef > 0 needs ref_log_probs (the reference policy's log-probs).")
-    weights = rollout_is_weights
+    if tis_mode is not None and rollout_log_probs is None:
+        raise LossOptionError(
+            "rllm.algorithm.rollout_correction.tis_mode needs rollout_log_probs (the sampler's log-probs)."
+        )
+    selected = response_mask != 0
+    clean = {key: _neutral(value, selected) for key, value in given.items() if key != "response_mask"}
+    log_probs = _neutral(log_probs, selected)
+    weights = clean["rollout_is_weights"]
     if tis_mode is not None:
-        if rollout_log_probs is None:
-            raise LossOptionError(
-                "rllm.algorithm.rollout_correction.tis_mode needs rollout_log_probs (the sampler's log-probs)."
-            )
-        weights = truncated_is_weights(old_log_probs, rollout_log_probs, response_mask, tis_mode, tis_cap)
+        weights = truncated_is_weights(
+            clean["old_log_probs"], clean["rollout_log_probs"], response_mask, tis_mode, tis_cap
+        )
     ctx = LossContext(
         log_probs=log_probs,
-        old_log_probs=old_log_probs,
-        advantages=advantages,
+        old_log_probs=clean["old_log_probs"],
+        advantages=clean["advantages"],
         response_mask=response_mask,
-        rollout_log_probs=rollout_log_probs,
-        ref_log_probs=ref_log_probs,
+        rollout_log_probs=clean["rollout_log_probs"],
+        ref_log_probs=clean["ref_log_probs"],
         rollout_is_weights=weights,
         options=resolved,
         agg_mode=mode,
@@ -73,11 +115,65 @@ def compute_policy_loss(
         loss_scale_factor=loss_scale_factor,
         name=name,
     )
-    loss, metrics = entry.load()(ctx)
-    metrics = dict(metrics)
+    loss, metrics = _run(entry, name, ctx)
     if kl_coef:
-        kl = ctx.aggregate(kl_penalty(log_probs, ref_log_probs, kl_kind))
+        kl = ctx.aggregate(kl_penalty(log_probs, ctx.ref_log_probs, kl_kind))
         loss = loss + kl_coef * kl
         metrics["kl_loss"] = float(kl.detach())
         metrics["kl_coef"] = float(kl_coef)
+    if not bool(selected.any()):
+        metrics["no_response_tokens"] = 1.0
     return loss, metrics
+
+
+def _run(entry: LossEntry, name: str, ctx: LossContext) -> tuple[Any, dict[str, float]]:
+    """The loss's ``(loss, metrics)``, checked: an exception or a wrong return names the loss and its plugin."""
+    who = f"Loss {name!r} ({entry.source.describe()})"
+    fn = entry.load()
+    try:
+        result = fn(ctx)
+    except RLLMError:
+        raise
+    except Exception as exc:
+        raise LossFailedError(f"{who} raised {type(exc).__name__}: {exc}") from exc
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise LossOutputError(f"{who} returned {_kind(result)}; a loss returns (loss, metrics).")
+    loss, metrics = result
+    if hasattr(loss, "requires_grad"):  # a torch tensor
+        import torch
+
+        if loss.dim() != 0:
+            raise LossOutputError(f"{who} returned a loss of shape {tuple(loss.shape)}; it must be a scalar.")
+        wants_gradient = getattr(ctx.log_probs, "requires_grad", False) and torch.is_grad_enabled()
+        if wants_gradient and not loss.requires_grad:
+            raise LossOutputError(
+                f"{who} returned a loss without a gradient (detached, or computed from numbers); "
+                "compute it from ctx.log_probs with torch operations."
+            )
+    elif getattr(ctx.log_probs, "requires_grad", False) or not isinstance(_number(loss), float):
+        raise LossOutputError(f"{who} returned a loss of {_kind(loss)}; it must be a scalar tensor.")
+    if not isinstance(metrics, Mapping):
+        raise LossOutputError(f"{who} returned metrics of {_kind(metrics)}; give a dict of metric name -> number.")
+    checked = {}
+    for key, value in metrics.items():
+        number = _number(value)
+        if not isinstance(key, str) or number is None:
+            raise LossOutputError(
+                f"{who} returned the metric {key!r}: {_kind(value)}; metrics are numbers (call float() on a tensor)."
+            )
+        checked[key] = number
+    return loss, checked
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a float if it is a real number (not a bool, not a tensor), else None."""
+    import numpy as np
+
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real | np.floating | np.integer):
+        return None
+    return float(value)
+
+
+def _kind(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    return f"{type(value).__name__} {value!r}" if shape is None else f"a {type(value).__name__} of shape {tuple(shape)}"

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rllm.losses.aggregation import aggregate
+from rllm.losses.aggregation import aggregate, mean_over_sequences
 
 LossFn = Callable[["LossContext"], tuple[Any, dict[str, float]]]
 """A loss: ``fn(ctx) -> (scalar_tensor, metrics)``."""
@@ -18,7 +18,9 @@ class LossContext:
 
     ``dp_size``, ``batch_num_tokens``, ``global_batch_size`` and ``loss_scale_factor`` are
     verl's global-batch information, so that a micro-batch's loss is normalised over the
-    whole batch (None: this micro-batch is the whole batch).
+    whole batch (None: this micro-batch is the whole batch). Reduce with :meth:`aggregate` (a
+    per-token loss) or :meth:`sequence_mean` (one loss per sequence), never with ``.mean()``: the
+    losses of a batch's micro-batches then add up to the batch's loss.
     """
 
     log_probs: Any
@@ -46,4 +48,10 @@ class LossContext:
             batch_num_tokens=self.batch_num_tokens,
             global_batch_size=self.global_batch_size,
             loss_scale_factor=self.loss_scale_factor,
+        )
+
+    def sequence_mean(self, per_sequence: Any) -> Any:
+        """One loss per sequence ``(batch,)`` reduced to a scalar: the mean over the whole batch's sequences."""
+        return mean_over_sequences(
+            per_sequence, self.response_mask, dp_size=self.dp_size, global_batch_size=self.global_batch_size
         )

@@ -17,8 +17,9 @@ class LossSettings:
     Built from a run's ``rllm.algorithm`` section by :meth:`from_algorithm`: the role's loss
     (``loss_fn_map``, else ``loss_fn``, else ``default``), ``loss_options`` over rLLM's
     ``eps_clip``/``eps_clip_high`` (as ``clip_ratio``/``clip_ratio_high`` for a loss that
-    declares them), ``loss_agg_mode`` (else ``token-mean``), the KL term (``use_kl_loss``,
-    ``kl_beta``, ``kl_loss_type``) and rollout correction (``tis_mode``, ``tis_cap``).
+    declares them), ``loss_agg_mode`` (unset: ``token-mean``, or the mode of a loss that fixes
+    its own), the KL term (``use_kl_loss``, ``kl_beta``, ``kl_loss_type``) and rollout
+    correction (``tis_mode``, ``tis_cap``).
     """
 
     name: str
@@ -40,7 +41,7 @@ class LossSettings:
         if "clip_ratio_high" in declared and algorithm.eps_clip_high is not None:
             given["clip_ratio_high"] = algorithm.eps_clip_high
         given.update(algorithm.loss_options)
-        _, options, mode = resolve_loss_options(name, given, algorithm.loss_agg_mode or "token-mean")
+        _, options, mode = resolve_loss_options(name, given, algorithm.loss_agg_mode, "rllm.algorithm.loss_agg_mode")
         kl_kind = check_kl_kind(algorithm.kl_loss_type, "rllm.algorithm.kl_loss_type")
         correction = algorithm.rollout_correction
         return cls(

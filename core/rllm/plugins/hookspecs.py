@@ -198,6 +198,7 @@ class LossRegistrar(Protocol):
         aliases: Sequence[str] = (),
         agg_modes: Sequence[str] | None = None,
         needs_old_log_probs: bool = True,
+        additive: bool = True,
         description: str = "",
         replace: bool = False,
     ) -> None: ...
@@ -211,7 +212,7 @@ def rllm_register_losses(register: LossRegistrar) -> None:
     loss lazily as an import path: the module is imported the first time the loss is used.
 
     :param register: ``register(name, fn, *, options=(), aliases=(), agg_modes=None,
-        needs_old_log_probs=True, description="", replace=False)``.
+        needs_old_log_probs=True, additive=True, description="", replace=False)``.
 
         ``name`` (str)
             What users write as ``rllm.algorithm.loss_fn`` (or in ``loss_fn_map``), pass to
@@ -225,10 +226,13 @@ def rllm_register_losses(register: LossRegistrar) -> None:
             ``ctx.ref_log_probs`` (None when the run has none), ``ctx.rollout_is_weights``
             (rollout-correction weights, or None), ``ctx.options`` (every declared option,
             with its default when the run gives none) and ``ctx.agg_mode``. It returns
-            ``(loss, metrics)``: a scalar tensor, and a dict of floats (verl's names where
-            they exist: ``pg_clipfrac``, ``ppo_kl``, ``pg_clipfrac_lower``). Aggregate with
+            ``(loss, metrics)``: a scalar tensor with a gradient, and a dict of numbers (verl's
+            names where they exist: ``pg_clipfrac``, ``ppo_kl``, ``pg_clipfrac_lower``);
+            anything else is refused naming the loss and plugin. Aggregate with
             ``ctx.aggregate(per_token)``, which applies the run's ``loss_agg_mode`` with
-            verl's global-batch normalisation.
+            verl's global-batch normalisation (or ``ctx.sequence_mean(per_sequence)``), never
+            with ``.mean()``, so that a batch's micro-batches add up to its loss. Padding
+            reaches the loss as 0 in every tensor.
         ``options`` (sequence of :class:`rllm.toolkit.Option`)
             The options the loss reads (clip ratios, temperatures, ...): name, type, default,
             doc. A run giving an option no declaration names is refused before anything
@@ -242,6 +246,10 @@ def rllm_register_losses(register: LossRegistrar) -> None:
         ``needs_old_log_probs`` (bool)
             False for losses that never read ``ctx.old_log_probs`` (``cross_entropy``,
             ``gpg``), so a backend may skip that pass.
+        ``additive`` (bool)
+            False for a loss that picks tokens by statistics of the micro-batch it sees
+            (``clip_cov``, ``kl_cov``, as in verl): its micro-batches do not add up to the
+            batch's loss, so :mod:`rllm.testing` does not check that.
         ``description`` (str)
             One line for ``rllm losses`` (default: the first line of ``fn``'s docstring once
             it is imported).

@@ -118,6 +118,7 @@ def loss_registrar(manager: RegistrationMixin, source: Source, names: list[str])
         aliases: Sequence[str] = (),
         agg_modes: Sequence[str] | None = None,
         needs_old_log_probs: bool = True,
+        additive: bool = True,
         description: str = "",
         replace: bool = False,
     ) -> None:
@@ -128,6 +129,7 @@ def loss_registrar(manager: RegistrationMixin, source: Source, names: list[str])
             "aliases": aliases,
             "agg_modes": agg_modes,
             "needs_old_log_probs": needs_old_log_probs,
+            "additive": additive,
             "description": description,
         }
         for entry in LossEntry.declare(name, fn, source, replace=replace, **declaration):

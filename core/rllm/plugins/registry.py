@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 from rllm.contract.fields import OPTIONAL_FIELDS
 from rllm.contract.keys import Option
 from rllm.contract.names import ESTIMATOR_STYLES, LOSS_AGG_MODES, EstimatorStyle
-from rllm.errors import NameConflictError, NameNotFoundError, PluginContractError, RLLMWarning
+from rllm.errors import LossFailedError, NameConflictError, NameNotFoundError, PluginContractError, RLLMError, RLLMWarning
 from rllm.plugins.discovery import Source, SourceKind
 from rllm.plugins.options import UNDECLARED, Declaration, declare
 
@@ -262,6 +262,7 @@ class LossEntry(Entry):
     aliases: tuple[str, ...] = ()
     agg_modes: tuple[str, ...] | None = None
     needs_old_log_probs: bool = True
+    additive: bool = True
     description: str = ""
     alias_of: str | None = None
 
@@ -294,7 +295,7 @@ class LossEntry(Entry):
         cls, name: str, target: Any, source: Source, *, replace: bool = False, **declaration: Any
     ) -> list[LossEntry]:
         """The entries (the loss, then one per alias) of one ``register(name, fn, **declaration)`` call."""
-        known = ["options", "aliases", "agg_modes", "needs_old_log_probs", "description"]
+        known = ["options", "aliases", "agg_modes", "needs_old_log_probs", "additive", "description"]
         unknown = first_unknown(declaration, known)
         if unknown:
             key, hint = unknown
@@ -310,11 +311,15 @@ class LossEntry(Entry):
         """The loss function, importing its module on first use; an import failure names the plugin."""
         if not isinstance(self.target, str):
             return self.target  # type: ignore[no-any-return]
-        fn = import_target(
-            self.target,
-            f"Loss {self.name!r} of {self.source.describe()}",
-            "Install what it needs (torch for rllm's losses: pip install torch), or fix the plugin.",
-        )
+        who = f"Loss {self.name!r} of {self.source.describe()}"
+        try:
+            fn = import_target(
+                self.target, who, "Install what it needs (torch for rllm's losses: pip install torch), or fix the plugin."
+            )
+        except RLLMError:
+            raise
+        except Exception as exc:  # the loss's module failed while it imported: say whose it is
+            raise LossFailedError(f"{who}: importing {self.target!r} raised {type(exc).__name__}: {exc}") from exc
         if not callable(fn):
             raise PluginContractError(
                 f"Loss {self.name!r} of {self.source.describe()}: {self.target!r} is not callable."

@@ -94,7 +94,7 @@ def all_checks(
     found = [c for e in wanted for c in estimator_checks(e.name, properties=e.properties, options=e.options)]
     found += [Check(f"{n}-grouping_hook", _hook(n)) for n in hooks]
     found += [Check(f"{n}-backend_stages", _backend(n)) for n in kinds]
-    found += [Check(f"{item.name}-loss_contract", _loss(item)) for item in loss_specs]
+    found += [Check(f"{item.name}-loss_{check}", _loss(item, check)) for item in loss_specs for check in _checks(item)]
     return found
 
 
@@ -102,11 +102,17 @@ def _hook(name: str) -> Callable[[], None]:
     return lambda: check_grouping_hook(name)
 
 
-def _loss(item: Loss) -> Callable[[], None]:
-    def run() -> None:
-        from rllm.testing.losses import check_loss  # imports torch when it runs
+def _checks(item: Loss) -> list[str]:
+    from rllm.testing.losses import loss_check_names  # imports torch only when a check runs
 
-        check_loss(item.name, item.options)
+    return loss_check_names(item.name)
+
+
+def _loss(item: Loss, check: str) -> Callable[[], None]:
+    def run() -> None:
+        from rllm.testing.losses import LOSS_CHECKS
+
+        LOSS_CHECKS[check](item.name, item.options)
 
     return run
 

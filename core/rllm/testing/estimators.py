@@ -181,6 +181,18 @@ def _groupwise(name: str, options: Mapping[str, Any], case: Case, prop: str) -> 
     if wrong:
         i = wrong[0]
         raise _fail(name, prop, case, f"{what} changed advantage {i} from {base[i]:.6g} to {after[i]:.6g}")
+    if prop == "group_independent":  # nor may the number of groups matter
+        kept = [i for i in range(len(rewards)) if i not in target]
+        alone = _compute(name, case.permuted(kept), options, prop)
+        wrong = [j for j, i in enumerate(kept) if not np.isclose(alone[j], base[i], rtol=1e-4, atol=1e-4)]
+        if wrong:
+            j = wrong[0]
+            raise _fail(
+                name,
+                prop,
+                case,
+                f"leaving group {label!r} out changed advantage {kept[j]} from {base[kept[j]]:.6g} to {alone[j]:.6g}",
+            )
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ declares from verl's actor config (``clip_ratio*``, ``tau_*`` on the actor, the 
 ``policy_loss``; an option verl's config has no field for keeps its declared default), checks
 them and the mode through :func:`rllm.losses.compute_policy_loss`, passes verl's
 ``global_batch_info`` on as the global-batch normalisation, and returns verl's metric names
-(``actor/`` prefixed).
+(``actor/`` prefixed). A loss that fixes its own aggregation (``sapo``, ``geo_mean``) takes
+verl's ``loss_agg_mode`` as verl's own versions do, by leaving it aside, and says so once.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import rllm
-from rllm.losses import compute_policy_loss
+from rllm.losses import compute_policy_loss, resolve_loss_options
 
 PREFIX = "rllm."
+MODE_KEY = "actor_rollout_ref.actor.loss_agg_mode"
 GLOBAL_BATCH_KEYS = ("dp_size", "batch_num_tokens", "global_batch_size", "loss_scale_factor")
 
 _adapters: dict[str, Callable[..., Any]] = {}
@@ -65,6 +67,8 @@ def make_loss_adapter(name: str) -> Callable[..., Any]:
     ) -> tuple[Any, dict[str, Any]]:
         entry = rllm.get_plugin_manager().losses.resolve(name)
         given = {o.name: _verl_option(config, o.name) for o in entry.options}
+        own = entry.agg_modes is not None and loss_agg_mode not in entry.agg_modes
+        _, _, mode = resolve_loss_options(name, None, None if own else loss_agg_mode, MODE_KEY)
         batch = dict(getattr(config, "global_batch_info", None) or {})
         loss, metrics = compute_policy_loss(
             name,
@@ -74,7 +78,7 @@ def make_loss_adapter(name: str) -> Callable[..., Any]:
             response_mask=response_mask,
             rollout_is_weights=rollout_is_weights,
             options={k: v for k, v in given.items() if v is not None},
-            agg_mode=loss_agg_mode,
+            agg_mode=mode,
             **{key: batch[key] for key in GLOBAL_BATCH_KEYS if batch.get(key) is not None},
         )
         return loss, {f"actor/{key}": value for key, value in metrics.items()}

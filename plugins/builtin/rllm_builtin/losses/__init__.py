@@ -17,7 +17,14 @@ CLIP = [
     Option("clip_ratio_low", (float,), None, "lower clip range; null: clip_ratio", minimum=0.0),
     Option("clip_ratio_high", (float,), None, "upper clip range; null: clip_ratio", minimum=0.0),
 ]
-CLIP_C = Option("clip_ratio_c", (float,), 3.0, "dual clip: cap of the loss for negative advantages, as a ratio")
+CLIP_C = Option(
+    "clip_ratio_c",
+    (float,),
+    3.0,
+    "dual clip: cap of the loss for negative advantages, as a ratio",
+    minimum=1.0,
+    above=True,
+)
 TRUNCATE_C = Option("clip_ratio_c", (float,), 3.0, "cap of the detached importance ratio", minimum=0.0)
 
 LOSSES: dict[str, dict[str, Any]] = {
@@ -27,8 +34,8 @@ LOSSES: dict[str, dict[str, Any]] = {
     "gspo": {"options": CLIP},
     "sapo": {
         "options": [
-            Option("tau_pos", (float,), 1.0, "gate temperature for positive advantages", minimum=0.0),
-            Option("tau_neg", (float,), 1.05, "gate temperature for negative advantages", minimum=0.0),
+            Option("tau_pos", (float,), 1.0, "gate temperature for positive advantages", minimum=0.0, above=True),
+            Option("tau_neg", (float,), 1.05, "gate temperature for negative advantages", minimum=0.0, above=True),
         ],
         "agg_modes": ["seq-mean-token-mean"],
     },
@@ -36,16 +43,34 @@ LOSSES: dict[str, dict[str, Any]] = {
     "clip_cov": {
         "options": [
             *CLIP,
-            Option("clip_cov_ratio", (float,), 0.0002, "share of tokens whose gradient is dropped", minimum=0.0),
+            Option(
+                "clip_cov_ratio",
+                (float,),
+                0.0002,
+                "share of tokens whose gradient is dropped",
+                minimum=0.0,
+                above=True,
+                maximum=1.0,
+            ),
             Option("clip_cov_lb", (float,), 1.0, "lower bound of the covariance of dropped tokens"),
             Option("clip_cov_ub", (float,), 5.0, "upper bound of the covariance of dropped tokens"),
-        ]
+        ],
+        "additive": False,
     },
     "kl_cov": {
         "options": [
-            Option("kl_cov_ratio", (float,), 0.0002, "share of tokens given the KL penalty", minimum=0.0),
+            Option(
+                "kl_cov_ratio",
+                (float,),
+                0.0002,
+                "share of tokens given the KL penalty",
+                minimum=0.0,
+                above=True,
+                maximum=1.0,
+            ),
             Option("ppo_kl_coef", (float,), 0.1, "weight of |log ratio| on those tokens", minimum=0.0),
-        ]
+        ],
+        "additive": False,
     },
     "geo_mean": {"options": CLIP, "agg_modes": ["seq-mean-token-mean"], "aliases": ["gmpo"]},
     "dro": {"options": [Option("dro_beta", (float,), None, "weight of the quadratic log-ratio penalty (required)")]},

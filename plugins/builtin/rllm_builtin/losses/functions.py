@@ -45,8 +45,6 @@ def vanilla(ctx: LossContext) -> Result:
     """PPO's clipped objective, with dual clip: for negative advantages the loss is capped at ``-A * clip_ratio_c``."""
     low, high = _clip_range(ctx.options)
     clip_c = ctx.options["clip_ratio_c"]
-    if not clip_c > 1.0:
-        raise LossOptionError(f"Option 'clip_ratio_c' of loss {ctx.name!r} must be above 1; got {clip_c!r}.")
     log_ratio = _log_ratio(ctx)
     ratio, adv, mask = torch.exp(log_ratio), ctx.advantages, ctx.response_mask
     plain, clipped = -adv * ratio, -adv * torch.clamp(ratio, 1 - low, 1 + high)
@@ -160,8 +158,6 @@ def clip_cov(ctx: LossContext) -> Result:
     options = ctx.options
     low, high = _clip_range(options)
     ratio_share, lower, upper = options["clip_cov_ratio"], options["clip_cov_lb"], options["clip_cov_ub"]
-    if not ratio_share > 0:
-        raise LossOptionError(f"Option 'clip_cov_ratio' of loss {ctx.name!r} must be positive; got {ratio_share!r}.")
     mask, adv, logp = ctx.response_mask, ctx.advantages, ctx.log_probs
     diff = logp - ctx.old_log_probs
     ratio = torch.exp(diff)
@@ -182,8 +178,6 @@ def clip_cov(ctx: LossContext) -> Result:
 def kl_cov(ctx: LossContext) -> Result:
     """KL-Cov: the unclipped ratio loss, plus ``ppo_kl_coef * |log ratio|`` on the tokens of highest covariance."""
     share, coef = ctx.options["kl_cov_ratio"], ctx.options["ppo_kl_coef"]
-    if not share > 0:
-        raise LossOptionError(f"Option 'kl_cov_ratio' of loss {ctx.name!r} must be positive; got {share!r}.")
     mask, adv, logp = ctx.response_mask, ctx.advantages, ctx.log_probs
     diff = logp - ctx.old_log_probs
     ratio = torch.exp(diff)
@@ -205,8 +199,8 @@ def kl_cov(ctx: LossContext) -> Result:
 def geo_mean(ctx: LossContext) -> Result:
     """GMPO: PPO clipping applied to the geometric mean of a sequence's token ratios; one loss per sequence.
 
-    Sequences are averaged over the micro-batch (verl's ``torch.mean``), whatever the
-    aggregation mode, so the only mode it declares is ``seq-mean-token-mean``.
+    Sequences are averaged over the whole batch (``ctx.sequence_mean``), so micro-batches add
+    up; it is verl's ``seq-mean-token-mean``, the only mode it declares.
     """
     low, high = _clip_range(ctx.options)
     mask, adv = ctx.response_mask, ctx.advantages
@@ -222,7 +216,7 @@ def geo_mean(ctx: LossContext) -> Result:
         log_weights = torch.where(mask.bool(), torch.log(ctx.rollout_is_weights + 1e-10), 0.0)
         per_sequence = per_sequence * torch.exp(log_weights.sum(dim=-1) / lengths)
     moved = diff != bounded
-    return per_sequence.mean(), _metrics(
+    return ctx.sequence_mean(per_sequence), _metrics(
         pg_clipfrac=_masked_mean((moved & (adv > 0)).float(), mask),
         ppo_kl=_masked_mean(-diff, mask),
         pg_clipfrac_lower=_masked_mean((moved & (adv < 0)).float(), mask),
