@@ -19,6 +19,7 @@ from rllm.contract.names import (
     NONFINITE_POLICIES,
     TIS_MODES,
 )
+from rllm.losses.arguments import KL_COEF, TIS_CAP, as_config_key
 
 
 def why_missing(name: str) -> str:
@@ -224,7 +225,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         minimum=0,
         special=(-1,),
     ),
-    ConfigKey("rllm.algorithm.kl_beta", "float", 0.0, "Weight of the KL penalty to the reference policy.", minimum=0),
+    as_config_key(KL_COEF, "rllm.algorithm.kl_beta"),
     ConfigKey("rllm.algorithm.eps_clip", "float", 0.2, "PPO clip range.", minimum=0, above=True),
     ConfigKey(
         "rllm.algorithm.eps_clip_high",
@@ -257,14 +258,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "Use the rollout logprobs as the old policy; null: the backend's default.",
         nullable=True,
     ),
-    ConfigKey(
-        "rllm.algorithm.rollout_correction.tis_cap",
-        "float",
-        2.0,
-        "Clamp of the importance weights.",
-        minimum=0,
-        above=True,
-    ),
+    as_config_key(TIS_CAP, "rllm.algorithm.rollout_correction.tis_cap"),
     _bool_key("rllm.stepwise_advantage.enable", False, "Per-step advantages (verl switch)."),
     ConfigKey(
         "rllm.stepwise_advantage.use_rllm",

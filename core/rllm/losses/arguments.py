@@ -1,41 +1,44 @@
 """The checks of :func:`~rllm.losses.compute_policy_loss`'s arguments, by the rules of the config keys they mirror.
 
-``kl_coef`` is checked as ``rllm.algorithm.kl_beta`` is, ``tis_cap`` as
-``rllm.algorithm.rollout_correction.tis_cap``: the schema's own keys, so a direct caller of the
+The config keys ``rllm.algorithm.kl_beta`` and ``rllm.algorithm.rollout_correction.tis_cap``
+are :data:`KL_COEF` and :data:`TIS_CAP` under their dotted names, so a direct caller of the
 losses API and a run's config meet one rule.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any
 
+from rllm.contract.keys import ConfigKey
 from rllm.errors import ConfigError, LossOptionError
 
+KL_COEF = ConfigKey("kl_coef", "float", 0.0, "Weight of the KL penalty to the reference policy.", minimum=0)
+"""The KL term's coefficient; the config key ``rllm.algorithm.kl_beta`` is this rule under its own name."""
+TIS_CAP = ConfigKey("tis_cap", "float", 2.0, "Clamp of the importance weights.", minimum=0, above=True)
+"""The rollout-correction cap; ``rllm.algorithm.rollout_correction.tis_cap`` is this rule."""
 
-@functools.cache
-def _argument_keys() -> dict[str, Any]:
-    """The rules of the arguments that mirror config keys: the schema's own keys, named by the argument."""
-    from rllm.contract.keys import ConfigKey
-    from rllm.config.schema import CORE_KEYS
 
-    schema = {key.path: key for key in CORE_KEYS}
+def _count(argument: str, doc: str) -> ConfigKey:
+    return ConfigKey(argument, "float", None, doc, minimum=0, above=True, nullable=True)
 
-    def same_as(path: str, argument: str) -> Any:
-        return dataclasses.replace(schema[path], path=argument)
 
-    def count(argument: str, doc: str) -> Any:
-        return ConfigKey(argument, "float", None, doc, minimum=0, above=True, nullable=True)
+_ARGUMENTS = {
+    key.path: key
+    for key in (
+        KL_COEF,
+        TIS_CAP,
+        ConfigKey("dp_size", "int", 1, "Data-parallel ranks averaging gradients.", minimum=1),
+        _count("batch_num_tokens", "Response tokens of the whole batch."),
+        _count("global_batch_size", "Sequences of the whole batch."),
+        _count("loss_scale_factor", "Divisor of seq-mean-token-sum-norm."),
+    )
+}
 
-    return {
-        "kl_coef": same_as("rllm.algorithm.kl_beta", "kl_coef"),
-        "tis_cap": same_as("rllm.algorithm.rollout_correction.tis_cap", "tis_cap"),
-        "dp_size": ConfigKey("dp_size", "int", 1, "data-parallel ranks averaging gradients", minimum=1),
-        "batch_num_tokens": count("batch_num_tokens", "response tokens of the whole batch"),
-        "global_batch_size": count("global_batch_size", "sequences of the whole batch"),
-        "loss_scale_factor": count("loss_scale_factor", "divisor of seq-mean-token-sum-norm"),
-    }
+
+def as_config_key(rule: ConfigKey, path: str) -> ConfigKey:
+    """``rule`` under a config key's dotted ``path``: the key and the argument are checked alike."""
+    return dataclasses.replace(rule, path=path)
 
 
 def check_arguments(**arguments: Any) -> None:
@@ -44,14 +47,13 @@ def check_arguments(**arguments: Any) -> None:
     A single-element tensor (verl's global token count) is taken as it is: reading it would
     wait for the device.
     """
-    keys = _argument_keys()
     for name, value in arguments.items():
         if getattr(value, "numel", None) is not None:
             if value.numel() != 1:
                 raise LossOptionError(f"{name} must be one number; got a tensor of shape {tuple(value.shape)}.")
             continue
         try:
-            keys[name].check(value.item() if hasattr(value, "item") and hasattr(value, "dtype") else value)
+            _ARGUMENTS[name].check(value.item() if hasattr(value, "item") and hasattr(value, "dtype") else value)
         except ConfigError as exc:
             raise LossOptionError(str(exc)) from None
 

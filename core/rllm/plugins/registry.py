@@ -20,7 +20,14 @@ from typing import Any, Generic, TypeVar
 from rllm.contract.fields import OPTIONAL_FIELDS
 from rllm.contract.keys import Option
 from rllm.contract.names import ESTIMATOR_STYLES, LOSS_AGG_MODES, EstimatorStyle
-from rllm.errors import LossFailedError, NameConflictError, NameNotFoundError, PluginContractError, RLLMError, RLLMWarning
+from rllm.errors import (
+    LossFailedError,
+    NameConflictError,
+    NameNotFoundError,
+    PluginContractError,
+    RLLMError,
+    RLLMWarning,
+)
 from rllm.plugins.discovery import Source, SourceKind
 from rllm.plugins.options import UNDECLARED, Declaration, declare
 
@@ -314,7 +321,9 @@ class LossEntry(Entry):
         who = f"Loss {self.name!r} of {self.source.describe()}"
         try:
             fn = import_target(
-                self.target, who, "Install what it needs (torch for rllm's losses: pip install torch), or fix the plugin."
+                self.target,
+                who,
+                "Install what it needs (torch for rllm's losses: pip install torch), or fix the plugin.",
             )
         except RLLMError:
             raise
