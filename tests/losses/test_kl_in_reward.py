@@ -218,6 +218,21 @@ def test_a_non_finite_kl_is_a_named_error_and_leaves_the_coefficient() -> None:
     assert settings.coef == 0.001
 
 
+@needs_torch
+def test_a_coefficient_that_overflows_the_rewards_is_blamed_on_the_kl_setting() -> None:
+    import torch
+
+    settings = KLInReward.from_algorithm(AlgorithmConfig(use_kl_in_reward=True, kl_ctrl={"kl_coef": 1e308}))
+    assert settings is not None
+    tensors = [torch.tensor(x, dtype=torch.float32) for x in (OLD, REF, MASK)]  # the backend's log-probs
+    with pytest.raises(TrainerError) as caught:  # 1e308 times a KL of 0.5 is beyond float32
+        settings.penalty(*tensors)
+    message = str(caught.value)
+    assert message.startswith("The KL-in-reward penalty is not finite: coefficient 1e+308 times the batch's KL")
+    assert "lower rllm.algorithm.kl_ctrl.kl_coef" in message and "reward function" not in message
+    assert settings.coef == 1e308
+
+
 # -- the keys at the Python door and the CLI's ------------------------------------------------------
 @pytest.mark.parametrize(
     ("call", "message"),

@@ -4,8 +4,10 @@ estimator and loss, roles, checkpoints, loading a saved model, and the one-line 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,6 +20,7 @@ skip_module_without("torch", "transformers", "safetensors", install="pip install
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from safetensors.torch import load_file, save_file
 
 from rllm.errors import ConfigError, RLLMWarning, TrainerError
 from rllm.losses import loss_entry, loss_names
@@ -287,6 +290,56 @@ def test_checkpoint_holds_no_pickle(tiny_config: MakeConfig) -> None:
     assert json.loads((step / "transformers.json").read_text())["param_groups"][0]["lr"] > 0
 
 
+def _resign(step: Path) -> None:
+    """Rewrite the manifest's sizes and digests, as someone editing a checkpoint by hand would."""
+    manifest = json.loads((step / "MANIFEST.json").read_text())
+    for name in manifest["files"]:
+        data = (step / name).read_bytes()
+        manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (step / "MANIFEST.json").write_text(json.dumps(manifest))
+
+
+def _edit_weight_decay(step: Path) -> None:
+    state = json.loads((step / "transformers.json").read_text())
+    state["param_groups"][0]["weight_decay"] = 0.5
+    (step / "transformers.json").write_text(json.dumps(state))
+
+
+def _drop_a_moment(step: Path) -> None:
+    tensors = load_file(str(step / "optimizer.safetensors"))
+    del tensors["0.exp_avg"]
+    save_file(tensors, str(step / "optimizer.safetensors"))
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            _edit_weight_decay,
+            r"weight_decay=0\.5 where this run's settings give 0\.0 \(rllm\.transformers\.weight_decay\)",
+        ),
+        (_drop_a_moment, r"optimizer state for parameter 0 with no tensor 'exp_avg'; it is incomplete"),
+    ],
+)
+def test_a_resigned_checkpoint_with_an_edited_optimizer_is_refused_and_the_earlier_one_resumed(
+    tiny_config: MakeConfig,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    edit: Callable[[Path], None],
+    message: str,
+) -> None:
+    _fit(tiny_config("rllm.trainer.save_freq=1"))
+    step = tmp_path / "run" / "checkpoints" / "step_2"
+    edit(step)
+    _resign(step)  # the manifest vouches for the edited files: only the loader's own checks can tell
+    capsys.readouterr()
+    _, records = _fit(tiny_config("rllm.trainer.save_freq=1", "rllm.trainer.total_batches=3"))
+    err = capsys.readouterr().err
+    assert re.search(message, err), err
+    assert f"resumed from {tmp_path / 'run' / 'checkpoints' / 'step_1'} (step 1)" in err
+    assert [r["step"] for r in _train(records)] == [1, 2, 3]
+
+
 # -- rLLM's entry point ------------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", ["transformers", "embedded"])
 def test_agent_trainer_trains_with_a_registered_backend_name(tmp_path: Path, backend: str) -> None:
@@ -314,6 +367,40 @@ def test_agent_trainer_refuses_agent_and_env_classes() -> None:
 
 
 # -- bad input ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("width", [6, 12])
+def test_a_width_the_heads_cannot_share_evenly_is_refused_at_every_door(
+    tiny_config: MakeConfig, capsys: pytest.CaptureFixture[str], width: int
+) -> None:
+    from rllm.cli.main import main
+
+    message = f"rllm.transformers.hidden_size must be an integer >= 8, a multiple of 8; got {width}"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        UnifiedTrainer(None, tiny_config(f"rllm.transformers.hidden_size={width}"), progress=False)
+    assert main(["config", "rllm.backend=transformers", f"rllm.transformers.hidden_size={width}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+class OutOfVocabulary(Workflow):
+    """Answers with a token id no model has."""
+
+    async def run(self, task: dict, uid: str, **kwargs: object) -> Episode:
+        step = Step(prompt_ids=task["prompt"], response_ids=[10**6], reward=1.0)
+        return Episode(
+            termination_reason=TerminationReason.ENV_DONE, trajectories=[Trajectory(name="solver", steps=[step])]
+        )
+
+
+def test_a_token_id_outside_the_vocabulary_names_the_workflow_and_the_id(tiny_config: MakeConfig) -> None:
+    from rllm.errors import WorkflowError
+
+    with pytest.raises(WorkflowError) as caught:
+        _fit(tiny_config(), workflow_class=OutOfVocabulary)
+    message = str(caught.value)
+    assert message.startswith("Workflow OutOfVocabulary produced token id 1000000 in the response of a step of group")
+    assert "outside the model's vocabulary (ids 0 to " in message and "\n" not in message
+
+
 def test_a_model_directory_that_does_not_exist(tiny_config: MakeConfig, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"rllm\.transformers\.model='.*nowhere': no such directory"):
         UnifiedTrainer(None, tiny_config(f"rllm.transformers.model={tmp_path / 'nowhere'}"), progress=False)

@@ -40,9 +40,10 @@ class ConfigKey:
     relative to the section. ``choices`` holds the allowed values (for ``list[str]``, the
     allowed items); ``names`` instead gives a function listing them when they depend on
     the installed plugins (backends, estimators). ``minimum``/``maximum`` bound numbers
-    (``above`` makes the minimum exclusive) and ``special`` lists values allowed outside
-    that range (``-1`` meaning "no limit"). A ``mapping`` key holds user-chosen names
-    (roles, options) whose contents the schema does not check.
+    (``above`` makes the minimum exclusive), ``multiple_of`` makes an integer a multiple of
+    it, and ``special`` lists values allowed outside that range (``-1`` meaning "no limit").
+    A ``mapping`` key holds user-chosen names (roles, options) whose contents the schema does
+    not check.
     """
 
     path: str
@@ -56,6 +57,7 @@ class ConfigKey:
     above: bool = False
     special: tuple[Any, ...] = ()
     nullable: bool = False
+    multiple_of: int | None = None
     explain: Callable[[str], str] | None = None
     """Why a value is not among ``names`` (an installed plugin that failed to load), for the error."""
 
@@ -75,6 +77,9 @@ class ConfigKey:
             words += f" {'>' if self.above else '>='} {self.minimum:g}"
         if self.maximum is not None:
             words += f"{' and' if self.minimum is not None else ''} <= {self.maximum:g}"
+        if self.multiple_of is not None:
+            bounded = self.minimum is not None or self.maximum is not None
+            words += f"{',' if bounded else ''} a multiple of {self.multiple_of}"
         if choices is not None:
             what = ", each one of" if self.type == "list[str]" else "one of"
             words += f"{what} {', '.join(map(str, choices))}"
@@ -98,7 +103,8 @@ class ConfigKey:
         for number in checked if self.type == "list[int]" else [checked] if self.type in ("int", "float") else []:
             low_ok = self.minimum is None or (number > self.minimum if self.above else number >= self.minimum)
             high_ok = self.maximum is None or number <= self.maximum
-            if not (low_ok and high_ok):
+            multiple_ok = self.multiple_of is None or number % self.multiple_of == 0
+            if not (low_ok and high_ok and multiple_ok):
                 raise self.error(value)
         allowed = self.allowed()
         if allowed is not None:

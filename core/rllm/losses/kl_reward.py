@@ -106,5 +106,17 @@ class KLInReward:
                     f"The KL of the rollout policy to the reference is {mean_kl} (not finite) with "
                     f"rllm.algorithm.kl_penalty={self.kind!r}; the rewards were not penalised."
                 )
+            penalty = coef * kl
+            if not bool(torch.isfinite(penalty.sum(dim=-1)).all()):
+                moved = (
+                    " (as the adaptive controller moved it)"
+                    if isinstance(self.controller, AdaptiveKLController)
+                    else ""
+                )
+                raise TrainerError(
+                    f"The KL-in-reward penalty is not finite: coefficient {coef:g}{moved} times the batch's KL "
+                    f"(mean {mean_kl:g} per token) overflows the rewards; lower rllm.algorithm.kl_ctrl.kl_coef. "
+                    "The rewards were not penalised."
+                )
             self.controller.update(mean_kl, int(mask.shape[0]))
-        return coef * kl, {"kl_in_reward/coef": coef, "kl_in_reward/kl": mean_kl}
+        return penalty, {"kl_in_reward/coef": coef, "kl_in_reward/kl": mean_kl}

@@ -89,6 +89,8 @@ class TransformersBackend(BackendProtocol):
         if in_loss or self.kl_in_reward is not None:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)  # the frozen initial policy
         self.engine: TransformersEngine | None = None
+        self.workflow_name = "the workflow"
+        """The workflow the last episodes came from, named by stage 4's errors about their token ids."""
         self.rollout_tokens, self.rollout_seconds = 0, 0.0
         """The step's response tokens and the wall-clock seconds its rollouts took: ``perf/rollout_tokens_per_s``."""
 
@@ -159,6 +161,7 @@ class TransformersBackend(BackendProtocol):
     ) -> list[Episode]:
         import time
 
+        self.workflow_name = f"Workflow {agent_workflow_engine.workflow_cls.__name__}"
         engine = self.engine
         if engine is not None:
             engine.validating = is_validation
@@ -177,7 +180,8 @@ class TransformersBackend(BackendProtocol):
     def transform_to_backend_batch(self, trainer_state: TrainerState) -> RowBatch:
         groups = trainer_state.trajectory_groups
         loss_of = {group.group_role: self._settings(group.group_role).name for group in groups}
-        return pack_rows(groups, loss_of, int(self.tokenizer.pad_token_id), self.device)
+        vocab = int(self.model.get_input_embeddings().num_embeddings)
+        return pack_rows(groups, loss_of, int(self.tokenizer.pad_token_id), self.device, vocab, self.workflow_name)
 
     async def process_backend_batch(self, trainer_state: TrainerState) -> None:
         """The old policy's log-probs (PPO's denominator), the reference policy's, and the KL-in-reward penalty.

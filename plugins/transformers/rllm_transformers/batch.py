@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any
 
 import torch
 
-from rllm.errors import TrainerError
+from rllm.errors import TrainerError, WorkflowError
 from rllm.types import Episode, Step, TrajectoryGroup
 
 
@@ -67,9 +68,18 @@ def token_log_probs(model: Any, ids: torch.Tensor, attention: torch.Tensor) -> t
 
 
 def pack_rows(
-    groups: Sequence[TrajectoryGroup], loss_of: Mapping[str, str], pad: int, device: torch.device
+    groups: Sequence[TrajectoryGroup],
+    loss_of: Mapping[str, str],
+    pad: int,
+    device: torch.device,
+    vocab_size: int,
+    workflow: str = "the workflow",
 ) -> RowBatch:
-    """One row per step with a response (``pad`` after it), each row's role and the name of its role's loss."""
+    """One row per step with a response (``pad`` after it), each row's role and the name of its role's loss.
+
+    A token id outside ``0 .. vocab_size - 1`` is a :class:`WorkflowError` naming ``workflow``,
+    the id and its group, not an index error inside the model's embedding.
+    """
     rows: list[tuple[list[int], list[int], list[float]]] = []
     steps, roles, losses = [], [], []
     for group in groups:
@@ -78,6 +88,14 @@ def pack_rows(
             for step in trajectory.steps:
                 if not step.response_ids:
                     continue
+                for part, ids in (("prompt", step.prompt_ids), ("response", step.response_ids)):
+                    bad = next((i for i in ids if not (isinstance(i, Integral) and 0 <= i < vocab_size)), None)
+                    if bad is not None:
+                        raise WorkflowError(
+                            f"{workflow} produced token id {bad!r} in the {part} of a step of group "
+                            f"{group.group_id!r} (trajectory {trajectory.name!r}), outside the model's vocabulary "
+                            f"(ids 0 to {vocab_size - 1}); encode with the run's tokenizer."
+                        )
                 logps = list(step.logprobs) if step.logprobs else [math.nan] * len(step.response_ids)
                 rows.append((list(step.prompt_ids), list(step.response_ids), logps))
                 steps.append(step)

@@ -80,7 +80,56 @@ def load_training_state(
         state[int(index)][name] = value
     for group in groups:
         group["betas"] = tuple(group["betas"])
+    _check_optimizer(directory, optimizer, dict(state), groups)
     optimizer.load_state_dict({"state": dict(state), "param_groups": groups})
     for name, generator in generators.items():
         generator.set_state(states[name])
     return saved
+
+
+ADAMW_STATE = ("step", "exp_avg", "exp_avg_sq")
+"""The tensors AdamW keeps per parameter (the backend's optimizer, without amsgrad)."""
+OPTIMIZER_KEYS = {
+    "betas": "rllm.transformers.adam_beta1/adam_beta2",
+    "weight_decay": "rllm.transformers.weight_decay",
+}
+"""The optimizer settings a config key gives; the others are AdamW's own defaults."""
+
+
+def _check_optimizer(
+    directory: Path, optimizer: torch.optim.Optimizer, state: dict[int, dict[str, torch.Tensor]], groups: list[Any]
+) -> None:
+    """The saved optimizer is this run's: the same settings (the learning rate aside: the schedule sets it each
+    step) and, for every parameter it holds state of, each of AdamW's tensors in that parameter's shape."""
+    where = f"checkpoint file {str(directory / STATE_FILE)!r}"
+    current = optimizer.state_dict()["param_groups"]
+    if len(groups) != len(current) or any(
+        len(g["params"]) != len(c["params"]) for g, c in zip(groups, current, strict=False)
+    ):
+        raise CheckpointError(f"The optimizer in {where} has other parameter groups than this run's model.")
+    for saved, mine in zip(groups, current, strict=True):
+        for key, value in mine.items():
+            if key not in ("params", "lr") and saved.get(key) != value:
+                source = OPTIMIZER_KEYS.get(key, "AdamW's default")
+                raise CheckpointError(
+                    f"The optimizer in {where} has {key}={saved.get(key)!r} where this run's settings give "
+                    f"{value!r} ({source}): the file was changed after rllm wrote it. Resume with the settings "
+                    "it was written with (a changed setting is refused by name), or start over."
+                )
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    tensors_file = str(directory / OPTIMIZER_FILE)
+    for index, entry in sorted(state.items()):
+        missing = [name for name in ADAMW_STATE if name not in entry]
+        if not 0 <= index < len(params) or missing:
+            what = f"no tensor {missing[0]!r}" if missing else "no parameter of this run's model"
+            raise CheckpointError(
+                f"Checkpoint file {tensors_file!r} holds optimizer state for parameter {index} with {what}; "
+                "it is incomplete."
+            )
+        shape = tuple(params[index].shape)
+        for name in ADAMW_STATE[1:]:
+            if tuple(entry[name].shape) != shape:
+                raise CheckpointError(
+                    f"Checkpoint file {tensors_file!r} holds {index}.{name} of shape {tuple(entry[name].shape)} "
+                    f"for a parameter of shape {shape}."
+                )

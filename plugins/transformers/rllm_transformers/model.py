@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from rllm.errors import ConfigError, RLLMWarning
 from rllm.tasks import VOCAB
-from rllm_transformers.plugin import TOKENIZERS
+from rllm_transformers.plugin import TINY_HEADS, TOKENIZERS
 
 TINY = "tiny"
 PAD = "<pad>"
@@ -110,7 +110,7 @@ def tiny_model(
         hidden_size=int(options.hidden_size),
         intermediate_size=2 * int(options.hidden_size),
         num_hidden_layers=int(options.num_layers),
-        num_attention_heads=4,
+        num_attention_heads=TINY_HEADS,
         num_key_value_heads=2,
         max_position_embeddings=256,
         tie_word_embeddings=True,

@@ -17,6 +17,8 @@ from rllm.plugins import BackendRegistrar, ConfigSectionRegistrar
 EXTRA = ("torch", "transformers", "safetensors")
 TOKENIZERS = ("digits", "text")
 """``rllm.transformers.tokenizer``: the tiny model's tokenizer (the first is the default)."""
+TINY_HEADS = 4
+"""Attention heads of the tiny model (2 key-value heads): its width must divide among them."""
 
 
 def _installed(name: str) -> bool:
@@ -81,7 +83,15 @@ TRANSFORMERS_KEYS = (
         "torch CPU threads; 0: one for the tiny model on the CPU, else torch's default.",
         minimum=0,
     ),
-    ConfigKey("hidden_size", "int", 64, "tiny: width (the MLP is twice as wide); a multiple of 4.", minimum=4),
+    ConfigKey(
+        "hidden_size",
+        "int",
+        64,
+        f"tiny: width (the MLP is twice as wide); a multiple of {2 * TINY_HEADS}, so each of its {TINY_HEADS} "
+        "attention heads has an even width (rotary embeddings turn pairs).",
+        minimum=2 * TINY_HEADS,
+        multiple_of=2 * TINY_HEADS,
+    ),
     ConfigKey("num_layers", "int", 2, "tiny: transformer layers.", minimum=1),
     ConfigKey(
         "lr", "float", 0.003, "AdamW learning rate (scaled by rllm.algorithm.lr_schedule).", minimum=0, above=True
