@@ -209,3 +209,19 @@ def test_an_estimator_whose_advantages_scale_with_the_number_of_groups_is_not_gr
         ConformanceError, match=r"estimator 'centred_times_groups' breaks 'group_independent': leaving group .* out"
     ):
         failing[0]()
+
+
+def test_an_estimator_that_hands_back_its_input_does_not_own_its_output(plugin_manager) -> None:  # type: ignore[no-untyped-def]
+    import rllm
+
+    rllm.register_rllm_adv_estimator("handed_back", style="batch", options=())(lambda batch: batch.rewards[:])
+    rllm.register_rllm_adv_estimator("fresh", style="batch", options=())(lambda batch: batch.rewards - 0.5)
+    (fresh,) = [c for c in estimator_checks("fresh") if c.id == "fresh-owns_output"]
+    fresh()
+    (owned,) = [c for c in estimator_checks("handed_back") if c.id == "handed_back-owns_output"]
+    with pytest.raises(
+        ConformanceError,
+        match=r"estimator 'handed_back' breaks 'owns its output': it returned a view of its input batch.rewards; ",
+    ):
+        owned()
+    rllm.compute_advantages("handed_back", [1.0, 0.0], [0, 0])  # the door itself copies it: only the kit says so

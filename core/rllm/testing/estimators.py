@@ -150,6 +150,42 @@ def check_options(name: str, options: Mapping[str, Any], case: Case) -> None:
     raise _fail(name, "undeclared option refused", case, "the option no_such_option_x=1 was accepted")
 
 
+def check_owns_output(name: str, options: Mapping[str, Any], case: Case) -> None:
+    """A batch-style estimator returns a new array, not its rewards or a view of another input.
+
+    rllm's doors copy such a result, so the caller's data stays intact; a caller that runs the
+    estimator itself (a bridge, a benchmark) would get its own input back, and write into it.
+    """
+    import dataclasses
+    import functools
+
+    import rllm
+    from rllm.toolkit import AdvantageBatch, run_estimator
+
+    entry = rllm.get_estimator(name)
+    shared: list[str] = []
+
+    @functools.wraps(entry.target)
+    def watched(batch: AdvantageBatch, *args: Any, **kwargs: Any) -> Any:
+        result = entry.target(batch, *args, **kwargs)
+        inputs = {key: value for key, value in vars(batch).items() if isinstance(value, np.ndarray)}
+        if isinstance(result, np.ndarray):
+            shared.extend(key for key, value in inputs.items() if np.may_share_memory(result, value))
+        return result
+
+    try:
+        run_estimator(dataclasses.replace(entry, target=watched), AdvantageBatch(case.rewards, case.group_ids), options)
+    except RLLMError as exc:
+        raise _fail(name, "owns its output", case, f"raised {type(exc).__name__}: {exc}") from None
+    if shared:
+        raise _fail(
+            name,
+            "owns its output",
+            case,
+            f"it returned a view of its input batch.{shared[0]}; return a new array (e.g. batch.rewards - baseline)",
+        )
+
+
 def _groupwise(name: str, options: Mapping[str, Any], case: Case, prop: str) -> None:
     base = _compute(name, case, options, prop)
     groups = [p for p in _members(case).values() if len(p) > 1]
@@ -244,6 +280,8 @@ def estimator_checks(
             found.append(Check(f"{name}-{prop}-{number}", _bind(_property(prop), name, given, case)))
     if not entry.requires:
         found.append(Check(f"{name}-collection_door", lambda: check_collection_door(name, given)))
+        if entry.style == "batch":
+            found.append(Check(f"{name}-owns_output", _bind(check_owns_output, name, given, cases()[0])))
     return found
 
 
