@@ -10,6 +10,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from rllm.config.algorithm import AlgorithmConfig, EstimatorName, estimator_name, rLLMAdvantageEstimator
+from rllm.config.dotted import nest_dotted
 from rllm.config.schema import CORE_KEYS, ConfigKey, Schema
 
 _LOADER_NAMES = (
@@ -38,6 +39,7 @@ __all__ = [
     "estimator_name",
     "is_override",
     "load_config",
+    "nest_dotted",
     "rLLMAdvantageEstimator",
     "save_config",
     "validate_config",

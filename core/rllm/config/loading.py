@@ -20,6 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rllm.config.core_keys import why_missing
+from rllm.config.dotted import nest_dotted
 from rllm.config.expansion import _ALIAS_NODES, MAX_DEPTH, MAX_EXPANSION, _alias_bound, check_expansion
 from rllm.config.overrides import _apply, _one_line, _select, is_override, parse_value
 from rllm.config.schema import CORE_KEYS, ConfigKey, Schema, section_keys
@@ -243,6 +244,7 @@ def load_config(
     schema = current_schema()
     config = OmegaConf.create(schema.defaults())
     for layer, source in [_as_layer(source) for source in sources]:
+        layer = _nest_layer(layer, schema, source)
         check_keys(layer, schema, source)
         _check_sections(layer, schema, source)
         try:
@@ -252,6 +254,12 @@ def load_config(
     for override in overrides:
         _apply(config, override, schema)
     return validate_config(config, schema)
+
+
+def _nest_layer(layer: DictConfig, schema: Schema, source: str) -> DictConfig:
+    """The layer with its dotted keys as nested keys (:mod:`rllm.config.dotted`), interpolations kept."""
+    nested = nest_dotted(OmegaConf.to_container(layer, resolve=False), schema.open_paths(), source)  # type: ignore[arg-type]
+    return layer if nested is None else OmegaConf.create(nested)
 
 
 def save_config(config: DictConfig, run_dir: Path) -> Path:

@@ -21,8 +21,9 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from rllm.config.dotted import nest_dotted
 from rllm.config.schema import Schema
-from rllm.config.unknown_keys import _check_path
+from rllm.config.unknown_keys import _check_path, _paths
 from rllm.errors import ConfigError
 
 
@@ -91,6 +92,10 @@ def _apply(config: DictConfig, override: str, schema: Schema) -> None:
             f"Could not add '{key}': it is already set; use {key}=... to change it or ++{key}=... to add or change."
         )
     value = parse_value(text)
+    if isinstance(value, Mapping):  # a mapping's keys are the schema's too: dotted ones nested, each one checked
+        value = nest_dotted(value, schema.open_paths(), where, prefix=key) or value
+        for path in _paths(value, schema.open_paths(), prefix=key):
+            _check_path(path, schema, where)
     merge = key in schema.sections() and isinstance(value, Mapping)
     try:
         OmegaConf.update(config, key, value, merge=merge, force_add=True)

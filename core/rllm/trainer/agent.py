@@ -13,30 +13,13 @@ _UNSUPPORTED = ("agent_class", "env_class", "agent_args", "env_args", "agent_run
 """rLLM's agent/environment arguments: this trainer runs workflows only."""
 
 
-def _nested(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"rllm.data.train_batch_size": 8}`` (rLLM's dotted form) as a nested mapping; nested keys stay as they are."""
-    nested: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = nested
-        *parents, last = str(key).split(".")
-        for part in parents:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"AgentTrainer config sets both {part!r} and keys below it ({key!r}); keep one.")
-            node = child
-        node[last] = value
-    return nested
-
-
 def _load(config: DictConfig | Mapping[str, Any] | Sequence[str] | None) -> DictConfig:
     from rllm.config import load_config
 
     if config is None:
         return load_config()
-    if isinstance(config, DictConfig):
-        return load_config(config)
-    if isinstance(config, Mapping):
-        return load_config(_nested(config))
+    if isinstance(config, DictConfig | Mapping):
+        return load_config(config)  # rLLM's dotted keys ("rllm.data.train_batch_size") are nested there
     if isinstance(config, str) or not all(isinstance(item, str) for item in config):
         raise ConfigError(
             "AgentTrainer config must be a mapping, a DictConfig or a list of 'key=value' override strings; "

@@ -26,10 +26,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from rllm.config.algorithm import AlgorithmConfig
-from rllm.config.loading import default_config, validate_config
+from rllm.config.loading import load_config
 from rllm.errors import ConfigError, RLLMWarning, TrainerError
 from rllm.estimators.collect import collect_advantages, collect_reward_and_advantage_from_trajectory_groups
 from rllm.estimators.compute import get_estimator
@@ -96,8 +96,7 @@ class UnifiedTrainer:
                 f"UnifiedTrainer got unknown keyword argument(s) {unknown}; accepted extras: "
                 f"{', '.join(TRAINER_OPTIONS)}."
             )
-        merged: DictConfig = OmegaConf.merge(default_config(), config)  # type: ignore[assignment]
-        self.config = validate_config(merged)  # programmatic configs get the checks `rllm train` applies
+        self.config = load_config(config)  # programmatic configs get the checks `rllm train` applies
         if kwargs.get("executor") is not None and str(self.config.rllm.workflow.executor) != "local":
             raise ConfigError(
                 f"UnifiedTrainer got executor= and rllm.workflow.executor={self.config.rllm.workflow.executor}; "

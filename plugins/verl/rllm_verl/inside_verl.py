@@ -185,7 +185,7 @@ def settings(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         return {}, {}
     if OmegaConf.is_config(config):
         check_expansion(config)  # an interpolation bomb in rllm_options is refused by key, not expanded
-    raw = _setting(config, OPTIONS_KEY)
+    raw = _options_section(config)
     options = _plain(raw) if raw is not None else {}
     if not isinstance(options, Mapping):
         raise ConfigError(
@@ -194,6 +194,21 @@ def settings(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         )
     ambient = {key: _plain(_setting(config, key)) for key in RUN_SETTINGS if _setting(config, key) is not None}
     return dict(options), ambient
+
+
+def _options_section(config: Any) -> Any:
+    """``algorithm.rllm_options``, with keys written dotted in verl's algorithm section (``rllm_options.preset``)."""
+    from rllm.config import nest_dotted
+
+    raw = _setting(config, OPTIONS_KEY)
+    if not hasattr(config, "keys"):
+        return raw
+    ours = {key: config[key] for key in config if str(key).startswith(OPTIONS_KEY + ".")}
+    if not ours:
+        return raw
+    ours[OPTIONS_KEY] = _plain(raw) if raw is not None else {}
+    nested = nest_dotted(ours, frozenset({OPTIONS_KEY}), "verl's algorithm config")
+    return (nested or ours)[OPTIONS_KEY]
 
 
 def _setting(config: Any, key: str) -> Any:
