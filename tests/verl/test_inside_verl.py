@@ -126,6 +126,33 @@ def test_per_step_estimator_gets_tokens_as_steps_and_returns_token_advantages() 
     np.testing.assert_allclose(out.numpy(), expected, atol=1e-6)
 
 
+@pytest.mark.parametrize("preset", [None, "verl"])
+def test_gae_takes_verls_values_on_a_multi_turn_mask_as_verls_gae_is_called(preset: str | None) -> None:
+    """verl's gae call (values, gamma, lam; no labels) with observation spans inside the responses."""
+    import torch
+    from verl.trainer.ppo.core_algos import compute_gae_advantage_return, get_adv_estimator_fn
+
+    mask = torch.tensor(
+        [[1, 1, 0, 0, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 1, 1], [1, 0, 0, 1, 1, 0, 0, 0]], dtype=torch.float32
+    )
+    rng = np.random.default_rng(7)
+    rewards = torch.tensor(rng.normal(0.0, 1.0, mask.shape), dtype=torch.float32) * mask
+    values = torch.tensor(rng.normal(0.0, 1.0, mask.shape), dtype=torch.float32) * mask
+    theirs, their_returns = compute_gae_advantage_return(rewards, values, mask, gamma=0.99, lam=0.9)
+    config = None if preset is None else {"rllm_options": {"preset": preset}}
+    ours, our_returns = get_adv_estimator_fn("rllm.gae")(
+        token_level_rewards=rewards, values=values, response_mask=mask, gamma=0.99, lam=0.9, config=config
+    )
+    on = mask.bool()
+    np.testing.assert_allclose(our_returns[on].numpy(), their_returns[on].numpy(), atol=1e-5)
+    # verl whitens with the unbiased variance, rllm's default (no preset) with the population one: over the
+    # n = 16 masked tokens the centred values are the same and divided by sqrt((n - 1) / n) times verl's std
+    n = int(on.sum())
+    scale = 1.0 if preset == "verl" else (n / (n - 1)) ** 0.5
+    np.testing.assert_allclose(ours[on].numpy(), theirs[on].numpy() * scale, atol=1e-5)
+    assert not ours[~on].any()
+
+
 def test_group_labels_are_required() -> None:
     import torch
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn

@@ -49,11 +49,15 @@ FROM_VERL = {
     "response_lengths": "the response mask",
     "baseline_rewards": "reward_baselines (the batch's greedy-rollout rewards, as for verl's remax)",
     "step_rewards": "token_level_rewards over the mask (one step per response token)",
+    "step_values": "values over the mask, as verl's gae is called with them (the critic's, one per response token)",
 }
 """The rllm batch fields an adapter can fill, and what of verl's input fills them."""
 
 RETURNS_TO_GO = ("reinforce_plus_plus", "remax")
 """Estimators whose verl namesakes return the (discounted) reward-to-go as ``returns``, not the advantages."""
+
+RAW_GAE = {"normalize": False}
+"""rllm gae's options for the advantages before whitening, of which verl's gae makes the critic's returns."""
 
 STATE_ROLE = "verl"
 """The role under which :data:`ESTIMATOR_STATES` keeps each estimator's state (verl has no roles)."""
@@ -95,11 +99,24 @@ def make_adapter(name: str) -> VerlEstimatorFn:
         index: np.ndarray | None = None,
         config: Any = None,
         reward_baselines: torch.Tensor | None = None,
+        values: torch.Tensor | None = None,
+        gamma: float | None = None,
+        lam: float | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        advantages = run_for_verl(name, token_level_rewards, response_mask, index, config, reward_baselines)
+        direct = {key: float(value) for key, value in (("gamma", gamma), ("lam", lam)) if value is not None}
+        advantages = run_for_verl(
+            name, token_level_rewards, response_mask, index, config, reward_baselines, values, direct
+        )
+        if name == "gae" and values is not None:  # as verl's gae: the critic's targets, before whitening
+            raw = run_for_verl(
+                name, token_level_rewards, response_mask, index, config, reward_baselines, values, direct, RAW_GAE
+            )
+            return advantages, (raw + values) * (response_mask != 0)
         if name in RETURNS_TO_GO:  # as verl's own reinforce_plus_plus and remax return
-            gamma = float(_setting(config, "gamma") or 1.0) if name == "reinforce_plus_plus" else 1.0
-            return advantages, reward_to_go(token_level_rewards, response_mask, gamma)
+            discount = float(direct.get("gamma", _setting(config, "gamma") or 1.0))
+            return advantages, reward_to_go(
+                token_level_rewards, response_mask, discount if name == "reinforce_plus_plus" else 1.0
+            )
         return advantages, advantages
 
     estimator.__name__ = estimator.__qualname__ = f"rllm_{name}"
@@ -114,8 +131,16 @@ def run_for_verl(
     index: np.ndarray | None,
     config: Any,
     reward_baselines: torch.Tensor | None,
+    values: torch.Tensor | None = None,
+    direct: Mapping[str, float] | None = None,
+    fixed: Mapping[str, Any] | None = None,
 ) -> torch.Tensor:
-    """Advantages of rllm's estimator ``name`` on verl's inputs, shaped and typed like ``token_level_rewards``."""
+    """Advantages of rllm's estimator ``name`` on verl's inputs, shaped and typed like ``token_level_rewards``.
+
+    ``values`` and ``direct`` (``gamma``, ``lam``) are what verl's gae is called with instead of a
+    config; such a call has no group labels, so without ``index`` each response is its own group.
+    ``fixed`` options override the configured ones.
+    """
     import torch
 
     resolved = resolve_plugins(name)  # the one lookup of this call: the estimator, kernels, declared fields
@@ -123,18 +148,24 @@ def run_for_verl(
     missing = [field for field in entry.requires if field not in FROM_VERL]
     if "baseline_rewards" in entry.requires and reward_baselines is None:
         missing.append("baseline_rewards")
+    if "step_values" in entry.requires and values is None:
+        missing.append("step_values")
     if missing:
         raise MissingInputError(
             f"rllm estimator {name!r} needs {', '.join(map(repr, missing))}, which verl does not pass to "
             f"advantage estimators. Inside verl an rllm estimator gets: "
             f"{'; '.join(f'{k} from {v}' for k, v in FROM_VERL.items())}."
         )
+    if index is None and values is not None:
+        index = np.arange(token_level_rewards.shape[0])
     if index is None:
         raise MissingInputError(
             f"rllm estimator {name!r} needs group labels, which verl passes as 'index' from the batch's "
             "non_tensor_batch['uid']; this batch has no 'uid'."
         )
     options, ambient = settings(config)
+    ambient.update(direct or {})
+    options.update(fixed or {})
     with torch.no_grad():
         # verl scores a response by its whole row; a NaN or inf on a token outside the mask is padding junk.
         on_mask = response_mask != 0
@@ -146,6 +177,7 @@ def run_for_verl(
             sources={  # built only for an estimator that reads them
                 "response_lengths": lambda: _numpy(on_mask.sum(dim=-1)),
                 "step_rewards": lambda: _token_rows(token_level_rewards, response_mask),
+                **({} if values is None else {"step_values": lambda: _token_rows(values, response_mask)}),
             },
             kernels=resolved.kernels,
             fields=resolved.fields,
