@@ -6,7 +6,7 @@ A workflow whose rollout is one 50 ms environment call (``asyncio.sleep``), 256 
 1. a bare ``asyncio.gather`` of the same 256 coroutines (the floor: no engine at all);
 2. the workflow engine with the local executor;
 3. the workflow engine with the Ray executor, 2 worker actors on a local Ray instance
-   (``ray.init(num_cpus=2)``; start-up is not timed).
+   (``start_local_ray(num_cpus=2)``, on 127.0.0.1; start-up is not timed).
 
 Per-episode overhead is (engine time - gather time) / 256. Each figure is the median of
 ``--rounds`` runs. Needs ray (``pip install 'rllm[ray]'``); ``python bench/ray_executor.py``.

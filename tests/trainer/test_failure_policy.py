@@ -135,30 +135,34 @@ class SlowOnOneTask(ArithmeticWorkflow):
         return await super().run(task, uid, **kwargs)
 
 
-class FailingTaskBackend(EmbeddedBackend):
-    def builtin_task(self) -> Any:
-        setup = super().builtin_task()
-        setup.workflow_class = RaisesOnOneTask
-        return setup
-
-
-def test_fail_is_one_line_at_the_cli(plugin_manager: PluginManager, tmp_path, capsys) -> None:
-    plugin = type("FailingPlugin", (), {})()
+def _train_at_the_cli(plugin_manager: PluginManager, workflow: type, tmp_path, *overrides: str) -> int:
+    """``rllm train`` of the embedded backend with ``workflow`` as its built-in task's, registered as a plugin."""
     from rllm import hookimpl
 
-    plugin.rllm_register_backends = hookimpl(lambda register: register("failing_task", FailingTaskBackend))
-    plugin_manager.register(plugin, Source("plugin", "failing", "failing-dist", "0.1"))
-    code = main(
+    class Backend(EmbeddedBackend):
+        def builtin_task(self) -> Any:
+            setup = super().builtin_task()
+            setup.workflow_class = workflow
+            return setup
+
+    plugin = type("WorkflowPlugin", (), {})()
+    plugin.rllm_register_backends = hookimpl(lambda register: register("with_workflow", Backend))
+    plugin_manager.register(plugin, Source("plugin", "with_workflow", "with-workflow-dist", "0.1"))
+    return main(
         [
             "train",
             "--no-progress",
-            "rllm.backend=failing_task",
-            "rllm.workflow.failure_policy=fail",
+            "rllm.backend=with_workflow",
             f"rllm.trainer.output_dir={tmp_path / 'run'}",
             "rllm.trainer.logger=[jsonl]",
             *ONE_STEP,
+            *overrides,
         ]
     )
+
+
+def test_fail_is_one_line_at_the_cli(plugin_manager: PluginManager, tmp_path, capsys) -> None:
+    code = _train_at_the_cli(plugin_manager, RaisesOnOneTask, tmp_path, "rllm.workflow.failure_policy=fail")
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1, err
@@ -253,35 +257,18 @@ def test_validation_says_what_it_dropped(make_config, train) -> None:
     assert "val/workflow/attempts" not in record and "val/workflow/timeouts" not in record  # zero counts stay out
 
 
-class FailingEverywhereBackend(EmbeddedBackend):
-    def builtin_task(self) -> Any:
-        setup = super().builtin_task()
-        setup.workflow_class = RaisesOnEveryTask
-        return setup
-
-
 @pytest.mark.parametrize("require_update", [True, False])
 def test_drop_group_that_drops_every_group_says_so_each_step_and_at_the_end(
     plugin_manager: PluginManager, tmp_path, capsys, require_update: bool
 ) -> None:
-    plugin = type("FailingEverywherePlugin", (), {})()
-    from rllm import hookimpl
-
-    plugin.rllm_register_backends = hookimpl(lambda register: register("failing_all", FailingEverywhereBackend))
-    plugin_manager.register(plugin, Source("plugin", "failing_all", "failing-all-dist", "0.1"))
-    code = main(
-        [
-            "train",
-            "--no-progress",
-            "rllm.backend=failing_all",
-            "rllm.workflow.failure_policy=drop_group",
-            f"rllm.trainer.output_dir={tmp_path / 'run'}",
-            "rllm.trainer.logger=[jsonl]",
-            f"rllm.trainer.require_update={str(require_update).lower()}",
-            *ONE_STEP,
-            "rllm.trainer.total_batches=2",
-            "rllm.data.train_batch_size=3",
-        ]
+    code = _train_at_the_cli(
+        plugin_manager,
+        RaisesOnEveryTask,
+        tmp_path,
+        "rllm.workflow.failure_policy=drop_group",
+        f"rllm.trainer.require_update={str(require_update).lower()}",
+        "rllm.trainer.total_batches=2",
+        "rllm.data.train_batch_size=3",
     )
     err = capsys.readouterr().err.strip().splitlines()
     dropped = "dropped every group (3 groups, 12 rollouts: their workflows failed); the policy was not updated."
