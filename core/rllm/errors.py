@@ -193,3 +193,18 @@ class LossFailedError(RLLMError):
 
 class ConformanceError(RLLMError, AssertionError):
     """A plugin broke a contract that :mod:`rllm.testing` checks; the message names the property and the input."""
+
+
+class EngineCallError(RLLMError, ValueError):
+    """A rollout engine was given messages it cannot read, or answered with something that is not a ModelOutput."""
+
+
+class ClassNotRegisteredError(NameNotFoundError, KeyError):
+    """A name in ``rllm.trainer.env_agent_mappings`` resolves to no class: rLLM's own, not shipped, or unregistered."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class NotShippedError(RLLMError, ImportError):
+    """A name rLLM defines at this import path is not part of rllm; the message says what to use instead."""

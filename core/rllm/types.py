@@ -43,6 +43,23 @@ class TerminationReason(str, Enum):
     ERROR = "error"
 
 
+class TerminationEvent(Exception):
+    """Raised in a workflow (or the engine it calls) to end the episode at once, for ``reason`` (rLLM's control flow).
+
+    Not an error: what was committed so far is the episode, and ``reason`` becomes its
+    ``termination_reason``.
+    """
+
+    def __init__(self, reason: TerminationReason | str = TerminationReason.UNKNOWN) -> None:
+        try:
+            self.reason = TerminationReason(reason)
+        except ValueError:
+            raise DataError(
+                f"TerminationEvent got reason {reason!r}; use one of {', '.join(r.value for r in TerminationReason)}."
+            ) from None
+        super().__init__(f"episode terminated: {self.reason.value}")
+
+
 def _jsonable(value: Any, where: str) -> Any:
     """``value`` in JSON types (tuples and arrays as lists, enums as values); else a DataError naming ``where``."""
     if isinstance(value, Enum):
@@ -114,6 +131,16 @@ class Task:
     def task_dir(self) -> Path:
         """``dataset_dir / sub_dir`` for a task with its own directory, else ``dataset_dir``."""
         return self.dataset_dir / self.sub_dir if self.sub_dir else self.dataset_dir
+
+
+@dataclass
+class Action:
+    """What an agent decided, wrapped so that environments and reward functions get one object (rLLM's ``Action``)."""
+
+    action: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": _jsonable(self.action, "Action.action")}
 
 
 @_metadata_alias

@@ -1,1 +1,6 @@
-"""The documented ``rllm.agents`` import path for the data model."""
+"""rLLM's ``rllm.agents`` path: :class:`BaseAgent` and the data model it fills."""
+
+from rllm.agents.agent import BaseAgent
+from rllm.types import Action, Episode, Step, Trajectory
+
+__all__ = ["Action", "BaseAgent", "Episode", "Step", "Trajectory"]

@@ -1,11 +1,24 @@
-"""What workflows sample from: the rollout engine's contract (:class:`RolloutEngine`) and its answer.
+"""What workflows sample from: the rollout engine's contract (:class:`RolloutEngine`) and its answers.
 
 The contract is in :mod:`rllm.engine.rollout.rollout_engine`; every backend's engine
-implements it, and workflows are written against it.
+implements it, and workflows are written against it. Token-level workflows call
+``generate`` and get a :class:`Generation`; rLLM's text workflows call
+``get_model_response`` and get a :class:`ModelOutput`. :mod:`rllm.engine.chat` and
+:mod:`rllm.engine.tool_calls` are the text helpers engine authors share.
 """
 
 from __future__ import annotations
 
-from rllm.engine.rollout import PROMPT_TOO_LONG, Generation, RolloutEngine, engine_problem
+from rllm.engine.messages import check_messages
+from rllm.engine.rollout import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine, engine_problem
+from rllm.engine.tool_calls import ToolCall
 
-__all__ = ["PROMPT_TOO_LONG", "Generation", "RolloutEngine", "engine_problem"]
+__all__ = [
+    "PROMPT_TOO_LONG",
+    "Generation",
+    "ModelOutput",
+    "RolloutEngine",
+    "ToolCall",
+    "check_messages",
+    "engine_problem",
+]

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from rllm.engine import RolloutEngine
-from rllm.types import Episode, TerminationReason
+from rllm.types import Episode, TerminationEvent, TerminationReason
 
-__all__ = ["TerminationReason", "Workflow"]
+__all__ = ["TerminationEvent", "TerminationReason", "Workflow"]
 
 
 class Workflow:

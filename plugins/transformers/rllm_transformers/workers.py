@@ -30,7 +30,7 @@ class WorkerEngine(RolloutEngine):
     weights: dict[str, torch.Tensor]
     dtype: torch.dtype
     device_type: str
-    tokenizer: Any
+    tokenizer: Any = field()  # required: without field() the dataclass takes RolloutEngine.tokenizer's None
     sampling: Sampling
     max_new_tokens: int
     max_prompt_length: int

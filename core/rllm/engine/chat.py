@@ -1,0 +1,161 @@
+"""Chat messages as model text and back: the ChatML layout Qwen models use, in pure Python.
+
+An engine that answers :meth:`~rllm.engine.RolloutEngine.get_model_response` turns the
+workflow's messages into a prompt (a pretrained tokenizer's own template, or
+:func:`render_chatml` for a model of this project's), samples, and turns the completion back
+into content, reasoning and tool calls (:func:`split_completion`, :func:`completion_output`).
+:func:`check_messages` is the one check of what a workflow passes, so every engine refuses the
+same inputs with the same words.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rllm.engine.messages import check_messages
+from rllm.engine.rollout.rollout_engine import ModelOutput
+from rllm.engine.tool_calls import ToolCall, format_tool_call, parse_tool_calls
+
+__all__ = [
+    "IM_END",
+    "IM_START",
+    "ChatParser",
+    "Completion",
+    "completion_output",
+    "render_chatml",
+    "split_completion",
+]
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+"""ChatML's turn delimiters; a turn is ``<|im_start|>{role}\\n{content}<|im_end|>\\n``."""
+THINK_BEGIN, THINK_END = "<think>", "</think>"
+
+
+class ChatParser(Protocol):
+    """What rLLM workflows ask of ``rollout_engine.chat_parser`` (its cumulative workflow renders prompts itself)."""
+
+    def parse(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = False, is_first_msg: bool = False, **kw: Any
+    ) -> str:
+        """The prompt text of ``messages``, ending with the assistant's header when ``add_generation_prompt``."""
+        ...
+
+
+def _turn(role: str, text: str) -> str:
+    return f"{IM_START}{role}\n{text}{IM_END}\n"
+
+
+def _tools_prompt(tools: Sequence[Mapping[str, Any]]) -> str:
+    schemas = "\n".join(json.dumps(dict(tool), ensure_ascii=False) for tool in tools)
+    return (
+        "# Tools\n\nYou may call one or more functions. Their signatures are within <tools></tools>:\n"
+        f"<tools>\n{schemas}\n</tools>\n\nFor each call, write a JSON object with the function's name and arguments "
+        'within <tool_call></tool_call> tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-object>}\n'
+        "</tool_call>"
+    )
+
+
+def _assistant(message: Mapping[str, Any], accumulate_reasoning: bool) -> str:
+    parts = []
+    reasoning = (message.get("reasoning") or "").strip()
+    if reasoning and accumulate_reasoning:
+        parts.append(f"{THINK_BEGIN}\n{reasoning}\n{THINK_END}\n")
+    content = (message.get("content") or "").strip()
+    if content:
+        parts.append(content)
+    parts += [format_tool_call(call) for call in message.get("tool_calls") or []]
+    return _turn("assistant", "\n".join(parts))
+
+
+def render_chatml(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    add_generation_prompt: bool = False,
+    tools: Sequence[Mapping[str, Any]] = (),
+    accumulate_reasoning: bool = False,
+) -> str:
+    """``messages`` in Qwen's ChatML layout, with the tools' schemas in the system turn.
+
+    Tool results are user turns holding a ``<tool_response>`` block, as in Qwen's template;
+    an assistant's reasoning is kept only with ``accumulate_reasoning`` (Qwen drops it from
+    earlier turns). ``add_generation_prompt`` ends with the assistant's header.
+    """
+    checked = check_messages(messages)
+    text = ""
+    if tools and (not checked or checked[0]["role"] != "system"):
+        text += _turn("system", _tools_prompt(tools))
+    for i, message in enumerate(checked):
+        role, content = message["role"], message["content"]
+        if role == "system":
+            text += _turn("system", f"{content}\n\n{_tools_prompt(tools)}" if tools and i == 0 else content)
+        elif role == "user":
+            text += _turn("user", content)
+        elif role == "assistant":
+            text += _assistant(message, accumulate_reasoning)
+        else:
+            text += _turn("user", f"<tool_response>\n{content}\n</tool_response>")
+    if add_generation_prompt:
+        text += f"{IM_START}assistant\n"
+    return text
+
+
+@dataclass
+class Completion:
+    """A completion's text, split: the answer, the reasoning before ``</think>``, the tool calls."""
+
+    content: str
+    reasoning: str
+    tool_calls: list[ToolCall]
+    invalid_tool_calls: int = 0
+    """``<tool_call>`` blocks that are not a JSON call; their text stays in ``content``."""
+
+
+def split_completion(text: str) -> Completion:
+    """Split ``text`` (a completion, decoded with its special tokens) at ``</think>`` and at ``<tool_call>`` blocks.
+
+    The text ends at the first ``<|im_end|>``. A ``<think>`` never closed (the length limit)
+    makes everything reasoning.
+    """
+    text = text.split(IM_END, 1)[0]
+    reasoning = ""
+    if THINK_END in text:
+        reasoning, text = text.split(THINK_END, 1)
+    elif THINK_BEGIN in text:
+        reasoning, text = text, ""
+    reasoning = reasoning.strip().removeprefix(THINK_BEGIN).strip()
+    parsed = parse_tool_calls(text)
+    return Completion(
+        content=parsed.text, reasoning=reasoning, tool_calls=parsed.tool_calls, invalid_tool_calls=parsed.invalid
+    )
+
+
+def completion_output(
+    text: str,
+    *,
+    prompt_ids: list[int],
+    completion_ids: list[int],
+    logprobs: list[float] | None,
+    finish_reason: str | None,
+) -> ModelOutput:
+    """The :class:`~rllm.engine.ModelOutput` of one sampled completion, its text split by :func:`split_completion`.
+
+    ``metrics["invalid_tool_calls"]`` counts the broken tool-call blocks.
+    """
+    parts = split_completion(text)
+    return ModelOutput(
+        text=text,
+        content=parts.content,
+        reasoning=parts.reasoning,
+        tool_calls=parts.tool_calls,
+        prompt_ids=list(prompt_ids),
+        completion_ids=list(completion_ids),
+        logprobs=None if logprobs is None else list(logprobs),
+        prompt_length=len(prompt_ids),
+        completion_length=len(completion_ids),
+        finish_reason=finish_reason,
+        metrics={"invalid_tool_calls": parts.invalid_tool_calls},
+    )

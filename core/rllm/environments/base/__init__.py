@@ -1,0 +1,5 @@
+"""rLLM's ``rllm.environments.base`` path."""
+
+from rllm.environments.base.base_env import BaseEnv
+
+__all__ = ["BaseEnv"]
