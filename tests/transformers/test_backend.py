@@ -214,6 +214,19 @@ def test_micro_batches_do_not_change_the_step(tiny_config: MakeConfig, tmp_path:
     assert split["actor/loss"] == pytest.approx(single["actor/loss"], rel=1e-4, abs=1e-6)
 
 
+def test_a_loss_that_fixes_its_aggregation_trains_with_the_mode_unset(
+    tiny_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rllm.losses import registry
+
+    monkeypatch.setattr(registry, "_ANNOUNCED", set())
+    with pytest.warns(RLLMWarning, match=r"^Loss 'sapo' .* fixes its own aggregation, seq-mean-token-mean") as caught:
+        trainer, records = _fit(tiny_config("rllm.algorithm.loss_fn=sapo", "rllm.trainer.total_batches=1"))
+    assert sum("fixes its own aggregation" in str(w.message) for w in caught) == 1
+    assert trainer.backend.default_settings.agg_mode == "seq-mean-token-mean"
+    assert math.isfinite(_train(records)[0]["actor/grad_norm"])
+
+
 def test_router_replay_is_refused_by_name(tiny_config: MakeConfig) -> None:
     with pytest.raises(ConfigError, match=r"rllm\.algorithm\.router_replay='R2'"):
         UnifiedTrainer(None, tiny_config("rllm.algorithm.router_replay=R2"), progress=False)

@@ -66,14 +66,13 @@ def compute_policy_loss(
     without a response token has loss 0 and the metric ``no_response_tokens`` 1.
     """
     entry, resolved, mode = resolve_loss_options(name, options, agg_mode, "agg_mode")
-    check_arguments(
-        kl_coef=kl_coef,
-        tis_cap=tis_cap,
-        dp_size=dp_size,
-        batch_num_tokens=batch_num_tokens,
-        global_batch_size=global_batch_size,
-        loss_scale_factor=loss_scale_factor,
-    )
+    counts = {
+        "dp_size": dp_size,
+        "batch_num_tokens": batch_num_tokens,
+        "global_batch_size": global_batch_size,
+        "loss_scale_factor": loss_scale_factor,
+    }
+    check_arguments(kl_coef=kl_coef, tis_cap=tis_cap, **counts)
     given = {
         "old_log_probs": old_log_probs,
         "advantages": advantages,
@@ -99,21 +98,9 @@ def compute_policy_loss(
         weights = truncated_is_weights(
             clean["old_log_probs"], clean["rollout_log_probs"], response_mask, tis_mode, tis_cap
         )
+    clean["rollout_is_weights"] = weights
     ctx = LossContext(
-        log_probs=log_probs,
-        old_log_probs=clean["old_log_probs"],
-        advantages=clean["advantages"],
-        response_mask=response_mask,
-        rollout_log_probs=clean["rollout_log_probs"],
-        ref_log_probs=clean["ref_log_probs"],
-        rollout_is_weights=weights,
-        options=resolved,
-        agg_mode=mode,
-        dp_size=dp_size,
-        batch_num_tokens=batch_num_tokens,
-        global_batch_size=global_batch_size,
-        loss_scale_factor=loss_scale_factor,
-        name=name,
+        log_probs=log_probs, response_mask=response_mask, options=resolved, agg_mode=mode, name=name, **clean, **counts
     )
     loss, metrics = _run(entry, name, ctx)
     if kl_coef:
