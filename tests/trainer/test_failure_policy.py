@@ -291,7 +291,8 @@ def test_timed_out_rollouts_are_counted_and_said_each_step_and_at_the_end(make_c
     with pytest.warns(RLLMWarning) as caught:
         _, metrics = train(config, SlowOnOneTask)
     messages = [str(w.message) for w in caught]
-    assert "step 1: 4 of 400 rollouts timed out after rllm.workflow.timeout=0.5 s and are left out" in messages[0]
-    assert messages[-1].startswith("4 of this run's 400 rollouts timed out (rllm.workflow.timeout)")
+    assert messages[0].startswith("step 1: 4 of 400 rollouts timed out (rllm.workflow.timeout=0.5 s), counted in")
+    assert "its group trains without it" in messages[0]
+    assert messages[-1] == "4 of this run's 400 rollouts timed out (workflow/timeouts)."
     [record] = [r for r in metrics if r["kind"] == "train"]
     assert record["workflow/timeouts"] == 4 and record["grouping/num_groups"] == 99

@@ -59,10 +59,11 @@ class RunReport:
         self.timeouts += stats.timeouts
         self.attempts += stats.attempts
         if stats.timeouts:
+            limit = "" if timeout is None else f" (rllm.workflow.timeout={timeout:g} s)"
             warnings.warn(
-                f"step {step}: {stats.timeouts} of {stats.attempts} rollouts timed out after "
-                f"rllm.workflow.timeout={timeout:g} s and are left out of their groups (workflow/timeouts); "
-                "raise the timeout or make the workflow faster.",
+                f"step {step}: {stats.timeouts} of {stats.attempts} rollouts timed out{limit}, counted in "
+                "workflow/timeouts; a rollout the engine stopped has no trajectory, so its group trains without it. "
+                "Raise the timeout or make the workflow faster.",
                 RLLMWarning,
                 stacklevel=3,
             )
@@ -75,15 +76,15 @@ class RunReport:
             for reason, count in self.untrained.items()
         )
         timeouts = (
-            f"{self.timeouts} of this run's {self.attempts} rollouts timed out (rllm.workflow.timeout) and were "
-            "left out of their groups."
+            f"{self.timeouts} of this run's {self.attempts} rollouts timed out (workflow/timeouts)."
             if self.timeouts
             else ""
         )
         if self.steps and untrained == self.steps and require_update:
             raise TrainerError(
-                f"No step of this run updated the policy ({untrained} of {self.steps}: {reasons}). {timeouts} Fix "
-                "the cause, or set rllm.trainer.require_update=false to let such a run end normally."
+                f"No step of this run updated the policy ({untrained} of {self.steps}: {reasons}). "
+                f"{timeouts + ' ' if timeouts else ''}Fix the cause, or set rllm.trainer.require_update=false to "
+                "let such a run end normally."
             )
         if untrained:
             warnings.warn(f"{untrained} of this run's steps trained nothing: {reasons}.", RLLMWarning, stacklevel=3)
