@@ -17,13 +17,14 @@ import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
+from enum import Enum
 from pathlib import Path
 from types import FrameType
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from rllm.errors import OutputFileError
+from rllm.errors import DataError, OutputFileError
 
 _CLEANUP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
@@ -165,3 +166,34 @@ def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` as :func:`open_output` does (a regular file is replaced atomically)."""
     with open_output(path) as out:
         out.write(text.encode("utf-8"))
+
+
+def jsonable(value: Any, where: str) -> Any:
+    """``value`` in JSON types (tuples and arrays as lists, enums as values); else a DataError naming ``where``.
+
+    What rllm writes as JSON (episodes, trajectories, steps) goes through it, so a value with no
+    JSON form is refused naming where it sits, before any file is written.
+    """
+    if isinstance(value, Enum):
+        return jsonable(value.value, where)
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise DataError(f"{where} has a non-string key {key!r}; JSON objects need string keys.")
+            out[key] = jsonable(item, f"{where}[{key!r}]")
+        return out
+    if isinstance(value, list | tuple):
+        return [jsonable(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    tolist = getattr(value, "tolist", None)  # numpy arrays and scalars
+    if callable(tolist):
+        return jsonable(tolist(), where)
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return jsonable(to_dict(), where)
+    raise DataError(
+        f"{where} holds a value of type {type(value).__name__}, which has no JSON form; store plain data (or an object "
+        "with to_dict()) there."
+    )

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rllm.errors import DataError
+from rllm.io import jsonable as _jsonable
 
 DEFAULT_ROLE = "all_groups"
 """Role of a group whose id names no role."""
@@ -58,33 +59,6 @@ class TerminationEvent(Exception):
                 f"TerminationEvent got reason {reason!r}; use one of {', '.join(r.value for r in TerminationReason)}."
             ) from None
         super().__init__(f"episode terminated: {self.reason.value}")
-
-
-def _jsonable(value: Any, where: str) -> Any:
-    """``value`` in JSON types (tuples and arrays as lists, enums as values); else a DataError naming ``where``."""
-    if isinstance(value, Enum):
-        return _jsonable(value.value, where)
-    if value is None or isinstance(value, str | bool | int | float):
-        return value
-    if isinstance(value, Mapping):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise DataError(f"{where} has a non-string key {key!r}; JSON objects need string keys.")
-            out[key] = _jsonable(item, f"{where}[{key!r}]")
-        return out
-    if isinstance(value, list | tuple):
-        return [_jsonable(item, f"{where}[{i}]") for i, item in enumerate(value)]
-    tolist = getattr(value, "tolist", None)  # numpy arrays and scalars
-    if callable(tolist):
-        return _jsonable(tolist(), where)
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict):
-        return _jsonable(to_dict(), where)
-    raise DataError(
-        f"{where} holds a value of type {type(value).__name__}, which has no JSON form; store plain data (or an object "
-        "with to_dict()) there."
-    )
 
 
 def _take_metadata(obj: Any, metadata: dict[str, Any] | None) -> None:

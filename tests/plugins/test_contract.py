@@ -34,7 +34,7 @@ from rllm.errors import (
 from rllm.plugins import PluginManager, Source, hookspecs
 from rllm.plugins import discovery as discovery_module
 from rllm.plugins import manager as manager_module
-from rllm.plugins.contract import HOOK_KINDS
+from rllm.plugins.contract import HOOK_KIND
 from rllm.plugins.discovery import Discovered
 from rllm.trainer.protocol import BackendProtocol
 from rllm_builtin.embedded.backend import EmbeddedBackend
@@ -229,7 +229,7 @@ def test_what_a_hook_prints_goes_to_stderr(plugin_manager: PluginManager, capsys
 
 def test_shadowing_a_builtin_warns_for_every_kind(plugin_manager: PluginManager) -> None:
     builtin = Source("builtin", "builtin", "rllm", "test")
-    plugin_manager.add(HOOK_KINDS[3], "sorted_runs", len, builtin)  # the built-in plugin registers no kernel yet
+    plugin_manager.add(HOOK_KIND["kernels"], "sorted_runs", len, builtin)  # the built-in plugin registers no kernel yet
     shadow = {
         "rllm_register_estimators": ("grpo", lambda rewards, **kw: rewards),
         "rllm_register_grouping_hooks": ("task_and_role", len),
@@ -278,9 +278,9 @@ def test_a_claim_without_replace_loses_to_a_plugin_that_replaced_the_builtin(plu
 @pytest.mark.parametrize(
     ("kind", "not_found", "conflict"),
     [
-        (HOOK_KINDS[1], GroupingHookNotFoundError, "GroupingHookConflictError"),
-        (HOOK_KINDS[2], BackendNotFoundError, "BackendConflictError"),
-        (HOOK_KINDS[3], KernelNotFoundError, "KernelConflictError"),
+        (HOOK_KIND["grouping_hooks"], GroupingHookNotFoundError, "GroupingHookConflictError"),
+        (HOOK_KIND["backends"], BackendNotFoundError, "BackendConflictError"),
+        (HOOK_KIND["kernels"], KernelNotFoundError, "KernelConflictError"),
     ],
     ids=lambda v: getattr(v, "what", None),
 )

@@ -167,5 +167,7 @@ HOOK_KINDS = (
     ),
 )
 """Every registration hook, in the order a plugin's hooks run."""
-CONFIG_SECTIONS = HOOK_KINDS[-1]
+HOOK_KIND: dict[str, HookKind] = {kind.attribute: kind for kind in HOOK_KINDS}
+"""Each hook kind by the name of the registry it fills (``HOOK_KIND["kernels"]``), never by its position."""
+CONFIG_SECTIONS = HOOK_KIND["config_sections"]
 """Its registrar takes ``(section, keys=None)``: the keys (a tuple, or None for an open section) are the target."""

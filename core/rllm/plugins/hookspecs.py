@@ -38,12 +38,9 @@ plugin and fails the whole plugin, so nothing half-registered stays.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
-
 import pluggy
 
-from rllm.contract.fields import OPTIONAL_FIELDS, BatchField
+from rllm.contract.fields import OPTIONAL_FIELDS
 from rllm.contract.names import (
     BACKEND_ABSTRACT_METHODS,
     BACKEND_METHODS,
@@ -52,11 +49,18 @@ from rllm.contract.names import (
     REFUSED_HOOKIMPL_OPTIONS,
     EstimatorStyle,
 )
+from rllm.plugins.protocols import (
+    BackendRegistrar,
+    BatchFieldRegistrar,
+    ConfigSectionRegistrar,
+    EstimatorRegistrar,
+    GroupingHookRegistrar,
+    KernelRegistrar,
+    LossRegistrar,
+    NamedRegistrar,
+)
 
-if TYPE_CHECKING:
-    from rllm.contract.keys import ConfigKey, Option
-
-__all__ = [  # the words below are rllm.contract's, kept importable here for plugins written against this module
+__all__ = [  # the words are rllm.contract's, the Protocols rllm.plugins.protocols', importable here as before
     "BACKEND_ABSTRACT_METHODS",
     "BACKEND_METHODS",
     "KERNEL_NAMES",
@@ -88,36 +92,6 @@ PROJECT_NAME = "rllm"
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
-
-
-class EstimatorRegistrar(Protocol):
-    """The ``register`` argument of :func:`rllm_register_estimators`: claims ``name`` for the estimator ``fn``.
-
-    The keywords declare how ``fn`` is called and what it needs; the hook's docstring says what each means.
-    """
-
-    def __call__(
-        self,
-        name: str,
-        fn: Callable[..., Any],
-        *,
-        style: EstimatorStyle = "grouped",
-        requires: Sequence[str] = (),
-        options: Sequence[Option] | None = None,
-        numerics: bool | str = False,
-        replace: bool = False,
-    ) -> None: ...
-
-
-class NamedRegistrar(Protocol):
-    """The shape the grouping-hook, backend, kernel and batch-field registrars share: a name and one object.
-
-    Kept for plugins written against it; each of those hooks now annotates ``register`` with
-    its own Protocol (:class:`GroupingHookRegistrar`, :class:`BackendRegistrar`,
-    :class:`KernelRegistrar`, :class:`BatchFieldRegistrar`), which names the object.
-    """
-
-    def __call__(self, name: str, target: Any, *, replace: bool = False) -> None: ...
 
 
 @hookspec
@@ -181,27 +155,6 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
             register("length_weighted", length_weighted, style="batch",
                      requires=["response_lengths"], options=[])
     """
-
-
-class LossRegistrar(Protocol):
-    """The ``register`` argument of :func:`rllm_register_losses`: claims ``name`` (and each alias) for the loss ``fn``.
-
-    ``fn`` may be a ``"module:function"`` path, imported when the loss is first used.
-    """
-
-    def __call__(
-        self,
-        name: str,
-        fn: Callable[..., Any] | str,
-        *,
-        options: Sequence[Option] = (),
-        aliases: Sequence[str] = (),
-        agg_modes: Sequence[str] | None = None,
-        needs_old_log_probs: bool = True,
-        additive: bool = True,
-        description: str = "",
-        replace: bool = False,
-    ) -> None: ...
 
 
 @hookspec
@@ -282,15 +235,6 @@ def rllm_register_losses(register: LossRegistrar) -> None:
     """
 
 
-class GroupingHookRegistrar(Protocol):
-    """The ``register`` argument of :func:`rllm_register_grouping_hooks`: claims ``name`` for the grouping ``hook``.
-
-    ``hook(episodes, **options)`` returns the trajectory groups an estimator compares.
-    """
-
-    def __call__(self, name: str, hook: Callable[..., Any], *, replace: bool = False) -> None: ...
-
-
 @hookspec
 def rllm_register_grouping_hooks(register: GroupingHookRegistrar) -> None:
     """Register trajectory grouping hooks that turn episodes into trajectory groups.
@@ -322,15 +266,6 @@ def rllm_register_grouping_hooks(register: GroupingHookRegistrar) -> None:
     """
 
 
-class KernelRegistrar(Protocol):
-    """The ``register`` argument of :func:`rllm_register_kernels`: ``fn`` stands in for the primitive ``name``.
-
-    ``name`` is one of :data:`KERNEL_NAMES`; ``fn`` takes and returns what that numpy primitive does.
-    """
-
-    def __call__(self, name: str, fn: Callable[..., Any], *, replace: bool = False) -> None: ...
-
-
 @hookspec
 def rllm_register_kernels(register: KernelRegistrar) -> None:
     """Register faster implementations of the toolkit's named primitives.
@@ -358,15 +293,6 @@ def rllm_register_kernels(register: KernelRegistrar) -> None:
 
             register("group_centre", fast.group_centre)
     """
-
-
-class BatchFieldRegistrar(Protocol):
-    """The ``register`` argument of :func:`rllm_register_batch_fields`: declares the batch field ``name``.
-
-    ``field`` (an :class:`rllm.toolkit.BatchField`) says how each trajectory's value is read.
-    """
-
-    def __call__(self, name: str, field: BatchField, *, replace: bool = False) -> None: ...
 
 
 @hookspec
@@ -398,16 +324,6 @@ def rllm_register_batch_fields(register: BatchFieldRegistrar) -> None:
     """
 
 
-class BackendRegistrar(Protocol):
-    """The ``register`` argument of :func:`rllm_register_backends`: claims ``name`` for the backend class.
-
-    rllm constructs ``backend_cls(config=config, **backend_args)``, so register the class (or the
-    ``"module:Class"`` path to import it from when a run selects it), not an instance.
-    """
-
-    def __call__(self, name: str, backend_cls: type[Any] | str, *, replace: bool = False) -> None: ...
-
-
 @hookspec
 def rllm_register_backends(register: BackendRegistrar) -> None:
     """Register training backends that the trainer can run against.
@@ -436,15 +352,6 @@ def rllm_register_backends(register: BackendRegistrar) -> None:
             register("my_cluster", MyClusterBackend)
             register("my_gpu", "my_plugin.gpu_backend:GpuBackend")  # imported when selected
     """
-
-
-class ConfigSectionRegistrar(Protocol):
-    """The ``register`` argument of :func:`rllm_register_config_sections`: declares the section ``section``.
-
-    ``keys`` are its checked keys; None leaves the section open (any key, unchecked).
-    """
-
-    def __call__(self, section: str, keys: Sequence[ConfigKey] | None = None) -> None: ...
 
 
 @hookspec

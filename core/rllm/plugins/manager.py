@@ -40,7 +40,7 @@ import pluggy
 
 from rllm.errors import PluginError
 from rllm.plugins import hookspecs
-from rllm.plugins.contract import CONFIG_SECTIONS, HOOK_KINDS, HookKind
+from rllm.plugins.contract import CONFIG_SECTIONS, HOOK_KIND, HookKind
 from rllm.plugins.discovery import Discovered, Source
 from rllm.plugins.loading import LoadingMixin
 from rllm.plugins.registration import HOOK_NAMES, Claim, RegistrationMixin
@@ -70,12 +70,12 @@ class PluginManager(LoadingMixin, RegistrationMixin, ReportingMixin):
     def __init__(self, strict: bool | None = None) -> None:
         self.hooks = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self.hooks.add_hookspecs(hookspecs)
-        self.estimators: Registry[EstimatorEntry] = self._registry(HOOK_KINDS[0])
-        self.grouping_hooks: Registry[Entry] = self._registry(HOOK_KINDS[1])
-        self.backends: Registry[Entry] = self._registry(HOOK_KINDS[2])
-        self.kernels: Registry[Entry] = self._registry(HOOK_KINDS[3])
-        self.batch_fields: Registry[Entry] = self._registry(HOOK_KINDS[4])
-        self.losses: Registry[LossEntry] = self._registry(HOOK_KINDS[5])
+        self.estimators: Registry[EstimatorEntry] = self._registry(HOOK_KIND["estimators"])
+        self.grouping_hooks: Registry[Entry] = self._registry(HOOK_KIND["grouping_hooks"])
+        self.backends: Registry[Entry] = self._registry(HOOK_KIND["backends"])
+        self.kernels: Registry[Entry] = self._registry(HOOK_KIND["kernels"])
+        self.batch_fields: Registry[Entry] = self._registry(HOOK_KIND["batch_fields"])
+        self.losses: Registry[LossEntry] = self._registry(HOOK_KIND["losses"])
         self.config_sections: Registry[Entry] = self._registry(CONFIG_SECTIONS)
         self.plugins: dict[str, PluginInfo] = {}
         self.failures: list[PluginError] = []

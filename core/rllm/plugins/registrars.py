@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rllm.errors import PluginContractError
-from rllm.plugins.contract import CONFIG_SECTIONS, HOOK_KINDS, HookKind
+from rllm.plugins.contract import CONFIG_SECTIONS, HOOK_KIND
 from rllm.plugins.discovery import Source
 from rllm.plugins.hookspecs import (
     BackendRegistrar,
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from rllm.plugins.registration import RegistrationMixin
 
 F = TypeVar("F", bound=Callable[..., None])
-_KINDS: dict[str, HookKind] = {kind.attribute: kind for kind in HOOK_KINDS}
 
 
 def _checked(register: F, source: Source, what: str) -> F:
@@ -141,7 +140,7 @@ def loss_registrar(manager: RegistrationMixin, source: Source, names: list[str])
 
 def grouping_hook_registrar(manager: RegistrationMixin, source: Source, names: list[str]) -> GroupingHookRegistrar:
     """``register`` for ``rllm_register_grouping_hooks``."""
-    kind = _KINDS["grouping_hooks"]
+    kind = HOOK_KIND["grouping_hooks"]
 
     def register_grouping_hook(name: str, hook: Callable[..., Any], *, replace: bool = False) -> None:
         manager.add(kind, name, hook, source, replace=replace)
@@ -153,7 +152,7 @@ def grouping_hook_registrar(manager: RegistrationMixin, source: Source, names: l
 def backend_registrar(manager: RegistrationMixin, source: Source, names: list[str]) -> BackendRegistrar:
     """``register`` for ``rllm_register_backends``: the class is checked, never constructed, here (a
     ``"module:Class"`` path is checked when a run first asks for the backend)."""
-    kind = _KINDS["backends"]
+    kind = HOOK_KIND["backends"]
 
     def register_backend(name: str, backend_cls: type[Any] | str, *, replace: bool = False) -> None:
         manager.add(kind, name, backend_cls, source, replace=replace)
@@ -164,7 +163,7 @@ def backend_registrar(manager: RegistrationMixin, source: Source, names: list[st
 
 def kernel_registrar(manager: RegistrationMixin, source: Source, names: list[str]) -> KernelRegistrar:
     """``register`` for ``rllm_register_kernels``: only the names in KERNEL_NAMES are accepted."""
-    kind = _KINDS["kernels"]
+    kind = HOOK_KIND["kernels"]
 
     def register_kernel(name: str, fn: Callable[..., Any], *, replace: bool = False) -> None:
         manager.add(kind, name, fn, source, replace=replace)
@@ -175,7 +174,7 @@ def kernel_registrar(manager: RegistrationMixin, source: Source, names: list[str
 
 def batch_field_registrar(manager: RegistrationMixin, source: Source, names: list[str]) -> BatchFieldRegistrar:
     """``register`` for ``rllm_register_batch_fields``."""
-    kind = _KINDS["batch_fields"]
+    kind = HOOK_KIND["batch_fields"]
 
     def register_batch_field(name: str, field: BatchField, *, replace: bool = False) -> None:
         manager.add(kind, name, field, source, replace=replace)

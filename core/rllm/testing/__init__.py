@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rllm.testing.estimators import PROPERTIES, Check, estimator_checks
+from rllm.testing.parts import check_batch_field, check_config_section, check_kernel
 from rllm.testing.trainer import STAGES, check_backend, check_grouping_hook, sample_episodes
 
 __all__ = [
@@ -33,7 +34,10 @@ __all__ = [
     "Loss",
     "all_checks",
     "check_backend",
+    "check_batch_field",
+    "check_config_section",
     "check_grouping_hook",
+    "check_kernel",
     "estimator_checks",
     "parametrize_with_checks",
     "sample_episodes",
@@ -64,42 +68,41 @@ def all_checks(
     losses: Sequence[Loss | str] = (),
     plugin: str | None = None,
 ) -> list[Check]:
-    """Every check for the parts named, plus (``plugin``) every part that plugin registers."""
+    """Every check for the parts named, plus (``plugin``) every part that plugin registers, of every hook kind."""
+    from rllm.plugins.contract import HOOK_KINDS
+
+    parts: dict[str, list[Any]] = {kind.attribute: [] for kind in HOOK_KINDS}
+    parts["estimators"] += [e if isinstance(e, Estimator) else Estimator(e) for e in estimators]
+    parts["grouping_hooks"] += grouping_hooks
+    parts["backends"] += backends
+    parts["losses"] += [item if isinstance(item, Loss) else Loss(item) for item in losses]
+    if plugin is not None:
+        owned = _owned_by(plugin)
+        for attribute, names in owned.items():
+            given = {getattr(part, "name", part) for part in parts[attribute]}
+            parts[attribute] += [_PART[attribute](n) for n in names if n not in given]
+    return [check for kind in HOOK_KINDS for part in parts[kind.attribute] for check in _CHECKS[kind.attribute](part)]
+
+
+def _owned_by(plugin: str) -> dict[str, list[str]]:
+    """The names ``plugin`` claims, per hook kind; a plugin that claims none is a named error."""
+    from rllm.plugins.contract import HOOK_KINDS
     from rllm.plugins.manager import get_plugin_manager
 
-    wanted = [e if isinstance(e, Estimator) else Estimator(e) for e in estimators]
-    hooks, kinds = list(grouping_hooks), list(backends)
-    loss_specs = [item if isinstance(item, Loss) else Loss(item) for item in losses]
-    if plugin is not None:
-        manager = get_plugin_manager()
-        if plugin not in {
-            c.source.plugin
-            for r in (manager.estimators, manager.grouping_hooks, manager.backends, manager.losses)
-            for n in r
-            for c in r.claims(n)
-        }:
-            from rllm.errors import ConformanceError
+    manager = get_plugin_manager()
+    owned = {
+        kind.attribute: [
+            name
+            for name in getattr(manager, kind.attribute)
+            if any(c.source.plugin == plugin for c in getattr(manager, kind.attribute).claims(name))
+        ]
+        for kind in HOOK_KINDS
+    }
+    if not any(owned.values()):
+        from rllm.errors import ConformanceError
 
-            raise ConformanceError(f"plugin {plugin!r} registered nothing; check `rllm plugins` for its status")
-
-        def own(registry: Any) -> list[str]:
-            return [n for n in registry if any(c.source.plugin == plugin for c in registry.claims(n))]
-
-        named = {e.name for e in wanted}
-        wanted += [Estimator(n) for n in own(manager.estimators) if n not in named]
-        hooks += [n for n in own(manager.grouping_hooks) if n not in hooks]
-        kinds += [n for n in own(manager.backends) if n not in kinds]
-        given_losses = {item.name for item in loss_specs}
-        loss_specs += [Loss(n) for n in own(manager.losses) if n not in given_losses]
-    found = [c for e in wanted for c in estimator_checks(e.name, properties=e.properties, options=e.options)]
-    found += [Check(f"{n}-grouping_hook", _hook(n)) for n in hooks]
-    found += [Check(f"{n}-backend_stages", _backend(n)) for n in kinds]
-    found += [Check(f"{item.name}-loss_{check}", _loss(item, check)) for item in loss_specs for check in _checks(item)]
-    return found
-
-
-def _hook(name: str) -> Callable[[], None]:
-    return lambda: check_grouping_hook(name)
+        raise ConformanceError(f"plugin {plugin!r} registered nothing; check `rllm plugins` for its status")
+    return owned
 
 
 def _checks(item: Loss) -> list[str]:
@@ -126,6 +129,42 @@ def _backend(name: str) -> Callable[[], None]:
             check_backend(name, Path(tmp))
 
     return run
+
+
+def _named(suffix: str, check: Callable[[str], None]) -> Callable[[str], list[Check]]:
+    """The checks of a part known by name alone: one, ``<name>-<suffix>``."""
+
+    def checks(name: str) -> list[Check]:
+        return [Check(f"{name}-{suffix}", lambda: check(name))]
+
+    return checks
+
+
+def _estimator_checks(e: Estimator) -> list[Check]:
+    return estimator_checks(e.name, properties=e.properties, options=e.options)
+
+
+def _backend_checks(name: str) -> list[Check]:
+    return [Check(f"{name}-backend_stages", _backend(name))]
+
+
+def _loss_checks(item: Loss) -> list[Check]:
+    return [Check(f"{item.name}-loss_{check}", _loss(item, check)) for check in _checks(item)]
+
+
+_CHECKS: dict[str, Callable[[Any], list[Check]]] = {
+    "estimators": _estimator_checks,
+    "grouping_hooks": _named("grouping_hook", check_grouping_hook),
+    "backends": _backend_checks,
+    "kernels": _named("kernel", check_kernel),
+    "batch_fields": _named("batch_field", check_batch_field),
+    "losses": _loss_checks,
+    "config_sections": _named("config_section", check_config_section),
+}
+"""The checks of one part, by hook kind (``HookKind.attribute``); a test ties its keys to ``HOOK_KINDS``."""
+
+_PART: dict[str, Callable[[str], Any]] = {"estimators": Estimator, "losses": Loss}
+_PART.update({attribute: str for attribute in _CHECKS if attribute not in _PART})
 
 
 def parametrize_with_checks(

@@ -1,0 +1,70 @@
+"""Conformance checks for the parts that are neither estimators, grouping hooks, backends nor losses.
+
+A kernel must give what the numpy path gives; a batch field must reach the doors under its
+name; a config section's defaults must pass its own checks (a run that sets nothing would
+otherwise be refused). Each raises :class:`rllm.errors.ConformanceError` naming the part.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rllm.errors import ConformanceError, RLLMError
+
+_KERNEL_ESTIMATORS = ("grpo", "rloo")
+"""Built-in estimators whose numpy path uses every primitive (runs, their starts, centring and scaling)."""
+
+
+def check_kernel(name: str) -> None:
+    """The kernels in force give the advantages the numpy path gives, on contiguous and on shuffled labels."""
+    import rllm
+    from rllm.estimators.acceleration import numpy_only
+
+    rng = np.random.default_rng(0)
+    rewards = rng.normal(0.0, 1.0, 24)
+    for labels in (np.repeat(np.arange(6), 4), rng.permutation(np.repeat(np.arange(6), 4))):
+        for estimator in _KERNEL_ESTIMATORS:
+            try:
+                fast = rllm.compute_advantages(estimator, rewards, labels)
+            except RLLMError as exc:
+                raise ConformanceError(
+                    f"kernel {name!r} breaks {estimator}: it raised {type(exc).__name__}: {exc}"
+                ) from None
+            with numpy_only():
+                slow = rllm.compute_advantages(estimator, rewards, labels)
+            if not np.allclose(fast, slow, rtol=1e-9, atol=1e-12):
+                worst = int(np.argmax(np.abs(np.asarray(fast) - slow)))
+                raise ConformanceError(
+                    f"kernel {name!r} breaks {estimator}: advantage {worst} is {fast[worst]:.12g} with the kernel, "
+                    f"{slow[worst]:.12g} on the numpy path"
+                )
+
+
+def check_batch_field(name: str) -> None:
+    """The doors see the field under its name (no other claim wins it) and it says what it holds."""
+    from rllm.estimators.resolution import resolve_plugins
+
+    try:
+        fields = resolve_plugins().fields
+    except RLLMError as exc:
+        raise ConformanceError(f"batch field {name!r} cannot be resolved: {exc}") from None
+    if name not in fields:
+        raise ConformanceError(f"batch field {name!r} is registered but no door sees it")
+    if not fields[name].doc:
+        raise ConformanceError(f"batch field {name!r} has no doc; `rllm advantages --help` lists it by its doc")
+
+
+def check_config_section(name: str) -> None:
+    """Every key of the section is in the schema in force, and its default passes its own check."""
+    from rllm.config.loading import current_schema
+
+    keys = {key.path: key for key in current_schema().keys if key.path.startswith(f"{name}.")}
+    if not keys and name not in current_schema().open_sections:
+        raise ConformanceError(f"config section {name!r} is registered but is not in the schema in force")
+    for path, key in keys.items():
+        try:
+            key.check(key.default)
+        except RLLMError as exc:
+            raise ConformanceError(
+                f"config key {path}: its default {key.default!r} fails its own check: {exc}"
+            ) from None
