@@ -18,10 +18,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import InitVar, dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rllm.contract.names import TerminationReason
 from rllm.errors import DataError
 from rllm.io import jsonable as _jsonable
 
@@ -30,18 +30,6 @@ DEFAULT_ROLE = "all_groups"
 
 DEFAULT_TRAJ_NAME = "default_traj_name"
 """Name of a trajectory its workflow did not name."""
-
-
-class TerminationReason(str, Enum):
-    """Why an episode ended."""
-
-    MAX_PROMPT_LENGTH_EXCEEDED = "max_prompt_length_exceeded"
-    MAX_RESPONSE_LENGTH_EXCEEDED = "max_response_length_exceeded"
-    ENV_DONE = "env_done"
-    MAX_TURNS_EXCEEDED = "max_turns_exceeded"
-    TIMEOUT = "timeout"
-    UNKNOWN = "unknown"
-    ERROR = "error"
 
 
 class TerminationEvent(Exception):

@@ -18,6 +18,7 @@ from rllm.contract.names import (
     LR_SCHEDULES,
     NONFINITE_POLICIES,
     TIS_MODES,
+    TerminationReason,
 )
 from rllm.losses.arguments import KL_COEF, TIS_CAP, as_config_key
 
@@ -48,15 +49,7 @@ def _count(path: str, default: int | None, doc: str, minimum: int = 1, **extra: 
     return ConfigKey(path, "int", default, doc, minimum=minimum, **extra)
 
 
-_MASKS = (
-    "max_prompt_length_exceeded",
-    "max_response_length_exceeded",
-    "env_done",
-    "max_turns_exceeded",
-    "timeout",
-    "unknown",
-    "error",
-)
+_MASKS = tuple(reason.value for reason in TerminationReason)
 
 CORE_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey(

@@ -7,6 +7,7 @@ copies that cannot import it, such as ``Literal`` types, to these tuples).
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Literal
 
 EstimatorStyle = Literal["grouped", "batch"]
@@ -70,3 +71,15 @@ REFUSED_HOOKIMPL_OPTIONS = ("wrapper", "hookwrapper", "tryfirst", "trylast")
 LrSchedule = Literal["linear", "cosine", "constant"]
 LR_SCHEDULES: tuple[str, ...] = ("linear", "cosine", "constant")
 """Learning-rate schedules after the warm-up (``rllm.algorithm.lr_schedule``)."""
+
+
+class TerminationReason(str, Enum):
+    """Why an episode ended (``rllm.types.TerminationReason``; ``rllm.compact_filtering.mask_<reason>`` names each)."""
+
+    MAX_PROMPT_LENGTH_EXCEEDED = "max_prompt_length_exceeded"
+    MAX_RESPONSE_LENGTH_EXCEEDED = "max_response_length_exceeded"
+    ENV_DONE = "env_done"
+    MAX_TURNS_EXCEEDED = "max_turns_exceeded"
+    TIMEOUT = "timeout"
+    UNKNOWN = "unknown"
+    ERROR = "error"
