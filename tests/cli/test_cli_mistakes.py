@@ -115,7 +115,7 @@ def test_config_folder_is_named_a_folder(tmp_path: Path, capsys: pytest.CaptureF
 def test_large_plain_yaml_is_read_and_alias_bombs_are_not(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     big = tmp_path / "big.yaml"
     values = ", ".join(["1"] * 12_000)  # 12,000 nodes and no alias
-    big.write_text(f"rllm:\n  algorithm:\n    estimator_options:\n      big_list: [{values}]\n")
+    big.write_text(f"rllm:\n  algorithm:\n    estimator_options:\n      not_installed:\n        big_list: [{values}]\n")
     assert main(["config", "-c", str(big)]) == 0
     capsys.readouterr()
     bomb = tmp_path / "bomb.yaml"

@@ -120,7 +120,10 @@ def test_a_run_records_its_config_and_reloading_it_reproduces_the_run(
         == 0
     )
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == f"rllm train: backend embedded, estimator rloo, 3 steps, run directory {first}"
+    loss = "loss ppo (clip_ratio_low=0.2, clip_ratio_high=0.2; token-sum)"  # the embedded backend's defaults
+    assert (
+        out.splitlines()[0] == f"rllm train: backend embedded, estimator rloo, {loss}, 3 steps, run directory {first}"
+    )
     recorded = first / "config.yaml"
     assert yaml.safe_load(recorded.read_text())["rllm"]["embedded"]["seed"] == 7
 

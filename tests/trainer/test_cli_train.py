@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from extras import missing
 
 from rllm.cli.main import main
 from rllm.trainer.logging import METRICS_FILE, read_metrics
@@ -46,7 +47,7 @@ def test_config_file_then_overrides_reach_the_trainer(tmp_path: Path, capsys: py
         ("rllm.trainer.totl_batches=3", "Unknown config key 'rllm.trainer.totl_batches'.*Did you mean"),
         # Any installed backend plugin adds to the list: only embedded's presence is certain.
         ("rllm.backend=embeded", r"rllm.backend must be one of (.*, )?embedded(, .*)?; got 'embeded'. Did you mean"),
-        ("rllm.algorithm.loss_fn=dro", "loss_fn='dro' is not supported by the embedded backend"),
+        ("rllm.algorithm.loss_fn=gspo", "loss_fn='gspo' is not supported by the embedded backend"),
         ("rllm.trainer.logger=[console,wandb]", "rllm.trainer.logger must be .*each one of console, jsonl"),
         ("rllm.embedded.tasks=[sudoku]", "rllm.embedded.tasks must be .*each one of digit_sum, digit_max, digit_chain"),
         ("rllm.data.train_batch_size=0", "rllm.data.train_batch_size must be an integer >= 1; got 0"),
@@ -135,3 +136,16 @@ def test_plot_without_matplotlib_says_how_to_get_it(
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert main(["train", "--plot", str(tmp_path), "--output", str(tmp_path / "x.png")]) == 2
     assert "pip install 'rllm[plot]'" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(bool(missing("torch", "transformers")), reason="not installed: pip install 'rllm[transformers]'")
+def test_the_start_line_names_each_roles_loss_with_its_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    losses = ["rllm.algorithm.loss_fn=ppo", "rllm.algorithm.eps_clip=0.25", "+rllm.algorithm.loss_fn_map.b=reinforce"]
+    short = ["rllm.trainer.total_batches=1", "rllm.trainer.val_before_train=false", "rllm.backend=transformers"]
+    assert main(["train", "--no-progress", *_base(tmp_path), *short, *losses]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    # ppo's clip_ratio is rLLM's eps_clip; reinforce takes no options
+    assert ", loss ppo (clip_ratio=0.25, " in first, first
+    assert "; token-mean), role b: reinforce (token-mean), 1 steps" in first, first

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from extras import missing
 
 from rllm.errors import CheckpointError
 from rllm.experimental.unified_trainer import UnifiedTrainer
@@ -26,9 +27,38 @@ def test_checkpoint_of_other_settings_is_refused(make_config) -> None:
     other = UnifiedTrainer(
         None, make_config("rllm.trainer.total_batches=2", "rllm.algorithm.adv_estimator=rloo"), progress=False
     )
-    with pytest.raises(CheckpointError, match=r"estimator: 'grpo' then, 'rloo' now.*resume_mode=disable"):
+    only_the_estimator = r"\(rllm\.algorithm\.adv_estimator: 'grpo' then, 'rloo' now\)\. To start afresh"
+    with pytest.raises(CheckpointError, match=only_the_estimator + ".*experiment_name=NEW_NAME.*resume_mode=disable"):
         other.fit()
     other.shutdown()
+
+
+def test_a_change_of_backend_is_named_once_not_as_both_backends_keys() -> None:
+    from rllm.trainer.checkpoint import settings_changed
+
+    then = {"backend": "embedded", "rllm.embedded.lr": 0.5, "rllm.embedded.seed": 0, "rllm.data.shuffle": True}
+    now = {"backend": "transformers", "rllm.transformers.lr": 1e-3, "rllm.data.shuffle": False}
+    assert settings_changed(then, now) == (
+        "rllm.backend: 'embedded' then, 'transformers' now; rllm.data.shuffle: True then, False now"
+    )
+
+
+@pytest.mark.skipif(
+    bool(missing("torch", "transformers")), reason="torch not installed: pip install 'rllm[transformers]'"
+)
+def test_resuming_under_another_backend_names_only_the_backend(make_config) -> None:
+    trainer = UnifiedTrainer(
+        None, make_config("rllm.trainer.total_batches=1", "rllm.trainer.test_freq=0"), progress=False
+    )
+    trainer.fit()
+    trainer.shutdown()
+    config = make_config("rllm.trainer.total_batches=1", "rllm.trainer.test_freq=0", "rllm.backend=transformers")
+    other = UnifiedTrainer(None, config, progress=False)
+    with pytest.raises(CheckpointError) as refused:
+        other.fit()
+    other.shutdown()
+    message = str(refused.value)
+    assert "(rllm.backend: 'embedded' then, 'transformers' now)" in message and len(message) < 400, message
 
 
 def test_torn_checkpoint_and_torn_metrics_line_are_ignored(make_config, tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ def _plot(run_dirs: list[Path], output: Path) -> int:
 
 
 def _opening_line(trainer: Any) -> str:
-    """What is trained: backend, estimator(s), steps and run directory."""
+    """What is trained: backend, estimator(s), loss and its options, steps and run directory."""
     from rllm.trainer.backend_protocol import TrainerState
     from rllm.trainer.rejection import RejectionSamplingState
 
@@ -58,8 +58,9 @@ def _opening_line(trainer: Any) -> str:
         roles = ", ".join(f"{role}: {estimator_name(name)}" for role, name in sorted(algorithm.estimator_map.items()))
         estimators += f" ({roles})"
     steps = trainer._total_steps(TrainerState(rs_state=RejectionSamplingState()))
+    loss = getattr(trainer.backend, "loss_description", None) or algorithm.loss_fn or "the backend's default"
     return (
-        f"rllm train: backend {trainer.rllm_config.backend}, estimator {estimators}, {steps} steps, "
+        f"rllm train: backend {trainer.rllm_config.backend}, estimator {estimators}, loss {loss}, {steps} steps, "
         f"run directory {trainer.output_dir}"
     )
 

@@ -159,7 +159,32 @@ def validate_config(config: DictConfig, schema: Schema | None = None) -> DictCon
             OmegaConf.update(config, key.path, checked, merge=False)
     _check_presets(_lookup(resolved, "rllm.algorithm.estimator_options"))
     _check_estimator_choices(_lookup(resolved, "rllm.algorithm"))
+    _check_run_choices(config)
     return config
+
+
+def _check_run_choices(config: DictConfig) -> None:
+    """What a run checks when it starts, checked here: each estimator in use with its options, each loss with its.
+
+    The same calls as the collection step (``options_for``, ``ambient_options``) and the torch
+    backends (:meth:`rllm.losses.LossSettings.from_algorithm`), so ``rllm config`` refuses a
+    misspelt option or a loss without its required option before ``rllm train`` writes anything.
+    """
+    from rllm.config.algorithm import AlgorithmConfig, estimator_name
+    from rllm.losses import LossSettings
+    from rllm.plugins.manager import get_plugin_manager
+    from rllm.plugins.options import resolve_options
+
+    with warnings.catch_warnings():  # read for checking only: the run reads it again and says its warnings then
+        warnings.simplefilter("ignore")
+        algorithm = AlgorithmConfig.from_config(config)
+    for name in dict.fromkeys(map(estimator_name, [algorithm.estimator, *algorithm.estimator_map.values()])):
+        entry = get_plugin_manager().estimators.resolve(name)
+        options = algorithm.options_for(entry.name)
+        resolve_options(entry.name, entry.declaration, options, algorithm.ambient_options(), entry.source.describe())
+    for role in ("", *algorithm.loss_fn_map):
+        if algorithm.loss_fn_for(role) is not None:
+            LossSettings.from_algorithm(algorithm, role)
 
 
 def _plain(node: Any) -> Any:

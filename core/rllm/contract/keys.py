@@ -206,6 +206,7 @@ class Option:
     ``list`` (a sequence of numbers), ``Mapping`` or ``object`` (anything). ``None`` is accepted
     when the default is ``None``. ``choices`` restricts strings. ``minimum`` and ``maximum`` bound
     numbers (``above`` makes the minimum exclusive: a temperature that divides must not be 0).
+    ``required``: the option has no usable default; a call without it is refused before it runs.
     """
 
     name: str
@@ -216,6 +217,7 @@ class Option:
     minimum: float | None = None
     maximum: float | None = None
     above: bool = False
+    required: bool = False
 
     def check(
         self,
@@ -231,7 +233,15 @@ class Option:
         ``who`` (the plugin and distribution) is added to the message; ``what`` and ``error``
         say what owns the option (policy losses reuse these checks).
         """
+        owner = estimator
         estimator = f"{what} {estimator!r} ({who})" if who else f"{what} {estimator!r}"
+        if value is None and self.required:
+            section = "loss_options" if what == "loss" else f"{what}_options.{owner}"
+            wanted = f"{self.expected()} {self.bounds()}".strip()
+            raise error(
+                f"{estimator[:1].upper()}{estimator[1:]} needs option {self.name!r}, {wanted}; it has no default "
+                f"(in a run: rllm.algorithm.{section}.{self.name})."
+            )
         if value is None and self.default is None:
             return None
         integral = int in self.types and isinstance(value, numbers.Integral)

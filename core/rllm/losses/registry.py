@@ -60,7 +60,9 @@ def resolve_loss_options(
             takes = ", ".join(declared) or "no options"
             raise LossOptionError(f"Loss {name!r} ({who}) has no option {option!r}.{hint} It takes: {takes}.")
     resolved = {
-        o.name: o.check(given[o.name], name, who, what="loss", error=LossOptionError) if o.name in given else o.default
+        o.name: o.check(given.get(o.name), name, who, what="loss", error=LossOptionError)
+        if o.name in given or o.required
+        else o.default
         for o in entry.options
     }
     return entry, resolved, _mode(entry, name, who, agg_mode, key)

@@ -54,6 +54,16 @@ class LossSettings:
             tis_cap=float(correction.tis_cap),
         )
 
+    def describe(self) -> str:
+        """The loss as the start of a run names it: ``ppo (clip_ratio=0.2, clip_ratio_high=0.28; token-mean)``."""
+        extras = [", ".join(f"{k}={v!r}" for k, v in self.options.items())] if self.options else []
+        extras.append(self.agg_mode)
+        if self.kl_coef:
+            extras.append(f"KL {self.kl_kind} x {self.kl_coef:g}")
+        if self.tis_mode is not None:
+            extras.append(f"TIS {self.tis_mode}, cap {self.tis_cap:g}")
+        return f"{self.name} ({'; '.join(extras)})"
+
     def compute(self, **tensors: Any) -> tuple[Any, dict[str, float]]:
         """:func:`compute_policy_loss` with these settings on ``log_probs=..., old_log_probs=..., ...``."""
         return compute_policy_loss(

@@ -167,5 +167,7 @@ def resolve_options(
             )
     if declaration.declared:  # every declared option arrives, with its declared default when not given
         for option in declaration.options:
+            if option.required and kwargs.get(option.name) is None:
+                option.check(None, estimator, who)
             kwargs.setdefault(option.name, option.default)
     return kwargs

@@ -120,6 +120,14 @@ class BackendProtocol:
     def validate_config(self) -> None:
         """Reject settings this backend cannot honour, raising :class:`rllm.ConfigError`."""
 
+    @property
+    def loss_description(self) -> str | None:
+        """The policy loss this backend trains with and its options, named by ``rllm train``'s start line.
+
+        None (the default): the start line names ``rllm.algorithm.loss_fn`` as configured.
+        """
+        return None
+
     def get_dataloader(self, dataset: Sequence[Any] | None, trainer_state: TrainerState) -> Iterable[Any]:
         """Batches of tasks for one pass over ``dataset``; called once per epoch and for validation."""
         raise NotImplementedError(f"{type(self).__name__} must implement get_dataloader()")

@@ -274,12 +274,11 @@ class CheckpointManager:
         except Exception as exc:  # whatever a tampered file makes the decoders raise: fall back, never a traceback
             raise self._unusable(path, f"checkpoint {str(path)!r} holds data this rllm cannot read ({exc!r})") from exc
         if saved != self.fingerprint:
-            changed = sorted(k for k in set(saved) | set(self.fingerprint) if saved.get(k) != self.fingerprint.get(k))
-            differences = "; ".join(f"{k}: {saved.get(k)!r} then, {self.fingerprint.get(k)!r} now" for k in changed)
+            changed = settings_changed(saved, self.fingerprint)
             raise CheckpointError(
-                f"Checkpoint {str(path)!r} was written with different settings ({differences}). "
-                "Use another rllm.trainer.experiment_name or output_dir for the new settings, or set "
-                "rllm.trainer.resume_mode=disable to start over in place."
+                f"Checkpoint {str(path)!r} was written with different settings ({changed}). "
+                "To start afresh, run the same command with rllm.trainer.experiment_name=NEW_NAME added (or "
+                "rllm.trainer.resume_mode=disable to start over in place, replacing this run)."
             )
         try:
             backend.load_checkpoint(path)
@@ -306,3 +305,29 @@ class CheckpointManager:
         if skipped:
             raise CorruptCheckpointError(skipped[0])
         return None, skipped
+
+
+_CHOICES = {
+    "backend": "rllm.backend",
+    "estimator": "rllm.algorithm.adv_estimator",
+    "estimator_map": "rllm.algorithm.estimator_map",
+    "loss_fn": "rllm.algorithm.loss_fn",
+}
+"""The fingerprint's named choices by the config key that sets them."""
+
+
+def settings_changed(then: dict[str, Any], now: dict[str, Any]) -> str:
+    """The keys whose values differ, each with both values: only what the user changed.
+
+    A change of backend is said once, not as every key of the two backends' sections, and a
+    choice the config key already names (the estimator as ``rllm.algorithm.adv_estimator``) once.
+    """
+    changed = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
+    sections = {f"rllm.{then.get('backend')}.", f"rllm.{now.get('backend')}."} if "backend" in changed else set()
+    shown = []
+    for key in changed:
+        name = _CHOICES.get(key, key)
+        if key.startswith(tuple(sections)) or (name != key and name in changed):
+            continue
+        shown.append(f"{name}: {then.get(key)!r} then, {now.get(key)!r} now")
+    return "; ".join(shown)

@@ -95,6 +95,13 @@ class TransformersBackend(BackendProtocol):
         """The step's response tokens and the wall-clock seconds its rollouts took: ``perf/rollout_tokens_per_s``."""
 
     # -- setup ------------------------------------------------------------------------------
+    @property
+    def loss_description(self) -> str:
+        roles = "".join(
+            f", role {role}: {settings.describe()}" for role, settings in sorted(self.role_settings.items())
+        )
+        return self.default_settings.describe() + roles
+
     def validate_config(self) -> None:
         algorithm = self.config.rllm.algorithm
         for key, default, what in _REFUSED:

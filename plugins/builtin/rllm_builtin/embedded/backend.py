@@ -160,6 +160,13 @@ class EmbeddedBackend(BackendProtocol):
         self.loss_fn = str(config.rllm.algorithm.loss_fn or "ppo")
         self.role_losses = _role_losses(config)
 
+    @property
+    def loss_description(self) -> str:
+        low, high = float(self.options.clip_ratio_low), float(self.options.clip_ratio_high)
+        clip = f"clip_ratio_low={low!r}, clip_ratio_high={high!r}"
+        roles = "".join(f", role {role}: {loss}" for role, loss in sorted(self.role_losses.items()))
+        return f"{self.loss_fn} ({clip}; token-sum){roles}"
+
     def validate_config(self) -> None:
         self.loss_kind = _numpy_loss(self.loss_fn, f"rllm.algorithm.loss_fn={self.loss_fn!r}")
         self.role_kinds = {

@@ -73,7 +73,19 @@ LOSSES: dict[str, dict[str, Any]] = {
         "additive": False,
     },
     "geo_mean": {"options": CLIP, "agg_modes": ["seq-mean-token-mean"], "aliases": ["gmpo"]},
-    "dro": {"options": [Option("dro_beta", (float,), None, "weight of the quadratic log-ratio penalty (required)")]},
+    "dro": {
+        "options": [
+            Option(
+                "dro_beta",
+                (float,),
+                None,
+                "weight of the quadratic log-ratio penalty",
+                minimum=0.0,
+                above=True,
+                required=True,
+            )
+        ]
+    },
     "cispo": {"options": CLIP},
     "reinforce": {"options": [], "needs_old_log_probs": False},
     "importance_sampling": {"options": []},
