@@ -67,7 +67,7 @@ def failed(manager: PluginManager, plugin: object, source: Source = SOURCE) -> s
 class Duck:
     """Every protocol method, duck-typed, without subclassing."""
 
-    def __init__(self, config: Any) -> None: ...
+    def __init__(self, config: Any, algorithm: Any) -> None: ...
 
 
 for _method, _is_async in hookspecs.BACKEND_METHODS.items():
@@ -90,7 +90,7 @@ class SyncUpdate(EmbeddedBackend):
 
 class NoConfig(EmbeddedBackend):
     def __init__(self) -> None:  # type: ignore[override]
-        """Cannot be built as backend_cls(config=...)."""
+        """Cannot be built as backend_cls(config=..., algorithm=...)."""
 
 
 class Partial:
@@ -104,7 +104,7 @@ class Partial:
         (Partial, "has no method init_rollout_engine()"),
         (Lazy, "does not override init_rollout_engine(), does not override get_dataloader()"),
         (SyncUpdate, "update_policy() must be async def"),
-        (NoConfig, "cannot be constructed as backend_cls(config=...)"),
+        (NoConfig, "cannot be constructed as backend_cls(config=..., algorithm=...)"),
     ],
     ids=["instance", "partial", "lazy", "sync", "no-config"],
 )

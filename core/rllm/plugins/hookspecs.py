@@ -335,9 +335,10 @@ def rllm_register_backends(register: BackendRegistrar) -> None:
         ``backend_cls`` (type or str)
             A class implementing :class:`rllm.trainer.backend_protocol.BackendProtocol` (subclass it,
             or the embedded backend), constructed as ``backend_cls(config=config,
-            **backend_args)``. Refused unless it is a class with every method in
-            :data:`BACKEND_METHODS` (``async def`` where marked), overrides those in
-            :data:`BACKEND_ABSTRACT_METHODS`, and accepts ``config``. Or its path,
+            algorithm=algorithm, **backend_args)`` (``algorithm``: the run's ``AlgorithmConfig``).
+            Refused unless it is a class with every method in :data:`BACKEND_METHODS` (``async def``
+            where marked), overrides those in :data:`BACKEND_ABSTRACT_METHODS`, and accepts ``config``
+            and ``algorithm``. Or its path,
             ``"package.module:Class"``, imported (and the class checked) only when a run selects
             the backend: registering then imports nothing heavy (the transformers plugin does so).
             A path that cannot be imported is a one-line error naming the plugin.

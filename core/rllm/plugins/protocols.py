@@ -96,7 +96,7 @@ class BatchFieldRegistrar(Protocol):
 class BackendRegistrar(Protocol):
     """The ``register`` argument of :func:`rllm_register_backends`: claims ``name`` for the backend class.
 
-    rllm constructs ``backend_cls(config=config, **backend_args)``, so register the class (or the
+    rllm constructs ``backend_cls(config=config, algorithm=algorithm, **backend_args)``, so register the class (or the
     ``"module:Class"`` path to import it from when a run selects it), not an instance.
     """
 

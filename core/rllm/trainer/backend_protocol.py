@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from rllm.config.algorithm import AlgorithmConfig
 from rllm.engine import RolloutEngine
-from rllm.errors import DataError
+from rllm.errors import DataError, TrainerError
 from rllm.estimators.collect import collect_advantages
 from rllm.estimators.state import EstimatorStates
 from rllm.types import Episode, TrajectoryGroup
@@ -102,14 +102,24 @@ def task_id_of(task: Any, position: int) -> str:
 class BackendProtocol:
     """Base class of training backends. Override the stages; the hooks default to doing nothing.
 
-    Constructed as ``backend_cls(config=config, **backend_args)``. The stage methods run in
+    Constructed as ``backend_cls(config=config, algorithm=algorithm, **backend_args)``: ``algorithm`` is the
+    run's :class:`AlgorithmConfig`, built once by the trainer (with its keyword arguments, such as
+    ``traj_group_adv_estimator_map``, applied), so a backend reads ``self.algorithm`` and never
+    rebuilds it from ``config``, which would miss them. The stage methods run in
     this order for every training batch: :meth:`generate_episodes`, (grouping and filtering
     by the trainer), :meth:`transform_to_backend_batch`, :meth:`process_backend_batch`,
     :meth:`compute_advantages`, :meth:`update_policy`.
     """
 
-    def __init__(self, config: DictConfig, **kwargs: Any) -> None:
+    def __init__(self, config: DictConfig, algorithm: AlgorithmConfig | None = None, **kwargs: Any) -> None:
+        if algorithm is None:
+            raise TrainerError(
+                f"Backend {type(self).__name__} was built without the run's AlgorithmConfig; pass on the "
+                "trainer's keyword arguments: super().__init__(config, **kwargs)."
+            )
         self.config = config
+        self.algorithm = algorithm
+        """The run's algorithm settings: the object the trainer hands to the collection step too."""
 
     # -- setup ------------------------------------------------------------------------
     def init_rollout_engine(self, **kwargs: Any) -> RolloutEngine:

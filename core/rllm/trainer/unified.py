@@ -16,7 +16,6 @@ and the step's timings and episode metrics (:mod:`rllm.trainer.step_metrics`).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import sys
 import threading
 import time
@@ -72,7 +71,7 @@ class UnifiedTrainer:
     built-in task.
     ``traj_grouping_hook`` (a callable or a registered name) replaces ``rllm.grouping_hook``;
     ``traj_group_adv_estimator_map`` extends ``rllm.algorithm.estimator_map`` (role ->
-    estimator name). Extra keywords: ``executor`` (where workflows run, default in-process)
+    estimator name, or an (estimator, loss) pair), exactly as the same entries in the config would. Extra keywords: ``executor`` (where workflows run, default in-process)
     and ``progress`` (False hides the progress bar).
     """
 
@@ -87,7 +86,7 @@ class UnifiedTrainer:
         backend_args: dict[str, Any] | None = None,
         *,
         traj_grouping_hook: GroupingHook | str | None = None,
-        traj_group_adv_estimator_map: dict[str, str] | None = None,
+        traj_group_adv_estimator_map: Mapping[str, str | tuple[str, str]] | None = None,
         **kwargs: Any,
     ) -> None:
         unknown = sorted(set(kwargs) - set(TRAINER_OPTIONS))
@@ -117,7 +116,13 @@ class UnifiedTrainer:
 
         self._validate_and_setup_configs()
         backend_type = resolve_backend(backend_cls, self.config)
-        self.backend: BackendProtocol = backend_type(config=self.config, **(backend_args or {}))
+        if backend_args and {"config", "algorithm"} & set(backend_args):
+            raise ConfigError(
+                "UnifiedTrainer backend_args may not hold 'config' or 'algorithm': the trainer passes the run's own."
+            )
+        self.backend: BackendProtocol = backend_type(
+            config=self.config, algorithm=self.algorithm_config, **(backend_args or {})
+        )
         self.backend.validate_config()
         self._setup_task()
 
@@ -157,11 +162,8 @@ class UnifiedTrainer:
     # -- setup ----------------------------------------------------------------------------
     def _validate_and_setup_configs(self) -> None:
         rllm = self.rllm_config
-        algorithm = AlgorithmConfig.from_config(self.config)
-        if self.traj_group_adv_estimator_map:
-            algorithm = dataclasses.replace(
-                algorithm, estimator_map={**algorithm.estimator_map, **self.traj_group_adv_estimator_map}
-            )
+        # the run's one AlgorithmConfig: the backend, the rollout engine and the collection step all get it
+        algorithm = AlgorithmConfig.from_config(self.config, estimator_map=self.traj_group_adv_estimator_map)
         for name in {algorithm.estimator, *algorithm.estimator_map.values()}:
             get_estimator(name)  # unknown names fail now, with suggestions, not after the first rollouts
         self.algorithm_config = algorithm

@@ -129,7 +129,7 @@ class BanditBackend(BackendProtocol):
     """
 
     def __init__(self, config: Any, **kwargs: Any) -> None:
-        super().__init__(config)
+        super().__init__(config, **kwargs)
         self.logits = np.zeros(ARMS)
         self.rng = np.random.default_rng(0)
 

@@ -22,7 +22,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rllm import AlgorithmConfig
 from rllm.errors import ConfigError, RLLMWarning, TrainerError
 from rllm.losses import KLInReward, LossSettings, check_kl_coef, inactive_kl_keys
 from rllm.tasks import VOCAB, ArithmeticWorkflow, build_tasks
@@ -53,9 +52,8 @@ class TransformersBackend(BackendProtocol):
     """``rllm.backend=transformers`` (the plugin registers this class's path, so it is imported when selected)."""
 
     def __init__(self, config: DictConfig, **kwargs: Any) -> None:
-        super().__init__(config)
+        super().__init__(config, **kwargs)
         self.options = config.rllm.transformers
-        self.algorithm = AlgorithmConfig.from_config(config)
         options = self.options
         self.policy = load_policy(options)
         threads = int(options.num_threads)

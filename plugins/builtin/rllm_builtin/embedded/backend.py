@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from rllm import AlgorithmConfig
 from rllm.engine import Generation, RolloutEngine
 from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
 from rllm.losses import loss_entry
@@ -111,12 +110,6 @@ class TokenBatch:
         return values
 
 
-def _role_losses(config: DictConfig) -> dict[str, str]:
-    """role -> policy loss, from ``loss_fn_map`` and ``(estimator, loss)`` pairs in ``estimator_map``."""
-    algorithm = AlgorithmConfig.from_config(config)
-    return {role: str(algorithm.loss_fn_for(role)) for role in algorithm.loss_fn_map}
-
-
 def _losses(
     kinds: np.ndarray, logp: np.ndarray, old_logp: np.ndarray, advantages: np.ndarray, clip_low: float, clip_high: float
 ) -> LossTerms:
@@ -149,7 +142,7 @@ class EmbeddedBackend(BackendProtocol):
     """Policy-gradient training of a numpy softmax policy on the built-in arithmetic tasks."""
 
     def __init__(self, config: DictConfig, **kwargs: Any) -> None:
-        super().__init__(config)
+        super().__init__(config, **kwargs)
         options = config.rllm.embedded
         self.options = options
         self.data = config.rllm.data
@@ -157,8 +150,9 @@ class EmbeddedBackend(BackendProtocol):
         seed = int(options.seed)
         self.sample_rng = np.random.default_rng(seed)
         self.update_rng = np.random.default_rng(seed + 1)
-        self.loss_fn = str(config.rllm.algorithm.loss_fn or "ppo")
-        self.role_losses = _role_losses(config)
+        self.loss_fn = self.algorithm.loss_fn or "ppo"
+        # role -> policy loss, from loss_fn_map and (estimator, loss) pairs of the run's estimator_map
+        self.role_losses = {role: str(self.algorithm.loss_fn_for(role)) for role in self.algorithm.loss_fn_map}
 
     @property
     def loss_description(self) -> str:
