@@ -92,9 +92,9 @@ def backend_problem(name: str, target: Any) -> str | None:
         parameters = inspect.signature(target).parameters.values()
     except (TypeError, ValueError):  # a class whose signature Python cannot read is given the benefit of the doubt
         parameters = None
-    if parameters is not None and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        if not {"config", "algorithm"} <= {p.name for p in parameters}:
-            problems.append("cannot be constructed as backend_cls(config=..., algorithm=...)")
+    open_keywords = parameters is None or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    if not open_keywords and not {"config", "algorithm"} <= {p.name for p in parameters}:  # type: ignore[union-attr]
+        problems.append("cannot be constructed as backend_cls(config=..., algorithm=...)")
     if not problems:
         return None
     return (

@@ -71,8 +71,9 @@ class UnifiedTrainer:
     built-in task.
     ``traj_grouping_hook`` (a callable or a registered name) replaces ``rllm.grouping_hook``;
     ``traj_group_adv_estimator_map`` extends ``rllm.algorithm.estimator_map`` (role ->
-    estimator name, or an (estimator, loss) pair), exactly as the same entries in the config would. Extra keywords: ``executor`` (where workflows run, default in-process)
-    and ``progress`` (False hides the progress bar).
+    estimator name, or an (estimator, loss) pair), exactly as the same entries in the config
+    would. Extra keywords: ``executor`` (where workflows run, default in-process) and
+    ``progress`` (False hides the progress bar).
     """
 
     def __init__(
