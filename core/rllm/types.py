@@ -135,11 +135,33 @@ class Step:
 
     def __post_init__(self, metadata: dict[str, Any] | None) -> None:
         _take_metadata(self, metadata)
+        self._take_model_output()
         if self.logprobs and len(self.logprobs) != len(self.response_ids):
             raise DataError(
                 f"Step has {len(self.logprobs)} logprobs for {len(self.response_ids)} response tokens; "
                 "give one logprob per response token, or none."
             )
+
+    def _take_model_output(self) -> None:
+        """Fill the token fields left empty from ``model_output`` (rLLM's backfill).
+
+        A step built as ``Step(..., model_output=output)`` thus trains on the ids and
+        log-probs that were sampled, never on re-tokenised text. Read by attribute, so any
+        object with ``prompt_ids``, ``completion_ids``, ``logprobs`` (each may be None) works.
+        """
+        output = self.model_output
+        if output is None:
+            return
+        if not self.prompt_ids:
+            self.prompt_ids = list(getattr(output, "prompt_ids", None) or [])
+        if not self.response_ids:
+            self.response_ids = list(getattr(output, "completion_ids", None) or [])
+        if not self.logprobs:
+            self.logprobs = list(getattr(output, "logprobs", None) or [])
+        if self.routing_matrices is None:
+            self.routing_matrices = getattr(output, "routing_matrices", None)
+        if self.weight_version is None:
+            self.weight_version = getattr(output, "weight_version", None)
 
     @classmethod
     def from_model_output(
@@ -147,22 +169,17 @@ class Step:
     ) -> Step:
         """A step from a rollout engine's ``ModelOutput`` (rLLM's constructor, read by attribute).
 
-        ``model_output`` needs ``prompt_ids``, ``completion_ids``, ``logprobs``, ``content`` and
-        ``reasoning`` (each may be None); the assistant message is appended to ``messages``.
+        ``model_output`` needs ``content`` and ``reasoning`` besides the token fields (each may
+        be None); the assistant message is appended to ``messages``.
         """
         content = getattr(model_output, "content", None)
         reasoning = getattr(model_output, "reasoning", None)
         return cls(
-            prompt_ids=list(getattr(model_output, "prompt_ids", None) or []),
-            response_ids=list(getattr(model_output, "completion_ids", None) or []),
-            logprobs=list(getattr(model_output, "logprobs", None) or []),
-            routing_matrices=getattr(model_output, "routing_matrices", None),
             chat_completions=[*(messages or []), {"role": "assistant", "content": content, "reasoning": reasoning}],
             thought=reasoning or "",
             action=action,
             model_response=content or "",
             model_output=model_output,
-            weight_version=getattr(model_output, "weight_version", None),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -195,7 +195,10 @@ class Timed(TimingTrackingMixin, Workflow):
 def test_timing_mixin_times_model_and_environment_calls_per_step() -> None:
     workflow = Timed(rollout_engine=Sleepy())
     asyncio.run(workflow.run({}, "t:0"))
-    episode = Episode(trajectories=[Trajectory(steps=[Step(), Step()])])
+    answered = [{"role": "assistant", "content": "1"}]  # a step without messages is dropped by postprocessing
+    episode = Episode(
+        trajectories=[Trajectory(steps=[Step(chat_completions=answered), Step(chat_completions=answered)])]
+    )
     workflow.add_reward_time(0.5)
     episode = workflow.postprocess_episode(episode)
     timing = episode.info["timing"]

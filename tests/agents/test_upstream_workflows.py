@@ -1,8 +1,8 @@
 """rLLM's own workflow files (tests/fixtures/rllm_upstream, copied as they are) import and run against rllm's API.
 
 The single-turn, multi-turn and cumulative workflows run an agent and environment of this
-test's own to their ``TerminationEvent``; ``SimpleWorkflow`` imports (it also needs rLLM's
-``Workflow.reset`` and ``commit`` to run).
+test's own to their ``TerminationEvent``; ``SimpleWorkflow`` runs through the workflow
+engine, which turns its ``TerminationEvent`` into the episode it committed.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ from rllm.agents.agent import BaseAgent
 from rllm.engine import ModelOutput, RolloutEngine
 from rllm.engine.chat import render_chatml
 from rllm.environments.base.base_env import BaseEnv
-from rllm.types import Action, Step, Trajectory
+from rllm.errors import DataError
+from rllm.rewards.reward_types import RewardOutput
+from rllm.trainer.engine import WorkflowEngine
+from rllm.types import Action, Episode, Step, Trajectory
 from rllm.workflows.workflow import TerminationEvent, TerminationReason, Workflow
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rllm_upstream"
@@ -168,3 +171,110 @@ def test_cumulative_workflow_shrinks_the_budget_by_what_the_conversation_grew() 
     # Turn 2's prompt adds "1<|im_end|>\n" (12 characters) to the assistant header, then a user turn
     # "<|im_start|>user\nhigher<|im_end|>\n" (34) and a new header "<|im_start|>assistant\n" (22): 68 in all.
     assert [kwargs["max_tokens"] for _, kwargs in engine.calls] == [100, 100 - 68]
+
+
+def says_one(task: dict[str, Any], action: Action) -> RewardOutput:
+    return RewardOutput(reward=1.0 if action.action == "1" else 0.0)
+
+
+@pytest.mark.parametrize(
+    ("finish_reason", "reason"),
+    [("stop", TerminationReason.ENV_DONE), ("length", TerminationReason.MAX_RESPONSE_LENGTH_EXCEEDED)],
+)
+def test_simple_workflow_through_the_engine_gives_the_episode_it_committed(
+    finish_reason: str, reason: TerminationReason
+) -> None:
+    cls = upstream("simple_workflow").SimpleWorkflow
+    engine = WorkflowEngine(cls, {"reward_function": says_one}, Counting(finish_reason), retry_limit=0)
+    task = {"question": "Say 1.", "uid": "q"}
+    [episode] = asyncio.run(engine.execute_tasks([task], ["q"]))
+    assert episode.termination_reason is reason and engine.stats.errors == 0
+    assert (episode.id, episode.task, episode.is_correct) == ("q:0", task, True)
+    [trajectory] = episode.trajectories
+    [step] = trajectory.steps
+    assert trajectory.reward == 1.0 and episode.metrics == {"default_traj_name_acc": 1.0}
+    assert step.chat_completions[-1] == {"role": "assistant", "content": "1", "reasoning": None}
+    assert (step.response_ids, step.weight_version) == ([1], 0)  # taken from the step's model_output
+
+
+class Scripted(Workflow):
+    """Commits one trajectory with the task's step rewards, then ends as the task says."""
+
+    async def run(self, task: dict[str, Any], uid: str, **kwargs: Any) -> Episode | None:
+        self.reset(task, uid)
+        steps = [Step(chat_completions=[{"role": "user", "content": "x"}], reward=r) for r in task["rewards"]]
+        self.commit(name="solver", trajectory=Trajectory(steps=steps))
+        if task["end"] == "raise":
+            raise RuntimeError("broken tool")
+        if task["end"] == "hang":
+            await asyncio.Event().wait()
+        if task["end"] == "none":
+            return None
+        raise TerminationEvent(TerminationReason.MAX_TURNS_EXCEEDED)
+
+
+def test_a_termination_event_is_the_end_of_the_episode_not_an_error() -> None:
+    engine = WorkflowEngine(Scripted, rollout_engine=None, retry_limit=2)
+    [episode] = asyncio.run(engine.execute_tasks([{"rewards": [0.0, 1.0], "end": "event"}], ["t"]))
+    assert episode.termination_reason is TerminationReason.MAX_TURNS_EXCEEDED
+    assert episode.info["attempts"] == 1 and engine.stats.errors == 0 and engine.stats.retries == 0
+    assert [t.name for t in episode.trajectories] == ["solver"] and episode.trajectories[0].reward == 1.0
+
+
+def test_step_rewards_are_shaped_then_discounted_and_the_trajectory_keeps_the_raw_sum() -> None:
+    workflow = Scripted(rollout_engine=None, gamma=0.5, reward_bonus_coeff=0.5)
+    episode = asyncio.run(workflow.run_with_termination_handling({"rewards": [0.0, 0.5, 1.0], "end": "event"}, "u"))
+    [trajectory] = episode.trajectories
+    # bonus 0.5 * (r[i] - r[i-1]): 0, 0.5 + 0.25, 1 + 0.25; then returns with gamma 0.5 from the end:
+    # 1.25, 0.75 + 0.625 = 1.375, 0 + 0.6875
+    assert [step.reward for step in trajectory.steps] == [0.6875, 1.375, 1.25]
+    assert trajectory.reward == 1.5 and episode.is_correct and episode.id == "u"
+    assert episode.metrics == {"solver_acc": 1.5}
+
+
+def test_run_with_termination_handling_always_gives_an_episode() -> None:
+    def run(end: str, **kwargs: Any) -> Episode:
+        workflow = Scripted(rollout_engine=None)
+        return asyncio.run(workflow.run_with_termination_handling({"rewards": [0.0], "end": end}, "u", **kwargs))
+
+    failed = run("raise")
+    assert failed.termination_reason is TerminationReason.ERROR
+    assert (failed.info["error"]["type"], failed.info["error"]["message"]) == ("RuntimeError", "broken tool")
+    assert run("hang", timeout=0.05).termination_reason is TerminationReason.TIMEOUT
+    assert run("none").termination_reason is TerminationReason.UNKNOWN
+    assert [len(run(end).trajectories) for end in ("raise", "none")] == [1, 1]
+    assert not run("none").is_correct
+
+
+def test_commit_keeps_copies_of_trajectories_with_steps_and_collect_adds_the_agents_own() -> None:
+    workflow = Workflow(rollout_engine=None)
+    workflow.agent = Guesser()
+    workflow.reset({"question": "q"}, "u")
+    workflow.commit(trajectory=Trajectory())  # no steps: not kept
+    workflow.agent.update_from_model("4")
+    workflow.commit(name="first", agent=workflow.agent, reset=True)
+    assert workflow.agent.trajectory.steps == []
+    workflow.agent.update_from_model("5")
+    episode = workflow.collect_trajectories()
+    assert [(t.name, t.steps[0].model_response) for t in episode.trajectories] == [
+        ("first", "4"),
+        ("default_traj_name", "5"),
+    ]
+    workflow.commit(agent=workflow.agent)
+    assert len(workflow.collect_trajectories().trajectories) == 3 - 1  # the agent's, once committed, is not added twice
+    for wrong in ({}, {"agent": workflow.agent, "trajectory": Trajectory()}):
+        with pytest.raises(DataError, match=r"Workflow.commit\(\) takes one of agent= or trajectory="):
+            workflow.commit(**wrong)
+
+
+def test_reset_resets_agents_and_environments_and_gives_the_agent_the_task() -> None:
+    class Both(Workflow):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.agent, self.env = Guesser(), Secret()
+
+    workflow = Both(rollout_engine=None)
+    workflow.agent.update_from_model("1")
+    workflow.reset({"question": "q"}, "u")
+    assert workflow.agent.trajectory.steps == [] and workflow.agent.trajectory.task == {"question": "q"}
+    assert workflow.is_multithread_safe()

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from rllm.engine import RolloutEngine, engine_problem
 from rllm.errors import ConfigError, DataError, PluginContractError, WorkflowError
 from rllm.trainer.logging import EpisodeLogger
-from rllm.types import Episode, TerminationReason
+from rllm.types import Episode, TerminationEvent, TerminationReason
 from rllm.workflows.workflow import Workflow
 
 
@@ -84,6 +84,19 @@ def instantiate(call: WorkflowCall, rollout_engine: RolloutEngine | None) -> Wor
     return workflow
 
 
+async def run_call(call: WorkflowCall, rollout_engine: RolloutEngine | None) -> Episode | None:
+    """One attempt of ``call`` on a fresh workflow (what every executor runs).
+
+    A :class:`TerminationEvent` is how rLLM's workflows end an episode, not an error: the
+    episode is what the workflow collected, post-processed with the event's reason.
+    """
+    workflow = instantiate(call, rollout_engine)
+    try:
+        return await workflow.run(call.task, call.uid)
+    except TerminationEvent as event:
+        return workflow.terminated(event)
+
+
 class LocalExecutor:
     """Runs workflows as coroutines on the trainer's event loop."""
 
@@ -94,7 +107,7 @@ class LocalExecutor:
         """Nothing to send: the batch's calls run here, with the rollout engine itself."""
 
     async def run(self, call: WorkflowCall) -> Episode | None:
-        return await instantiate(call, call.rollout_engine).run(call.task, call.uid)
+        return await run_call(call, call.rollout_engine)
 
     def shutdown(self) -> None:
         """Nothing to release."""

@@ -27,7 +27,7 @@ from typing import Any
 
 from rllm.engine import engine_problem
 from rllm.errors import ConfigError, NameNotFoundError, RLLMWarning, TrainerError
-from rllm.trainer.engine import WorkflowCall, instantiate
+from rllm.trainer.engine import WorkflowCall, run_call
 from rllm.types import Episode
 
 WORKER_PLUGINS_HINT = (
@@ -152,7 +152,7 @@ class _Worker:
         workflow_class, workflow_args, engine = loaded[1]
         call = WorkflowCall(workflow_class, workflow_args, engine, task, uid, seed)
         try:
-            return ("ok", await instantiate(call, engine).run(task, uid))
+            return ("ok", await run_call(call, engine))
         except NameNotFoundError as exc:
             return _failure(exc, WORKER_PLUGINS_HINT)
         except Exception as exc:
