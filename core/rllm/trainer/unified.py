@@ -6,8 +6,9 @@ filtering, (4) the backend converts groups to its batch, (5) processes it (log-p
 (6) advantages are computed with rllm's estimators, (7) the backend updates the policy,
 (8) metrics are logged. Validation, checkpoints and resume wrap around that loop.
 
-This module is the orchestration; the parts it drives live beside it: the config-named parts
-(:mod:`rllm.trainer.components`), the run directory's files and resuming
+This module is the orchestration; the parts it drives live beside it: the settings read once
+(:mod:`rllm.trainer.run_settings`), the validation pass (:mod:`rllm.trainer.validation`), the
+config-named parts (:mod:`rllm.trainer.components`), the run directory's files and resuming
 (:mod:`rllm.trainer.run_files`), the settings a checkpoint is tied to
 (:mod:`rllm.trainer.fingerprint`), dynamic sampling on a batch (:mod:`rllm.trainer.refill`)
 and the step's timings and episode metrics (:mod:`rllm.trainer.step_metrics`).
@@ -18,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -27,35 +27,30 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from rllm.config.algorithm import AlgorithmConfig
 from rllm.config.loading import load_config
 from rllm.errors import ConfigError, RLLMWarning, TrainerError
-from rllm.estimators.collect import collect_advantages, collect_reward_and_advantage_from_trajectory_groups
-from rllm.estimators.compute import get_estimator
+from rllm.estimators.collect import collect_advantages
 from rllm.trainer.backend_protocol import BackendProtocol, TrainerState
 from rllm.trainer.checkpoint import CheckpointManager
 from rllm.trainer.components import configured_executor, resolve_backend, resolve_grouping_hook
 from rllm.trainer.engine import WorkflowEngine
 from rllm.trainer.fingerprint import NUMBER_SETTINGS, run_fingerprint
 from rllm.trainer.grouping import (
-    CompactFilteringConfig,
     GroupingHook,
     check_estimator_roles,
     transform_episodes_to_trajectory_groups,
 )
 from rllm.trainer.logging import EpisodeLogger, MetricsLogger
-from rllm.trainer.pass_at_k import pass_at_k_metrics
 from rllm.trainer.refill import apply_dynamic_sampling
 from rllm.trainer.rejection import (
-    RejectionSamplingConfig,
     RejectionSamplingState,
     apply_rejection_sampling_and_filtering,
 )
 from rllm.trainer.run_files import LEARNING_CURVE, RunFiles
 from rllm.trainer.run_report import FILTERED, RunReport
-from rllm.trainer.rundir import check_run_name
-from rllm.trainer.sampling import DynamicSamplingConfig
+from rllm.trainer.run_settings import RunSettings
 from rllm.trainer.step_metrics import episode_metrics, stage_timer
+from rllm.trainer.validation import Validation
 from rllm.types import Episode, TrajectoryGroup
 from rllm.workflows.workflow import Workflow
 
@@ -115,7 +110,10 @@ class UnifiedTrainer:
         self.report = RunReport()
         """This process's steps left untrained and rollouts timed out: said each step and at the end."""
 
-        self._validate_and_setup_configs()
+        settings = RunSettings.from_config(self.config, self.traj_group_adv_estimator_map)
+        self.algorithm_config = settings.algorithm  # the run's one AlgorithmConfig, handed to every part below
+        self.cf_config, self.rs_config, self.ds_config = settings.cf, settings.rs, settings.ds
+        self.val_pass_at_k = settings.val_pass_at_k
         backend_type = resolve_backend(backend_cls, self.config)
         if backend_args and {"config", "algorithm"} & set(backend_args):
             raise ConfigError(
@@ -159,35 +157,17 @@ class UnifiedTrainer:
             failure_policy=str(workflow.failure_policy),
             seed=int(workflow.seed),
         )
+        self.validation = Validation(
+            self.backend,
+            self.agent_workflow_engine,
+            self.val_dataset,
+            self.traj_grouping_hook,
+            self.cf_config,
+            self.algorithm_config,
+            self.val_pass_at_k,
+        )
 
     # -- setup ----------------------------------------------------------------------------
-    def _validate_and_setup_configs(self) -> None:
-        rllm = self.rllm_config
-        # the run's one AlgorithmConfig: the backend, the rollout engine and the collection step all get it
-        algorithm = AlgorithmConfig.from_config(self.config, estimator_map=self.traj_group_adv_estimator_map)
-        for name in {algorithm.estimator, *algorithm.estimator_map.values()}:
-            get_estimator(name)  # unknown names fail now, with suggestions, not after the first rollouts
-        self.algorithm_config = algorithm
-        for key in ("project_name", "experiment_name"):
-            check_run_name(f"rllm.trainer.{key}", rllm.trainer[key])
-        self.cf_config = CompactFilteringConfig.from_config(rllm.compact_filtering)
-        self.rs_config = RejectionSamplingConfig.from_config(rllm.rejection_sample)
-        self.ds_config = DynamicSamplingConfig.from_config(rllm)
-        self.val_pass_at_k = [int(k) for k in rllm.trainer.val_pass_at_k]
-        too_many = [k for k in self.val_pass_at_k if k > int(rllm.rollout.n_val)]
-        if too_many:
-            raise ConfigError(
-                f"rllm.trainer.val_pass_at_k={self.val_pass_at_k} asks for pass@{too_many[0]}, but validation draws "
-                f"rllm.rollout.n_val={rllm.rollout.n_val} sample(s) per task; raise rllm.rollout.n_val or drop that k."
-            )
-        if int(rllm.rollout.n) < self.rs_config.min_trajs_per_group:
-            warnings.warn(
-                f"rllm.rollout.n={rllm.rollout.n} is below rllm.rejection_sample.min_trajs_per_group="
-                f"{self.rs_config.min_trajs_per_group}: single-role tasks will have every group dropped.",
-                RLLMWarning,
-                stacklevel=3,
-            )
-
     def _setup_task(self) -> None:
         """Fill what the caller left out (workflow, datasets) from the backend's built-in task."""
         if self.workflow_class is not None and self.train_dataset is not None and self.val_dataset is not None:
@@ -403,36 +383,7 @@ class UnifiedTrainer:
                 )
 
     async def _validate_async(self, state: TrainerState) -> dict[str, float]:
-        """Roll out the validation set ``rollout.n_val`` times; pass@1 / pass@k per data source."""
-        if self.val_dataset is None or not await self.backend.on_validation_start(state):
-            return {}
-        started = time.perf_counter()
-        engine = self.agent_workflow_engine
-        engine.set_training_step(state.global_step, mode="val", epoch=state.epoch)
-        episodes: list[Episode] = []
-        state.validating = True
-        try:
-            for batch in self.backend.get_dataloader(self.val_dataset, state):
-                episodes += await self.backend.generate_episodes(
-                    batch, agent_workflow_engine=engine, is_validation=True
-                )
-        finally:
-            state.validating = False
-        metrics = pass_at_k_metrics(episodes, self.val_pass_at_k)
-        problems = {
-            key: value for key, value in engine.stats.as_metrics().items() if value and key != "workflow/attempts"
-        }
-        metrics.update({f"val/{key}": value for key, value in problems.items()})  # said only when there are any
-        groups, _ = transform_episodes_to_trajectory_groups(episodes, self.traj_grouping_hook, self.cf_config)
-        rewards = collect_reward_and_advantage_from_trajectory_groups(
-            groups, self.algorithm_config, collect_advantage=False
-        )
-        metrics.update({f"val/{key}": value for key, value in rewards.items()})
-        metrics["time/validation"] = time.perf_counter() - started
-        if self.logger is not None:
-            self.logger.log(metrics, step=state.global_step, kind="val", epoch=state.epoch)
-        await self.backend.on_validation_end(state)
-        return metrics
+        return await self.validation.run(state, self.logger)
 
     def shutdown(self) -> None:
         """Stop the workflow executor and the backend, and close the metric files."""
