@@ -6,14 +6,16 @@ tests/docs/test_docs_coverage.py fails while the page is out of date.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 PAGE = Path(__file__).resolve().parents[1] / "config-keys.md"
 
 
 def render() -> str:
-    """The page's text, from ``rllm.config.core_keys.CORE_KEYS``."""
+    """The page's text, from ``rllm.config.core_keys.CORE_KEYS``: one table per section, so it fits a screen."""
     from rllm.config.core_keys import CORE_KEYS
 
     lines = [
@@ -23,19 +25,31 @@ def render() -> str:
         "",
         "Every key of rllm's run configuration, as `rllm config --keys` lists it. Set one on the command line as",
         "`key=value` (`rllm config rllm.trainer.total_epochs=3`) or in a YAML file. Plugins add their own sections",
-        "([plugins.md](plugins.md), `rllm_register_config_sections`).",
-        "",
-        "| key | value | default | meaning |",
-        "|---|---|---|---|",
+        "([plugins.md](plugins.md), `rllm_register_config_sections`). One table per section.",
     ]
+    sections: dict[str, list[Any]] = {}
     for key in CORE_KEYS:
-        default = "null" if key.default is None else repr(key.default).replace("|", "\\|")
-        doc = key.doc.replace("|", "\\|")
-        # The static type, not describe(): registered names depend on the plugins installed.
-        value = key.type + (f" ({', '.join(map(str, key.choices))})" if key.choices else "")
-        value += " or null" if key.nullable else ""
-        lines.append(f"| `{key.path}` | {value.replace('|', '/')} | `{default}` | {doc} |")
+        parts = key.path.split(".")
+        sections.setdefault(".".join(parts[:2]) if len(parts) > 2 else parts[0], []).append(key)
+    for section, keys in sections.items():
+        lines += ["", f"## `{section}`", "", "| key | value | default | meaning |", "|---|---|---|---|"]
+        for key in keys:
+            default = "null" if key.default is None else repr(key.default)
+            doc = key.doc.replace("|", "\\|")
+            # The static type, not describe(): registered names depend on the plugins installed.
+            value = key.type + (f" ({', '.join(map(str, key.choices))})" if key.choices else "")
+            value += " or null" if key.nullable else ""
+            lines.append(f"| `{key.path}` | {value.replace('|', '/')} | {_code(default)} | {doc} |")
     return "\n".join(lines) + "\n"
+
+
+def _code(text: str, width: int = 24) -> str:
+    """``text`` as inline code, cut after ``/`` or ``,`` into spans the browser may wrap between when long."""
+    text = text.replace("|", "\\|")
+    if len(text) <= width:
+        return f"`{text}`"
+    pieces = [piece for piece in re.split(r"(?<=[/,])", text) if piece]
+    return " ".join(f"`{piece.strip()}`" for piece in pieces)
 
 
 if __name__ == "__main__":

@@ -86,10 +86,20 @@ def all_checks(
 
 def _owned_by(plugin: str) -> dict[str, list[str]]:
     """The names ``plugin`` claims, per hook kind; a plugin that claims none is a named error."""
+    from rllm.errors import ConformanceError
     from rllm.plugins.contract import HOOK_KINDS
     from rllm.plugins.manager import get_plugin_manager
 
     manager = get_plugin_manager()
+    if plugin not in manager.plugins:
+        by_module = [info.name for info in manager.plugins.values() if info.module and _is_in(plugin, info.module)]
+        hint = (
+            f" {plugin!r} is the module of plugin {by_module[0]!r}: pass plugin={by_module[0]!r}." if by_module else ""
+        )
+        raise ConformanceError(
+            f"No plugin named {plugin!r} is loaded (plugin= takes the entry-point name `rllm plugins` lists: "
+            f"{', '.join(sorted(manager.plugins))}).{hint}"
+        )
     owned = {
         kind.attribute: [
             name
@@ -99,10 +109,13 @@ def _owned_by(plugin: str) -> dict[str, list[str]]:
         for kind in HOOK_KINDS
     }
     if not any(owned.values()):
-        from rllm.errors import ConformanceError
-
         raise ConformanceError(f"plugin {plugin!r} registered nothing; check `rllm plugins` for its status")
     return owned
+
+
+def _is_in(name: str, module: str) -> bool:
+    """Whether ``name`` is the plugin's module or a package above it (``my_estimators`` of ``my_estimators.plugin``)."""
+    return module == name or module.startswith(name + ".")
 
 
 def _checks(item: Loss) -> list[str]:

@@ -66,9 +66,9 @@ def make_loss_adapter(name: str) -> Callable[..., Any]:
         rollout_is_weights: Any = None,
     ) -> tuple[Any, dict[str, Any]]:
         entry = rllm.get_plugin_manager().losses.resolve(name)
-        given = {o.name: _verl_option(config, o.name) for o in entry.options}
+        given = {o.name: value for o in entry.options if (value := _verl_option(config, o.name)) is not None}
         own = entry.agg_modes is not None and loss_agg_mode not in entry.agg_modes
-        _, _, mode = resolve_loss_options(name, None, None if own else loss_agg_mode, MODE_KEY)
+        _, _, mode = resolve_loss_options(name, given, None if own else loss_agg_mode, MODE_KEY)
         batch = dict(getattr(config, "global_batch_info", None) or {})
         loss, metrics = compute_policy_loss(
             name,
@@ -77,7 +77,7 @@ def make_loss_adapter(name: str) -> Callable[..., Any]:
             advantages=advantages,
             response_mask=response_mask,
             rollout_is_weights=rollout_is_weights,
-            options={k: v for k, v in given.items() if v is not None},
+            options=given,
             agg_mode=mode,
             **{key: batch[key] for key in GLOBAL_BATCH_KEYS if batch.get(key) is not None},
         )
