@@ -263,6 +263,8 @@ class TransformersBackend(BackendProtocol):
                 self.optimizer.step()
                 sums["actor/loss"].append(mini_loss)
                 sums["actor/grad_norm"].append(float(norm))
+        if self.engine is not None:  # what is sampled from now on is labelled with the new weights' version
+            self.engine.weight_version += 1
         tokens = float(batch.mask.sum())
         elapsed = time.perf_counter() - started
         metrics = {key: sum(values) / len(values) for key, values in sums.items() if values}

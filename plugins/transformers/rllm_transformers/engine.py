@@ -9,6 +9,12 @@ from the episode's seed, so what an episode samples does not depend on which epi
 its batches, nor on the executor that ran it. The engines here implement core's
 :class:`rllm.engine.RolloutEngine`, as a server engine (an OpenAI-compatible vLLM or SGLang
 endpoint) would; ``chat`` is this engine's own addition.
+
+rLLM's text interface is here too: ``get_model_response(messages)`` renders the messages with
+the tokenizer's chat template (a pretrained model's own; the text tokenizer's for ``tiny``),
+samples in the same batches, and returns a :class:`~rllm.engine.ModelOutput` with the exact
+sampled ids and their log-probs, the text split into content, reasoning and tool calls. A
+prompt over ``max_prompt_length`` ends the episode (``MAX_PROMPT_LENGTH_EXCEEDED``).
 """
 
 from __future__ import annotations
@@ -20,8 +26,13 @@ from typing import Any
 
 import torch
 
-from rllm.engine import PROMPT_TOO_LONG, Generation, RolloutEngine
-from rllm.errors import DataError
+from rllm.engine import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine
+from rllm.engine.chat import completion_output
+from rllm.errors import DataError, EngineCallError
+from rllm.types import TerminationEvent, TerminationReason
+
+CHAT_OPTIONS = ("max_tokens", "application_id", "skip_special_tokens")
+"""What ``get_model_response`` takes besides the messages (``application_id`` names the caller only)."""
 
 
 @dataclass(frozen=True)
@@ -125,13 +136,65 @@ class TransformersEngine(RolloutEngine):
         """The prompt ids of ``messages`` under the tokenizer's chat template."""
         if getattr(self.tokenizer, "chat_template", None) is None:
             raise DataError(
-                "engine.chat() needs a tokenizer with a chat template, and rllm.transformers.model's has none; "
-                "call engine.generate(prompt_ids) with ids you build."
+                "get_model_response() and chat() render messages with the tokenizer's chat template, and "
+                "rllm.transformers.model's tokenizer has none: use rllm.transformers.tokenizer=text (model=tiny), a "
+                "model directory whose tokenizer has a chat template, or call generate(prompt_ids) with ids you build."
             )
         ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]
         return list(ids)
+
+    async def respond(self, messages: list[dict[str, Any]], generator: torch.Generator, **kwargs: Any) -> ModelOutput:
+        """rLLM's chat call: the chat template's prompt, sampled from ``generator``, as a :class:`ModelOutput`."""
+        unknown = sorted(set(kwargs) - set(CHAT_OPTIONS))
+        if unknown:
+            raise EngineCallError(
+                f"get_model_response got {', '.join(map(repr, unknown))}, which the transformers engine does not take; "
+                f"it takes {', '.join(CHAT_OPTIONS)} (temperature, top_p and top_k are the run's "
+                "rllm.transformers.* settings)."
+            )
+        prompt = self.chat_ids(messages)
+        generation = await self.submit(prompt, kwargs.get("max_tokens"), generator)
+        return self.model_output(generation, skip_special_tokens=bool(kwargs.get("skip_special_tokens", True)))
+
+    def model_output(self, generation: Generation, skip_special_tokens: bool = True) -> ModelOutput:
+        """The :class:`ModelOutput` of one sampled generation; a prompt that was too long ends the episode."""
+        if generation.finish_reason == PROMPT_TOO_LONG:
+            raise TerminationEvent(TerminationReason.MAX_PROMPT_LENGTH_EXCEEDED)
+        text = generation.text
+        if not skip_special_tokens:
+            text = self.tokenizer.decode(generation.response_ids, skip_special_tokens=False)
+        return completion_output(
+            text,
+            prompt_ids=generation.prompt_ids,
+            completion_ids=generation.response_ids,
+            logprobs=generation.logprobs,
+            finish_reason=generation.finish_reason,
+        )
+
+    async def token_output(self, token_input: Sequence[int], generator: torch.Generator, **kwargs: Any) -> Generation:
+        """rLLM's token-in/token-out call: the :class:`Generation` of ``token_input`` (``max_tokens`` only)."""
+        unknown = sorted(set(kwargs) - {"max_tokens", "application_id"})
+        if unknown:
+            raise EngineCallError(
+                f"get_token_output_from_token_input got {', '.join(map(repr, unknown))}, which the transformers engine "
+                "does not take; it takes max_tokens and application_id."
+            )
+        return await self.submit(token_input, kwargs.get("max_tokens"), generator)
+
+    async def _get_model_response(self, messages: list[dict[str, Any]], **kwargs: Any) -> ModelOutput:
+        return await self.respond(messages, self.generator, **kwargs)
+
+    async def get_token_output_from_token_input(self, token_input: Sequence[int], **kwargs: Any) -> Generation:
+        return await self.token_output(token_input, self.generator, **kwargs)
+
+    def assemble_model_output(self, token_input: Sequence[int], token_output: Generation) -> ModelOutput:
+        return self.model_output(token_output)
+
+    @property
+    def supports_token_in_token_out(self) -> bool:
+        return True
 
     async def submit(self, prompt_ids: Sequence[int], max_tokens: int | None, generator: torch.Generator) -> Generation:
         """Queue one prompt for the next batch; its tokens are drawn from ``generator``."""
@@ -236,6 +299,23 @@ class EpisodeEngine(RolloutEngine):
     @property
     def tokenizer(self) -> Any:
         return self.engine.tokenizer
+
+    @property
+    def weight_version(self) -> int:  # type: ignore[override]
+        return self.engine.weight_version
+
+    @property
+    def supports_token_in_token_out(self) -> bool:
+        return True
+
+    async def _get_model_response(self, messages: list[dict[str, Any]], **kwargs: Any) -> ModelOutput:
+        return await self.engine.respond(messages, self.generator, **kwargs)
+
+    async def get_token_output_from_token_input(self, token_input: Sequence[int], **kwargs: Any) -> Generation:
+        return await self.engine.token_output(token_input, self.generator, **kwargs)
+
+    def assemble_model_output(self, token_input: Sequence[int], token_output: Generation) -> ModelOutput:
+        return self.engine.model_output(token_output)
 
     async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
         return await self.engine.submit(prompt_ids, max_tokens, self.generator)
