@@ -19,6 +19,7 @@ skip_module_without("torch", "transformers", "safetensors", install="pip install
 from omegaconf import DictConfig
 
 from rllm.cli.main import main
+from rllm.engine.chat import render_chatml
 from rllm.errors import ConfigError, OutputFileError
 from rllm.tasks import TEXT_TASKS, parse_answer, text_reward
 from rllm.trainer import AgentTrainer, UnifiedTrainer
@@ -29,7 +30,7 @@ from rllm_transformers.warm_start import main as warm_start_main
 
 MakeConfig = Callable[..., DictConfig]
 PRINTABLE = "".join(chr(code) for code in range(0x20, 0x7F))
-SPECIALS = {"<|pad|>": 0, "<|bos|>": 1, "<|eos|>": 2, "<|unk|>": 3, "<|system|>": 4, "<|user|>": 5}
+SPECIALS = {"<|pad|>": 0, "<|bos|>": 1, "<|im_end|>": 2, "<|unk|>": 3, "<|im_start|>": 4}
 CHAT = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "What is 1+1?"},
@@ -41,12 +42,12 @@ CHAT = [
 # -- the tokenizer -----------------------------------------------------------------------------------
 def test_every_printable_ascii_character_is_one_token_and_decodes_back() -> None:
     tokenizer = text_tokenizer()
-    assert len(tokenizer) == 8 + 1 + 95  # specials, newline, space to '~'
+    assert len(tokenizer) == 5 + 1 + 95  # specials, newline, space to '~'
     for char in PRINTABLE:
         ids = tokenizer.encode(char, add_special_tokens=False)
-        assert ids == [ord(char) - 0x20 + 9], char  # ids 9-103, in character order
+        assert ids == [ord(char) - 0x20 + 6], char  # ids 6-100, in character order
         assert tokenizer.decode(ids) == char
-    assert tokenizer.encode("\n", add_special_tokens=False) == [8]
+    assert tokenizer.encode("\n", add_special_tokens=False) == [5]
     text = PRINTABLE + "\n" + PRINTABLE[::-1] + "  two  spaces "
     assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
 
@@ -59,31 +60,54 @@ def test_special_tokens_are_single_ids_and_skipped_on_request() -> None:
         2,
         3,
     )
-    for token, index in {**SPECIALS, "<|assistant|>": 6, "<|tool|>": 7}.items():
+    for token, index in SPECIALS.items():
         assert tokenizer.encode(token, add_special_tokens=False) == [index]
-    ids = tokenizer.encode("<|user|>Hi<|eos|>", add_special_tokens=False)
-    assert ids == [5, ord("H") - 23, ord("i") - 23, 2]
+    ids = tokenizer.encode("<|im_start|>Hi<|im_end|>", add_special_tokens=False)
+    assert ids == [4, ord("H") - 26, ord("i") - 26, 2]
     assert tokenizer.decode(ids, skip_special_tokens=True) == "Hi"
-    assert tokenizer.decode(ids) == "<|user|>Hi<|eos|>"
+    assert tokenizer.decode(ids) == "<|im_start|>Hi<|im_end|>"
     # a character outside printable ASCII (a tab, an accent) is the unknown token, not an error
-    assert tokenizer.encode("a\tb\u00e9", add_special_tokens=False) == [ord("a") - 23, 3, ord("b") - 23, 3]
+    assert tokenizer.encode("a\tb\u00e9", add_special_tokens=False) == [ord("a") - 26, 3, ord("b") - 26, 3]
 
 
-def test_chat_template_renders_exactly_this_projects_format() -> None:
+def test_chat_template_renders_chatml_by_hand() -> None:
     tokenizer = text_tokenizer()
     rendered = tokenizer.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=False)
     assert rendered == (
-        "<|bos|><|system|>Be brief.<|eos|><|user|>What is 1+1?<|eos|><|assistant|>Answer: 2<|eos|>"
-        "<|user|>And 2+2?<|eos|><|assistant|>"
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 1+1?<|im_end|>\n"
+        "<|im_start|>assistant\nAnswer: 2<|im_end|>\n<|im_start|>user\nAnd 2+2?<|im_end|>\n<|im_start|>assistant\n"
     )
     ids = tokenizer.apply_chat_template(CHAT[1:2], add_generation_prompt=True, return_dict=False)
-    assert ids == [1, 5, *(ord(c) - 23 for c in "What is 1+1?"), 2, 6]
+    text = [ord(c) - 26 for c in "What is 1+1?"]
+    assert ids == [4, *(ord(c) - 26 for c in "user"), 5, *text, 2, 5, 4, *(ord(c) - 26 for c in "assistant"), 5]
     without = tokenizer.apply_chat_template(CHAT[1:2], add_generation_prompt=False, tokenize=False)
-    assert without == "<|bos|><|user|>What is 1+1?<|eos|>"
+    assert without == "<|im_start|>user\nWhat is 1+1?<|im_end|>\n"
+    tool = tokenizer.apply_chat_template([{"role": "tool", "content": "42"}], tokenize=False)
+    assert tool == "<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n"
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        CHAT,
+        CHAT[1:2],
+        [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "  padded  "},
+            {"role": "tool", "content": "r"},
+        ],
+    ],
+)
+def test_chat_template_is_the_engines_chatml(messages: list[dict]) -> None:
+    """The same text as rllm.engine.chat.render_chatml, which splits completions at the same <|im_end|>."""
+    tokenizer = text_tokenizer()
+    for prompt in (True, False):
+        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=prompt, tokenize=False)
+        assert rendered == render_chatml(messages, add_generation_prompt=prompt)
 
 
 def test_a_reply_ending_in_eos_extends_the_prompt_into_the_next_turns_history() -> None:
-    """What the model samples after ``<|assistant|>`` (reply + EOS) is how the next prompt renders that turn."""
+    """What the model samples after the generation prompt (reply + EOS) starts the next turn's rendering of it."""
     tokenizer = text_tokenizer()
     prompt = tokenizer.apply_chat_template(CHAT[:2], add_generation_prompt=True, return_dict=False)
     reply = [*tokenizer.encode("Answer: 2", add_special_tokens=False), tokenizer.eos_token_id]
@@ -96,13 +120,15 @@ def test_a_reply_ending_in_eos_extends_the_prompt_into_the_next_turns_history() 
     [
         ([{"role": "robot", "content": "hi"}], "role robot is not one of system, user, assistant, tool"),
         ([{"role": "user", "content": None}], "the content of a user message is not a string"),
+        ([{"role": "user", "content": "hi"}], "this template renders no tools"),
     ],
 )
 def test_chat_template_refuses_what_it_cannot_render(messages: list[dict], message: str) -> None:
     from jinja2 import TemplateError
 
+    tools = [{"type": "function", "function": {"name": "f"}}] if "tools" in message else None
     with pytest.raises(TemplateError, match=message):
-        text_tokenizer().apply_chat_template(messages, tokenize=False)
+        text_tokenizer().apply_chat_template(messages, tools=tools, tokenize=False)
 
 
 def test_saved_tokenizer_reloads_with_auto_tokenizer_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -113,12 +139,12 @@ def test_saved_tokenizer_reloads_with_auto_tokenizer_offline(tmp_path: Path, mon
     tokenizer = text_tokenizer()
     tokenizer.save_pretrained(tmp_path / "tok")
     loaded = AutoTokenizer.from_pretrained(tmp_path / "tok")
-    text = PRINTABLE + "\n<|user|>x<|eos|>"
+    text = PRINTABLE + "\n<|im_start|>x<|im_end|>"
     assert loaded.encode(text, add_special_tokens=False) == tokenizer.encode(text, add_special_tokens=False)
     assert (loaded.pad_token, loaded.bos_token, loaded.eos_token, loaded.unk_token) == (
         "<|pad|>",
         "<|bos|>",
-        "<|eos|>",
+        "<|im_end|>",
         "<|unk|>",
     )
     assert loaded.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=False) == (
@@ -126,17 +152,37 @@ def test_saved_tokenizer_reloads_with_auto_tokenizer_offline(tmp_path: Path, mon
     )
 
 
+def test_a_tiny_text_model_directory_loads_with_its_tokenizer_as_saved(tiny_config: MakeConfig, tmp_path: Path) -> None:
+    """transformers would load a qwen2 directory's tokenizer as Qwen2Tokenizer, dropping spaces and newlines."""
+    trainer = UnifiedTrainer(None, tiny_config("rllm.transformers.tokenizer=text"), progress=False)
+    trainer.backend.model.save_pretrained(tmp_path / "saved")
+    trainer.backend.tokenizer.save_pretrained(tmp_path / "saved")
+    trainer.shutdown()
+    loaded = UnifiedTrainer(None, tiny_config(f"rllm.transformers.model={tmp_path / 'saved'}"), progress=False)
+    try:
+        tokenizer = loaded.backend.tokenizer
+        text = PRINTABLE + "\n" + PRINTABLE
+        assert tokenizer.encode(text, add_special_tokens=False) == text_tokenizer().encode(
+            text, add_special_tokens=False
+        )
+        assert tokenizer.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=False) == render_chatml(
+            CHAT, add_generation_prompt=True
+        )
+    finally:
+        loaded.shutdown()
+
+
 # -- selecting it ------------------------------------------------------------------------------------
 def test_tokenizer_text_builds_tiny_with_it_and_trains_the_digit_tasks(tiny_config: MakeConfig) -> None:
     """The digit tasks are re-encoded through the text tokenizer, as for any model without the digit ids."""
     trainer = UnifiedTrainer(None, tiny_config("rllm.transformers.tokenizer=text"), progress=False)
     try:
-        assert len(trainer.backend.tokenizer) == 104
-        assert trainer.backend.model.config.vocab_size == 104
+        assert len(trainer.backend.tokenizer) == 101
+        assert trainer.backend.model.config.vocab_size == 101
         assert trainer.backend.model.config.bos_token_id == 1
         trainer.fit()
         (task, *_) = trainer.backend.builtin_task().train_dataset
-        assert task["prompt"] == [ord("0") - 23, ord("0") - 23, ord("=") - 23]  # "0 0 =" as characters
+        assert task["prompt"] == [ord("0") - 26, ord("0") - 26, ord("=") - 26]  # "0 0 =" as characters
     finally:
         trainer.shutdown()
     records = read_metrics(trainer.output_dir / METRICS_FILE)

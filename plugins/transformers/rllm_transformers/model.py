@@ -23,12 +23,17 @@ EOS = "<eos>"
 CHARACTERS = [token for token in VOCAB if token != EOS]
 """The tiny tokenizer's ids 0-12 are the digit tasks' token ids, ``<eos>`` is 13 as there, ``<pad>`` 14."""
 
-TEXT_SPECIALS = ("<|pad|>", "<|bos|>", "<|eos|>", "<|unk|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>")
-"""The text tokenizer's ids 0-7: pad, bos, eos, unk (any character outside :data:`TEXT_CHARACTERS`), role markers."""
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+"""ChatML's turn delimiters, as in rllm.engine.chat (tests/transformers/test_text_model.py checks the two agree)."""
+TEXT_SPECIALS = ("<|pad|>", "<|bos|>", IM_END, "<|unk|>", IM_START)
+"""The text tokenizer's ids 0-4: pad, bos, eos (ChatML's ``<|im_end|>``, which ends a turn), unk (any
+character outside :data:`TEXT_CHARACTERS`), and ``<|im_start|>``, which opens a turn and its role."""
 TEXT_CHARACTERS = ("\n", *(chr(code) for code in range(0x20, 0x7F)))
-"""Ids 8-103: newline, then printable ASCII from space to ``~``."""
+"""Ids 5-100: newline, then printable ASCII from space to ``~``."""
 CHAT_TEMPLATE = (
-    "{{- bos_token -}}"
+    "{%- if tools -%}"
+    "{{- raise_exception('this template renders no tools; use rllm.engine.chat.render_chatml(tools=...)') -}}"
+    "{%- endif -%}"
     "{%- for message in messages -%}"
     "{%- if message['role'] not in ['system', 'user', 'assistant', 'tool'] -%}"
     "{{- raise_exception('role ' ~ message['role'] ~ ' is not one of system, user, assistant, tool') -}}"
@@ -36,14 +41,21 @@ CHAT_TEMPLATE = (
     "{%- if message['content'] is not string -%}"
     "{{- raise_exception('the content of a ' ~ message['role'] ~ ' message is not a string') -}}"
     "{%- endif -%}"
-    "{{- '<|' ~ message['role'] ~ '|>' ~ message['content'] ~ eos_token -}}"
+    "{%- if message['role'] == 'tool' -%}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' ~ message['content'] ~ '\\n</tool_response><|im_end|>\\n' -}}"
+    "{%- elif message['role'] == 'assistant' -%}"
+    "{{- '<|im_start|>assistant\\n' ~ (message['content'] | trim) ~ '<|im_end|>\\n' -}}"
+    "{%- else -%}"
+    "{{- '<|im_start|>' ~ message['role'] ~ '\\n' ~ message['content'] ~ '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
     "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|assistant|>' -}}{%- endif -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
 )
-"""``<|bos|>``, then per message ``<|role|>content<|eos|>``; the generation prompt is ``<|assistant|>``.
+"""ChatML, as :func:`rllm.engine.chat.render_chatml` writes plain messages (no tools, reasoning or tool calls).
 
-The model ends its turn with the EOS token, where sampling stops, so a reply appended to
-the prompt is exactly how the template renders that reply in the next turn's history.
+The model ends its turn with ``<|im_end|>``, its EOS token, where sampling stops; the next
+turn's history renders that reply the same way and continues with ``\\n``, so a multi-turn
+prompt extends the previous prompt and reply token for token.
 """
 
 
@@ -76,7 +88,7 @@ def text_tokenizer() -> PreTrainedTokenizerBase:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    pad, bos, eos, unk, *markers = TEXT_SPECIALS
+    pad, bos, eos, unk, start = TEXT_SPECIALS
     vocab = {token: index for index, token in enumerate((*TEXT_SPECIALS, *TEXT_CHARACTERS))}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unk))
     backend.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
@@ -87,7 +99,7 @@ def text_tokenizer() -> PreTrainedTokenizerBase:
         bos_token=bos,
         eos_token=eos,
         unk_token=unk,
-        additional_special_tokens=markers,
+        additional_special_tokens=[start],
         clean_up_tokenization_spaces=False,
     )
     tokenizer.chat_template = CHAT_TEMPLATE
@@ -167,7 +179,7 @@ def _pretrained(name: str) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
     if path.exists() and not path.is_dir():
         raise ConfigError(f"rllm.transformers.model={name!r} is a file; give the directory save_pretrained wrote.")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path) if path.exists() else name)
+        tokenizer = load_tokenizer(str(path) if path.exists() else name)
         model = AutoModelForCausalLM.from_pretrained(str(path) if path.exists() else name)
     except OSError as exc:
         where = "in that directory" if path.exists() else "locally, and the model hub could not be reached"
@@ -192,6 +204,32 @@ def _pretrained(name: str) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
         )
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer, model
+
+
+GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
+"""What ``save_pretrained`` of a tokenizer built from a ``tokenizers`` object declares (transformers 5, 4)."""
+
+
+def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
+    """``AutoTokenizer.from_pretrained(source)``, except for a directory whose files declare the generic class.
+
+    transformers 5 loads the tokenizer of a ``qwen2`` model directory as ``Qwen2Tokenizer``
+    whatever its ``tokenizer_config.json`` says, and that class rebuilds a byte-level tokenizer
+    which drops the tiny text tokenizer's spaces and newlines; the generic class reads
+    ``tokenizer.json`` as it was saved.
+    """
+    import json
+
+    from transformers import PreTrainedTokenizerFast
+
+    path = Path(source)
+    try:
+        declared = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8")).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):  # no such file, or not a JSON object: AutoTokenizer says why
+        declared = None
+    if declared in GENERIC_TOKENIZERS and (path / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(source)
+    return AutoTokenizer.from_pretrained(source)
 
 
 def parameter_count(model: Any) -> int:

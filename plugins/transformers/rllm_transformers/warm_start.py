@@ -2,7 +2,7 @@
 
 ``python -m rllm_transformers.warm_start OUT_DIR`` trains ``tiny`` with the text tokenizer by
 supervised learning on chats of the text tasks (:data:`rllm.tasks.TEXT_TASKS`): the user asks
-a task's question, the assistant replies ``Answer: D<|eos|>``. ``D`` is a digit drawn at
+a task's question, the assistant replies ``Answer: D<|im_end|>``. ``D`` is a digit drawn at
 random, not the right one, so the model learns the format and the turn's end but not the
 tasks: what RL from it then has to learn is the answers alone. ``OUT_DIR`` gets the model
 and the tokenizer (with its chat template) as ``save_pretrained`` writes them, about 0.4 MB,
