@@ -194,6 +194,6 @@ def test_each_role_trains_with_its_own_loss(make_config, train) -> None:
 
 
 def test_an_unsupported_loss_for_a_role_is_named(make_config) -> None:
-    config = make_config("+rllm.algorithm.loss_fn_map.checker=dro")
+    config = make_config("+rllm.algorithm.loss_fn_map.checker=dro", "rllm.algorithm.loss_options.dro_beta=0.1")
     with pytest.raises(ConfigError, match=r"loss 'dro' of role 'checker'.*not supported by the embedded backend"):
         UnifiedTrainer(None, config, workflow_class=TwoRoleWorkflow, progress=False)
