@@ -26,6 +26,9 @@ def one_error(capsys: pytest.CaptureFixture[str], argv: list[str], *needles: str
 COMMAND = [sys.executable, "-c", "import sys; from rllm.cli.main import main; sys.exit(main())"]
 """``rllm`` in a child process: what a shell runs, with its own stdout."""
 
+DIGITS = sys.get_int_max_str_digits()
+"""Python reads integers of at most this many digits from text (4,300 unless the user changed it)."""
+
 
 @pytest.mark.parametrize(
     ("line", "needle"),
@@ -34,6 +37,8 @@ COMMAND = [sys.executable, "-c", "import sys; from rllm.cli.main import main; sy
         ('{"group_id": 1, "reward": 1, "response_length": NaN}', "'response_length' must be integer >= 0"),
         ('{"group_id": 1, "reward": 1, "response_length": Infinity}', "'response_length' must be integer >= 0"),
         ('{"group_id": 1, "reward": 1, "response_length": 1' + "0" * 400 + "}", "an integer of 401 digits"),
+        ('{"group_id": 1, "reward": 1' + "0" * 5000 + "}", f"an integer of more than {DIGITS:,} digits"),
+        ('{"group_id": 1' + "0" * 5000 + ', "reward": 1}', f"an integer of more than {DIGITS:,} digits"),
         ('{"group_id": 1, "reward": 1, "x": ' + "[" * 200_000 + "]" * 200_000 + "}", "nested too deeply"),
         ('{"group_id": 1, "rewrd": 1}', "no 'reward' field (the line has the keys 'group_id', 'rewrd')"),
     ],

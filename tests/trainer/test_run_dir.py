@@ -126,6 +126,23 @@ def test_run_names_stay_inside_runs(
     assert list(tmp_path.iterdir()) == []  # refused before anything is written
 
 
+@pytest.mark.parametrize("command", ["config", "train"])
+@pytest.mark.parametrize("key", ["project_name", "experiment_name"])
+def test_a_run_name_longer_than_a_file_name_is_refused_at_config_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, command: str, key: str
+) -> None:
+    """300 bytes (and 128 two-byte letters, 256 bytes) exceed a file name's 255: refused by name, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    words = SMALL if command == "train" else SMALL[1:]
+    for name, size in (("a" * 300, 300), ("é" * 128, 256)):
+        assert main([command, *words, f"rllm.trainer.{key}={name}"]) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and err.startswith(f"rllm {command}: error: "), err
+        assert f"rllm.trainer.{key} is {size} bytes long" in err and "at most 255 bytes" in err
+    assert list(tmp_path.iterdir()) == []
+    assert main(["config", *SMALL[1:], f"rllm.trainer.{key}={'a' * 255}"]) == 0  # the longest name that fits
+
+
 def test_episode_logs_default_to_the_run_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     trainers = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from array import array
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -135,6 +136,11 @@ class Reader:
             raise self.fail(number, f"not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
         except json.JSONDecodeError as exc:
             raise self.fail(number, f"not valid JSON ({exc.msg}).") from None
+        except ValueError:  # Python's limit on the digits of an integer it converts from text
+            limit = sys.get_int_max_str_digits()
+            raise self.fail(
+                number, f"holds an integer of more than {limit:,} digits, more than Python reads; shorten it."
+            ) from None
         except RecursionError:
             raise self.fail(number, "nested too deeply to read; flatten the line's lists and objects.") from None
         if not isinstance(record, dict):

@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rllm.config.core_keys import why_missing
 from rllm.config.dotted import nest_dotted
 from rllm.config.expansion import _ALIAS_NODES, MAX_DEPTH, MAX_EXPANSION, _alias_bound, check_expansion
+from rllm.config.names import check_run_name
 from rllm.config.overrides import _apply, _one_line, _select, is_override, parse_value
 from rllm.config.schema import CORE_KEYS, ConfigKey, Schema, section_keys
 from rllm.config.unknown_keys import check_keys
@@ -159,6 +160,8 @@ def validate_config(config: DictConfig, schema: Schema | None = None) -> DictCon
             OmegaConf.update(config, key.path, checked, merge=False)
     _check_presets(_lookup(resolved, "rllm.algorithm.estimator_options"))
     _check_estimator_choices(_lookup(resolved, "rllm.algorithm"))
+    for key in ("rllm.trainer.project_name", "rllm.trainer.experiment_name"):
+        check_run_name(key, _lookup(resolved, key))
     _check_run_choices(config)
     return config
 

@@ -15,11 +15,11 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rllm.config.algorithm import AlgorithmConfig
+from rllm.config.names import check_run_name
 from rllm.errors import ConfigError, RLLMWarning
 from rllm.estimators.compute import get_estimator
 from rllm.trainer.grouping import CompactFilteringConfig
 from rllm.trainer.rejection import RejectionSamplingConfig
-from rllm.trainer.rundir import check_run_name
 from rllm.trainer.sampling import DynamicSamplingConfig
 
 

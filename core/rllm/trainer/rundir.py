@@ -23,33 +23,13 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from rllm.errors import ConfigError, OutputFileError, RunDirError, RunDirLockedError
+from rllm.errors import OutputFileError, RunDirError, RunDirLockedError
 from rllm.io import write_atomic
 
 LOCK_FILE = ".rllm.lock"
 OWNED_FILE = ".rllm-run.json"
 FORMAT = "rllm-run"
 _PID_WIDTH = 24
-
-
-def check_run_name(key: str, value: object) -> str:
-    """``value`` as a single directory name, so ``runs/{project}/{experiment}`` stays inside ``runs/``."""
-    name = str(value)
-    bad = (
-        not name
-        or name in (".", "..")
-        or "/" in name
-        or "\\" in name
-        or "\0" in name
-        or (os.altsep is not None and os.altsep in name)
-    )
-    if bad:
-        raise ConfigError(
-            f"{key}={name!r} is not a plain name: it may not be empty, '.' or '..', nor contain '/', '\\' or NUL, "
-            "so the run stays inside runs/. Use a name like 'grpo-lr1e-3', or set rllm.trainer.output_dir "
-            "to put the run elsewhere."
-        )
-    return name
 
 
 def os_cause(exc: OSError) -> OSError:
