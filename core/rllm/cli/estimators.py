@@ -34,7 +34,7 @@ def describe(entry: EstimatorEntry) -> dict[str, Any]:
         "style": entry.style,
         "doc": entry.doc,
         "requires": list(entry.requires),
-        "options": [option.describe() for option in options],
+        "options": [option.as_json() for option in options],
         "numerics": declaration.numerics,
         "options_declared": declaration.declared,
         "accepts_any_option": declaration.open,

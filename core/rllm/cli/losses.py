@@ -37,7 +37,7 @@ def describe(entry: LossEntry) -> dict[str, Any]:
         "agg_modes": list(entry.agg_modes or LOSS_AGG_MODES),
         "needs_old_log_probs": entry.needs_old_log_probs,
         "additive": entry.additive,
-        "options": [option.describe() for option in entry.options],
+        "options": [option.as_json() for option in entry.options],
     }
 
 

@@ -10,7 +10,7 @@ rllm's table of keys in :mod:`rllm.config.core_keys`; both are importable from h
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rllm.config.core_keys import CORE_KEYS
@@ -75,5 +75,5 @@ def section_keys(section: str, keys: Iterable[ConfigKey]) -> list[ConfigKey]:
     for key in keys:
         if not isinstance(key, ConfigKey):
             raise ConfigError(f"Config section {section!r} declares {key!r}, which is not a rllm.config.ConfigKey.")
-        out.append(ConfigKey(**{**key.__dict__, "path": f"{section}.{key.path}"}))
+        out.append(replace(key, name=f"{section}.{key.name}"))
     return out

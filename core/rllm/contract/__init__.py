@@ -1,7 +1,7 @@
 """The declarations floor: the words every layer of rllm shares, each written once.
 
-Batch fields (:mod:`~rllm.contract.fields`), the declaration of a setting, config key or
-option alike (:mod:`~rllm.contract.keys`), the option tables estimators share
+Batch fields (:mod:`~rllm.contract.fields`), the one declaration of a setting, config key or
+option alike (:class:`~rllm.contract.keys.Setting`), the option tables estimators share
 (:mod:`~rllm.contract.options`) and the domain's word lists (:mod:`~rllm.contract.names`:
 kernel names, backend methods, aggregation modes, KL kinds, TIS modes, non-finite
 policies, lr schedules). It imports nothing of rllm but :mod:`rllm.errors`, so config,
@@ -12,7 +12,7 @@ them from another.
 from __future__ import annotations
 
 from rllm.contract.fields import BATCH_ATTRIBUTES, BUILTIN_FIELDS, OPTIONAL_FIELDS, BatchField, BuiltinField
-from rllm.contract.keys import ConfigKey, KeyType, Option
+from rllm.contract.keys import ConfigKey, KeyType, Option, Setting
 from rllm.contract.names import (
     BACKEND_ABSTRACT_METHODS,
     BACKEND_METHODS,
@@ -74,5 +74,6 @@ __all__ = [
     "LrSchedule",
     "NonFinitePolicy",
     "Option",
+    "Setting",
     "TisMode",
 ]

@@ -38,7 +38,7 @@ _ARGUMENTS = {
 
 def as_config_key(rule: ConfigKey, path: str) -> ConfigKey:
     """``rule`` under a config key's dotted ``path``: the key and the argument are checked alike."""
-    return dataclasses.replace(rule, path=path)
+    return dataclasses.replace(rule, name=path)
 
 
 def check_arguments(**arguments: Any) -> None:

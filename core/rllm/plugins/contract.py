@@ -61,6 +61,9 @@ def config_section_problem(name: str, target: Any) -> str | None:
     for key in target:
         if not isinstance(key, ConfigKey):
             return f"declares {key!r}, which is not a rllm.config.ConfigKey"
+        if not isinstance(key.type, str):
+            words = "int, float, bool, str, list[str], list[int] or mapping"
+            return f"declares key {key.name!r} with Python types {key.type!r}; a config key's type is a word: {words}"
     return None
 
 
