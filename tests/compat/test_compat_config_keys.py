@@ -10,7 +10,7 @@ import pytest
 
 from rllm import AlgorithmConfig
 from rllm.config import load_config
-from rllm.errors import ConfigError
+from rllm.errors import ConfigError, RLLMWarning
 
 RLLM_ALGORITHM_BLOCK = """
 rllm:
@@ -46,7 +46,8 @@ rllm:
 def test_rllms_algorithm_section_loads_and_reaches_algorithm_config(tmp_path: Path) -> None:
     path = tmp_path / "rllm.yaml"
     path.write_text(RLLM_ALGORITHM_BLOCK)
-    config = AlgorithmConfig.from_config(load_config(path))
+    with pytest.warns(RLLMWarning, match=r"kl_beta=0\.0 has no effect without rllm\.algorithm\.use_kl_loss=true"):
+        config = AlgorithmConfig.from_config(load_config(path))  # rLLM's block sets kl_beta without its switch
     assert (config.loss_agg_mode, config.warmup_steps, config.eps_clip_high) == ("token-mean", 3, 0.28)
     assert (config.rollout_correction.tis_mode, config.rollout_correction.bypass_mode) == ("token", True)
 
@@ -93,7 +94,7 @@ def test_embedded_backend_says_which_keys_it_cannot_honour(tmp_path: Path) -> No
         env={"RLLM_DISABLED_PLUGINS": "fast", "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg"},
     )
     assert done.returncode == 0, done.stderr
-    assert "rllm.algorithm.kl_beta=0.1 has no effect with the embedded backend" in done.stderr
+    assert "rllm.algorithm.kl_beta=0.1 has no effect without rllm.algorithm.use_kl_loss=true" in done.stderr
     assert "rllm.algorithm.router_replay='R2' has no effect with the embedded backend" in done.stderr
     assert "rllm.stepwise_advantage.enable=True has no effect with the embedded backend" in done.stderr
     assert "eps_clip" not in done.stderr  # left at its default: nothing to say

@@ -232,11 +232,11 @@ def test_an_executor_passed_and_one_configured_is_refused(make_config) -> None:
     [
         (
             ("rllm.workflow.ray.num_workers=4",),
-            r"rllm\.workflow\.ray\.num_workers has no effect: the executor is local",
+            r"rllm\.workflow\.ray\.num_workers=4 has no effect without rllm\.workflow\.executor=ray",
         ),
         (
             ("rllm.workflow.failure_policy=drop_group", "rllm.workflow.retry_limit=5"),
-            r"rllm\.workflow\.retry_limit has no effect: failure_policy=drop_group",
+            r"rllm\.workflow\.retry_limit=5 has no effect without rllm\.workflow\.failure_policy=retry",
         ),
     ],
 )

@@ -182,6 +182,7 @@ def test_loss_fn_map_applies_each_roles_loss(tiny_config: MakeConfig) -> None:
 
 def test_kl_clip_and_aggregation_keys_are_honoured(tiny_config: MakeConfig) -> None:
     config = tiny_config(
+        "rllm.algorithm.use_kl_loss=true",
         "rllm.algorithm.kl_beta=0.1",
         "rllm.algorithm.loss_agg_mode=seq-mean-token-mean",
         "rllm.algorithm.eps_clip=0.01",
@@ -225,6 +226,20 @@ def test_a_loss_that_fixes_its_aggregation_trains_with_the_mode_unset(
     assert sum("fixes its own aggregation" in str(w.message) for w in caught) == 1
     assert trainer.backend.default_settings.agg_mode == "seq-mean-token-mean"
     assert math.isfinite(_train(records)[0]["actor/grad_norm"])
+
+
+def test_use_kl_loss_alone_adds_verls_default_kl_term(tiny_config: MakeConfig) -> None:
+    """verl's semantics: use_kl_loss=true with kl_loss_coef left at verl's default, 0.001."""
+    trainer, records = _fit(tiny_config("rllm.algorithm.use_kl_loss=true"))
+    assert trainer.backend.reference is not None
+    assert all(r["actor/kl_coef"] == 0.001 and r["actor/kl_loss"] >= 0 for r in _train(records))
+
+
+def test_kl_loss_keys_without_the_switch_add_no_term_and_are_said(tiny_config: MakeConfig) -> None:
+    with pytest.warns(RLLMWarning, match=r"kl_beta=0\.1 has no effect without rllm\.algorithm\.use_kl_loss=true"):
+        trainer, records = _fit(tiny_config("rllm.algorithm.kl_beta=0.1"))
+    assert trainer.backend.reference is None
+    assert not any("actor/kl_loss" in r for r in records)
 
 
 def test_router_replay_is_refused_by_name(tiny_config: MakeConfig) -> None:

@@ -62,14 +62,25 @@ def _show_warning(
     file: TextIO | None = None,
     line: str | None = None,
 ) -> None:
-    """One line per warning, no source line: what a terminal user needs."""
+    """One line per warning, no source line, each text once per command: what a terminal user needs.
+
+    (A config is checked where it is loaded and again by the trainer; its warnings are said once.)
+    """
     text = " ".join(str(message).split())
+    if text in _shown:
+        return
+    _shown.add(text)
     print(f"rllm: warning: {text}", file=file or sys.stderr)
+
+
+_shown: set[str] = set()
+"""The warnings this command has said."""
 
 
 @contextmanager
 def _terminal_warnings() -> Iterator[None]:
     """Show warnings as single lines, including rllm's deprecation notices about the user's config."""
+    _shown.clear()
     with warnings.catch_warnings():
         warnings.filterwarnings("default", category=DeprecationWarning, module=r"rllm(\.|$)")
         warnings.showwarning = _show_warning

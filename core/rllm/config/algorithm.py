@@ -33,6 +33,9 @@ def _one_of(key: str, value: Any, choices: Sequence[Any]) -> None:
         raise ConfigError(f"{key} must be one of {shown}; got {value!r}.")
 
 
+_TIS_CAP = next(key for key in CORE_KEYS if key.path == "rllm.algorithm.rollout_correction.tis_cap")
+
+
 @dataclass
 class RolloutCorrectionConfig:
     """Rollout correction for backends that sample with one engine and train with another.
@@ -44,12 +47,11 @@ class RolloutCorrectionConfig:
 
     tis_mode: TisMode | None = None
     bypass_mode: bool | None = None
-    tis_cap: float = 2.0
+    tis_cap: float = _TIS_CAP.default
 
     def __post_init__(self) -> None:
         _one_of("rllm.algorithm.rollout_correction.tis_mode", self.tis_mode, (None, *TIS_MODES))
-        if not self.tis_cap > 0:
-            raise ConfigError(f"rllm.algorithm.rollout_correction.tis_cap must be positive; got {self.tis_cap!r}.")
+        _TIS_CAP.check(self.tis_cap)
 
 
 _KL_CTRL_KEYS = {
@@ -68,9 +70,9 @@ class KLControlConfig:
     """
 
     type: KlController = "fixed"
-    kl_coef: float = 0.001
-    target_kl: float = 0.1
-    horizon: int = 10000
+    kl_coef: float = _KL_CTRL_KEYS["kl_coef"].default
+    target_kl: float = _KL_CTRL_KEYS["target_kl"].default
+    horizon: int = _KL_CTRL_KEYS["horizon"].default
 
     def __post_init__(self) -> None:
         for name, key in _KL_CTRL_KEYS.items():
@@ -123,40 +125,50 @@ class AlgorithmConfig:
     coefficient's controller ``kl_ctrl`` (a :class:`KLControlConfig` or a mapping of its keys).
     """
 
-    use_rllm: bool | None = None
+    use_rllm: bool | None = _DEFAULTS["use_rllm"]
     estimator: EstimatorName = rLLMAdvantageEstimator.GRPO
     estimator_map: dict[str, Any] = field(default_factory=dict)
     loss_fn_map: dict[str, str] = field(default_factory=dict)
     stepwise_advantage_mode: Literal["broadcast", "per_step"] = "broadcast"
-    norm_adv_by_std_in_grpo: bool = True
-    use_precomputed_advantage: bool = False
-    loss_fn: str | None = None
-    lr_schedule: LrSchedule = "constant"
-    warmup_steps: int = -1
-    warmup_steps_ratio: float = 0.0
-    kl_beta: float = 0.0
-    eps_clip: float = 0.2
-    eps_clip_high: float | None = None
-    loss_agg_mode: str | None = None
+    norm_adv_by_std_in_grpo: bool = _DEFAULTS["norm_adv_by_std_in_grpo"]
+    use_precomputed_advantage: bool = _DEFAULTS["use_precomputed_advantage"]
+    loss_fn: str | None = _DEFAULTS["loss_fn"]
+    lr_schedule: LrSchedule = _DEFAULTS["lr_schedule"]
+    warmup_steps: int = _DEFAULTS["warmup_steps"]
+    warmup_steps_ratio: float = _DEFAULTS["warmup_steps_ratio"]
+    kl_beta: float | None = _DEFAULTS["kl_beta"]
+    """rLLM's name of ``kl_loss_coef``: when given, it is the coefficient."""
+    eps_clip: float = _DEFAULTS["eps_clip"]
+    eps_clip_high: float | None = _DEFAULTS["eps_clip_high"]
+    loss_agg_mode: str | None = _DEFAULTS["loss_agg_mode"]
     loss_options: dict[str, Any] = field(default_factory=dict)
-    use_kl_loss: bool = False
-    kl_loss_type: str = "low_var_kl"
-    use_kl_in_reward: bool = False
-    kl_penalty: str = "kl"
+    use_kl_loss: bool = _DEFAULTS["use_kl_loss"]
+    kl_loss_coef: float = _DEFAULTS["kl_loss_coef"]
+    """verl's coefficient of the KL loss term, acting with ``use_kl_loss``."""
+    kl_loss_type: str = _DEFAULTS["kl_loss_type"]
+    use_kl_in_reward: bool = _DEFAULTS["use_kl_in_reward"]
+    kl_penalty: str = _DEFAULTS["kl_penalty"]
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
-    router_replay: Literal["disabled", "R2", "R3"] = "disabled"
-    epsilon: float | None = None
-    gamma: float = 1.0
-    lam: float = 0.95
+    router_replay: Literal["disabled", "R2", "R3"] = _DEFAULTS["router_replay"]
+    epsilon: float | None = _DEFAULTS["epsilon"]
+    gamma: float = _DEFAULTS["gamma"]
+    lam: float = _DEFAULTS["lam"]
     estimator_options: dict[str, Any] = field(default_factory=dict)
-    nonfinite_rewards: NonFinitePolicy = "error"
+    nonfinite_rewards: NonFinitePolicy = _DEFAULTS["nonfinite_rewards"]
     normalize_by_steps: bool = False
     """Divide every step's advantage by its trajectory's number of steps (rLLM's stepwise option)."""
 
     def __post_init__(self) -> None:
         for name, key in _FIELD_KEYS.items():
             key.check(getattr(self, name))
+        if self.kl_beta is not None:  # rLLM's name of verl's kl_loss_coef
+            if self.kl_loss_coef not in (_DEFAULTS["kl_loss_coef"], self.kl_beta):
+                raise ConfigError(
+                    f"rllm.algorithm.kl_beta={self.kl_beta!r} and kl_loss_coef={self.kl_loss_coef!r} are one setting "
+                    "(kl_beta is rLLM's name of verl's kl_loss_coef); set one of them."
+                )
+            self.kl_loss_coef = float(self.kl_beta)
         if self.use_rllm is not None:
             warnings.warn(_USE_RLLM_DEPRECATED, DeprecationWarning, stacklevel=3)
         self.estimator = _as_estimator(self.estimator)
@@ -275,7 +287,8 @@ class AlgorithmConfig:
             lr_schedule=algo.get("lr_schedule", _DEFAULTS["lr_schedule"]),
             warmup_steps=int(algo.get("warmup_steps", _DEFAULTS["warmup_steps"])),
             warmup_steps_ratio=float(algo.get("warmup_steps_ratio", _DEFAULTS["warmup_steps_ratio"])),
-            kl_beta=float(algo.get("kl_beta", _DEFAULTS["kl_beta"])),
+            kl_beta=None if algo.get("kl_beta", None) is None else float(algo["kl_beta"]),
+            kl_loss_coef=float(algo.get("kl_loss_coef", _DEFAULTS["kl_loss_coef"])),
             eps_clip=float(algo.get("eps_clip", _DEFAULTS["eps_clip"])),
             eps_clip_high=algo.get("eps_clip_high", _DEFAULTS["eps_clip_high"]),
             loss_agg_mode=algo.get("loss_agg_mode", _DEFAULTS["loss_agg_mode"]),
@@ -288,7 +301,7 @@ class AlgorithmConfig:
             rollout_correction=RolloutCorrectionConfig(
                 tis_mode=correction.get("tis_mode", None),
                 bypass_mode=correction.get("bypass_mode", None),
-                tis_cap=float(correction.get("tis_cap", 2.0)),
+                tis_cap=float(correction.get("tis_cap", _TIS_CAP.default)),
             ),
             router_replay=algo.get("router_replay", _DEFAULTS["router_replay"]),
             epsilon=algo.get("epsilon", _DEFAULTS["epsilon"]),

@@ -7,6 +7,7 @@ validated three different ways. Plugins add sections through ``rllm_register_con
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -164,7 +165,14 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         {},
         "Options of the policy loss (e.g. {clip_ratio_c: 3.0}); each must be one the loss declares (`rllm losses`).",
     ),
-    _bool_key("rllm.algorithm.use_kl_loss", False, "Add kl_beta times the KL to the reference policy to the loss."),
+    _bool_key(
+        "rllm.algorithm.use_kl_loss", False, "Add kl_loss_coef times the KL to the reference policy to the loss."
+    ),
+    dataclasses.replace(
+        as_config_key(KL_COEF, "rllm.algorithm.kl_loss_coef"),
+        default=0.001,
+        doc="Coefficient of the KL loss term (use_kl_loss), verl's key and default.",
+    ),
     ConfigKey(
         "rllm.algorithm.kl_loss_type",
         "str",
@@ -218,7 +226,12 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         minimum=0,
         special=(-1,),
     ),
-    as_config_key(KL_COEF, "rllm.algorithm.kl_beta"),
+    dataclasses.replace(
+        as_config_key(KL_COEF, "rllm.algorithm.kl_beta"),
+        default=None,
+        nullable=True,
+        doc="rLLM's name of kl_loss_coef (null: kl_loss_coef); acts with use_kl_loss.",
+    ),
     ConfigKey("rllm.algorithm.eps_clip", "float", 0.2, "PPO clip range.", minimum=0, above=True),
     ConfigKey(
         "rllm.algorithm.eps_clip_high",

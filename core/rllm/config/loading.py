@@ -25,6 +25,7 @@ from rllm.config.expansion import _ALIAS_NODES, MAX_DEPTH, MAX_EXPANSION, _alias
 from rllm.config.names import check_run_name
 from rllm.config.overrides import _apply, _one_line, _select, is_override, parse_value
 from rllm.config.schema import CORE_KEYS, ConfigKey, Schema, section_keys
+from rllm.config.unhonoured import warn_switched_off
 from rllm.config.unknown_keys import check_keys
 from rllm.contract.options import PRESET_NAMES
 from rllm.errors import ConfigError, PluginWarning
@@ -139,7 +140,8 @@ def _as_layer(source: DictConfig | Mapping[str, Any] | str | Path) -> tuple[Dict
 def validate_config(config: DictConfig, schema: Schema | None = None) -> DictConfig:
     """Check every value against the schema, raising a one-line :class:`ConfigError` naming the key.
 
-    Numbers given for string keys become strings; nothing else is converted.
+    Numbers given for string keys become strings; nothing else is converted. A key set while
+    its switch is off is said (:mod:`rllm.config.unhonoured`).
     """
     schema = schema or current_schema()
     for section in sorted(schema.sections() | schema.open_sections):
@@ -163,6 +165,7 @@ def validate_config(config: DictConfig, schema: Schema | None = None) -> DictCon
     for key in ("rllm.trainer.project_name", "rllm.trainer.experiment_name"):
         check_run_name(key, _lookup(resolved, key))
     _check_run_choices(config)
+    warn_switched_off(config, schema)
     return config
 
 

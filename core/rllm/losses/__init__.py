@@ -22,7 +22,7 @@ from rllm.losses.kl import (
     kl_controller,
     kl_penalty,
 )
-from rllm.losses.kl_reward import KLInReward, batch_mean_kl, inactive_kl_keys
+from rllm.losses.kl_reward import KLInReward, batch_mean_kl
 from rllm.losses.registry import get_loss, loss_entry, loss_names, resolve_loss_options
 from rllm.losses.settings import LossSettings
 
@@ -43,7 +43,6 @@ __all__ = [
     "check_kl_kind",
     "compute_policy_loss",
     "get_loss",
-    "inactive_kl_keys",
     "kl_controller",
     "kl_penalty",
     "loss_entry",

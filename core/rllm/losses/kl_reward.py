@@ -24,24 +24,7 @@ from rllm.losses.kl import (
     kl_penalty,
 )
 
-__all__ = ["KLInReward", "batch_mean_kl", "inactive_kl_keys"]
-
-
-def inactive_kl_keys(algorithm: Any) -> list[str]:
-    """The KL-in-reward keys set away from their defaults while ``use_kl_in_reward`` is off, as ``key=value``.
-
-    A backend warns with them, so a changed coefficient without the switch is not silently ignored.
-    """
-    if algorithm.use_kl_in_reward:
-        return []
-    defaults = type(algorithm)()  # the schema's defaults, as AlgorithmConfig takes them
-
-    def settings(config: Any) -> dict[str, Any]:
-        ctrl = {f"kl_ctrl.{k}": getattr(config.kl_ctrl, k) for k in ("type", "kl_coef", "target_kl", "horizon")}
-        return {"kl_penalty": config.kl_penalty, **ctrl}
-
-    default = settings(defaults)
-    return [f"rllm.algorithm.{key}={value!r}" for key, value in settings(algorithm).items() if value != default[key]]
+__all__ = ["KLInReward", "batch_mean_kl"]
 
 
 def batch_mean_kl(kl: Any, mask: Any) -> float:

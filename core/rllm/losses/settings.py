@@ -18,7 +18,7 @@ class LossSettings:
     (``loss_fn_map``, else ``loss_fn``, else ``default``), ``loss_options`` over rLLM's
     ``eps_clip``/``eps_clip_high`` (as ``clip_ratio``/``clip_ratio_high`` for a loss that
     declares them), ``loss_agg_mode`` (unset: ``token-mean``, or the mode of a loss that fixes
-    its own), the KL term (``use_kl_loss``, ``kl_beta``, ``kl_loss_type``) and rollout
+    its own), the KL term (``use_kl_loss`` with ``kl_loss_coef``, rLLM's ``kl_beta``, and ``kl_loss_type``) and rollout
     correction (``tis_mode``, ``tis_cap``).
     """
 
@@ -48,7 +48,7 @@ class LossSettings:
             name=name,
             options=options,
             agg_mode=mode,
-            kl_coef=float(algorithm.kl_beta) if algorithm.use_kl_loss else 0.0,
+            kl_coef=float(algorithm.kl_loss_coef) if algorithm.use_kl_loss else 0.0,
             kl_kind=kl_kind,
             tis_mode=correction.tis_mode,
             tis_cap=float(correction.tis_cap),

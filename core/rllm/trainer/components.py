@@ -6,12 +6,8 @@ built makes a misspelt name fail before the first rollout.
 
 from __future__ import annotations
 
-import warnings
-
 from omegaconf import DictConfig, OmegaConf
 
-from rllm.config.loading import default_config
-from rllm.errors import RLLMWarning
 from rllm.plugins.contract import backend_class
 from rllm.plugins.manager import get_plugin_manager
 from rllm.trainer.backend_protocol import BackendProtocol
@@ -37,24 +33,8 @@ def resolve_grouping_hook(hook: GroupingHook | str | None, config: DictConfig) -
     return with_options(get_plugin_manager().grouping_hooks.resolve(name).target, options, name)  # type: ignore[arg-type]
 
 
-def _warn_unused_workflow_keys(workflow: DictConfig) -> None:
-    """Keys that the chosen executor or failure policy never reads, when set: said, never silently ignored."""
-    defaults = default_config().rllm.workflow
-    unused = []
-    if str(workflow.executor) == "local":
-        unused += [f"ray.{key}" for key in defaults.ray if workflow.ray[key] != defaults.ray[key]]
-    policy = str(workflow.failure_policy)
-    if policy != "retry":  # under fail, raise_on_error=false is refused by the engine, not merely unused
-        keys = ("retry_limit", "raise_on_error") if policy == "drop_group" else ("retry_limit",)
-        unused += [key for key in keys if workflow[key] != defaults[key]]
-    for key in unused:
-        why = "the executor is local" if key.startswith("ray.") else f"failure_policy={workflow.failure_policy}"
-        warnings.warn(f"rllm.workflow.{key} has no effect: {why}.", RLLMWarning, stacklevel=4)
-
-
 def configured_executor(workflow: DictConfig) -> Executor | None:
     """The executor ``rllm.workflow.executor`` names; None is the engine's local one."""
-    _warn_unused_workflow_keys(workflow)
     if str(workflow.executor) != "ray":
         return None
     from rllm.trainer.ray_executor import RayExecutor  # ray is an optional extra: imported only when chosen

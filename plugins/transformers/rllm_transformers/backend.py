@@ -13,17 +13,16 @@ the model part is a ``save_pretrained`` directory, so any checkpoint loads with
 from __future__ import annotations
 
 import copy
-import warnings
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from rllm.errors import ConfigError, RLLMWarning, TrainerError
-from rllm.losses import KLInReward, LossSettings, check_kl_coef, inactive_kl_keys
+from rllm.config.unhonoured import unhonoured_keys
+from rllm.errors import ConfigError, TrainerError
+from rllm.losses import KLInReward, LossSettings, check_kl_coef
 from rllm.tasks import VOCAB, ArithmeticWorkflow, build_tasks
 from rllm.trainer import BackendProtocol, TaskLoader, TaskSetup, TrainerState, WorkflowEngine, scheduled_lr, task_loader
 from rllm.types import Episode
@@ -42,10 +41,8 @@ except ImportError as exc:
 
 DEFAULT_LOSS = "vanilla"
 
-_REFUSED: tuple[tuple[str, Any, str], ...] = (
-    ("router_replay", "disabled", "its models are trained without router replay; set it to disabled"),
-)
-"""rLLM's algorithm keys this backend cannot honour: (key, default, what to do). Every other key is honoured."""
+_REFUSED = {"rllm.algorithm.router_replay": "its models are trained without router replay; set it to disabled"}
+"""rLLM's keys this backend cannot honour when set (key: what to do). Every other key is honoured."""
 
 
 class TransformersBackend(BackendProtocol):
@@ -73,12 +70,10 @@ class TransformersBackend(BackendProtocol):
             betas=(float(options.adam_beta1), float(options.adam_beta2)),
             weight_decay=float(options.weight_decay),
         )
-        # each role's loss from the registry, checked now; kl_beta > 0 adds the KL term with or without use_kl_loss
-        kl = {"kl_coef": self.algorithm.kl_beta} if self.algorithm.kl_beta > 0 else {}
-        self.default_settings = replace(LossSettings.from_algorithm(self.algorithm, "", DEFAULT_LOSS), **kl)
+        # each role's loss from the registry, resolved and checked once per run; use_kl_loss adds the KL term
+        self.default_settings = LossSettings.from_algorithm(self.algorithm, "", DEFAULT_LOSS)
         self.role_settings = {
-            role: replace(LossSettings.from_algorithm(self.algorithm, role, DEFAULT_LOSS), **kl)
-            for role in self.algorithm.loss_fn_map
+            role: LossSettings.from_algorithm(self.algorithm, role, DEFAULT_LOSS) for role in self.algorithm.loss_fn_map
         }
         # KL in the reward: its controller's coefficient changes each step and is checkpointed
         self.kl_in_reward = KLInReward.from_algorithm(self.algorithm)
@@ -102,12 +97,8 @@ class TransformersBackend(BackendProtocol):
 
     def validate_config(self) -> None:
         algorithm = self.config.rllm.algorithm
-        for key, default, what in _REFUSED:
-            value = OmegaConf.select(algorithm, key, default=default)
-            if value != default:
-                raise ConfigError(
-                    f"rllm.algorithm.{key}={value!r} is not supported by the transformers backend: {what}."
-                )
+        for key, value in unhonoured_keys(self.config, _REFUSED).items():
+            raise ConfigError(f"{key}={value!r} is not supported by the transformers backend: {_REFUSED[key]}.")
         sampling = self.sampling()
         exact = sampling.temperature == 1.0 and sampling.top_p == 1.0 and sampling.top_k == 0
         correction = self.algorithm.rollout_correction
@@ -121,13 +112,6 @@ class TransformersBackend(BackendProtocol):
             raise ConfigError("rllm.transformers.mini_batches and micro_batches must be at least 1.")
         scheduled_lr(1.0, algorithm, 1, 1)  # an unknown schedule fails now
         check_estimators_see_the_penalty(self.algorithm)
-        inactive = inactive_kl_keys(self.algorithm)
-        if inactive:
-            warnings.warn(
-                f"{', '.join(inactive)} has no effect without rllm.algorithm.use_kl_in_reward=true.",
-                RLLMWarning,
-                stacklevel=2,
-            )
 
     def sampling(self) -> Sampling:
         options = self.options

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from rllm.config.unhonoured import unhonoured_keys
 from rllm.engine import Generation, RolloutEngine
 from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
 from rllm.losses import loss_entry
@@ -29,30 +30,25 @@ POLICY_FILE = "policy.npz"
 STATE_FILE = "embedded.json"
 
 
-_NO_KL_IN_REWARD = "it keeps no reference policy, so there is no KL in the reward"
-_UNHONOURED: tuple[tuple[str, Any, str], ...] = (
-    ("algorithm.kl_beta", 0.0, "it keeps no reference policy, so there is no KL term"),
-    ("algorithm.eps_clip", 0.2, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
-    ("algorithm.eps_clip_high", None, "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"),
-    ("algorithm.loss_agg_mode", None, "it sums token losses"),
-    ("algorithm.use_kl_loss", False, "it keeps no reference policy, so there is no KL term"),
-    ("algorithm.kl_penalty", "kl", _NO_KL_IN_REWARD),
-    ("algorithm.kl_ctrl.type", "fixed", _NO_KL_IN_REWARD),
-    ("algorithm.kl_ctrl.kl_coef", 0.001, _NO_KL_IN_REWARD),
-    ("algorithm.kl_ctrl.target_kl", 0.1, _NO_KL_IN_REWARD),
-    ("algorithm.kl_ctrl.horizon", 10000, _NO_KL_IN_REWARD),
-    ("algorithm.loss_options", {}, "its numpy losses take their clip ranges from rllm.embedded"),
-    ("algorithm.router_replay", "disabled", "its policy has no mixture-of-experts router"),
-    ("algorithm.rollout_correction.tis_mode", None, "it samples and trains with the same policy"),
-    ("algorithm.rollout_correction.bypass_mode", None, "it samples and trains with the same policy"),
-    (
-        "stepwise_advantage.enable",
-        False,
+_NO_REFERENCE = "it keeps no reference policy, so there is no KL term"
+_CLIP = "its PPO clip range is rllm.embedded.clip_ratio_low / clip_ratio_high"
+_SAME_POLICY = "it samples and trains with the same policy"
+_UNHONOURED: dict[str, str] = {
+    "rllm.algorithm.use_kl_loss": _NO_REFERENCE,
+    "rllm.algorithm.eps_clip": _CLIP,
+    "rllm.algorithm.eps_clip_high": _CLIP,
+    "rllm.algorithm.loss_agg_mode": "it sums token losses",
+    "rllm.algorithm.loss_options": "its numpy losses take their clip ranges from rllm.embedded",
+    "rllm.algorithm.router_replay": "its policy has no mixture-of-experts router",
+    "rllm.algorithm.rollout_correction.tis_mode": _SAME_POLICY,
+    "rllm.algorithm.rollout_correction.bypass_mode": _SAME_POLICY,
+    "rllm.stepwise_advantage.enable": (
         "it always trains every step as its own sample with its trajectory's advantage (what the switch turns "
-        "on in verl), so the switch changes nothing",
+        "on in verl), so the switch changes nothing"
     ),
-)
-"""rLLM's keys the embedded backend cannot honour: (path under ``rllm``, default, why)."""
+}
+"""rLLM's keys the embedded backend cannot honour when set (key: why); the keys that act only with one of these
+switches (kl_loss_coef, tis_cap, ...) are said by the switch rule of :mod:`rllm.config.unhonoured`."""
 
 
 class EmbeddedRolloutEngine(RolloutEngine):
@@ -178,7 +174,7 @@ class EmbeddedBackend(BackendProtocol):
             if size is not None and int(size) < 1:
                 raise ConfigError(f"rllm.data.{key} must be at least 1 (or null for val_batch_size), got {size}.")
         lr_factor(str(self.config.rllm.algorithm.lr_schedule), 0.0, 1, 1)
-        if OmegaConf.select(self.config.rllm, "algorithm.use_kl_in_reward", default=False):
+        if self.algorithm.use_kl_in_reward:
             raise ConfigError(
                 "rllm.algorithm.use_kl_in_reward=true is not supported by the embedded backend: it keeps no "
                 "reference policy to measure the KL against; use rllm.backend=transformers or set it to false."
@@ -187,11 +183,12 @@ class EmbeddedBackend(BackendProtocol):
 
     def _warn_unhonoured(self) -> None:
         """rLLM's keys this backend has no use for: said once per run, never silently ignored."""
-        for key, default, why in _UNHONOURED:
-            value = OmegaConf.select(self.config.rllm, key, default=default)
-            if value != default:
-                shown = f"rllm.{key}={value!r}"
-                warnings.warn(f"{shown} has no effect with the embedded backend: {why}.", RLLMWarning, stacklevel=2)
+        for key, value in unhonoured_keys(self.config, _UNHONOURED).items():
+            warnings.warn(
+                f"{key}={value!r} has no effect with the embedded backend: {_UNHONOURED[key]}.",
+                RLLMWarning,
+                stacklevel=2,
+            )
 
     def builtin_task(self) -> TaskSetup:
         tasks = build_tasks([str(name) for name in self.options.tasks])
