@@ -16,14 +16,17 @@ give JSON-safe dicts (no pickle) with rLLM's keys, and read the dicts rLLM write
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from rllm.contract.names import TerminationReason
 from rllm.errors import DataError
 from rllm.io import jsonable as _jsonable
+from rllm.records import metadata_alias as _metadata_alias
+from rllm.records import read_field as _read
+from rllm.records import take_metadata as _take_metadata
 
 DEFAULT_ROLE = "all_groups"
 """Role of a group whose id names no role."""
@@ -47,36 +50,6 @@ class TerminationEvent(Exception):
                 f"TerminationEvent got reason {reason!r}; use one of {', '.join(r.value for r in TerminationReason)}."
             ) from None
         super().__init__(f"episode terminated: {self.reason.value}")
-
-
-def _take_metadata(obj: Any, metadata: dict[str, Any] | None) -> None:
-    """Accept rLLM's ``metadata=`` constructor keyword as the ``info`` dict (giving both is an error)."""
-    if metadata is None:
-        return
-    if obj.info and obj.info is not metadata:
-        raise DataError(f"{type(obj).__name__} got both info and metadata; they are one dict, give one of them.")
-    obj.info = metadata
-
-
-_T = TypeVar("_T")
-
-
-def _metadata_alias(cls: type[_T]) -> type[_T]:
-    """Make ``metadata`` read and write the ``info`` dict (after the dataclass took its keyword)."""
-
-    def get(self: Any) -> dict[str, Any]:
-        return self.info  # type: ignore[no-any-return]
-
-    def put(self: Any, value: dict[str, Any] | None) -> None:
-        self.info = {} if value is None else value
-
-    cls.metadata = property(get, put, doc="rLLM's current name of ``info``.")  # type: ignore[attr-defined]
-    return cls
-
-
-def _read(data: Mapping[str, Any], key: str, default: Callable[[], Any]) -> Any:
-    value = data.get(key)
-    return default() if value is None else value
 
 
 @dataclass
