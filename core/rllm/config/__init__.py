@@ -24,6 +24,7 @@ _LOADER_NAMES = (
     "save_config",
     "validate_config",
 )
+_UNHONOURED_NAMES = ("switched_off", "unhonoured_keys")
 
 __all__ = [
     "CONFIG_FILE",
@@ -42,6 +43,8 @@ __all__ = [
     "nest_dotted",
     "rLLMAdvantageEstimator",
     "save_config",
+    "switched_off",
+    "unhonoured_keys",
     "validate_config",
 ]
 
@@ -49,6 +52,8 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name in _LOADER_NAMES:
         return getattr(import_module("rllm.config.loading"), name)
+    if name in _UNHONOURED_NAMES:
+        return getattr(import_module("rllm.config.unhonoured"), name)
     raise AttributeError(f"module 'rllm.config' has no attribute {name!r}")
 
 
@@ -63,3 +68,4 @@ if TYPE_CHECKING:
         save_config,
         validate_config,
     )
+    from rllm.config.unhonoured import switched_off, unhonoured_keys

@@ -9,6 +9,7 @@ implements it, and workflows are written against it. Token-level workflows call
 
 from __future__ import annotations
 
+from rllm.engine.chat import completion_output
 from rllm.engine.messages import check_messages
 from rllm.engine.rollout import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine, engine_problem
 from rllm.engine.tool_calls import ToolCall
@@ -20,5 +21,6 @@ __all__ = [
     "RolloutEngine",
     "ToolCall",
     "check_messages",
+    "completion_output",
     "engine_problem",
 ]

@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from rllm.config.unhonoured import unhonoured_keys
+from rllm.config import unhonoured_keys
 from rllm.errors import ConfigError, TrainerError
 from rllm.losses import KLInReward, LossSettings, check_kl_coef
 from rllm.tasks import VOCAB, ArithmeticWorkflow, build_tasks

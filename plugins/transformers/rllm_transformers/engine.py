@@ -26,8 +26,7 @@ from typing import Any
 
 import torch
 
-from rllm.engine import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine
-from rllm.engine.chat import completion_output
+from rllm.engine import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine, completion_output
 from rllm.errors import DataError, EngineCallError
 from rllm.types import TerminationEvent, TerminationReason
 
