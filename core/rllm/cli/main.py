@@ -21,7 +21,7 @@ from rllm.cli.args import DOCS, UsageError
 from rllm.errors import RLLMError
 from rllm.version import __version__
 
-COMMANDS = ("advantages", "config", "estimators", "losses", "plugins", "train")
+COMMANDS = ("advantages", "config", "estimators", "losses", "plugins", "serve", "train")
 """Modules under rllm.cli, in the order ``rllm --help`` lists them."""
 
 _DESCRIPTION = """Pluggable advantage estimation for LLM reinforcement learning.

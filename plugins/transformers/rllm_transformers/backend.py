@@ -48,6 +48,13 @@ _REFUSED = {"rllm.algorithm.router_replay": "its models are trained without rout
 class TransformersBackend(BackendProtocol):
     """``rllm.backend=transformers`` (the plugin registers this class's path, so it is imported when selected)."""
 
+    @classmethod
+    def serve(cls, config: DictConfig, host: str, port: int, model_name: str | None = None) -> int:
+        """``rllm serve``: the model the ``rllm.transformers`` keys name, over an OpenAI-compatible API."""
+        from rllm_transformers.serve import serve
+
+        return serve(config, host, port, model_name)
+
     def __init__(self, config: DictConfig, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
         self.options = config.rllm.transformers

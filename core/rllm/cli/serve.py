@@ -1,0 +1,45 @@
+"""``rllm serve``: an OpenAI-compatible HTTP server over the transformers backend's model."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rllm.cli.args import add_config_arguments, command_parser, split_words
+from rllm.errors import ConfigError
+
+BACKEND = "transformers"
+"""The backend whose model is served: its ``rllm.transformers`` keys say which model."""
+
+
+def add_parser(sub: Any) -> None:
+    parser = command_parser(
+        sub,
+        "serve",
+        "serve the transformers backend's model over an OpenAI-compatible HTTP API",
+        "Serve /v1/completions, /v1/chat/completions, /v1/models, /health and SGLang's\n"
+        "/update_weights_from_disk for the model the rllm.transformers keys name (tiny, a\n"
+        "save_pretrained directory or a hub id). Token ids and log-probs use vLLM's field names\n"
+        "(return_token_ids). Needs the serve extra: pip install 'rllm[serve]'.",
+        [
+            "rllm serve rllm.transformers.model=tiny rllm.transformers.tokenizer=text --port 8000",
+            "rllm serve rllm.transformers.model=runs/rllm/default/checkpoints/step_10/model --port 8000",
+        ],
+    )
+    add_config_arguments(parser)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
+    parser.add_argument(
+        "--served-model-name", metavar="NAME", help="the model's name in requests (default: rllm.transformers.model)"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rllm.trainer.components import resolve_backend
+
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"--port {args.port} is not a TCP port; give 1-65535.")
+    config = split_words(args).load()
+    backend = resolve_backend(BACKEND, config)
+    return int(backend.serve(config, args.host, args.port, args.served_model_name))  # type: ignore[attr-defined]

@@ -1,0 +1,306 @@
+"""``rllm serve``: an OpenAI-compatible HTTP server over the transformers backend's model (see docs/serve.md).
+
+Requests arriving within a short window are sampled together by :class:`TransformersEngine`'s
+batched sampler (one call per distinct sampling setting), in a worker thread so the server keeps
+accepting requests meanwhile. Token ids and log-probs use vLLM's field names; the weight update
+is SGLang's ``/update_weights_from_disk``. FastAPI and uvicorn are the ``serve`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from rllm.engine import Generation
+from rllm.errors import ConfigError
+from rllm_transformers.checkpoint import MODEL_DIR
+from rllm_transformers.engine import Sampling, TransformersEngine, _Request
+from rllm_transformers.model import Policy, load_policy
+from rllm_transformers.plugin import _installed
+from rllm_transformers.serve_params import Params, RequestError, parse
+
+_ABSENT = [name for name in ("fastapi", "uvicorn") if not _installed(name)]
+if _ABSENT:  # the extra first: one line naming it, not an ImportError
+    raise ConfigError(f"rllm serve needs {', '.join(_ABSENT)}: pip install 'rllm[serve]'.")
+
+from fastapi import FastAPI, Request  # noqa: E402  (after the extra's check)
+from fastapi.responses import JSONResponse  # noqa: E402
+
+WINDOW_SECONDS = 0.01
+"""How long the first request of a batch waits for others to join it."""
+
+
+class Server:
+    """The model, its weight version and the pending requests of the next batch."""
+
+    def __init__(self, policy: Policy, model_name: str, seed: int) -> None:
+        self.policy = policy
+        self.model_name = model_name
+        self.weight_version = 0
+        self.context_limit = int(getattr(policy.model.config, "max_position_embeddings", 2048))
+        self.generator = torch.Generator().manual_seed(seed)
+        self.generate_calls = 0
+        self.requests = 0
+        self._pending: list[tuple[_Request, Params]] = []
+        self._flush: asyncio.Task[None] | None = None
+        self._model_lock = asyncio.Lock()
+        limit = self.context_limit
+        self.engine = TransformersEngine(
+            policy.model, policy.tokenizer, policy.device, self.generator, Sampling(), limit, limit, True
+        )
+
+    def check_model(self, body: dict[str, Any]) -> None:
+        name = body.get("model")
+        if name != self.model_name:
+            raise RequestError(
+                f"The model {name!r} does not exist; this server serves {self.model_name!r} (see /v1/models).",
+                "model",
+                404,
+                "model_not_found",
+            )
+
+    def completion_prompt(self, body: dict[str, Any]) -> list[int]:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, str):
+            return list(self.policy.tokenizer.encode(prompt, add_special_tokens=False))
+        vocab = len(self.policy.tokenizer)
+        if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            bad = [t for t in prompt if not 0 <= t < vocab]
+            if bad:
+                raise RequestError(f"prompt token id {bad[0]} is outside the vocabulary (0..{vocab - 1}).", "prompt")
+            return list(prompt)
+        raise RequestError("prompt must be a string or a list of token ids (one prompt per request).", "prompt")
+
+    def chat_prompt(self, body: dict[str, Any]) -> list[int]:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise RequestError("messages must be a non-empty list of {role, content} objects.", "messages")
+        if getattr(self.policy.tokenizer, "chat_template", None) is None:
+            raise RequestError("this model's tokenizer has no chat template; use /v1/completions.", "messages")
+        try:
+            return self.engine.chat_ids(messages)
+        except Exception as exc:  # the template's own raise_exception, or a message it cannot render
+            raise RequestError(f"the chat template refused the messages: {exc}", "messages") from None
+
+    async def generate(self, params: Params) -> list[Generation]:
+        """``params.n`` samples of the prompt, batched with whatever else arrives in the window."""
+        loop = asyncio.get_running_loop()
+        generator = self.generator if params.seed is None else torch.Generator().manual_seed(params.seed)
+        futures = []
+        for _ in range(params.n):
+            future: asyncio.Future[Generation] = loop.create_future()
+            self._pending.append((_Request(params.prompt_ids, params.max_tokens, future, generator), params))
+            futures.append(future)
+        self.requests += 1
+        if self._flush is None or self._flush.done():
+            self._flush = asyncio.ensure_future(self._run_batches())
+        return [apply_stop(await future, params.stop, self.policy.tokenizer) for future in futures]
+
+    async def _run_batches(self) -> None:
+        await asyncio.sleep(WINDOW_SECONDS)
+        while self._pending:
+            pending, self._pending = self._pending, []
+            groups: dict[tuple[Sampling, bool], list[_Request]] = defaultdict(list)
+            for request, params in pending:
+                groups[(params.sampling, params.greedy)].append(request)
+            async with self._model_lock:
+                for (sampling, greedy), requests in groups.items():
+                    # the engine's greedy path (validating): argmax, log-probs of the untempered distribution
+                    self.engine.sampling, self.engine.validating = sampling, greedy
+                    self.generate_calls += 1
+                    try:
+                        generations = await asyncio.to_thread(self.engine.sample, requests)
+                    except Exception as exc:  # answered as a 500 per request, the server carries on
+                        for request in requests:
+                            request.future.set_exception(exc)
+                        continue
+                    for request, generation in zip(requests, generations, strict=True):
+                        request.future.set_result(generation)
+
+    async def update_weights(self, body: dict[str, Any]) -> dict[str, Any]:
+        """SGLang's ``/update_weights_from_disk``: load ``model_path`` (a save_pretrained or checkpoint directory)."""
+        path = body.get("model_path")
+        if not isinstance(path, str) or not path:
+            raise RequestError("model_path must name a directory save_pretrained or rllm train wrote.", "model_path")
+        directory = Path(path).expanduser()
+        if (directory / MODEL_DIR).is_dir():
+            directory = directory / MODEL_DIR  # an rllm train checkpoint: its model part
+        if not directory.is_dir():
+            raise RequestError(f"model_path {path!r}: no such directory.", "model_path")
+        async with self._model_lock:  # between batches: no request samples from half-loaded weights
+            await asyncio.to_thread(self._load, directory, path)
+            self.weight_version = int(body["weight_version"]) if "weight_version" in body else self.weight_version + 1
+        return {"success": True, "message": f"loaded {path}", "weight_version": self.weight_version}
+
+    def _load(self, directory: Path, path: str) -> None:
+        from transformers import AutoModelForCausalLM
+
+        try:
+            loaded = AutoModelForCausalLM.from_pretrained(str(directory))
+        except (OSError, ValueError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise RequestError(
+                f"model_path {path!r}: no model could be loaded there ({first}).", "model_path"
+            ) from None
+        try:
+            self.policy.model.load_state_dict(loaded.state_dict())
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise RequestError(
+                f"model_path {path!r} holds a model of another shape than the served one ({first}).", "model_path"
+            ) from None
+
+    def completion_body(self, params: Params, generations: list[Generation]) -> dict[str, Any]:
+        choices = []
+        for index, generation in enumerate(generations):
+            choice: dict[str, Any] = {
+                "index": index,
+                "text": generation.text,
+                "logprobs": self._completion_logprobs(generation) if params.logprobs else None,
+                "finish_reason": generation.finish_reason,
+            }
+            if params.return_token_ids:
+                choice["prompt_token_ids"] = params.prompt_ids
+                choice["token_ids"] = generation.response_ids
+            choices.append(choice)
+        return self._envelope("cmpl", "text_completion", choices, params, generations)
+
+    def chat_body(self, params: Params, generations: list[Generation]) -> dict[str, Any]:
+        choices = []
+        for index, generation in enumerate(generations):
+            choice: dict[str, Any] = {
+                "index": index,
+                "message": {"role": "assistant", "content": generation.text},
+                "logprobs": self._chat_logprobs(generation) if params.logprobs else None,
+                "finish_reason": generation.finish_reason,
+            }
+            if params.return_token_ids:
+                choice["token_ids"] = generation.response_ids
+            choices.append(choice)
+        body = self._envelope("chatcmpl", "chat.completion", choices, params, generations)
+        if params.return_token_ids:
+            body["prompt_token_ids"] = params.prompt_ids
+        return body
+
+    def _envelope(
+        self, prefix: str, kind: str, choices: list[dict[str, Any]], params: Params, generations: list[Generation]
+    ) -> dict[str, Any]:
+        completion = sum(len(g.response_ids) for g in generations)
+        return {
+            "id": f"{prefix}-{uuid.uuid4().hex}",
+            "object": kind,
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": len(params.prompt_ids),
+                "completion_tokens": completion,
+                "total_tokens": len(params.prompt_ids) + completion,
+            },
+            "weight_version": self.weight_version,
+        }
+
+    def _completion_logprobs(self, generation: Generation) -> dict[str, Any]:
+        tokens = [self.policy.tokenizer.decode([t]) for t in generation.response_ids]
+        offsets, at = [], 0
+        for piece in tokens:
+            offsets.append(at)
+            at += len(piece)
+        return {"tokens": tokens, "token_logprobs": generation.logprobs, "top_logprobs": None, "text_offset": offsets}
+
+    def _chat_logprobs(self, generation: Generation) -> dict[str, Any]:
+        content = []
+        for token, logprob in zip(generation.response_ids, generation.logprobs, strict=True):
+            piece = self.policy.tokenizer.decode([token])
+            content.append({"token": piece, "logprob": logprob, "bytes": list(piece.encode()), "top_logprobs": []})
+        return {"content": content}
+
+
+def apply_stop(generation: Generation, stop: list[str], tokenizer: Any) -> Generation:
+    """Cut at the first stop string: the text before it, the tokens up to the one completing it."""
+    if not stop:
+        return generation
+    ids = generation.response_ids
+    for length in range(1, len(ids) + 1):
+        text = tokenizer.decode(ids[:length], skip_special_tokens=True)
+        hits = [text.find(s) for s in stop if s in text]
+        if hits:
+            cut = min(hits)
+            logprobs = generation.logprobs[:length]
+            return Generation(ids[:length], logprobs, text[:cut], "stop", generation.prompt_ids)
+    return generation
+
+
+def build_app(server: Server) -> FastAPI:
+    """The FastAPI app: the routes and their OpenAI-shaped errors."""
+    app = FastAPI(title="rllm serve")
+
+    async def read(request: Request) -> dict[str, Any]:
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RequestError(f"the request body is not valid JSON ({exc}).") from None
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object.")
+        return body
+
+    @app.exception_handler(RequestError)
+    async def refused(request: Request, exc: RequestError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "weight_version": server.weight_version,
+            "requests": server.requests,
+            "generate_calls": server.generate_calls,
+        }
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        card = {"id": server.model_name, "object": "model", "created": 0, "owned_by": "rllm"}
+        return {"object": "list", "data": [{**card, "max_model_len": server.context_limit}]}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> dict[str, Any]:
+        body = await read(request)
+        server.check_model(body)
+        params = parse(body, server.completion_prompt(body), False, server.context_limit)
+        return server.completion_body(params, await server.generate(params))
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> dict[str, Any]:
+        body = await read(request)
+        server.check_model(body)
+        params = parse(body, server.chat_prompt(body), True, server.context_limit)
+        return server.chat_body(params, await server.generate(params))
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights(request: Request) -> dict[str, Any]:
+        return await server.update_weights(await read(request))
+
+    return app
+
+
+def serve(config: DictConfig, host: str, port: int, model_name: str | None = None) -> int:
+    """Load the model ``rllm.transformers`` names and answer HTTP requests until interrupted."""
+    import uvicorn
+
+    options = config.rllm.transformers
+    policy = load_policy(options)
+    name = model_name or str(options.model)
+    server = Server(policy, name, int(options.seed))
+    print(f"rllm serve: {name} on http://{host}:{port}/v1 (context {server.context_limit} tokens)", flush=True)
+    uvicorn.run(build_app(server), host=host, port=port, log_level="warning")
+    return 0

@@ -1,0 +1,262 @@
+"""``rllm serve`` as a user runs it: a subprocess on 127.0.0.1, driven by the stock ``openai`` client.
+
+The returned token ids and log-probs are checked against a plain forward pass of the same
+weights (the tiny model is built from its seed, so this process builds the same one), not
+against the server's own sampler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from extras import skip_module_without
+
+skip_module_without(
+    "torch", "transformers", "safetensors", "fastapi", "uvicorn", "openai", install="pip install 'rllm[serve,test]'"
+)
+
+import openai
+import torch
+
+from rllm.config import load_config
+from rllm.errors import ConfigError
+from rllm_transformers.model import load_policy
+
+MODEL = ("rllm.transformers.model=tiny", "rllm.transformers.tokenizer=text", "rllm.transformers.device=cpu")
+STARTUP_SECONDS = 60
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _get(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+def _post(url: str, data: bytes) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """The server's root URL; the process is stopped whatever the tests did."""
+    port = _free_port()
+    command = [sys.executable, "-m", "rllm.cli.main", "serve", *MODEL, "--host", "127.0.0.1", "--port", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ.copy())
+    root = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while True:
+            if process.poll() is not None:
+                output = process.stdout.read().decode() if process.stdout else ""
+                pytest.fail(f"rllm serve exited with {process.returncode}: {output}")
+            try:
+                _get(f"{root}/health")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"rllm serve did not answer /health within {STARTUP_SECONDS}s")
+                time.sleep(0.3)
+        yield root
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def policy() -> Any:
+    """The same weights as the server's: the tiny model built from the same keys and seed."""
+    return load_policy(load_config(overrides=list(MODEL)).rllm.transformers)
+
+
+def _client(root: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{root}/v1", api_key="unused", timeout=30, max_retries=0)
+
+
+def _forward_log_probs(model: Any, prompt: list[int], completion: list[int]) -> list[float]:
+    """log p(completion token | everything before it), from one forward pass over the whole sequence."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + completion])).logits[0].float()
+    log_p = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+    return log_p.gather(-1, torch.tensor(completion)[:, None]).squeeze(-1).tolist()
+
+
+def test_completion_ids_and_log_probs_equal_a_forward_pass(server: str, policy: Any) -> None:
+    answer = _client(server).completions.create(
+        model="tiny", prompt="Hello", max_tokens=12, logprobs=0, seed=3, extra_body={"return_token_ids": True}
+    )
+    choice = answer.choices[0]
+    prompt = policy.tokenizer.encode("Hello", add_special_tokens=False)
+    assert choice.prompt_token_ids == prompt
+    assert 1 <= len(choice.token_ids) <= 12
+    assert choice.text == policy.tokenizer.decode(choice.token_ids, skip_special_tokens=True)
+    expected = _forward_log_probs(policy.model, prompt, choice.token_ids)
+    assert choice.logprobs.token_logprobs == pytest.approx(expected, abs=1e-5)
+    assert answer.usage.completion_tokens == len(choice.token_ids)
+
+    by_ids = _client(server).completions.create(
+        model="tiny", prompt=prompt, max_tokens=12, logprobs=0, seed=3, extra_body={"return_token_ids": True}
+    )
+    assert by_ids.choices[0].token_ids == choice.token_ids  # token-id prompt, same seed: the same sample
+
+
+def test_chat_ids_and_log_probs_equal_a_forward_pass(server: str, policy: Any) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    answer = _client(server).chat.completions.create(
+        model="tiny", messages=messages, max_tokens=10, logprobs=True, n=3, extra_body={"return_token_ids": True}
+    )
+    rendered = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
+    prompt = policy.tokenizer.encode(rendered, add_special_tokens=False)  # ChatML, rendered by hand
+    assert answer.prompt_token_ids == prompt
+    assert prompt[-11] == policy.tokenizer.convert_tokens_to_ids("<|im_start|>")
+    assert len(answer.choices) == 3
+    for choice in answer.choices:
+        expected = _forward_log_probs(policy.model, prompt, choice.token_ids)
+        assert [entry.logprob for entry in choice.logprobs.content] == pytest.approx(expected, abs=1e-5)
+        assert choice.message.content == policy.tokenizer.decode(choice.token_ids, skip_special_tokens=True)
+
+
+def test_greedy_and_stop(server: str, policy: Any) -> None:
+    client = _client(server)
+    prompt = policy.tokenizer.encode("abc", add_special_tokens=False)
+    greedy = client.completions.create(
+        model="tiny", prompt=prompt, max_tokens=6, temperature=0, extra_body={"return_token_ids": True}
+    )
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(6):  # argmax continuation from full forward passes
+            ids.append(int(policy.model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    assert greedy.choices[0].token_ids == ids[len(prompt) : len(prompt) + len(greedy.choices[0].token_ids)]
+
+    sampled = client.completions.create(
+        model="tiny", prompt=prompt, max_tokens=30, seed=5, extra_body={"return_token_ids": True}
+    )
+    text = sampled.choices[0].text
+    stop = text[3]  # a character the seeded sample is known to produce at position 3 (or earlier)
+    cut = client.completions.create(
+        model="tiny", prompt=prompt, max_tokens=30, seed=5, stop=[stop], extra_body={"return_token_ids": True}
+    )
+    first = text.index(stop)
+    assert cut.choices[0].text == text[:first]
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].token_ids == sampled.choices[0].token_ids[: first + 1]
+
+
+def test_64_concurrent_requests_are_batched(server: str) -> None:
+    before = _get(f"{server}/health")
+
+    async def run() -> list[Any]:
+        client = openai.AsyncOpenAI(base_url=f"{server}/v1", api_key="unused", timeout=30, max_retries=0)
+        calls = [
+            client.completions.create(model="tiny", prompt=f"q{i}", max_tokens=8, extra_body={"return_token_ids": True})
+            for i in range(64)
+        ]
+        try:
+            return await asyncio.wait_for(asyncio.gather(*calls), timeout=45)
+        finally:
+            await client.close()
+
+    answers = asyncio.run(run())
+    assert len(answers) == 64 and all(1 <= len(a.choices[0].token_ids) <= 8 for a in answers)
+    after = _get(f"{server}/health")
+    assert after["requests"] - before["requests"] == 64
+    assert after["generate_calls"] - before["generate_calls"] <= 16  # batched, not one generate per request
+
+
+def test_bad_requests_are_4xx_with_a_message(server: str) -> None:
+    client = _client(server)
+    with pytest.raises(openai.BadRequestError, match="maximum context length is 256 tokens"):
+        client.completions.create(model="tiny", prompt="hi", max_tokens=1000)
+    with pytest.raises(openai.NotFoundError, match="serves 'tiny'"):
+        client.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError, match="role robot is not one of"):
+        client.chat.completions.create(model="tiny", messages=[{"role": "robot", "content": "hi"}])
+    status, body = _post(f"{server}/v1/completions", b"{not json")
+    assert status == 400 and "not valid JSON" in body["error"]["message"]
+    assert body["error"]["type"] == "invalid_request_error"
+    for extra, named in (({"stream": True}, "does not stream"), ({"best_of": 2}, "does not support best_of")):
+        status, body = _post(
+            f"{server}/v1/completions", json.dumps({"model": "tiny", "prompt": "hi", **extra}).encode()
+        )
+        assert status == 400 and named in body["error"]["message"] and body["error"]["param"] == next(iter(extra))
+    status, body = _post(f"{server}/update_weights_from_disk", json.dumps({"model_path": "/no/such/dir"}).encode())
+    assert status == 400 and "no such directory" in body["error"]["message"]
+
+
+def test_update_weights_from_disk_changes_outputs_and_version(server: str, policy: Any, tmp_path: Path) -> None:
+    new = load_policy(load_config(overrides=[*MODEL, "rllm.transformers.seed=7"]).rllm.transformers)
+    new.model.save_pretrained(tmp_path / "model")
+    new.tokenizer.save_pretrained(tmp_path / "model")
+    version = _get(f"{server}/health")["weight_version"]
+    for extra, named in (({"stream": True}, "does not stream"), ({"best_of": 2}, "does not support best_of")):
+        status, body = _post(
+            f"{server}/v1/completions", json.dumps({"model": "tiny", "prompt": "hi", **extra}).encode()
+        )
+        assert status == 400 and named in body["error"]["message"] and body["error"]["param"] == next(iter(extra))
+    status, body = _post(f"{server}/update_weights_from_disk", json.dumps({"model_path": str(tmp_path)}).encode())
+    assert status == 200 and body["success"] and body["weight_version"] == version + 1
+
+    answer = _client(server).completions.create(
+        model="tiny", prompt="Hello", max_tokens=8, logprobs=0, extra_body={"return_token_ids": True}
+    )
+    choice = answer.choices[0]
+    assert answer.weight_version == version + 1
+    prompt = choice.prompt_token_ids
+    assert choice.logprobs.token_logprobs == pytest.approx(
+        _forward_log_probs(new.model, prompt, choice.token_ids), abs=1e-5
+    )
+    old = _forward_log_probs(policy.model, prompt, choice.token_ids)
+    assert max(abs(a - b) for a, b in zip(old, choice.logprobs.token_logprobs, strict=True)) > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        (["--port", "0"], "rllm serve: error: --port 0 is not a TCP port; give 1-65535."),
+        (["rllm.transformers.modle=tiny"], "Did you mean 'rllm.transformers.model'?"),
+    ],
+)
+def test_a_bad_command_line_is_one_line(capsys: pytest.CaptureFixture[str], words: list[str], message: str) -> None:
+    from rllm.cli.main import main
+
+    assert main(["serve", *words]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_the_missing_extra_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib
+
+    from rllm.cli.main import main
+
+    monkeypatch.setitem(sys.modules, "fastapi", None)
+    monkeypatch.delitem(sys.modules, "rllm_transformers.serve", raising=False)
+    with pytest.raises(ConfigError, match=r"rllm serve needs fastapi: pip install 'rllm\[serve\]'"):
+        importlib.import_module("rllm_transformers.serve")
+    assert main(["serve", *MODEL, "--port", "1"]) == 2  # the command line says it before loading any model
+    assert capsys.readouterr().err.strip() == "rllm serve: error: rllm serve needs fastapi: pip install 'rllm[serve]'."
