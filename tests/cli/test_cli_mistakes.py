@@ -130,12 +130,26 @@ def test_large_plain_yaml_is_read_and_alias_bombs_are_not(tmp_path: Path, capsys
     one_error(capsys, ["config", "-c", str(bomb)], "uses YAML aliases that expand to more than 10,000 nodes")
 
 
-def test_full_device_is_one_error_line() -> None:
+@pytest.mark.parametrize(
+    ("argv", "prefix"),
+    [
+        (["estimators"], "rllm estimators"),
+        (["advantages", "IN"], "rllm advantages"),
+        (["--version"], "rllm"),
+        (["--help"], "rllm"),
+        (["estimators", "--help"], "rllm"),
+    ],
+)
+def test_full_device_is_one_error_line(tmp_path: Path, argv: list[str], prefix: str) -> None:
+    """Every write to standard output is checked, argparse's --help and --version too (it drops their errors)."""
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"group_id": 1, "reward": 1}\n{"group_id": 1, "reward": 0}\n')
+    argv = [str(source) if word == "IN" else word for word in argv]
     with open("/dev/full", "wb") as full:
-        done = subprocess.run([*COMMAND, "estimators"], stdout=full, stderr=subprocess.PIPE, timeout=120)
+        done = subprocess.run([*COMMAND, *argv], stdout=full, stderr=subprocess.PIPE, timeout=120)
     err = done.stderr.decode()
-    assert done.returncode == 1 and "Exception ignored" not in err, err
-    assert err.strip() == "rllm estimators: error: Could not write standard output: No space left on device."
+    assert done.returncode != 0 and "Exception ignored" not in err, err
+    assert err.strip() == f"{prefix}: error: Could not write standard output: No space left on device."
 
 
 def test_broken_pipe_exits_quietly(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def test_taken_names_per_door_as_docs_plugins_md_says(plugin_manager: object) ->
     import numpy as np
     import pytest
 
-    from rllm.errors import RLLMWarning
+    from rllm.errors import EstimatorConflictError
     from rllm.experimental.common.advantage import (
         RLLM_ADV_ESTIMATOR_REGISTRY,
         get_rllm_adv_estimator,
@@ -68,8 +68,9 @@ def test_taken_names_per_door_as_docs_plugins_md_says(plugin_manager: object) ->
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # assignment replaces without a word
         RLLM_ADV_ESTIMATOR_REGISTRY["rloo"] = zeros
-    with pytest.warns(RLLMWarning, match="replaces estimator 'grpo' of built-in plugin 'builtin'"):
+    with pytest.raises(EstimatorConflictError, match="estimator 'grpo', a name of built-in plugin 'builtin'"):
         register_rllm_adv_estimator("grpo")(zeros)
+    register_rllm_adv_estimator("grpo", replace=True)(zeros)
     for name in ("rloo", "grpo"):
         lookup = get_rllm_adv_estimator(name)
         assert lookup.__wrapped__ is zeros  # type: ignore[attr-defined]

@@ -211,8 +211,7 @@ def doubled(batch: rllm.AdvantageBatch, *, factor: float) -> np.ndarray:
 
 
 def test_replaced_builtin_name_is_used_by_every_door_but_calculate(plugin_manager: PluginManager) -> None:
-    with pytest.warns(rllm.RLLMWarning, match="replaces estimator 'rloo'"):
-        rllm.register_rllm_adv_estimator("rloo")(shift_by_ten)
+    rllm.register_rllm_adv_estimator("rloo", replace=True)(shift_by_ten)
     for door, call in DOORS.items():
         assert call("rloo", REWARDS, {}) == [[11.0, 13.0], [10.0, 14.0, 18.0]], door
     # calculate_rloo_advantages keeps meaning the built-in RLOO, as the documented API promises.

@@ -84,10 +84,14 @@ def test_same_plugin_object_twice_is_not_a_conflict(plugin_manager: PluginManage
     assert [i.status for i in plugin_manager.plugin_infos()] == ["ok", "ok"]
 
 
-def test_runtime_registration_of_taken_name_replaces_it_with_a_warning(plugin_manager: PluginManager) -> None:
-    with pytest.warns(rllm.RLLMWarning, match="replaces estimator 'rloo' of built-in plugin 'builtin'"):
-        rllm.register_rllm_adv_estimator("rloo")(constant(1))
-    np.testing.assert_array_equal(rllm.compute_advantages("rloo", [1.0, 2.0], [0, 0]), [1.0, 1.0])
+@pytest.mark.parametrize("name", ["grpo", "rloo"])
+def test_runtime_registration_of_a_builtin_name_needs_replace(plugin_manager: PluginManager, name: str) -> None:
+    """As a plugin's claim on a built-in name is ignored without replace=True, user code's is refused."""
+    with pytest.raises(rllm.EstimatorConflictError, match=f"estimator '{name}', a name of built-in plugin 'builtin'"):
+        rllm.register_rllm_adv_estimator(name)(constant(1))
+    # The built-in stays: rewards [1, 2] in one group, mean 1.5 -> grpo +-0.5/(0.5+1e-6), rloo (1-2), (2-1).
+    expected = [-0.5 / 0.500001, 0.5 / 0.500001] if name == "grpo" else [-1.0, 1.0]
+    np.testing.assert_allclose(rllm.compute_advantages(name, [1.0, 2.0], [0, 0]), expected)
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # replace=True says it is on purpose: no warning

@@ -40,8 +40,16 @@ _EXAMPLES = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that --help or --version on a full device is an error, not lost output and exit 0."""
+
+    def _print_message(self, message: str, file: TextIO | None = None) -> None:
+        if message:
+            (file or sys.stderr).write(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rllm",
         description=_DESCRIPTION,
         epilog=_EXAMPLES,
@@ -90,7 +98,10 @@ def _terminal_warnings() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     with _terminal_warnings():
         parser = build_parser()
-        args, extras = parser.parse_known_args(argv)
+        try:
+            args, extras = parser.parse_known_args(argv)
+        except OSError as exc:  # --help or --version could not be written
+            return _stdout_failed("rllm", exc)
         command_parser = getattr(args, "parser", parser)
         if extras and hasattr(args, "words") and not any(e.startswith("-") and e != "-" for e in extras):
             args.words += extras  # words after options: `rllm advantages in.jsonl -e rloo key=value`
@@ -122,15 +133,19 @@ def _run(parser: argparse.ArgumentParser, args: Any) -> int:
     except RLLMError as exc:
         print(f"rllm {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # output piped into `head`: stop quietly, as unix tools do
-        _silence_stdout()
-        return 0
     except OSError as exc:
-        if exc.errno not in _STDOUT_ERRNOS:
-            raise
-        _silence_stdout()
-        print(f"rllm {args.command}: error: Could not write standard output: {exc.strerror}.", file=sys.stderr)
-        return 1
+        return _stdout_failed(f"rllm {args.command}", exc)
+
+
+def _stdout_failed(command: str, exc: OSError) -> int:
+    """The exit code for a failed write to standard output: a closed pipe is quiet, a full device one line."""
+    if exc.errno != errno.EPIPE and exc.errno not in _STDOUT_ERRNOS:
+        raise exc
+    _silence_stdout()
+    if exc.errno == errno.EPIPE:  # output piped into `head`: stop quietly, as unix tools do
+        return 0
+    print(f"{command}: error: Could not write standard output: {exc.strerror}.", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

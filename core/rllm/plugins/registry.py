@@ -106,12 +106,20 @@ class Registry(Generic[E]):
         self._claims: dict[str, list[E]] = {}
 
     def add(self, entry: E) -> None:
-        """Record a claim. User code taking a name replaces its holder, with a warning unless ``replace=True``."""
+        """Record a claim. User code taking a plugin's name replaces it with a warning, a built-in's only with
+        ``replace=True`` (as a plugin's claim on a built-in name needs it to win)."""
         claims = self._claims.setdefault(entry.name, [])
         for i, existing in enumerate(claims):
             if existing.same_target(entry):
                 claims[i] = entry
                 return
+        builtin = next((c for c in claims if c.source.kind == "builtin"), None)
+        if entry.source.kind == "runtime" and builtin is not None and not entry.replace:
+            raise self.conflict(
+                f"{entry.source.describe()} registers {self.what} {entry.name!r}, a name of "
+                f"{builtin.source.describe()}. Pass replace=True to replace the built-in on purpose, "
+                "or choose another name."
+            )
         if entry.source.kind == "runtime" and claims and not entry.replace:
             warnings.warn(
                 f"{entry.source.describe()} replaces {self.what} {entry.name!r} of {claims[-1].source.describe()}. "
