@@ -136,8 +136,8 @@ class AlgorithmConfig:
     lr_schedule: LrSchedule = _DEFAULTS["lr_schedule"]
     warmup_steps: int = _DEFAULTS["warmup_steps"]
     warmup_steps_ratio: float = _DEFAULTS["warmup_steps_ratio"]
-    kl_beta: float | None = _DEFAULTS["kl_beta"]
-    """rLLM's name of ``kl_loss_coef``: when given, it is the coefficient."""
+    kl_beta: float = _DEFAULTS["kl_beta"]
+    """rLLM's name of ``kl_loss_coef``: other than its default (rLLM's 0), it is the coefficient."""
     eps_clip: float = _DEFAULTS["eps_clip"]
     eps_clip_high: float | None = _DEFAULTS["eps_clip_high"]
     loss_agg_mode: str | None = _DEFAULTS["loss_agg_mode"]
@@ -162,7 +162,7 @@ class AlgorithmConfig:
     def __post_init__(self) -> None:
         for name, key in _FIELD_KEYS.items():
             key.check(getattr(self, name))
-        if self.kl_beta is not None:  # rLLM's name of verl's kl_loss_coef
+        if self.kl_beta != _DEFAULTS["kl_beta"]:  # rLLM's name of verl's kl_loss_coef
             if self.kl_loss_coef not in (_DEFAULTS["kl_loss_coef"], self.kl_beta):
                 raise ConfigError(
                     f"rllm.algorithm.kl_beta={self.kl_beta!r} and kl_loss_coef={self.kl_loss_coef!r} are one setting "
@@ -287,7 +287,7 @@ class AlgorithmConfig:
             lr_schedule=algo.get("lr_schedule", _DEFAULTS["lr_schedule"]),
             warmup_steps=int(algo.get("warmup_steps", _DEFAULTS["warmup_steps"])),
             warmup_steps_ratio=float(algo.get("warmup_steps_ratio", _DEFAULTS["warmup_steps_ratio"])),
-            kl_beta=None if algo.get("kl_beta", None) is None else float(algo["kl_beta"]),
+            kl_beta=float(algo.get("kl_beta", _DEFAULTS["kl_beta"])),
             kl_loss_coef=float(algo.get("kl_loss_coef", _DEFAULTS["kl_loss_coef"])),
             eps_clip=float(algo.get("eps_clip", _DEFAULTS["eps_clip"])),
             eps_clip_high=algo.get("eps_clip_high", _DEFAULTS["eps_clip_high"]),

@@ -103,8 +103,8 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "rllm.algorithm.loss_fn",
         "str",
         None,
-        "Policy loss, any name `rllm losses` lists (checked with its options when the config is loaded); null lets "
-        "the backend choose (the embedded backend: ppo).",
+        "Policy loss, any name `rllm losses` lists (checked by the backend); null lets the backend choose "
+        "(the embedded backend: ppo).",
         nullable=True,
     ),
     ConfigKey(
@@ -228,9 +228,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
     ),
     dataclasses.replace(
         as_config_key(KL_COEF, "rllm.algorithm.kl_beta"),
-        default=None,
-        nullable=True,
-        doc="rLLM's name of kl_loss_coef (null: kl_loss_coef); acts with use_kl_loss.",
+        doc="rLLM's name of kl_loss_coef: other than its default 0 (rLLM's), it is the coefficient.",
     ),
     ConfigKey("rllm.algorithm.eps_clip", "float", 0.2, "PPO clip range.", minimum=0, above=True),
     ConfigKey(
