@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
 from rllm import AlgorithmConfig
 from rllm.config import load_config
-from rllm.errors import ConfigError, RLLMWarning
+from rllm.errors import ConfigError
 
 RLLM_ALGORITHM_BLOCK = """
 rllm:
@@ -46,8 +47,10 @@ rllm:
 def test_rllms_algorithm_section_loads_and_reaches_algorithm_config(tmp_path: Path) -> None:
     path = tmp_path / "rllm.yaml"
     path.write_text(RLLM_ALGORITHM_BLOCK)
-    with pytest.warns(RLLMWarning, match=r"kl_beta=0\.0 has no effect without rllm\.algorithm\.use_kl_loss=true"):
-        config = AlgorithmConfig.from_config(load_config(path))  # rLLM's block sets kl_beta without its switch
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # rLLM's block carries kl_beta at rLLM's default, 0: nothing to say
+        config = AlgorithmConfig.from_config(load_config(path))
+    assert config.kl_loss_coef == 0.001  # verl's default stays in force
     assert (config.loss_agg_mode, config.warmup_steps, config.eps_clip_high) == ("token-mean", 3, 0.28)
     assert (config.rollout_correction.tis_mode, config.rollout_correction.bypass_mode) == ("token", True)
 

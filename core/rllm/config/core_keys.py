@@ -103,8 +103,8 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "rllm.algorithm.loss_fn",
         "str",
         None,
-        "Policy loss, any name `rllm losses` lists (checked by the backend); null lets the backend choose "
-        "(the embedded backend: ppo).",
+        "Policy loss, any name `rllm losses` lists (checked with its options when the config is loaded); null lets "
+        "the backend choose (the embedded backend: ppo).",
         nullable=True,
     ),
     ConfigKey(

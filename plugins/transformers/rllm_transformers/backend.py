@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from rllm.config.unhonoured import unhonoured_keys
+from rllm.config import unhonoured_keys
 from rllm.errors import ConfigError, TrainerError
 from rllm.losses import KLInReward, LossSettings, check_kl_coef
 from rllm.tasks import VOCAB, ArithmeticWorkflow, build_tasks
@@ -47,6 +47,13 @@ _REFUSED = {"rllm.algorithm.router_replay": "its models are trained without rout
 
 class TransformersBackend(BackendProtocol):
     """``rllm.backend=transformers`` (the plugin registers this class's path, so it is imported when selected)."""
+
+    @classmethod
+    def serve(cls, config: DictConfig, host: str, port: int, model_name: str | None = None) -> int:
+        """``rllm serve``: the model the ``rllm.transformers`` keys name, over an OpenAI-compatible API."""
+        from rllm_transformers.serve import serve
+
+        return serve(config, host, port, model_name)
 
     def __init__(self, config: DictConfig, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
@@ -247,6 +254,8 @@ class TransformersBackend(BackendProtocol):
                 self.optimizer.step()
                 sums["actor/loss"].append(mini_loss)
                 sums["actor/grad_norm"].append(float(norm))
+        if self.engine is not None:  # what is sampled from now on is labelled with the new weights' version
+            self.engine.weight_version += 1
         tokens = float(batch.mask.sum())
         elapsed = time.perf_counter() - started
         metrics = {key: sum(values) / len(values) for key, values in sums.items() if values}

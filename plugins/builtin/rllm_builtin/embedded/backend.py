@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from rllm.config.unhonoured import unhonoured_keys
+from rllm.config import unhonoured_keys
 from rllm.engine import Generation, RolloutEngine
 from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
 from rllm.losses import loss_entry
