@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 import rllm
+from rllm.cli.main import main
 from rllm.estimators.batch import AdvantageBatch
 from rllm.estimators.compute import get_estimator
 from rllm.estimators.pipeline import invoke
@@ -37,3 +42,34 @@ def test_ema_baseline_keeps_int_and_string_tasks_apart() -> None:
     invoke(entry, AdvantageBatch([1.0, 0.0], [1, "1"]), {"decay": 0.5}, state=state)
     second = invoke(entry, AdvantageBatch([1.0], ["1"]), {"decay": 0.5}, state=state).advantages
     assert np.asarray(second).tolist() == [1.0]  # baseline 0 (task "1"'s own), not 1 or 0.5 (merged)
+
+
+TUPLES = [(1, "a"), (1, "a"), (1.0, "a"), (1.0, "a"), (True, "a"), (True, "a")]
+"""Python's == merges these three labels (1 == 1.0 == True); their kinds tell them apart, inside tuples too."""
+
+
+def test_tuple_labels_keep_their_items_kinds_at_every_door() -> None:
+    # RLOO by hand within each pair: [1, 0] -> [1, -1], [3, 1] -> [2, -2], [5, 2] -> [3, -3]
+    rewards = [1.0, 0.0, 3.0, 1.0, 5.0, 2.0]
+    expected = [1.0, -1.0, 2.0, -2.0, 3.0, -3.0]
+    assert rllm.compute_advantages("rloo", rewards, TUPLES).tolist() == expected
+    batch = AdvantageBatch(rewards, TUPLES)
+    assert batch.n_groups == 3
+    assert np.asarray(invoke(get_estimator("rloo"), batch, {}).advantages).tolist() == expected
+    frozen = [frozenset(label) for label in TUPLES]
+    assert rllm.compute_advantages("rloo", rewards, frozen).tolist() == expected
+
+
+def test_a_tuple_holding_a_list_is_named() -> None:
+    with pytest.raises(rllm.GroupError, match=r"Group label \(1, \[2\]\) is not hashable"):
+        rllm.compute_advantages("rloo", [1.0, 0.0], [(1, [2]), (1, [2])])
+
+
+def test_rollout_file_labels_1_1_0_and_true_are_three_groups(tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    labels = ["1", "1.0", "true"]
+    source.write_text("".join(f'{{"group_id": {g}, "reward": {r}}}\n' for g in labels for r in (2, 0)))
+    out = tmp_path / "out.jsonl"
+    assert main(["advantages", str(source), "-e", "rloo", "-o", str(out)]) == 0
+    # RLOO in each pair [2, 0]: 2 - 0 = 2 and 0 - 2 = -2; merged into one group of six it would be 2.4 and -2.4
+    assert [json.loads(line)["advantage"] for line in out.read_text().splitlines()] == [2.0, -2.0] * 3

@@ -7,7 +7,7 @@ Python tells apart (``1``, ``1.0``, ``True`` and ``"1"`` are four groups).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -94,12 +94,12 @@ def _dense_groups(labels: NDArray[Any]) -> tuple[IndexArray, NDArray[Any], Index
         group_labels, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
         return inverse.reshape(-1).astype(np.intp, copy=False), group_labels, counts.astype(np.intp, copy=False)
     # Python objects (mixed types, tuples, frozensets): equal by Python's == within one kind of label
-    # (1, 1.0 and True stay apart), numbered by first appearance.
+    # (1, 1.0 and True stay apart, inside tuples too), numbered by first appearance.
     numbers: dict[Any, int] = {}
     firsts: list[Any] = []
 
     def number(v: Any) -> int:
-        code = numbers.setdefault((_label_kind(type(v)), v), len(numbers))
+        code = numbers.setdefault(_label_key(v), len(numbers))
         if code == len(firsts):
             firsts.append(v)
         return code
@@ -107,13 +107,31 @@ def _dense_groups(labels: NDArray[Any]) -> tuple[IndexArray, NDArray[Any], Index
     try:
         codes = np.fromiter(map(number, labels), dtype=np.intp, count=len(labels))
     except TypeError:
-        bad = next(v for v in labels if not isinstance(v, Hashable))
+        bad = next(v for v in labels if not _hashable(v))
         raise GroupError(
             f"Group label {bad!r} is not hashable; use strings, numbers, tuples or frozensets as group ids."
         ) from None
     group_labels = np.empty(len(firsts), dtype=object)
     group_labels[:] = firsts
     return codes, group_labels, np.bincount(codes).astype(np.intp, copy=False)
+
+
+def _label_key(label: Any) -> Any:
+    """What a label is grouped by: its kind and value, item by item inside tuples and frozensets."""
+    if isinstance(label, tuple):
+        return tuple, tuple(map(_label_key, label))
+    if isinstance(label, frozenset):
+        return frozenset, frozenset(map(_label_key, label))
+    return _label_kind(type(label)), label
+
+
+def _hashable(label: Any) -> bool:
+    """Whether ``label`` can key a dict (a tuple holding a list is a Hashable that cannot)."""
+    try:
+        hash(label)
+    except TypeError:
+        return False
+    return True
 
 
 def _label_kind(kind: type) -> type:
