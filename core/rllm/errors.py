@@ -17,6 +17,10 @@ class RLLMWarning(UserWarning):
     """Base class of every warning emitted by rllm."""
 
 
+class RLLMDeprecationWarning(RLLMWarning):
+    """A deprecated key or value in the user's config: shown by default, unlike Python's DeprecationWarning."""
+
+
 class PluginWarning(RLLMWarning):
     """A plugin failed to load or was ignored; rllm keeps working without it."""
 

@@ -4,12 +4,16 @@ and the trainer-stage configs (compact filtering, rejection sampling, transform)
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
 from rllm import ConfigError, load_config
+from rllm.errors import RLLMDeprecationWarning
 from rllm.trainer.algorithms.config import (
     AlgorithmConfig,
     CompactFilteringConfig,
@@ -77,19 +81,30 @@ def test_invalid_choices_name_the_key() -> None:
 
 
 def test_use_rllm_warns_that_it_is_deprecated() -> None:
-    with pytest.warns(DeprecationWarning, match="use_rllm is deprecated"):
+    with pytest.warns(RLLMDeprecationWarning, match="use_rllm is deprecated"):
         config = AlgorithmConfig(use_rllm=True)
     assert config.use_rllm is True
     section = OmegaConf.create({"adv_estimator": "grpo", "use_rllm": True})
-    with pytest.warns(DeprecationWarning, match="use_rllm is deprecated"):
+    with pytest.warns(RLLMDeprecationWarning, match="use_rllm is deprecated"):
         AlgorithmConfig.from_config(section)
 
 
+def test_use_rllm_warns_under_python_default_filters(tmp_path: Path) -> None:
+    """Python shows DeprecationWarning only for code in __main__; the notice reaches a config built in a module."""
+    (tmp_path / "user_code.py").write_text(
+        "from rllm.config.algorithm import AlgorithmConfig\nAlgorithmConfig(use_rllm=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", "import user_code"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and "use_rllm is deprecated and ignored" in done.stderr, done.stderr
+
+
 def test_per_step_is_coerced_to_broadcast_with_a_deprecation_warning() -> None:
-    with pytest.warns(DeprecationWarning, match="per_step"):
+    with pytest.warns(RLLMDeprecationWarning, match="per_step"):
         config = AlgorithmConfig(stepwise_advantage_mode="per_step")
     assert config.stepwise_advantage_mode == "broadcast"
-    with pytest.warns(DeprecationWarning, match="per_step"):
+    with pytest.warns(RLLMDeprecationWarning, match="per_step"):
         config = AlgorithmConfig.from_config(
             OmegaConf.create({"adv_estimator": "grpo"}), stepwise_advantage_mode="per_step"
         )

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from rllm import AlgorithmConfig, ConfigError, hookimpl, load_config, rLLMAdvantageEstimator
 from rllm.config import ConfigKey, current_schema
-from rllm.errors import PluginHookError, PluginWarning
+from rllm.errors import PluginHookError, PluginWarning, RLLMDeprecationWarning
 from rllm.plugins import PluginManager
 from rllm.plugins.registry import Source
 
@@ -77,7 +77,7 @@ def test_per_step_mode_is_switched_to_broadcast_with_a_warning() -> None:
         warnings.simplefilter("always")
         algo = AlgorithmConfig(stepwise_advantage_mode="per_step")
     assert algo.stepwise_advantage_mode == "broadcast"
-    assert any(issubclass(w.category, DeprecationWarning) for w in caught)
+    assert any(issubclass(w.category, RLLMDeprecationWarning) for w in caught)
 
 
 def test_invalid_values_are_config_errors() -> None:

@@ -303,3 +303,8 @@ def test_a_type_error_from_inside_a_call_that_fits_stays_the_hooks_error(plugin_
         info = plugin_manager.register(Calls("rllm_register_config_sections", "rllm.x", keys()), SOURCE)
     assert info.status == "failed"
     assert type(plugin_manager.failures[-1]) is PluginHookError
+
+
+def test_a_loss_alias_equal_to_its_own_name_is_refused(plugin_manager: PluginManager) -> None:
+    plugin = Calls("rllm_register_losses", "x", "demo_package.losses:demo_pg", aliases=["y", "x"])
+    assert "registered loss 'x' with its own name among aliases=['y', 'x']; drop it." in refusal(plugin_manager, plugin)

@@ -87,10 +87,9 @@ _shown: set[str] = set()
 
 @contextmanager
 def _terminal_warnings() -> Iterator[None]:
-    """Show warnings as single lines, including rllm's deprecation notices about the user's config."""
+    """Show warnings as single lines."""
     _shown.clear()
     with warnings.catch_warnings():
-        warnings.filterwarnings("default", category=DeprecationWarning, module=r"rllm(\.|$)")
         warnings.showwarning = _show_warning
         yield
 

@@ -11,7 +11,7 @@ from typing import Any, Literal, cast
 from rllm.config.names import EstimatorName, estimator_name, rLLMAdvantageEstimator
 from rllm.config.schema import CORE_KEYS
 from rllm.contract.names import TIS_MODES, KlController, LrSchedule, NonFinitePolicy, TisMode
-from rllm.errors import ConfigError
+from rllm.errors import ConfigError, RLLMDeprecationWarning
 
 
 def _as_estimator(name: EstimatorName) -> EstimatorName:
@@ -112,7 +112,7 @@ class AlgorithmConfig:
     ``estimator_map`` values are estimator names, or ``(estimator, loss_fn)`` pairs that also
     choose the policy loss of that role; pairs are split into ``estimator_map`` and
     ``loss_fn_map``. ``use_rllm`` is deprecated (a warning when set); ``per_step`` mode becomes
-    ``broadcast`` with a DeprecationWarning.
+    ``broadcast`` with an RLLMDeprecationWarning.
 
     Beyond rLLM's fields: ``epsilon`` (the std guard; ``None`` keeps the estimator's
     default), ``gamma`` and ``lam`` (discount and GAE lambda of the per-step estimators),
@@ -170,7 +170,7 @@ class AlgorithmConfig:
                 )
             self.kl_loss_coef = float(self.kl_beta)
         if self.use_rllm is not None:
-            warnings.warn(_USE_RLLM_DEPRECATED, DeprecationWarning, stacklevel=3)
+            warnings.warn(_USE_RLLM_DEPRECATED, RLLMDeprecationWarning, stacklevel=3)
         self.estimator = _as_estimator(self.estimator)
         self.loss_fn_map = {str(role): str(loss) for role, loss in self.loss_fn_map.items()}
         estimators: dict[str, EstimatorName] = {}
@@ -194,7 +194,7 @@ class AlgorithmConfig:
             warnings.warn(
                 "stepwise_advantage_mode='per_step' is not supported by the unified pipeline and was "
                 "switched to 'broadcast'; compute per-step advantages in a grouping hook or an estimator.",
-                DeprecationWarning,
+                RLLMDeprecationWarning,
                 stacklevel=3,
             )
             self.stepwise_advantage_mode = "broadcast"

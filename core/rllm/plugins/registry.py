@@ -295,6 +295,8 @@ class LossEntry(Entry):
         object.__setattr__(self, "options", options)
         if isinstance(self.aliases, str) or any(not isinstance(a, str) or not a for a in self.aliases):
             raise PluginContractError(f"{who} with aliases={self.aliases!r}; give a list of names.")
+        if self.name in self.aliases:
+            raise PluginContractError(f"{who} with its own name among aliases={list(self.aliases)!r}; drop it.")
         object.__setattr__(self, "aliases", tuple(self.aliases))
         if self.agg_modes is not None:
             modes = (self.agg_modes,) if isinstance(self.agg_modes, str) else tuple(self.agg_modes)
