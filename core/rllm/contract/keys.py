@@ -1,6 +1,6 @@
 """The one declaration of a setting, :class:`Setting`: a configuration key and an estimator's or loss's option.
 
-rllm's key table (:mod:`rllm.config.core_keys`), every plugin's config section and every
+rllm's key table (``rllm.config.core_keys``), every plugin's config section and every
 estimator's and loss's options are made of it; ``ConfigKey`` and ``Option`` are its names in
 those roles. It checks a value itself, so rllm's keys and options and a plugin's refuse a bad
 value with the same kind of message, naming the key, or the option and its owner.
@@ -85,7 +85,7 @@ class Setting:
         return self.type if isinstance(self.type, tuple) else _WORD_TYPES[self.type]
 
     def read(self, value: Any) -> Any:
-        """``value`` as this setting's type (numbers as Python floats/ints), or :data:`_BAD`."""
+        """``value`` as this setting's type (numbers as Python floats/ints), or ``_BAD``."""
         if isinstance(self.type, str):
             return _TYPE_CHECKS[self.type](value)
         for kind in self.type:

@@ -1,10 +1,10 @@
 """Chat messages as model text and back: the ChatML layout Qwen models use, in pure Python.
 
-An engine that answers :meth:`~rllm.engine.RolloutEngine.get_model_response` turns the
+An engine that answers :meth:`~rllm.engine.rollout.rollout_engine.RolloutEngine.get_model_response` turns the
 workflow's messages into a prompt (a pretrained tokenizer's own template, or
 :func:`render_chatml` for a model of this project's), samples, and turns the completion back
 into content, reasoning and tool calls (:func:`split_completion`, :func:`completion_output`).
-:func:`check_messages` is the one check of what a workflow passes, so every engine refuses the
+``check_messages`` is the one check of what a workflow passes, so every engine refuses the
 same inputs with the same words.
 """
 
@@ -141,7 +141,8 @@ def completion_output(
     logprobs: list[float] | None,
     finish_reason: str | None,
 ) -> ModelOutput:
-    """The :class:`~rllm.engine.ModelOutput` of one sampled completion, its text split by :func:`split_completion`.
+    """The :class:`~rllm.engine.rollout.rollout_engine.ModelOutput` of one sampled completion, its text split by
+    :func:`split_completion`.
 
     ``metrics["invalid_tool_calls"]`` counts the broken tool-call blocks.
     """

@@ -195,7 +195,7 @@ def rllm_register_losses(register: LossRegistrar) -> None:
             claim of its own, so two plugins claiming one alias conflict.
         ``agg_modes`` (sequence of str, or None)
             The ``loss_agg_mode`` values the loss supports (None: all of
-            :data:`LOSS_AGG_MODES`); a run asking for another is refused.
+            :data:`~rllm.contract.names.LOSS_AGG_MODES`); a run asking for another is refused.
         ``needs_old_log_probs`` (bool)
             False for losses that never read ``ctx.old_log_probs`` (``cross_entropy``,
             ``gpg``), so a backend may skip that pass.
@@ -273,12 +273,12 @@ def rllm_register_kernels(register: KernelRegistrar) -> None:
     :param register: ``register(name, fn, *, replace=False)``.
 
         ``name`` (str)
-            One of :data:`KERNEL_NAMES` (``"group_centre"``, ``"sorted_runs"``,
+            One of :data:`~rllm.contract.names.KERNEL_NAMES` (``"group_centre"``, ``"sorted_runs"``,
             ``"run_starts"``); any other name is refused, since nothing would call it.
         ``fn`` (callable)
             The implementation of the numpy path it stands in for: the arguments it takes
             and the values it returns, per name, are in :mod:`rllm.estimators.acceleration`
-            (``rllm.toolkit.PRIMITIVES`` is the same tuple as :data:`KERNEL_NAMES`; the
+            (``rllm.toolkit.PRIMITIVES`` is the same tuple as :data:`~rllm.contract.names.KERNEL_NAMES`; the
             toolkit's ``CENTRE``, ``DIVIDE_BY_STD`` and ``RLOO_FACTOR`` are
             ``group_centre``'s modes). A non-callable ``fn`` is refused.
         ``replace`` (bool)
@@ -336,8 +336,10 @@ def rllm_register_backends(register: BackendRegistrar) -> None:
             A class implementing :class:`rllm.trainer.backend_protocol.BackendProtocol` (subclass it,
             or the embedded backend), constructed as ``backend_cls(config=config,
             algorithm=algorithm, **backend_args)`` (``algorithm``: the run's ``AlgorithmConfig``).
-            Refused unless it is a class with every method in :data:`BACKEND_METHODS` (``async def``
-            where marked), overrides those in :data:`BACKEND_ABSTRACT_METHODS`, and accepts ``config``
+            Refused unless it is a class with every method in :data:`~rllm.contract.names.BACKEND_METHODS` (``async
+            def``
+            where marked), overrides those in :data:`~rllm.contract.names.BACKEND_ABSTRACT_METHODS`, and accepts
+            ``config``
             and ``algorithm``. Or its path,
             ``"package.module:Class"``, imported (and the class checked) only when a run selects
             the backend: registering then imports nothing heavy (the transformers plugin does so).

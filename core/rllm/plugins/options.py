@@ -58,7 +58,8 @@ class Declaration:
     """True for an undeclared estimator whose signature takes ``**kwargs``: any option passes through."""
     declared: bool = True
     wants: tuple[str, ...] = ()
-    """Collection context the signature takes (``algorithm_config``, ``traj_groups``; see :data:`CONTEXT_NAMES`)."""
+    """Collection context the signature takes (``algorithm_config``, ``traj_groups``; see
+    :data:`~rllm.contract.options.CONTEXT_NAMES`)."""
     needs: tuple[str, ...] = ()
     """The part of ``wants`` that the signature requires (no default)."""
 

@@ -78,7 +78,8 @@ class GroupingHookRegistrar(Protocol):
 class KernelRegistrar(Protocol):
     """The ``register`` argument of :func:`rllm_register_kernels`: ``fn`` stands in for the primitive ``name``.
 
-    ``name`` is one of :data:`KERNEL_NAMES`; ``fn`` takes and returns what that numpy primitive does.
+    ``name`` is one of :data:`~rllm.contract.names.KERNEL_NAMES`; ``fn`` takes and returns what that numpy primitive
+    does.
     """
 
     def __call__(self, name: str, fn: Callable[..., Any], *, replace: bool = False) -> None: ...

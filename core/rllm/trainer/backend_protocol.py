@@ -123,7 +123,8 @@ class BackendProtocol:
 
     # -- setup ------------------------------------------------------------------------
     def init_rollout_engine(self, **kwargs: Any) -> RolloutEngine:
-        """Build what workflows sample from (an :class:`rllm.engine.RolloutEngine`). Receives the trainer's parsed
+        """Build what workflows sample from (an :class:`~rllm.engine.rollout.rollout_engine.RolloutEngine`). Receives
+        the trainer's parsed
         configs as keywords."""
         raise NotImplementedError(f"{type(self).__name__} must implement init_rollout_engine()")
 

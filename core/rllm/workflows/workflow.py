@@ -45,7 +45,7 @@ class Workflow:
     :meth:`run_with_termination_handling` only (the trainer's bound is ``rllm.workflow.timeout``);
     ``gamma`` and ``reward_bonus_coeff`` shape multi-step rewards in :meth:`adjust_step_rewards`;
     ``store`` is an object shared by every instance. Other keyword arguments are kept in
-    :attr:`options`.
+    ``options``.
     """
 
     seed: int | None = None
@@ -201,7 +201,7 @@ class Workflow:
 
         A returned episode is kept as it is; otherwise the collected trajectories are
         post-processed with the reason: ``UNKNOWN`` (returned None), ``TIMEOUT`` (beyond
-        ``kwargs['timeout']``, default :attr:`timeout`), the :class:`TerminationEvent`'s, or
+        ``kwargs['timeout']``, default ``timeout``), the :class:`TerminationEvent`'s, or
         ``ERROR`` with ``info["error"]`` (message, type, traceback). The trainer does the same
         through its workflow engine, with retries.
         """
@@ -224,5 +224,5 @@ class Workflow:
         return all(env.is_multithread_safe() for env in self._members(BaseEnv))
 
     async def run_in_executor(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)`` on :attr:`executor` (a blocking call that must not stall the event loop)."""
+        """``fn(*args, **kwargs)`` on ``executor`` (a blocking call that must not stall the event loop)."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, partial(fn, *args, **kwargs))

@@ -52,7 +52,7 @@ class ModelOutput:
     """One chat call's answer (rLLM's ``ModelOutput``): the text, split, and the exact tokens that were sampled.
 
     ``text`` is the whole completion; ``content``, ``reasoning`` and ``tool_calls`` are its
-    parts (see :func:`rllm.engine.chat.split_completion`). ``prompt_ids`` and
+    parts (see ``rllm.engine.chat.split_completion``). ``prompt_ids`` and
     ``completion_ids`` are what the model saw and sampled, ``logprobs`` one sampling log-prob
     per completion id: a trainer learns from these, never from re-tokenised text.
     """
@@ -115,7 +115,8 @@ class ModelOutput:
 class RolloutEngine(Protocol):
     """What workflows sample from. Subclass it: :meth:`for_episode` and :meth:`for_workers` default to the engine.
 
-    An engine that is not a subclass is accepted if it has the methods of :data:`ENGINE_METHODS`
+    An engine that is not a subclass is accepted if it has the methods of
+    :data:`~rllm.engine.rollout.rollout_engine.ENGINE_METHODS`
     (checked when the workflow engine gets it, see :func:`engine_problem`). rLLM's text
     interface (:meth:`get_model_response` and the token-in/token-out pair) is here too; each
     part defaults to "not supported", so an engine implements what its model can do.
