@@ -233,3 +233,11 @@ def test_a_field_the_same_plugin_declares_may_be_required(plugin_manager: Plugin
         warnings.simplefilter("error")
         info = plugin_manager.register(Declares(), plugin_source("declares", "dist-d"))
     assert info.status == "ok" and "weighted" in plugin_manager.estimators
+
+
+def test_the_guarded_names_are_rllms_own_estimators() -> None:
+    """The names refused without replace=True are exactly rLLM's enum of estimators (OTHER aside)."""
+    from rllm.config.names import rLLMAdvantageEstimator
+    from rllm.contract.names import RLLM_ESTIMATORS
+
+    assert set(RLLM_ESTIMATORS) == {e.value for e in rLLMAdvantageEstimator} - {"other"}

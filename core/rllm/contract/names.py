@@ -14,6 +14,11 @@ EstimatorStyle = Literal["grouped", "batch"]
 ESTIMATOR_STYLES: tuple[str, ...] = ("grouped", "batch")
 """How a registered estimator is called: with a list of group arrays, or with one ``AdvantageBatch``."""
 
+RLLM_ESTIMATORS: tuple[str, ...] = ("grpo", "reinforce", "reinforce_plus_plus_baseline", "prpo", "rloo")
+"""rLLM's own estimators (its ``rLLMAdvantageEstimator``). User code re-registering one of these is refused
+without ``replace=True``; this project's other built-ins (``opo``, ``pkpo``, ...) are names rLLM programs
+define themselves (rLLM's OPO example), so taking one of those replaces it with a warning."""
+
 KERNEL_NAMES = ("group_centre", "sorted_runs", "run_starts")
 """The toolkit primitives a plugin may provide a faster implementation of (``rllm_register_kernels``)."""
 

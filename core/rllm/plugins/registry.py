@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from rllm.contract.fields import OPTIONAL_FIELDS
 from rllm.contract.keys import Option
-from rllm.contract.names import ESTIMATOR_STYLES, LOSS_AGG_MODES, EstimatorStyle
+from rllm.contract.names import ESTIMATOR_STYLES, LOSS_AGG_MODES, RLLM_ESTIMATORS, EstimatorStyle
 from rllm.errors import (
     LossFailedError,
     NameConflictError,
@@ -106,15 +106,16 @@ class Registry(Generic[E]):
         self._claims: dict[str, list[E]] = {}
 
     def add(self, entry: E) -> None:
-        """Record a claim. User code taking a plugin's name replaces it with a warning, a built-in's only with
-        ``replace=True`` (as a plugin's claim on a built-in name needs it to win)."""
+        """Record a claim. User code taking a name replaces its holder with a warning; one of rLLM's own estimators
+        (:data:`~rllm.contract.names.RLLM_ESTIMATORS`) only with ``replace=True``, as a plugin's claim needs."""
         claims = self._claims.setdefault(entry.name, [])
         for i, existing in enumerate(claims):
             if existing.same_target(entry):
                 claims[i] = entry
                 return
         builtin = next((c for c in claims if c.source.kind == "builtin"), None)
-        if entry.source.kind == "runtime" and builtin is not None and not entry.replace:
+        guarded = builtin is not None and entry.name in RLLM_ESTIMATORS
+        if entry.source.kind == "runtime" and guarded and not entry.replace:
             raise self.conflict(
                 f"{entry.source.describe()} registers {self.what} {entry.name!r}, a name of "
                 f"{builtin.source.describe()}. Pass replace=True to replace the built-in on purpose, "
