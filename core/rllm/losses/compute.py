@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from rllm.errors import LossFailedError, LossOptionError, LossOutputError, RLLMError
@@ -31,6 +32,38 @@ def _neutral(tensor: Any, selected: Any) -> Any:
     import numpy as np
 
     return np.where(selected, tensor, 0.0)
+
+
+@dataclass(frozen=True)
+class CheckedLoss:
+    """A loss with its settings checked, so a backend checks them once per run, not per micro-batch."""
+
+    entry: LossEntry
+    name: str
+    options: Mapping[str, Any]
+    agg_mode: str
+    kl_coef: float = 0.0
+    kl_kind: str = "low_var_kl"
+    tis_mode: str | None = None
+    tis_cap: float = 2.0
+
+
+def check_loss(
+    name: str,
+    *,
+    options: Mapping[str, Any] | None = None,
+    agg_mode: str | None = None,
+    kl_coef: float = 0.0,
+    kl_kind: str = "low_var_kl",
+    tis_mode: str | None = None,
+    tis_cap: float = 2.0,
+) -> CheckedLoss:
+    """The settings of :func:`compute_policy_loss` checked (named one-line errors), for :func:`run_checked_loss`."""
+    entry, resolved, mode = resolve_loss_options(name, options, agg_mode, "agg_mode")
+    check_arguments(kl_coef=kl_coef, tis_cap=tis_cap)
+    if kl_coef:
+        check_kl_kind(kl_kind)
+    return CheckedLoss(entry, name, resolved, mode, kl_coef, kl_kind, tis_mode, tis_cap)
 
 
 def compute_policy_loss(
@@ -65,14 +98,48 @@ def compute_policy_loss(
     (or give weights computed elsewhere as ``rollout_is_weights``, as verl does). A batch
     without a response token has loss 0 and the metric ``no_response_tokens`` 1.
     """
-    entry, resolved, mode = resolve_loss_options(name, options, agg_mode, "agg_mode")
+    checked = check_loss(
+        name, options=options, agg_mode=agg_mode, kl_coef=kl_coef, kl_kind=kl_kind, tis_mode=tis_mode, tis_cap=tis_cap
+    )
+    return run_checked_loss(
+        checked,
+        log_probs=log_probs,
+        old_log_probs=old_log_probs,
+        advantages=advantages,
+        response_mask=response_mask,
+        rollout_log_probs=rollout_log_probs,
+        ref_log_probs=ref_log_probs,
+        rollout_is_weights=rollout_is_weights,
+        dp_size=dp_size,
+        batch_num_tokens=batch_num_tokens,
+        global_batch_size=global_batch_size,
+        loss_scale_factor=loss_scale_factor,
+    )
+
+
+def run_checked_loss(
+    checked: CheckedLoss,
+    *,
+    log_probs: Any,
+    old_log_probs: Any,
+    advantages: Any,
+    response_mask: Any,
+    rollout_log_probs: Any = None,
+    ref_log_probs: Any = None,
+    rollout_is_weights: Any = None,
+    dp_size: int = 1,
+    batch_num_tokens: Any = None,
+    global_batch_size: Any = None,
+    loss_scale_factor: Any = None,
+) -> tuple[Any, dict[str, float]]:
+    """:func:`compute_policy_loss` for settings :func:`check_loss` checked: only the batch is checked here."""
     counts = {
         "dp_size": dp_size,
         "batch_num_tokens": batch_num_tokens,
         "global_batch_size": global_batch_size,
         "loss_scale_factor": loss_scale_factor,
     }
-    check_arguments(kl_coef=kl_coef, tis_cap=tis_cap, **counts)
+    check_arguments(**counts)
     given = {
         "old_log_probs": old_log_probs,
         "advantages": advantages,
@@ -82,11 +149,9 @@ def compute_policy_loss(
         "rollout_is_weights": rollout_is_weights,
     }
     check_shapes(log_probs, **given)
-    if kl_coef:
-        check_kl_kind(kl_kind)
-        if ref_log_probs is None:
-            raise LossOptionError("kl_coef > 0 needs ref_log_probs (the reference policy's log-probs).")
-    if tis_mode is not None and rollout_log_probs is None:
+    if checked.kl_coef and ref_log_probs is None:
+        raise LossOptionError("kl_coef > 0 needs ref_log_probs (the reference policy's log-probs).")
+    if checked.tis_mode is not None and rollout_log_probs is None:
         raise LossOptionError(
             "rllm.algorithm.rollout_correction.tis_mode needs rollout_log_probs (the sampler's log-probs)."
         )
@@ -94,20 +159,26 @@ def compute_policy_loss(
     clean = {key: _neutral(value, selected) for key, value in given.items() if key != "response_mask"}
     log_probs = _neutral(log_probs, selected)
     weights = clean["rollout_is_weights"]
-    if tis_mode is not None:
+    if checked.tis_mode is not None:
         weights = truncated_is_weights(
-            clean["old_log_probs"], clean["rollout_log_probs"], response_mask, tis_mode, tis_cap
+            clean["old_log_probs"], clean["rollout_log_probs"], response_mask, checked.tis_mode, checked.tis_cap
         )
     clean["rollout_is_weights"] = weights
     ctx = LossContext(
-        log_probs=log_probs, response_mask=response_mask, options=resolved, agg_mode=mode, name=name, **clean, **counts
+        log_probs=log_probs,
+        response_mask=response_mask,
+        options=dict(checked.options),
+        agg_mode=checked.agg_mode,
+        name=checked.name,
+        **clean,
+        **counts,
     )
-    loss, metrics = _run(entry, name, ctx)
-    if kl_coef:
-        kl = ctx.aggregate(kl_penalty(log_probs, ctx.ref_log_probs, kl_kind))
-        loss = loss + kl_coef * kl
+    loss, metrics = _run(checked.entry, checked.name, ctx)
+    if checked.kl_coef:
+        kl = ctx.aggregate(kl_penalty(log_probs, ctx.ref_log_probs, checked.kl_kind))
+        loss = loss + checked.kl_coef * kl
         metrics["kl_loss"] = float(kl.detach())
-        metrics["kl_coef"] = float(kl_coef)
+        metrics["kl_coef"] = float(checked.kl_coef)
     if not bool(selected.any()):
         metrics["no_response_tokens"] = 1.0
     return loss, metrics

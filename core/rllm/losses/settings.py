@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
-from rllm.losses.compute import compute_policy_loss
+from rllm.losses.compute import CheckedLoss, check_loss, run_checked_loss
 from rllm.losses.kl import check_kl_kind
 from rllm.losses.registry import loss_entry, resolve_loss_options
 
@@ -64,9 +65,10 @@ class LossSettings:
             extras.append(f"TIS {self.tis_mode}, cap {self.tis_cap:g}")
         return f"{self.name} ({'; '.join(extras)})"
 
-    def compute(self, **tensors: Any) -> tuple[Any, dict[str, float]]:
-        """:func:`compute_policy_loss` with these settings on ``log_probs=..., old_log_probs=..., ...``."""
-        return compute_policy_loss(
+    @cached_property
+    def checked(self) -> CheckedLoss:
+        """These settings checked once (the first micro-batch), not on every call of :meth:`compute`."""
+        return check_loss(
             self.name,
             options=self.options,
             agg_mode=self.agg_mode,
@@ -74,5 +76,8 @@ class LossSettings:
             kl_kind=self.kl_kind,
             tis_mode=self.tis_mode,
             tis_cap=self.tis_cap,
-            **tensors,
         )
+
+    def compute(self, **tensors: Any) -> tuple[Any, dict[str, float]]:
+        """:func:`compute_policy_loss` with these settings on ``log_probs=..., old_log_probs=..., ...``."""
+        return run_checked_loss(self.checked, **tensors)
