@@ -7,7 +7,8 @@ from numbers import Integral, Real
 from typing import Any
 
 from rllm.contract.names import KL_CONTROLLERS, KL_KIND_CHOICES
-from rllm.errors import LossOptionError
+from rllm.errors import ConfigError, LossOptionError
+from rllm.losses.arguments import KL_COEF, as_config_key
 from rllm.losses.choices import one_of
 
 
@@ -44,11 +45,12 @@ def kl_penalty(log_probs: Any, ref_log_probs: Any, kind: str) -> Any:
     return k2 - k2.detach() + value.detach()
 
 
-def check_kl_coef(value: Any, what: str = "The KL coefficient") -> float:
-    """``value`` as a float if it is a finite number >= 0 (a bool is not a number here), else a named error."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value < 0:
-        raise LossOptionError(f"{what} must be a finite number >= 0; got {value!r}.")
-    return float(value)
+def check_kl_coef(value: Any, what: str = "kl_coef") -> float:
+    """``value`` as a float by the KL coefficient's one rule (``KL_COEF`` of the losses API), naming ``what``."""
+    try:
+        return float(as_config_key(KL_COEF, what).check(value))
+    except ConfigError as exc:
+        raise LossOptionError(str(exc)) from None
 
 
 class FixedKLController:
