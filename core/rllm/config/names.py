@@ -1,31 +1,12 @@
-"""Estimator names: the enum every backend understands, and plain strings for the rest."""
+"""Estimator names (rLLM's enum, from the floor, or plain strings) and run names, as config values."""
 
 from __future__ import annotations
 
 import os
 from enum import Enum
 
+from rllm.contract.names import rLLMAdvantageEstimator
 from rllm.errors import ConfigError
-
-
-class rLLMAdvantageEstimator(str, Enum):
-    """Names of the estimators every backend understands.
-
-    Unknown values map to ``OTHER``; a custom estimator is therefore named by its plain
-    string in :class:`AlgorithmConfig` (``from_config`` keeps that string).
-    """
-
-    GRPO = "grpo"
-    REINFORCE = "reinforce"
-    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
-    PRPO = "prpo"
-    RLOO = "rloo"
-    OTHER = "other"
-
-    @classmethod
-    def _missing_(cls, value: object) -> rLLMAdvantageEstimator:
-        return cls.OTHER
-
 
 EstimatorName = rLLMAdvantageEstimator | str
 

@@ -14,10 +14,33 @@ EstimatorStyle = Literal["grouped", "batch"]
 ESTIMATOR_STYLES: tuple[str, ...] = ("grouped", "batch")
 """How a registered estimator is called: with a list of group arrays, or with one ``AdvantageBatch``."""
 
-RLLM_ESTIMATORS: tuple[str, ...] = ("grpo", "reinforce", "reinforce_plus_plus_baseline", "prpo", "rloo")
-"""rLLM's own estimators (its ``rLLMAdvantageEstimator``). User code re-registering one of these is refused
-without ``replace=True``; this project's other built-ins (``opo``, ``pkpo``, ...) are names rLLM programs
-define themselves (rLLM's OPO example), so taking one of those replaces it with a warning."""
+
+class rLLMAdvantageEstimator(str, Enum):
+    """Names of the estimators every backend understands.
+
+    Unknown values map to ``OTHER``; a custom estimator is therefore named by its plain
+    string in :class:`AlgorithmConfig` (``from_config`` keeps that string).
+    """
+
+    GRPO = "grpo"
+    REINFORCE = "reinforce"
+    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
+    PRPO = "prpo"
+    RLOO = "rloo"
+    OTHER = "other"
+
+    @classmethod
+    def _missing_(cls, value: object) -> rLLMAdvantageEstimator:
+        return cls.OTHER
+
+
+RLLM_ESTIMATORS: tuple[str, ...] = tuple(
+    e.value for e in rLLMAdvantageEstimator if e is not rLLMAdvantageEstimator.OTHER
+)
+"""rLLM's own estimators. User code re-registering one of these is refused without ``replace=True``; this
+project's other built-ins (``opo``, ``pkpo``, ...) are names rLLM programs define themselves (rLLM's OPO
+example), so taking one of those replaces it with a warning."""
+
 
 KERNEL_NAMES = ("group_centre", "sorted_runs", "run_starts")
 """The toolkit primitives a plugin may provide a faster implementation of (``rllm_register_kernels``)."""
