@@ -101,6 +101,7 @@ class ArithmeticWorkflow(Workflow):
             steps.append(
                 Step(
                     prompt_ids=list(context),
+                    observation=decode(context),
                     response_ids=list(generation.response_ids),
                     logprobs=list(generation.logprobs),
                     model_response=generation.text,

@@ -8,6 +8,7 @@ from rllm import hookimpl
 from rllm.config import ConfigKey
 from rllm.plugins import (
     BackendRegistrar,
+    BatchFieldRegistrar,
     ConfigSectionRegistrar,
     EstimatorRegistrar,
     GroupingHookRegistrar,
@@ -77,6 +78,13 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
         options=gae_options,
         numerics=True,
     )
+    gigpo_options = [
+        Option("omega", (float,), 1.0, "weight of the step-level advantage (GiGPO's omega)", minimum=0.0),
+        GAMMA,
+        Option("mode", (str,), "mean_norm", "centre only, or centre and divide by the std", estimators.GIGPO_MODES),
+    ]
+    gigpo_needs = ["step_rewards", "anchor_states"]
+    register("gigpo", estimators.gigpo, style="batch", requires=gigpo_needs, options=gigpo_options, numerics="verl")
     # Peers' names, each with its peer's numerics by default (docs/estimators.md, "Peers' names").
     register("group_norm", estimators.grpo, style="batch", options=[NORM_BY_STD], numerics="openrlhf")
     register(
@@ -100,8 +108,15 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
 @hookimpl
 def rllm_register_grouping_hooks(register: GroupingHookRegistrar) -> None:
     from rllm.trainer import group_by_task_and_role
+    from rllm_builtin.anchor_states import group_by_anchor_state
 
     register("task_and_role", group_by_task_and_role)
+    register(estimators.GIGPO_HOOK, group_by_anchor_state)
+
+
+@hookimpl
+def rllm_register_batch_fields(register: BatchFieldRegistrar) -> None:
+    register("anchor_states", estimators.ANCHOR_FIELD)
 
 
 @hookimpl

@@ -2,6 +2,9 @@
 
 from rllm_builtin.estimators.baseline_variants import gpg, maxrl, opo, remax
 from rllm_builtin.estimators.composition import mix
+from rllm_builtin.estimators.gigpo import ANCHOR_FIELD, gigpo
+from rllm_builtin.estimators.gigpo import HOOK_NAME as GIGPO_HOOK
+from rllm_builtin.estimators.gigpo import MODES as GIGPO_MODES
 from rllm_builtin.estimators.group_baselines import (
     dr_grpo,
     grpo,
@@ -19,10 +22,14 @@ from rllm_builtin.estimators.running import ema_baseline
 from rllm_builtin.estimators.turns import turn_grpo
 
 __all__ = [
+    "ANCHOR_FIELD",
+    "GIGPO_HOOK",
+    "GIGPO_MODES",
     "dr_grpo",
     "ema_baseline",
     "gae",
     "gdpo",
+    "gigpo",
     "gpg",
     "grpo",
     "grpo_batch_std",
