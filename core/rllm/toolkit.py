@@ -11,12 +11,12 @@ with :func:`resolve_plugins` and hands the result on. Everything here is stable 
 modules behind it are not.
 """
 
-from rllm.contract.fields import BatchField
+from rllm.contract.fields import TOKEN_FIELDS, BatchField
 from rllm.contract.keys import Option
 from rllm.contract.options import CONFIG_OPTIONS, NUMERICS_OPTIONS
 from rllm.estimators.acceleration import CENTRE, DIVIDE_BY_STD, PRIMITIVES, RLOO_FACTOR, Kernels, kernel, numpy_only
 from rllm.estimators.batch import AdvantageBatch
-from rllm.estimators.compute import run_estimator
+from rllm.estimators.compute import get_estimator, run_estimator
 from rllm.estimators.layout import GroupLayout
 from rllm.estimators.numerics import PRESETS, Numerics, resolve_numerics
 from rllm.estimators.ragged import FloatArray, IndexArray, Ragged
@@ -46,6 +46,7 @@ __all__ = [
     "PRESETS",
     "PRIMITIVES",
     "RLOO_FACTOR",
+    "TOKEN_FIELDS",
     "AdvantageBatch",
     "BatchField",
     "EstimatorState",
@@ -62,6 +63,7 @@ __all__ = [
     "batch_std",
     "centre",
     "constant_groups",
+    "get_estimator",
     "group_means",
     "group_std",
     "inverse_scale",

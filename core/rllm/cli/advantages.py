@@ -22,6 +22,7 @@ from rllm.cli.args import UsageError, add_config_arguments, command_parser, spli
 from rllm.cli.jsonl import GROUP_FIELDS, LINE_FIELDS, Columns, Reader, _line_fields, _lines, _write
 from rllm.cli.rollout_file import SAMPLE, Progress, _input
 from rllm.config.algorithm import AlgorithmConfig, estimator_name
+from rllm.contract.fields import TOKEN_FIELDS
 from rllm.errors import RLLMError, RLLMWarning, RolloutFileError
 from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch, Ragged
 from rllm.estimators.collect import estimate_role, per_step_share, summarize
@@ -157,7 +158,7 @@ def _batch(
     def describe(position: int) -> str:
         return f"line {int(index[position]) + 1} of {source} (group {cols.group_labels[groups[position]]!r})"
 
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {name: fields.pop(name) for name in TOKEN_FIELDS if name in fields}
     for name in requires:
         if name in OPTIONAL_FIELDS:
             continue

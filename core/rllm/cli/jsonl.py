@@ -101,9 +101,11 @@ class Reader:
             declared: Mapping[str, BatchField] = resolved.fields
         else:
             declared = declared_fields() if fields - set(LINE_FIELDS) else {}
-        row_fields = {"step_rewards", "step_values", "reward_components"} | {
-            n for n, f in declared.items() if f.per_step
-        }
+        row_fields = (
+            {"reward_components"}
+            | {n for n, f in BUILTIN_FIELDS.items() if f.per_step or f.per_token}
+            | {n for n, f in declared.items() if f.per_step}
+        )
         for name in fields - row_fields:
             self.columns.numbers[name] = array("d")
         for name in fields & row_fields:

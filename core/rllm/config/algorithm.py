@@ -33,7 +33,11 @@ def _one_of(key: str, value: Any, choices: Sequence[Any]) -> None:
         raise ConfigError(f"{key} must be one of {shown}; got {value!r}.")
 
 
-_TIS_CAP = next(key for key in CORE_KEYS if key.path == "rllm.algorithm.rollout_correction.tis_cap")
+_CORRECTION_KEYS = {
+    key.path.rsplit(".", 1)[-1]: key for key in CORE_KEYS if key.path.startswith("rllm.algorithm.rollout_correction.")
+}
+"""The ``rollout_correction`` section's schema keys, by field name."""
+_TIS_CAP = _CORRECTION_KEYS["tis_cap"]
 
 
 @dataclass
@@ -41,17 +45,40 @@ class RolloutCorrectionConfig:
     """Rollout correction for backends that sample with one engine and train with another.
 
     ``tis_mode`` (None, ``"token"`` or ``"sequence"``) turns on truncated importance sampling
-    at that level with weights clamped at ``tis_cap``; ``bypass_mode`` True uses the rollout
-    logprobs as the old policy (None: the backend's default).
+    at that level with weights clamped at ``tis_cap`` (with ``tis_lower``: zeroed outside
+    ``[tis_lower, tis_cap]``, IcePop); ``rollout_rs`` with ``rollout_rs_threshold`` rejects
+    tokens or sequences by divergence (verl's criteria); ``off_policy_mask_threshold`` is TRL's
+    off-policy sequence mask; ``bypass_mode`` True uses the rollout logprobs as the old policy
+    (None: the backend's default). See :mod:`rllm.losses.correction`.
     """
 
     tis_mode: TisMode | None = None
     bypass_mode: bool | None = None
     tis_cap: float = _TIS_CAP.default
+    tis_lower: float | None = None
+    rollout_rs: str | None = None
+    rollout_rs_threshold: str | None = None
+    off_policy_mask_threshold: float | None = None
 
     def __post_init__(self) -> None:
+        from rllm.losses.correction import check_correction, parse_rejection
+
         _one_of("rllm.algorithm.rollout_correction.tis_mode", self.tis_mode, (None, *TIS_MODES))
-        _TIS_CAP.check(self.tis_cap)
+        for name in ("tis_cap", "tis_lower", "rollout_rs", "rollout_rs_threshold", "off_policy_mask_threshold"):
+            setattr(self, name, _CORRECTION_KEYS[name].check(getattr(self, name)))
+        check_correction(self.tis_mode, self.tis_cap, self.tis_lower, self.off_policy_mask_threshold)
+        parse_rejection(self.rollout_rs, self.rollout_rs_threshold)
+
+    @classmethod
+    def from_mapping(cls, section: Mapping[str, Any]) -> RolloutCorrectionConfig:
+        """The section's keys as a config file gives them; an unknown key is refused naming the known ones."""
+        extra = sorted(set(section) - set(_CORRECTION_KEYS))
+        if extra:
+            raise ConfigError(
+                f"Unknown key 'rllm.algorithm.rollout_correction.{extra[0]}'; its keys are "
+                f"{', '.join(sorted(_CORRECTION_KEYS))}."
+            )
+        return cls(**{name: section[name] for name in _CORRECTION_KEYS if name in section})
 
 
 _KL_CTRL_KEYS = {
@@ -139,6 +166,8 @@ class AlgorithmConfig:
     kl_beta: float = _DEFAULTS["kl_beta"]
     """rLLM's name of ``kl_loss_coef``: other than its default (rLLM's 0), it is the coefficient."""
     eps_clip: float = _DEFAULTS["eps_clip"]
+    entropy_coeff: float = _DEFAULTS["entropy_coeff"]
+    """verl's entropy bonus: the aggregated entropy times it is subtracted from the policy loss."""
     eps_clip_high: float | None = _DEFAULTS["eps_clip_high"]
     loss_agg_mode: str | None = _DEFAULTS["loss_agg_mode"]
     loss_options: dict[str, Any] = field(default_factory=dict)
@@ -268,12 +297,6 @@ class AlgorithmConfig:
         if use_rllm is False:  # the seed's default value, as config files carry it: not a use of the key
             use_rllm = None
         correction = _plain(algo.get("rollout_correction", None) or {})
-        extra = sorted(set(correction) - {"tis_mode", "bypass_mode", "tis_cap"})
-        if extra:
-            raise ConfigError(
-                f"Unknown key 'rllm.algorithm.rollout_correction.{extra[0]}'; its keys are bypass_mode, tis_mode "
-                "and tis_cap."
-            )
         return cls(
             estimator=str(name),
             estimator_map={**_plain(algo.get("estimator_map", None) or {}), **(estimator_map or {})},
@@ -298,11 +321,8 @@ class AlgorithmConfig:
             use_kl_in_reward=algo.get("use_kl_in_reward", _DEFAULTS["use_kl_in_reward"]),
             kl_penalty=algo.get("kl_penalty", _DEFAULTS["kl_penalty"]),
             kl_ctrl=KLControlConfig.from_mapping(_plain(algo.get("kl_ctrl", None) or {})),
-            rollout_correction=RolloutCorrectionConfig(
-                tis_mode=correction.get("tis_mode", None),
-                bypass_mode=correction.get("bypass_mode", None),
-                tis_cap=float(correction.get("tis_cap", _TIS_CAP.default)),
-            ),
+            rollout_correction=RolloutCorrectionConfig.from_mapping(correction),
+            entropy_coeff=float(algo.get("entropy_coeff", _DEFAULTS["entropy_coeff"])),
             router_replay=algo.get("router_replay", _DEFAULTS["router_replay"]),
             epsilon=algo.get("epsilon", _DEFAULTS["epsilon"]),
             gamma=float(algo.get("gamma", _DEFAULTS["gamma"])),

@@ -21,7 +21,7 @@ from rllm.contract.names import (
     TIS_MODES,
     TerminationReason,
 )
-from rllm.losses.arguments import KL_COEF, TIS_CAP, as_config_key
+from rllm.losses.arguments import ENTROPY_COEFF, KL_COEF, TIS_CAP, as_config_key
 
 
 def why_missing(name: str) -> str:
@@ -231,6 +231,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         doc="rLLM's name of kl_loss_coef: other than its default 0 (rLLM's), it is the coefficient.",
     ),
     ConfigKey("rllm.algorithm.eps_clip", "float", 0.2, "PPO clip range.", minimum=0, above=True),
+    as_config_key(ENTROPY_COEFF, "rllm.algorithm.entropy_coeff"),
     ConfigKey(
         "rllm.algorithm.eps_clip_high",
         "float",
@@ -263,6 +264,41 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         nullable=True,
     ),
     as_config_key(TIS_CAP, "rllm.algorithm.rollout_correction.tis_cap"),
+    ConfigKey(
+        "rllm.algorithm.rollout_correction.tis_lower",
+        "float",
+        None,
+        "With tis_mode: zero the weights outside [tis_lower, tis_cap] instead of clamping (IcePop's mask; verl's "
+        "rollout_is_threshold 'lower_upper').",
+        minimum=0,
+        above=True,
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.rollout_correction.rollout_rs",
+        "str",
+        None,
+        "Rejection by divergence from the sampler, verl's criteria, comma-separated: token_k1..k3, "
+        "seq_sum_k1..k3, seq_mean_k1..k3 (seq_mean_k1: the geometric mean ratio), seq_max_k2, seq_max_k3.",
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.rollout_correction.rollout_rs_threshold",
+        "str",
+        None,
+        "Threshold of each rollout_rs criterion (one shared, or comma-separated): an upper bound, or for k1 a "
+        "ratio bound or 'lower_upper'.",
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.algorithm.rollout_correction.off_policy_mask_threshold",
+        "float",
+        None,
+        "TRL's off-policy sequence mask: drop sequences with a negative advantage whose mean KL to the sampler "
+        "exceeds it; null: off.",
+        minimum=0,
+        nullable=True,
+    ),
     _bool_key("rllm.stepwise_advantage.enable", False, "Per-step advantages (verl switch)."),
     ConfigKey(
         "rllm.stepwise_advantage.use_rllm",

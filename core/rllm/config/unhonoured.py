@@ -68,7 +68,13 @@ SWITCHES: tuple[Switch, ...] = (
         f"{_ALGORITHM}rollout_correction.tis_mode",
         lambda value: value is not None,
         f"{_ALGORITHM}rollout_correction.tis_mode (token or sequence)",
-        (f"{_ALGORITHM}rollout_correction.tis_cap",),
+        (f"{_ALGORITHM}rollout_correction.tis_cap", f"{_ALGORITHM}rollout_correction.tis_lower"),
+    ),
+    Switch(
+        f"{_ALGORITHM}rollout_correction.rollout_rs",
+        lambda value: value is not None,
+        f"{_ALGORITHM}rollout_correction.rollout_rs (a rejection criterion)",
+        (f"{_ALGORITHM}rollout_correction.rollout_rs_threshold",),
     ),
     Switch(
         "rllm.workflow.executor", lambda value: value == "ray", "rllm.workflow.executor=ray", ("rllm.workflow.ray",)

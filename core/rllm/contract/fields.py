@@ -17,6 +17,15 @@ class BuiltinField:
     per_step: bool = False
     doc: str = ""
     jsonl_key: str | None = None
+    per_token: bool = False
+    """One value per response token, the trajectory's steps' tokens in order (a row of the batch)."""
+    from_backend: bool = False
+    """Filled by the training backend, not the workflow: a run whose backend does not is refused before training."""
+
+
+def _token_field(key: str, doc: str) -> BuiltinField:
+    doc = f"list of numbers, one per response token: {doc}"
+    return BuiltinField(doc=doc, jsonl_key=key, from_backend=True, per_token=True)
 
 
 BUILTIN_FIELDS: dict[str, BuiltinField] = {
@@ -32,6 +41,12 @@ BUILTIN_FIELDS: dict[str, BuiltinField] = {
     "step_values": BuiltinField(
         per_step=True, doc="list of numbers: value estimate of each step", jsonl_key="step_values"
     ),
+    "old_log_probs": _token_field("old_log_probs", "the old (sampling-time trained) policy's log-prob of the token"),
+    "rollout_log_probs": _token_field("rollout_log_probs", "the sampler's log-prob of the token (a step's logprobs)"),
+    "entropy": _token_field("entropy", "the entropy of the policy's distribution at the token"),
+    "sum_pi_squared": _token_field(
+        "sum_pi_squared", "the sum over the vocabulary of the squared probabilities at the token"
+    ),
     "roles": BuiltinField(doc="the group's role, per trajectory"),
     "task_ids": BuiltinField(doc="the group's task id, per trajectory"),
 }
@@ -39,6 +54,12 @@ BUILTIN_FIELDS: dict[str, BuiltinField] = {
 
 OPTIONAL_FIELDS = tuple(BUILTIN_FIELDS)
 """Batch fields beyond rewards that an estimator may list in ``requires``."""
+
+TOKEN_FIELDS = tuple(name for name, field in BUILTIN_FIELDS.items() if field.per_token)
+"""The built-in per-token fields (rows of one value per response token)."""
+
+BACKEND_FIELDS = tuple(name for name, field in BUILTIN_FIELDS.items() if field.from_backend)
+"""The built-in fields a training backend fills (its ``batch_fields``), which a workflow does not."""
 
 
 @dataclass(frozen=True)

@@ -270,7 +270,7 @@ def _bool(value: Any) -> Any:
 def _str(value: Any) -> Any:
     if isinstance(value, str):
         return value
-    return str(value) if isinstance(value, int) and not isinstance(value, bool) else _BAD
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else _BAD
 
 
 def _str_list(value: Any) -> Any:

@@ -111,3 +111,23 @@ class TerminationReason(str, Enum):
     TIMEOUT = "timeout"
     UNKNOWN = "unknown"
     ERROR = "error"
+
+
+REJECTION_MODES: tuple[str, ...] = (
+    "token_k1",
+    "token_k2",
+    "token_k3",
+    "seq_sum_k1",
+    "seq_sum_k2",
+    "seq_sum_k3",
+    "seq_mean_k1",
+    "seq_mean_k2",
+    "seq_mean_k3",
+    "seq_max_k2",
+    "seq_max_k3",
+)
+"""Rejection criteria of rollout correction (``rllm.algorithm.rollout_correction.rollout_rs``, verl's names).
+
+A level (token, or the sum, mean or max over a sequence) of a divergence estimate of the
+trained policy from the sampler (k1 = -log ratio, bounded on both sides; k2, k3 bounded above).
+"""

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from rllm.contract.fields import BUILTIN_FIELDS, OPTIONAL_FIELDS, BatchField
+from rllm.contract.fields import BUILTIN_FIELDS, OPTIONAL_FIELDS, TOKEN_FIELDS, BatchField
 from rllm.errors import GroupError, InputFieldError, MissingInputError
 from rllm.estimators.acceleration import Kernels
 from rllm.estimators.labels import _label_array
@@ -103,6 +103,7 @@ class AdvantageBatch:
             "roles": roles,
             "task_ids": task_ids,
         }
+        given.update({name: None for name in TOKEN_FIELDS})  # given through ``extra`` or ``sources``
         declared = self._declared() if extra or set(sources or ()) - set(given) else {}
         unknown = sorted((set(sources or ()) | set(extra or ())) - set(given) - set(declared))
         if unknown:
@@ -138,8 +139,10 @@ class AdvantageBatch:
             width = max(1, given.shape[1]) if given.ndim == 2 else 1
             return _components(self._numbers(name, given, lambda i: self._where(i // width)), n, self.dtype)
         builtin = BUILTIN_FIELDS.get(name)
-        if (builtin is not None and builtin.per_step) or self._per_step.get(name, False):
+        per_token = builtin is not None and builtin.per_token
+        if per_token or (builtin is not None and builtin.per_step) or self._per_step.get(name, False):
             rows = value if isinstance(value, Ragged) else Ragged.from_rows([_given(name, r) for r in value], None)
+            rows = Ragged(rows.values, rows.offsets, per_token=per_token)
             if len(rows) != n:
                 raise GroupError(f"{name} must have one row per reward ({n}), got {len(rows)} rows.")
 
@@ -147,11 +150,11 @@ class AdvantageBatch:
                 return int(np.searchsorted(rows.offsets, i, side="right")) - 1
 
             def step(i: int) -> str:
-                return f"{self._where(row(i))}, step {i - int(rows.offsets[row(i)])}"
+                return f"{self._where(row(i))}, {'token' if per_token else 'step'} {i - int(rows.offsets[row(i)])}"
 
             ragged = rows.with_values(self._numbers(name, rows.values, step))
             bad = ~np.isfinite(ragged.values) & ragged.expand(np.isfinite(self.rewards))
-            self._refuse(name, ragged.values, bad, "finite numbers, one per step", row)
+            self._refuse(name, ragged.values, bad, f"finite numbers, one per {'token' if per_token else 'step'}", row)
             return ragged
         array = _per_item(self._numbers(name, _given(name, value), self._where), n, name, None)
         if name == "response_lengths":

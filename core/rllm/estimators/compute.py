@@ -9,6 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from rllm.config.names import EstimatorName
+from rllm.contract.fields import TOKEN_FIELDS
 from rllm.estimators.batch import OPTIONAL_FIELDS, AdvantageBatch
 from rllm.estimators.pipeline import invoke
 from rllm.estimators.ragged import FloatArray, Ragged
@@ -54,7 +55,9 @@ def compute_advantages(
     """Advantages of ``rewards`` under the named estimator, one per reward, in input order.
 
     Per-step estimators (``reinforce_plus_plus``, ``gae``) return a :class:`Ragged` with one
-    row of step advantages per reward instead.
+    row of step advantages per reward instead, per-token ones (``optimal_token_baseline``) one
+    row of token advantages (``per_token`` set); per-token inputs (``old_log_probs``,
+    ``sum_pi_squared``, ...) are one row of numbers per reward.
 
     ``group_ids`` holds any hashable labels (ints, strings, tuples), in any order, with groups
     of any size; labels of different types never merge. Extra batch fields
@@ -67,8 +70,8 @@ def compute_advantages(
     [1.732, -0.577, -0.577, -0.577]
     """
     resolved = resolve_plugins(estimator)  # the one lookup of this call: entry, kernels, declared fields
+    extra = {name: options.pop(name) for name in (*TOKEN_FIELDS, *resolved.fields) if name in options}
     fields = {name: options.pop(name) for name in OPTIONAL_FIELDS if name in options}
-    extra = {name: options.pop(name) for name in resolved.fields if name in options}
     dtype = options.get("dtype") if options.get("dtype") in ("float32", "float64", np.float32, np.float64) else None
     batch = AdvantageBatch(
         rewards,

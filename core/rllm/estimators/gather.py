@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from rllm.contract.fields import BatchField
+from rllm.contract.fields import TOKEN_FIELDS, BatchField
 from rllm.errors import DataError, InputFieldError, RewardError, RLLMWarning
 from rllm.estimators.batch import FieldSource
 from rllm.estimators.ragged import Ragged
@@ -108,6 +108,37 @@ def _steps(trajectories: list[Trajectory], read: Callable[[Step], Any]) -> Ragge
     return Ragged(values=np.asarray(values), offsets=offsets)  # converted, or refused, where the batch takes it
 
 
+def _step_tokens(step: Step, name: str) -> Any:
+    """A step's per-token values of field ``name``: the sampler's are its ``logprobs``, the others ``info[name]``."""
+    if name == "rollout_log_probs":
+        return step.logprobs or None
+    return step.info.get(name)
+
+
+def _tokens(trajectories: list[Trajectory], name: str) -> Ragged | None:
+    """One row per trajectory of its steps' per-token values of ``name``; None when some step has none.
+
+    A step whose values are not one per response token is an error naming the field and the trajectory.
+    """
+    rows = []
+    for trajectory in trajectories:
+        row: list[Any] = []
+        for index, step in enumerate(trajectory.steps):
+            if not step.response_ids:
+                continue
+            values = _step_tokens(step, name)
+            if values is None:
+                return None
+            if np.ndim(values) != 1 or len(values) != len(step.response_ids):
+                raise InputFieldError(
+                    f"Batch field {name!r}: step {index} of trajectory {trajectory.uid!r} (name {trajectory.name!r}) "
+                    f"holds {np.size(values)} values for {len(step.response_ids)} response tokens; give one per token."
+                )
+            row.extend(values)
+        rows.append(row)
+    return Ragged.from_rows(rows, None, per_token=True)  # converted, or refused, where the batch takes it
+
+
 def _per_trajectory(trajectories: list[Trajectory], key: str) -> list[Any] | None:
     values = [t.info.get(key) for t in trajectories]
     return None if any(v is None for v in values) else values
@@ -147,12 +178,17 @@ def _sources(
         "baseline_rewards": lambda: _per_trajectory(flat(), "baseline_reward"),
         "reward_components": lambda: _components(flat()),
         "roles": lambda: [role] * len(flat()),
+        **{name: partial(_token_source, flat, name) for name in TOKEN_FIELDS},
         **{
             name: partial(_declared, name, field, resolved.field_sources[name], flat)
             for name, field in resolved.fields.items()
         },
         "task_ids": lambda: [g.group_task_id for g in groups for _ in g.trajectories],
     }
+
+
+def _token_source(flat: Callable[[], list[Trajectory]], name: str) -> Ragged | None:
+    return _tokens(flat(), name)
 
 
 def _group_ids(groups: list[TrajectoryGroup]) -> list[str]:

@@ -21,16 +21,18 @@ class Ragged:
 
     values: FloatArray
     offsets: IndexArray
+    per_token: bool = False
+    """Rows of response tokens (a trajectory's steps' tokens in order) rather than of steps."""
 
     @classmethod
-    def from_rows(cls, rows: Sequence[ArrayLike], dtype: Any = np.float64) -> Ragged:
+    def from_rows(cls, rows: Sequence[ArrayLike], dtype: Any = np.float64, per_token: bool = False) -> Ragged:
         lengths = np.fromiter((len(row) for row in rows), dtype=np.intp, count=len(rows))  # type: ignore[arg-type]
         offsets = np.zeros(len(rows) + 1, dtype=np.intp)
         np.cumsum(lengths, out=offsets[1:])
         values = (
             np.concatenate([np.asarray(row, dtype=dtype) for row in rows]) if len(rows) else np.zeros(0, dtype=dtype)
         )
-        return cls(values=values, offsets=offsets)
+        return cls(values=values, offsets=offsets, per_token=per_token)
 
     @property
     def lengths(self) -> IndexArray:
@@ -48,4 +50,4 @@ class Ragged:
 
     def with_values(self, values: FloatArray) -> Ragged:
         """Other values with the same rows."""
-        return Ragged(values=values, offsets=self.offsets)
+        return Ragged(values=values, offsets=self.offsets, per_token=self.per_token)

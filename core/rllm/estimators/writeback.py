@@ -40,6 +40,9 @@ def _divide_by_steps(per_group: list[list[Trajectory]], advantages: FloatArray |
     """
     trajectories = list(chain.from_iterable(per_group))
     counts = np.fromiter((len(t.steps) for t in trajectories), dtype=np.intp, count=len(trajectories))
+    if isinstance(advantages, Ragged) and advantages.per_token:  # a token's share: its trajectory's step count
+        steps = np.repeat(np.maximum(counts, 1), advantages.lengths)
+        return advantages.with_values(advantages.values / steps)
     if not isinstance(advantages, Ragged):
         offsets = np.zeros(len(counts) + 1, dtype=np.intp)
         np.cumsum(counts, out=offsets[1:])
@@ -56,6 +59,8 @@ def per_step_share(advantages: Ragged) -> Ragged:
 def _per_step(per_group: list[list[Trajectory]], advantages: Ragged, name: str) -> int:
     """Give every step its own advantage; returns how many precomputed values it replaced."""
     trajectories = list(chain.from_iterable(per_group))
+    if advantages.per_token:
+        return _per_token(trajectories, advantages, name)
     counts = np.fromiter((len(t.steps) for t in trajectories), dtype=np.intp, count=len(trajectories))
     if not np.array_equal(counts, advantages.lengths):
         raise EstimatorOutputError(
@@ -71,6 +76,26 @@ def _per_step(per_group: list[list[Trajectory]], advantages: Ragged, name: str) 
     return replaced
 
 
+def _per_token(trajectories: list[Trajectory], advantages: Ragged, name: str) -> int:
+    """Give every step the advantages of its response tokens (a list); returns how many values it replaced."""
+    tokens = [sum(len(step.response_ids) for step in t.steps) for t in trajectories]
+    if not np.array_equal(np.asarray(tokens, dtype=np.intp), advantages.lengths):
+        raise EstimatorOutputError(
+            f"Estimator {name!r} returned per-token advantages whose rows do not match the trajectories' response "
+            "tokens."
+        )
+    values = advantages.values.tolist()
+    at, replaced = 0, 0
+    for traj in trajectories:
+        for step in traj.steps:
+            if step.advantage is not None:
+                replaced += 1
+            n = len(step.response_ids)
+            step.advantage = values[at : at + n]
+            at += n
+    return replaced
+
+
 @dataclass
 class RoleAdvantages:
     """One role's advantages in batch order, for backends that take arrays rather than Step objects."""
@@ -78,7 +103,8 @@ class RoleAdvantages:
     per_group: list[list[Trajectory]]
     """The role's trajectories, group by group, in batch order."""
     advantages: FloatArray | Ragged
-    """One per trajectory, or (per-step estimators) one row of step advantages per trajectory."""
+    """One per trajectory, or (per-step estimators) one row of step advantages per trajectory (per-token
+    estimators: one row of token advantages, ``per_token`` set)."""
     verify: Callable[[], None] = lambda: None
     """Refuses a trajectory object found in two groups; run before the arrays are first used."""
 
@@ -91,6 +117,11 @@ class RoleAdvantages:
     def per_step(self) -> tuple[FloatArray, IndexArray]:
         """Every step's advantage, trajectory by trajectory, and the index of each step's trajectory."""
         self.verify()
+        if isinstance(self.advantages, Ragged) and self.advantages.per_token:
+            raise EstimatorOutputError(
+                "The estimator gave per-token advantages; read them per token (advantages.values, row by "
+                "trajectory), not per step."
+            )
         if isinstance(self.advantages, Ragged):
             counts = self.advantages.lengths
             values = self.advantages.values

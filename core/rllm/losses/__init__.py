@@ -13,7 +13,7 @@ from rllm.contract.names import KL_KINDS, LOSS_AGG_MODES, TIS_MODES
 from rllm.losses.aggregation import aggregate, check_agg_mode
 from rllm.losses.compute import compute_policy_loss
 from rllm.losses.context import LossContext, LossFn
-from rllm.losses.correction import truncated_is_weights
+from rllm.losses.correction import off_policy_sequence_mask, parse_rejection, rejection_mask, truncated_is_weights
 from rllm.losses.kl import (
     AdaptiveKLController,
     FixedKLController,
@@ -47,6 +47,9 @@ __all__ = [
     "kl_penalty",
     "loss_entry",
     "loss_names",
+    "off_policy_sequence_mask",
+    "parse_rejection",
+    "rejection_mask",
     "resolve_loss_options",
     "truncated_is_weights",
 ]

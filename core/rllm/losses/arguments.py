@@ -17,6 +17,10 @@ KL_COEF = ConfigKey("kl_coef", "float", 0.0, "Weight of the KL penalty to the re
 """The KL term's coefficient; the config key ``rllm.algorithm.kl_beta`` is this rule under its own name."""
 TIS_CAP = ConfigKey("tis_cap", "float", 2.0, "Clamp of the importance weights.", minimum=0, above=True)
 """The rollout-correction cap; ``rllm.algorithm.rollout_correction.tis_cap`` is this rule."""
+ENTROPY_COEFF = ConfigKey(
+    "entropy_coeff", "float", 0.0, "Weight of the entropy bonus subtracted from the loss (verl's).", minimum=0
+)
+"""The entropy bonus's coefficient; ``rllm.algorithm.entropy_coeff`` is this rule."""
 
 
 def _count(argument: str, doc: str) -> ConfigKey:
@@ -28,6 +32,7 @@ _ARGUMENTS = {
     for key in (
         KL_COEF,
         TIS_CAP,
+        ENTROPY_COEFF,
         ConfigKey("dp_size", "int", 1, "Data-parallel ranks averaging gradients.", minimum=1),
         _count("batch_num_tokens", "Response tokens of the whole batch."),
         _count("global_batch_size", "Sequences of the whole batch."),

@@ -17,7 +17,14 @@ from typing import Any
 from rllm.errors import LossFailedError, LossOptionError, LossOutputError, RLLMError
 from rllm.losses.arguments import check_arguments, check_shapes
 from rllm.losses.context import LossContext
-from rllm.losses.correction import truncated_is_weights
+from rllm.losses.correction import (
+    Rejection,
+    check_correction,
+    off_policy_sequence_mask,
+    parse_rejection,
+    rejection_mask,
+    truncated_is_weights,
+)
 from rllm.losses.kl import check_kl_kind, kl_penalty
 from rllm.losses.registry import resolve_loss_options
 from rllm.plugins.registry import LossEntry
@@ -46,6 +53,15 @@ class CheckedLoss:
     kl_kind: str = "low_var_kl"
     tis_mode: str | None = None
     tis_cap: float = 2.0
+    tis_lower: float | None = None
+    rejection: tuple[Rejection, ...] = ()
+    off_policy_mask_threshold: float | None = None
+    entropy_coeff: float = 0.0
+
+    @property
+    def needs_rollout(self) -> bool:
+        """Whether these settings read the sampler's log-probs (importance weights or rejection)."""
+        return self.tis_mode is not None or bool(self.rejection)
 
 
 def check_loss(
@@ -57,13 +73,32 @@ def check_loss(
     kl_kind: str = "low_var_kl",
     tis_mode: str | None = None,
     tis_cap: float = 2.0,
+    tis_lower: float | None = None,
+    rollout_rs: str | None = None,
+    rollout_rs_threshold: str | float | None = None,
+    off_policy_mask_threshold: float | None = None,
+    entropy_coeff: float = 0.0,
 ) -> CheckedLoss:
     """The settings of :func:`compute_policy_loss` checked (named one-line errors), for :func:`run_checked_loss`."""
     entry, resolved, mode = resolve_loss_options(name, options, agg_mode, "agg_mode")
-    check_arguments(kl_coef=kl_coef, tis_cap=tis_cap)
+    check_arguments(kl_coef=kl_coef, tis_cap=tis_cap, entropy_coeff=entropy_coeff)
     if kl_coef:
         check_kl_kind(kl_kind)
-    return CheckedLoss(entry, name, resolved, mode, kl_coef, kl_kind, tis_mode, tis_cap)
+    check_correction(tis_mode, tis_cap, tis_lower, off_policy_mask_threshold)
+    return CheckedLoss(
+        entry,
+        name,
+        resolved,
+        mode,
+        kl_coef,
+        kl_kind,
+        tis_mode,
+        tis_cap,
+        tis_lower,
+        parse_rejection(rollout_rs, rollout_rs_threshold),
+        off_policy_mask_threshold,
+        float(entropy_coeff),
+    )
 
 
 def compute_policy_loss(
@@ -82,6 +117,12 @@ def compute_policy_loss(
     kl_kind: str = "low_var_kl",
     tis_mode: str | None = None,
     tis_cap: float = 2.0,
+    tis_lower: float | None = None,
+    rollout_rs: str | None = None,
+    rollout_rs_threshold: str | float | None = None,
+    off_policy_mask_threshold: float | None = None,
+    entropy_coeff: float = 0.0,
+    entropy: Any = None,
     dp_size: int = 1,
     batch_num_tokens: Any = None,
     global_batch_size: Any = None,
@@ -95,11 +136,28 @@ def compute_policy_loss(
     ``kl_coef > 0`` the aggregated ``kl_penalty(log_probs, ref_log_probs, kl_kind)`` times
     ``kl_coef`` is added (verl's ``use_kl_loss``); with ``tis_mode`` the truncated weights of
     ``old_log_probs`` against ``rollout_log_probs`` reach the loss as ``ctx.rollout_is_weights``
-    (or give weights computed elsewhere as ``rollout_is_weights``, as verl does). A batch
-    without a response token has loss 0 and the metric ``no_response_tokens`` 1.
+    (or give weights computed elsewhere as ``rollout_is_weights``, as verl does); ``tis_lower``
+    zeroes weights outside ``[tis_lower, tis_cap]`` instead (IcePop). ``rollout_rs`` with
+    ``rollout_rs_threshold`` takes rejected tokens or sequences out of the response mask (verl's
+    rejection, :mod:`rllm.losses.correction`); ``off_policy_mask_threshold`` drops
+    negative-advantage sequences far from the sampler (TRL's mask; the normalisers keep counting
+    them, as TRL's do). With ``entropy_coeff > 0`` the aggregated per-token ``entropy`` (with its
+    gradient) times the coefficient is subtracted (verl's entropy bonus). A batch without a
+    response token has loss 0 and the metric ``no_response_tokens`` 1.
     """
     checked = check_loss(
-        name, options=options, agg_mode=agg_mode, kl_coef=kl_coef, kl_kind=kl_kind, tis_mode=tis_mode, tis_cap=tis_cap
+        name,
+        options=options,
+        agg_mode=agg_mode,
+        kl_coef=kl_coef,
+        kl_kind=kl_kind,
+        tis_mode=tis_mode,
+        tis_cap=tis_cap,
+        tis_lower=tis_lower,
+        rollout_rs=rollout_rs,
+        rollout_rs_threshold=rollout_rs_threshold,
+        off_policy_mask_threshold=off_policy_mask_threshold,
+        entropy_coeff=entropy_coeff,
     )
     return run_checked_loss(
         checked,
@@ -110,6 +168,7 @@ def compute_policy_loss(
         rollout_log_probs=rollout_log_probs,
         ref_log_probs=ref_log_probs,
         rollout_is_weights=rollout_is_weights,
+        entropy=entropy,
         dp_size=dp_size,
         batch_num_tokens=batch_num_tokens,
         global_batch_size=global_batch_size,
@@ -127,6 +186,7 @@ def run_checked_loss(
     rollout_log_probs: Any = None,
     ref_log_probs: Any = None,
     rollout_is_weights: Any = None,
+    entropy: Any = None,
     dp_size: int = 1,
     batch_num_tokens: Any = None,
     global_batch_size: Any = None,
@@ -147,23 +207,51 @@ def run_checked_loss(
         "rollout_log_probs": rollout_log_probs,
         "ref_log_probs": ref_log_probs,
         "rollout_is_weights": rollout_is_weights,
+        "entropy": entropy,
     }
     check_shapes(log_probs, **given)
     if checked.kl_coef and ref_log_probs is None:
         raise LossOptionError("kl_coef > 0 needs ref_log_probs (the reference policy's log-probs).")
-    if checked.tis_mode is not None and rollout_log_probs is None:
+    if checked.needs_rollout and rollout_log_probs is None:
+        which = "tis_mode" if checked.tis_mode is not None else "rollout_rs"
         raise LossOptionError(
-            "rllm.algorithm.rollout_correction.tis_mode needs rollout_log_probs (the sampler's log-probs)."
+            f"rllm.algorithm.rollout_correction.{which} needs rollout_log_probs (the sampler's log-probs)."
         )
+    if checked.entropy_coeff and entropy is None:
+        raise LossOptionError("entropy_coeff > 0 needs entropy (the policy's per-token entropy, with its gradient).")
     selected = response_mask != 0
     clean = {key: _neutral(value, selected) for key, value in given.items() if key != "response_mask"}
+    entropy = clean.pop("entropy")
     log_probs = _neutral(log_probs, selected)
     weights = clean["rollout_is_weights"]
     if checked.tis_mode is not None:
         weights = truncated_is_weights(
-            clean["old_log_probs"], clean["rollout_log_probs"], response_mask, checked.tis_mode, checked.tis_cap
+            clean["old_log_probs"],
+            clean["rollout_log_probs"],
+            response_mask,
+            checked.tis_mode,
+            checked.tis_cap,
+            checked.tis_lower,
         )
     clean["rollout_is_weights"] = weights
+    metrics_before: dict[str, float] = {}
+    if checked.rejection:  # verl's rejection: the tokens leave the mask, and its normalisers
+        keep, metrics_before = rejection_mask(
+            clean["old_log_probs"], clean["rollout_log_probs"], response_mask, checked.rejection
+        )
+        response_mask = response_mask * keep
+    if checked.off_policy_mask_threshold is not None:  # TRL's mask: the dropped sequences still count
+        if batch_num_tokens is None:
+            batch_num_tokens = response_mask.sum()
+        if global_batch_size is None:
+            global_batch_size = len(response_mask)
+        sampler = clean["rollout_log_probs"] if rollout_log_probs is not None else clean["old_log_probs"]
+        kept = off_policy_sequence_mask(
+            clean["advantages"], log_probs, sampler, response_mask, checked.off_policy_mask_threshold
+        )
+        metrics_before["off_policy_masked_fraction"] = float(1.0 - kept.float().mean()) if len(kept) else 0.0
+        response_mask = response_mask * kept
+        counts.update(batch_num_tokens=batch_num_tokens, global_batch_size=global_batch_size)
     ctx = LossContext(
         log_probs=log_probs,
         response_mask=response_mask,
@@ -174,6 +262,11 @@ def run_checked_loss(
         **counts,
     )
     loss, metrics = _run(checked.entry, checked.name, ctx)
+    metrics.update(metrics_before)
+    if checked.entropy_coeff:
+        bonus = ctx.aggregate(entropy)
+        loss = loss - checked.entropy_coeff * bonus
+        metrics["entropy_bonus"] = float(bonus.detach())
     if checked.kl_coef:
         kl = ctx.aggregate(kl_penalty(log_probs, ctx.ref_log_probs, checked.kl_kind))
         loss = loss + checked.kl_coef * kl

@@ -20,7 +20,8 @@ class LossSettings:
     ``eps_clip``/``eps_clip_high`` (as ``clip_ratio``/``clip_ratio_high`` for a loss that
     declares them), ``loss_agg_mode`` (unset: ``token-mean``, or the mode of a loss that fixes
     its own), the KL term (``use_kl_loss`` with ``kl_loss_coef``, rLLM's ``kl_beta``, and ``kl_loss_type``) and rollout
-    correction (``tis_mode``, ``tis_cap``).
+    correction (``tis_mode``, ``tis_cap``, ``tis_lower``, ``rollout_rs``, ``off_policy_mask_threshold``)
+    and the entropy bonus (``entropy_coeff``).
     """
 
     name: str
@@ -30,6 +31,11 @@ class LossSettings:
     kl_kind: str = "low_var_kl"
     tis_mode: str | None = None
     tis_cap: float = 2.0
+    tis_lower: float | None = None
+    rollout_rs: str | None = None
+    rollout_rs_threshold: str | None = None
+    off_policy_mask_threshold: float | None = None
+    entropy_coeff: float = 0.0
 
     @classmethod
     def from_algorithm(cls, algorithm: Any, role: str = "default", default: str = "vanilla") -> LossSettings:
@@ -53,6 +59,11 @@ class LossSettings:
             kl_kind=kl_kind,
             tis_mode=correction.tis_mode,
             tis_cap=float(correction.tis_cap),
+            tis_lower=correction.tis_lower,
+            rollout_rs=correction.rollout_rs,
+            rollout_rs_threshold=correction.rollout_rs_threshold,
+            off_policy_mask_threshold=correction.off_policy_mask_threshold,
+            entropy_coeff=float(algorithm.entropy_coeff),
         )
 
     def describe(self) -> str:
@@ -62,7 +73,14 @@ class LossSettings:
         if self.kl_coef:
             extras.append(f"KL {self.kl_kind} x {self.kl_coef:g}")
         if self.tis_mode is not None:
-            extras.append(f"TIS {self.tis_mode}, cap {self.tis_cap:g}")
+            lower = "" if self.tis_lower is None else f", zero below {self.tis_lower:g}"
+            extras.append(f"TIS {self.tis_mode}, cap {self.tis_cap:g}{lower}")
+        if self.rollout_rs is not None:
+            extras.append(f"rejection {self.rollout_rs} at {self.rollout_rs_threshold}")
+        if self.off_policy_mask_threshold is not None:
+            extras.append(f"off-policy mask at KL {self.off_policy_mask_threshold:g}")
+        if self.entropy_coeff:
+            extras.append(f"entropy bonus x {self.entropy_coeff:g}")
         return f"{self.name} ({'; '.join(extras)})"
 
     @cached_property
@@ -76,6 +94,11 @@ class LossSettings:
             kl_kind=self.kl_kind,
             tis_mode=self.tis_mode,
             tis_cap=self.tis_cap,
+            tis_lower=self.tis_lower,
+            rollout_rs=self.rollout_rs,
+            rollout_rs_threshold=self.rollout_rs_threshold,
+            off_policy_mask_threshold=self.off_policy_mask_threshold,
+            entropy_coeff=self.entropy_coeff,
         )
 
     def compute(self, **tensors: Any) -> tuple[Any, dict[str, float]]:

@@ -111,6 +111,11 @@ class BackendProtocol:
     :meth:`compute_advantages`, :meth:`update_policy`.
     """
 
+    batch_fields: frozenset[str] = frozenset()
+    """The per-token batch fields this backend fills on the steps before advantages are computed
+    (``old_log_probs``, ``rollout_log_probs``, ``entropy``, ``sum_pi_squared``): a run whose estimator
+    needs one it lacks is refused before anything is built."""
+
     def __init__(self, config: DictConfig, algorithm: AlgorithmConfig | None = None, **kwargs: Any) -> None:
         if algorithm is None:
             raise TrainerError(

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from rllm.config.algorithm import AlgorithmConfig
+from rllm.errors import ConfigError
 from rllm.plugins.contract import backend_class
 from rllm.plugins.manager import get_plugin_manager
 from rllm.trainer.backend_protocol import BackendProtocol
@@ -22,6 +24,28 @@ def resolve_backend(backend_cls: type[BackendProtocol] | str | None, config: Dic
         return backend_cls
     name = backend_cls or str(config.rllm.backend)
     return backend_class(get_plugin_manager().backends.resolve(name))
+
+
+def check_backend_fills(backend: type[BackendProtocol], algorithm: AlgorithmConfig) -> None:
+    """Refuse, before anything is built, an estimator needing a per-token field the backend does not fill.
+
+    The fields only a training backend can fill (``old_log_probs``, ``sum_pi_squared``, ...) are
+    those it lists in ``batch_fields``; the message names the estimator, the field and the backend.
+    """
+    from rllm.contract.fields import BACKEND_FIELDS
+    from rllm.estimators.compute import get_estimator
+
+    fills = frozenset(getattr(backend, "batch_fields", ()))
+    names = [algorithm.estimator, *algorithm.estimator_map.values()]
+    for name in dict.fromkeys(str(getattr(n, "value", n)) for n in names):
+        for needed in get_estimator(name).requires:
+            if needed in BACKEND_FIELDS and needed not in fills:
+                offered = ", ".join(sorted(fills)) or "none"
+                raise ConfigError(
+                    f"Estimator {name!r} needs the per-token field {needed!r}, which the backend "
+                    f"{backend.__name__} does not fill (it fills: {offered}); choose a backend that does "
+                    "(rllm.backend=transformers fills them all) or another estimator."
+                )
 
 
 def resolve_grouping_hook(hook: GroupingHook | str | None, config: DictConfig) -> GroupingHook:

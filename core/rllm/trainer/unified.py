@@ -32,7 +32,7 @@ from rllm.errors import ConfigError, RLLMWarning, TrainerError
 from rllm.estimators.collect import collect_advantages
 from rllm.trainer.backend_protocol import BackendProtocol, TrainerState
 from rllm.trainer.checkpoint import CheckpointManager
-from rllm.trainer.components import configured_executor, resolve_backend, resolve_grouping_hook
+from rllm.trainer.components import check_backend_fills, configured_executor, resolve_backend, resolve_grouping_hook
 from rllm.trainer.engine import WorkflowEngine
 from rllm.trainer.fingerprint import NUMBER_SETTINGS, run_fingerprint
 from rllm.trainer.grouping import (
@@ -115,6 +115,7 @@ class UnifiedTrainer:
         self.cf_config, self.rs_config, self.ds_config = settings.cf, settings.rs, settings.ds
         self.val_pass_at_k = settings.val_pass_at_k
         backend_type = resolve_backend(backend_cls, self.config)
+        check_backend_fills(backend_type, self.algorithm_config)
         if backend_args and {"config", "algorithm"} & set(backend_args):
             raise ConfigError(
                 "UnifiedTrainer backend_args may not hold 'config' or 'algorithm': the trainer passes the run's own."

@@ -85,6 +85,19 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
     ]
     gigpo_needs = ["step_rewards", "anchor_states"]
     register("gigpo", estimators.gigpo, style="batch", requires=gigpo_needs, options=gigpo_options, numerics="verl")
+    token_options = [
+        Option("handle_zero_tail", (bool,), True, "baseline 0 where only a group's longest trajectory has tokens"),
+        Option("epsilon", (float,), 1e-8, "added to the baseline's denominator (verl's)", minimum=0.0),
+    ]
+    for name in ("optimal_token_baseline", "tir_optimal_token_baseline"):
+        register(
+            name,
+            getattr(estimators, name),
+            style="batch",
+            requires=["old_log_probs", "sum_pi_squared"],
+            options=token_options,
+            numerics=True,
+        )
     # Peers' names, each with its peer's numerics by default (docs/estimators.md, "Peers' names").
     register("group_norm", estimators.grpo, style="batch", options=[NORM_BY_STD], numerics="openrlhf")
     register(

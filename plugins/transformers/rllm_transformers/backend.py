@@ -22,8 +22,9 @@ from omegaconf import DictConfig
 
 from rllm.config import unhonoured_keys
 from rllm.errors import ConfigError, TrainerError
-from rllm.losses import KLInReward, LossSettings, check_kl_coef
+from rllm.losses import KLInReward, LossSettings, check_kl_coef, rejection_mask
 from rllm.tasks import VOCAB, ArithmeticWorkflow, build_tasks
+from rllm.toolkit import TOKEN_FIELDS, get_estimator
 from rllm.trainer import BackendProtocol, TaskLoader, TaskSetup, TrainerState, WorkflowEngine, scheduled_lr, task_loader
 from rllm.types import Episode
 from rllm_transformers.plugin import missing_extra_error
@@ -31,7 +32,7 @@ from rllm_transformers.plugin import missing_extra_error
 try:  # the extra first: without it, selecting the backend is one line naming the extra, not an ImportError
     import torch
 
-    from rllm_transformers.batch import RowBatch, pack_rows, response_tokens, token_log_probs
+    from rllm_transformers.batch import RowBatch, pack_rows, response_tokens, token_log_probs, token_statistics
     from rllm_transformers.checkpoint import load_training_state, save_training_state
     from rllm_transformers.engine import Sampling, TransformersEngine
     from rllm_transformers.model import TINY, has_digit_ids, load_policy
@@ -47,6 +48,9 @@ _REFUSED = {"rllm.algorithm.router_replay": "its models are trained without rout
 
 class TransformersBackend(BackendProtocol):
     """``rllm.backend=transformers`` (the plugin registers this class's path, so it is imported when selected)."""
+
+    batch_fields = frozenset(TOKEN_FIELDS)
+    """Stage 5 puts every per-token field on the steps (``step.info``; the sampler's are ``step.logprobs``)."""
 
     @classmethod
     def serve(cls, config: DictConfig, host: str, port: int, model_name: str | None = None) -> int:
@@ -84,6 +88,9 @@ class TransformersBackend(BackendProtocol):
         }
         # KL in the reward: its controller's coefficient changes each step and is checkpointed
         self.kl_in_reward = KLInReward.from_algorithm(self.algorithm)
+        self.token_fields = self._required_token_fields()
+        """The per-token fields the run's estimators need, which stage 5 writes onto the steps."""
+        self.entropy_bonus = any(s.entropy_coeff > 0 for s in [self.default_settings, *self.role_settings.values()])
         self.reference = None
         in_loss = any(s.kl_coef > 0 for s in [self.default_settings, *self.role_settings.values()])
         if in_loss or self.kl_in_reward is not None:
@@ -187,12 +194,25 @@ class TransformersBackend(BackendProtocol):
         """
         batch: RowBatch = trainer_state.backend_batch
         with torch.no_grad():
+            entropy = squares = None
             if self.algorithm.rollout_correction.bypass_mode:
                 batch.old_logps = batch.rollout_logps
+                if {"entropy", "sum_pi_squared"} & self.token_fields:
+                    _, entropy, squares = token_statistics(self.model, batch.ids, batch.attention)
             else:
-                batch.old_logps, _ = token_log_probs(self.model, batch.ids, batch.attention)
+                batch.old_logps, entropy, squares = token_statistics(self.model, batch.ids, batch.attention)
             if self.reference is not None:
                 batch.ref_logps, _ = token_log_probs(self.reference, batch.ids, batch.attention)
+        if self.token_fields:
+            per_token = {"old_log_probs": batch.old_logps, "entropy": entropy, "sum_pi_squared": squares}
+            batch.put_on_steps({k: v for k, v in per_token.items() if k in self.token_fields and v is not None})
+        correction = self.default_settings.checked
+        if correction.rejection:  # verl's rejection leaves the normalisers too: the kept tokens are counted
+            keep, metrics = rejection_mask(
+                batch.old_logps, torch.nan_to_num(batch.rollout_logps) * batch.mask, batch.mask, correction.rejection
+            )
+            batch.counted = batch.mask * keep
+            trainer_state.metrics.update({f"actor/{k}": v for k, v in metrics.items()})
         known = (batch.mask > 0) & ~torch.isnan(batch.rollout_logps)
         if bool(known.any()):
             gap = (batch.old_logps - batch.rollout_logps).abs()[known]
@@ -226,14 +246,17 @@ class TransformersBackend(BackendProtocol):
         self.model.train()
         for _epoch in range(int(options.ppo_epochs)):
             order = torch.randperm(n, generator=self.update_rng).to(self.device)
+            counted = batch.mask if batch.counted is None else batch.counted
             for mini in torch.tensor_split(order, min(int(options.mini_batches), n)):
-                total_tokens, total_rows = batch.mask[mini].sum(), len(mini)
+                total_tokens, total_rows = counted[mini].sum().clamp(min=1), len(mini)
                 self.optimizer.zero_grad(set_to_none=True)
                 mini_loss = 0.0
                 for rows in torch.tensor_split(mini, min(int(options.micro_batches), len(mini))):
-                    logp, entropy = token_log_probs(self.model, batch.ids[rows], batch.attention[rows])
+                    logp, entropy = token_log_probs(
+                        self.model, batch.ids[rows], batch.attention[rows], entropy_grad=self.entropy_bonus
+                    )
                     loss = self._micro_loss(
-                        batch, rows, logp, advantages, role_of, role_names, total_tokens, total_rows, sums
+                        batch, rows, logp, entropy, advantages, role_of, role_names, total_tokens, total_rows, sums
                     )
                     if not torch.isfinite(loss):
                         raise TrainerError(
@@ -243,7 +266,7 @@ class TransformersBackend(BackendProtocol):
                         )
                     loss.backward()
                     mini_loss += float(loss.detach())
-                    self._token_metrics(sums, batch.mask[rows], entropy, logp, batch.old_logps[rows])
+                    self._token_metrics(sums, batch.mask[rows], entropy.detach(), logp, batch.old_logps[rows])
                 norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(options.max_grad_norm))
                 if not torch.isfinite(norm):
                     self.optimizer.zero_grad(set_to_none=True)
@@ -267,6 +290,12 @@ class TransformersBackend(BackendProtocol):
         self.rollout_tokens, self.rollout_seconds = 0, 0.0
         trainer_state.metrics.update(metrics)
 
+    def _required_token_fields(self) -> set[str]:
+        algorithm = self.algorithm
+        names = [algorithm.estimator, *algorithm.estimator_map.values()]
+        needed = {f for n in names for f in get_estimator(str(getattr(n, "value", n))).requires}
+        return needed & set(TOKEN_FIELDS)
+
     def _settings(self, role: str) -> LossSettings:
         return self.role_settings.get(role, self.default_settings)
 
@@ -275,6 +304,7 @@ class TransformersBackend(BackendProtocol):
         batch: RowBatch,
         rows: torch.Tensor,
         logp: torch.Tensor,
+        entropy: torch.Tensor,
         advantages: torch.Tensor,
         role_of: torch.Tensor,
         role_names: list[str],
@@ -300,6 +330,7 @@ class TransformersBackend(BackendProtocol):
                 response_mask=mask,
                 rollout_log_probs=torch.nan_to_num(batch.rollout_logps[picked]) * mask,
                 ref_log_probs=None if batch.ref_logps is None else batch.ref_logps[picked],
+                entropy=entropy[mine] if settings.entropy_coeff else None,
                 batch_num_tokens=total_tokens,
                 global_batch_size=total_rows,
             )

@@ -35,6 +35,14 @@ class RowBatch:
     losses: list[str]
     old_logps: torch.Tensor | None = None
     ref_logps: torch.Tensor | None = None
+    counted: torch.Tensor | None = None
+    """The response tokens the loss's normalisers count (rollout rejection removes some); None: all of ``mask``."""
+
+    def put_on_steps(self, fields: Mapping[str, torch.Tensor]) -> None:
+        """Each per-token tensor's values on its step's response tokens, as ``step.info[name]`` (stage 6 reads them)."""
+        for name, tensor in fields.items():
+            for row, step in enumerate(self.steps):
+                step.info[name] = tensor[row][self.mask[row] > 0].tolist()
 
     def advantages(self) -> torch.Tensor:
         values = torch.zeros_like(self.mask)
@@ -57,14 +65,30 @@ def response_tokens(episodes: Sequence[Episode]) -> int:
     return sum(len(step.response_ids) for ep in episodes for trajectory in ep.trajectories for step in trajectory.steps)
 
 
-def token_log_probs(model: Any, ids: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-prob of each next token of ``ids`` and the entropy of each position's distribution (no gradient)."""
+def token_log_probs(
+    model: Any, ids: torch.Tensor, attention: torch.Tensor, entropy_grad: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob of each next token of ``ids`` and the entropy of each position's distribution.
+
+    The entropy carries a gradient only with ``entropy_grad`` (an entropy bonus in the loss).
+    """
+    chosen, entropy, _ = token_statistics(model, ids, attention, entropy_grad)
+    return chosen, entropy
+
+
+def token_statistics(
+    model: Any, ids: torch.Tensor, attention: torch.Tensor, entropy_grad: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`token_log_probs` and each position's sum of squared probabilities (verl's ``sum_pi_squared``)."""
     logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
     log_p = torch.log_softmax(logits, dim=-1)
     chosen = log_p.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        p = log_p.exp()
+        entropy = -(p * log_p).sum(-1)
     with torch.no_grad():
-        entropy = -(log_p.exp() * log_p).sum(-1)
-    return chosen, entropy
+        sum_squares = (p.detach() ** 2).sum(-1)
+    return chosen, entropy, sum_squares
 
 
 def pack_rows(

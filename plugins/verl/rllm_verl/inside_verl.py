@@ -26,13 +26,22 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import rllm
 from rllm.errors import ConfigError, MissingInputError, RLLMWarning
-from rllm.toolkit import AdvantageBatch, EstimatorStates, FloatArray, Ragged, resolve_plugins, run_estimator
+from rllm.toolkit import (
+    TOKEN_FIELDS,
+    AdvantageBatch,
+    EstimatorStates,
+    FloatArray,
+    Ragged,
+    resolve_plugins,
+    run_estimator,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -50,6 +59,10 @@ FROM_VERL = {
     "baseline_rewards": "reward_baselines (the batch's greedy-rollout rewards, as for verl's remax)",
     "step_rewards": "token_level_rewards over the mask (one step per response token)",
     "step_values": "values over the mask, as verl's gae is called with them (the critic's, one per response token)",
+    "old_log_probs": "old_log_probs over the mask (the batch's old_log_probs, as verl's optimal_token_baseline gets)",
+    "sum_pi_squared": "sum_pi_squared over the mask (actor.calculate_sum_pi_squared=True)",
+    "rollout_log_probs": "rollout_log_probs over the mask (the batch's rollout_log_probs)",
+    "entropy": "entropys over the mask (the actor's per-token entropy)",
 }
 """The rllm batch fields an adapter can fill, and what of verl's input fills them."""
 
@@ -102,10 +115,21 @@ def make_adapter(name: str) -> VerlEstimatorFn:
         values: torch.Tensor | None = None,
         gamma: float | None = None,
         lam: float | None = None,
+        old_log_probs: torch.Tensor | None = None,
+        sum_pi_squared: torch.Tensor | None = None,
+        rollout_log_probs: torch.Tensor | None = None,
+        entropys: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         direct = {key: float(value) for key, value in (("gamma", gamma), ("lam", lam)) if value is not None}
+        given = {
+            "old_log_probs": old_log_probs,
+            "sum_pi_squared": sum_pi_squared,
+            "rollout_log_probs": rollout_log_probs,
+            "entropy": entropys,
+        }
+        tokens = {field: tensor for field, tensor in given.items() if tensor is not None}
         advantages = run_for_verl(
-            name, token_level_rewards, response_mask, index, config, reward_baselines, values, direct
+            name, token_level_rewards, response_mask, index, config, reward_baselines, values, direct, tokens=tokens
         )
         if name == "gae" and values is not None:  # as verl's gae: the critic's targets, before whitening
             raw = run_for_verl(
@@ -134,12 +158,15 @@ def run_for_verl(
     values: torch.Tensor | None = None,
     direct: Mapping[str, float] | None = None,
     fixed: Mapping[str, Any] | None = None,
+    tokens: Mapping[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Advantages of rllm's estimator ``name`` on verl's inputs, shaped and typed like ``token_level_rewards``.
 
     ``values`` and ``direct`` (``gamma``, ``lam``) are what verl's gae is called with instead of a
     config; such a call has no group labels, so without ``index`` each response is its own group.
-    ``fixed`` options override the configured ones.
+    ``fixed`` options override the configured ones. ``tokens`` holds the per-token fields
+    (``old_log_probs``, ``sum_pi_squared``, ...) taken from verl's batch, one tensor each shaped
+    like ``token_level_rewards``.
     """
     import torch
 
@@ -150,6 +177,8 @@ def run_for_verl(
         missing.append("baseline_rewards")
     if "step_values" in entry.requires and values is None:
         missing.append("step_values")
+    tokens = dict(tokens or {})
+    missing += [field for field in entry.requires if field in TOKEN_FIELDS and field not in tokens]
     if missing:
         raise MissingInputError(
             f"rllm estimator {name!r} needs {', '.join(map(repr, missing))}, which verl does not pass to "
@@ -178,6 +207,7 @@ def run_for_verl(
                 "response_lengths": lambda: _numpy(on_mask.sum(dim=-1)),
                 "step_rewards": lambda: _token_rows(token_level_rewards, response_mask),
                 **({} if values is None else {"step_values": lambda: _token_rows(values, response_mask)}),
+                **{field: partial(_token_rows, tensor, response_mask, True) for field, tensor in tokens.items()},
             },
             kernels=resolved.kernels,
             fields=resolved.fields,
@@ -281,12 +311,12 @@ def broadcast(advantages: FloatArray | Ragged, like: torch.Tensor, response_mask
     return (per_response.unsqueeze(-1) * response_mask).to(like.dtype)
 
 
-def _token_rows(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> Ragged:
-    """Each response's token rewards under its mask, as rllm's per-step rewards."""
+def _token_rows(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, per_token: bool = False) -> Ragged:
+    """Each response's token values under its mask, as rllm's per-step (or, ``per_token``, per-token) rows."""
     lengths = _numpy((response_mask != 0).sum(dim=-1)).astype(np.intp)  # a fractional mask weights, it still counts
     offsets = np.zeros(len(lengths) + 1, dtype=np.intp)
     np.cumsum(lengths, out=offsets[1:])
-    return Ragged(values=_numpy(token_level_rewards[response_mask.bool()]), offsets=offsets)
+    return Ragged(values=_numpy(token_level_rewards[response_mask.bool()]), offsets=offsets, per_token=per_token)
 
 
 def _numpy(tensor: torch.Tensor) -> FloatArray:

@@ -19,6 +19,7 @@ from rllm_builtin.estimators.multi_reward import gdpo
 from rllm_builtin.estimators.pkpo import pkpo
 from rllm_builtin.estimators.returns import gae, reinforce_plus_plus
 from rllm_builtin.estimators.running import ema_baseline
+from rllm_builtin.estimators.token_baselines import optimal_token_baseline, tir_optimal_token_baseline
 from rllm_builtin.estimators.turns import turn_grpo
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "maxrl",
     "mix",
     "opo",
+    "optimal_token_baseline",
     "pkpo",
     "prpo",
     "reinforce",
@@ -44,5 +46,6 @@ __all__ = [
     "reinforce_plus_plus_baseline",
     "remax",
     "rloo",
+    "tir_optimal_token_baseline",
     "turn_grpo",
 ]
