@@ -101,7 +101,7 @@ class ArithmeticWorkflow(Workflow):
             steps.append(
                 Step(
                     prompt_ids=list(context),
-                    observation=decode(context),
+                    observation=list(context),  # the state: ids are the engine's own, digit or text
                     response_ids=list(generation.response_ids),
                     logprobs=list(generation.logprobs),
                     model_response=generation.text,
