@@ -142,7 +142,8 @@ def compute_policy_loss(
     rejection, :mod:`rllm.losses.correction`); ``off_policy_mask_threshold`` drops
     negative-advantage sequences far from the sampler (TRL's mask; the normalisers keep counting
     them, as TRL's do). With ``entropy_coeff > 0`` the aggregated per-token ``entropy`` (with its
-    gradient) times the coefficient is subtracted (verl's entropy bonus). A batch without a
+    gradient) times the coefficient is subtracted (verl's entropy bonus); losses also see it as
+    ``ctx.entropy`` (TRL's top-entropy quantile selects tokens by it). A batch without a
     response token has loss 0 and the metric ``no_response_tokens`` 1.
     """
     checked = check_loss(
@@ -221,7 +222,7 @@ def run_checked_loss(
         raise LossOptionError("entropy_coeff > 0 needs entropy (the policy's per-token entropy, with its gradient).")
     selected = response_mask != 0
     clean = {key: _neutral(value, selected) for key, value in given.items() if key != "response_mask"}
-    entropy = clean.pop("entropy")
+    entropy = clean["entropy"]  # also in the context: losses may select tokens by it (TRL)
     log_probs = _neutral(log_probs, selected)
     weights = clean["rollout_is_weights"]
     if checked.tis_mode is not None:

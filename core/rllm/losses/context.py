@@ -16,7 +16,9 @@ LossFn = Callable[["LossContext"], tuple[Any, dict[str, float]]]
 class LossContext:
     """What a policy loss receives: per-token tensors of shape ``(batch, tokens)`` and the run's settings.
 
-    ``dp_size``, ``batch_num_tokens``, ``global_batch_size`` and ``loss_scale_factor`` are
+    ``entropy`` is the policy's entropy at each position (no gradient needed), for losses that
+    select tokens by it; a caller that does not compute it leaves it None. ``dp_size``,
+    ``batch_num_tokens``, ``global_batch_size`` and ``loss_scale_factor`` are
     verl's global-batch information, so that a micro-batch's loss is normalised over the
     whole batch (None: this micro-batch is the whole batch). Reduce with :meth:`aggregate` (a
     per-token loss) or :meth:`sequence_mean` (one loss per sequence), never with ``.mean()``: the
@@ -30,6 +32,7 @@ class LossContext:
     rollout_log_probs: Any = None
     ref_log_probs: Any = None
     rollout_is_weights: Any = None
+    entropy: Any = None
     options: dict[str, Any] = field(default_factory=dict)
     agg_mode: str = "token-mean"
     dp_size: int = 1
