@@ -19,6 +19,11 @@ import torch
 
 from rllm.losses import compute_policy_loss
 
+STEPS = 2
+"""Micro-batches per generation batch (TRL's steps_per_generation)."""
+GENERATION_TOKENS = 3
+"""The generation batch holds this many times the micro-batch's tokens."""
+
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo"]
 
 
@@ -36,30 +41,27 @@ def batch(seed: int, rows: int = 6, tokens: int = 7) -> dict[str, torch.Tensor]:
     return {"mask": mask, "old": old, "new": old + drift, "ref": ref, "advantages": advantages, "entropy": entropy}
 
 
-def trl_loss(loss_type: str, data: dict, accumulation: int, steps: int, **config) -> tuple[float, torch.Tensor]:
+def trl_loss(loss_type: str, data: dict, accumulation: int, **config) -> tuple[float, torch.Tensor]:
     from parity import TRLLossStub, trl_inputs
     from trl import GRPOConfig
 
     args = GRPOConfig(
         output_dir="/tmp/unused", loss_type=loss_type, max_completion_length=9, report_to=[], use_cpu=True, **config
     )
-    args.steps_per_generation = steps  # micro-batches per generation batch
+    args.steps_per_generation = STEPS
     new = data["new"].clone().requires_grad_(True)
     stub = TRLLossStub(args, new, data["entropy"], accumulation)
     mask = data["mask"]
-    inputs = trl_inputs(mask, data["advantages"], data["old"], window(mask, steps), data["ref"] if args.beta else None)
+    inputs = trl_inputs(
+        mask, data["advantages"], data["old"], GENERATION_TOKENS * int(mask.sum()), data["ref"] if args.beta else None
+    )
     loss = stub.loss(inputs)
     loss.backward()
     return float(loss.detach()), new.grad
 
 
-def window(mask: torch.Tensor, steps: int) -> float:
-    """The generation batch's tokens: this micro-batch's, times 1.5 per further micro-batch."""
-    return float(mask.sum()) * (1 + 1.5 * (steps - 1))
-
-
 def rllm_loss(
-    loss_type: str, data: dict, accumulation: int, steps: int, beta: float = 0.0, **options
+    loss_type: str, data: dict, accumulation: int, beta: float = 0.0, **options
 ) -> tuple[float, torch.Tensor]:
     new = data["new"].clone().requires_grad_(True)
     mask = data["mask"]
@@ -75,12 +77,20 @@ def rllm_loss(
         options=options,
         kl_coef=beta,
         kl_kind="low_var_kl",
-        batch_num_tokens=window(mask, steps) * accumulation / steps,  # TRL's: generation tokens x GA / steps
+        batch_num_tokens=tokens_counted(loss_type, mask, accumulation),
         global_batch_size=rows * accumulation,
         loss_scale_factor=9,
     )
     loss.backward()
     return float(loss.detach()), new.grad
+
+
+def tokens_counted(loss_type: str, mask: torch.Tensor, accumulation: int) -> float:
+    """What TRL's token mean divides by, over the accumulation window: bnpo the micro-batch's tokens
+    (then divided by the accumulation steps), the others the generation batch's tokens x window / steps."""
+    if loss_type == "bnpo":
+        return float(mask.sum()) * accumulation
+    return GENERATION_TOKENS * float(mask.sum()) * accumulation / STEPS
 
 
 CASES = [
@@ -108,15 +118,10 @@ def test_value_and_gradient_equal_trl(loss_type: str, case: int, accumulation: i
         pytest.skip("SAPO has no clip range")
     options = dict(options)
     beta = options.pop("beta", 0.0)
-    steps = 2
-    if loss_type == "bnpo" and beta:
-        if accumulation > 1:
-            pytest.skip("rllm averages trl.bnpo's KL term over the batch's tokens, TRL over the micro-batch's")
-        steps = 1  # the micro-batch is the batch: both averages agree
     for seed in range(3):
         data = batch(seed)
-        theirs, their_grad = trl_loss(loss_type, data, accumulation, steps, **config)
-        ours, our_grad = rllm_loss(loss_type, data, accumulation, steps, beta, **options)
+        theirs, their_grad = trl_loss(loss_type, data, accumulation, **config)
+        ours, our_grad = rllm_loss(loss_type, data, accumulation, beta, **options)
         assert abs(ours - theirs) <= 1e-6 * max(1.0, abs(theirs)), (seed, ours, theirs)
         assert torch.allclose(our_grad, their_grad, rtol=0, atol=1e-6), (seed, (our_grad - their_grad).abs().max())
         assert their_grad.abs().sum() > 0

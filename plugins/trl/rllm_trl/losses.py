@@ -10,7 +10,7 @@ normalisers:
 loss       objective                       TRL's normalisation = rllm's mode
 ========== ============================== ==================================================
 trl.grpo   PPO clip (two-sided, ``delta``) per-sequence token mean, mean over sequences
-trl.bnpo   PPO clip                        token mean of the micro-batch it sees (below)
+trl.bnpo   PPO clip                        ``token-mean`` over the micro-batch's tokens (below)
 trl.dr_grpo PPO clip                       token sum / (sequences x ``max_completion_length``)
 trl.dapo   PPO clip                        token sum / the batch's tokens (``token-mean``)
 trl.luspo  PPO clip                        per-sequence token sum, mean over sequences
@@ -20,10 +20,10 @@ trl.vespo  ``-phi(w) A log p``, gamma      ``token-mean``
            weight of the sequence ratio
 ========== ============================== ==================================================
 
-``trl.bnpo`` normalises by the tokens of the micro-batch it is given, as TRL does; given the
-whole batch's ``global_batch_size`` it weighs that mean by the micro-batch's share of the
-sequences, so that a batch split into equal micro-batches gets TRL's accumulated loss (it is
-declared non-additive: micro-batches do not add up to the whole batch's token mean).
+TRL's ``bnpo`` and ``dapo`` differ only in the count their token mean divides by: ``dapo`` the
+tokens of the accumulated batch, ``bnpo`` those of the micro-batch. Both are ``token-mean`` here;
+the caller passes the count (:func:`rllm_trl.trainer.loss_counts` passes the micro-batch's for
+``trl.bnpo``), so in an rllm backend, which passes the whole batch's, ``trl.bnpo`` is ``trl.dapo``.
 
 Every loss takes TRL's ``importance_sampling_level`` (``sequence``: one ratio per sequence, the
 exponential of its mean log-ratio, gradient through every token) and ``top_entropy_quantile``
@@ -89,15 +89,6 @@ def _finish(ctx: LossContext, per_token: torch.Tensor, weighted: bool = True) ->
     return per_token if keep is None else per_token * keep.to(per_token.dtype)
 
 
-def _micro_batch_mean(ctx: LossContext, per_token: torch.Tensor) -> torch.Tensor:
-    """bnpo's reduction: the token mean of this micro-batch, times its share of the batch's sequences."""
-    selected = _selected(ctx)
-    dtype = torch.promote_types(per_token.dtype, torch.float32)
-    mean = torch.where(selected, per_token, 0.0).sum(dtype=dtype) / selected.sum(dtype=dtype).clamp(min=1.0)
-    share = 1.0 if ctx.global_batch_size is None else per_token.shape[0] / ctx.global_batch_size
-    return mean * share * ctx.dp_size
-
-
 def _masked_mean(values: torch.Tensor, ctx: LossContext) -> float:
     values = values.expand_as(ctx.log_probs)
     selected = _selected(ctx)
@@ -112,16 +103,11 @@ def _epsilons(ctx: LossContext) -> tuple[float, float]:
 def clipped(ctx: LossContext) -> Result:
     """TRL's PPO clip, ``-min(r A, clip(r, 1 - eps, 1 + eps_high) A)`` (``r`` capped at ``delta``), by the mode.
 
-    ``trl.grpo``, ``trl.dr_grpo``, ``trl.dapo`` and ``trl.luspo`` are this objective under their modes.
+    ``trl.grpo``, ``trl.bnpo``, ``trl.dr_grpo``, ``trl.dapo`` and ``trl.luspo`` are this objective under
+    their modes.
     """
     per_token, metrics = _clip_objective(ctx)
     return ctx.aggregate(per_token), metrics
-
-
-def bnpo(ctx: LossContext) -> Result:
-    """TRL's BNPO: the PPO clip averaged over the tokens of the micro-batch given (see the module's note)."""
-    per_token, metrics = _clip_objective(ctx)
-    return _micro_batch_mean(ctx, per_token), metrics
 
 
 def _clip_objective(ctx: LossContext) -> tuple[torch.Tensor, dict[str, float]]:

@@ -6,8 +6,6 @@ torch only, so ``rllm.algorithm.loss_fn=trl.dapo`` works in any torch backend, T
 
 from __future__ import annotations
 
-from typing import Any
-
 import rllm
 from rllm.plugins import LossRegistrar
 from rllm.toolkit import Option
@@ -47,7 +45,7 @@ def _positive(name: str, default: float, doc: str) -> Option:
 
 LOSSES: dict[str, tuple[str, str, list[Option], str]] = {
     "grpo": ("clipped", "seq-mean-token-mean", CLIP, "per-sequence token mean"),
-    "bnpo": ("bnpo", "token-mean", CLIP, "token mean of the micro-batch"),
+    "bnpo": ("clipped", "token-mean", CLIP, "token mean of the micro-batch"),
     "dr_grpo": ("clipped", "seq-mean-token-sum-norm", CLIP, "sum / max length"),
     "dapo": ("clipped", "token-mean", CLIP, "token mean of the batch"),
     "luspo": ("clipped", "seq-mean-token-sum", CLIP, "per-sequence token sum"),
@@ -81,12 +79,10 @@ LOSSES: dict[str, tuple[str, str, list[Option], str]] = {
 @rllm.hookimpl
 def rllm_register_losses(register: LossRegistrar) -> None:
     for loss_type, (function, mode, options, what) in LOSSES.items():
-        extra: dict[str, Any] = {"additive": False} if loss_type == "bnpo" else {}
         register(
             PREFIX + loss_type,
             f"{MODULE}:{function}",
             options=options,
             agg_modes=[mode],
             description=f"TRL's loss_type={loss_type!r}: {what}, {mode}",
-            **extra,
         )
