@@ -330,7 +330,7 @@ class TransformersBackend(BackendProtocol):
                 response_mask=mask,
                 rollout_log_probs=torch.nan_to_num(batch.rollout_logps[picked]) * mask,
                 ref_log_probs=None if batch.ref_logps is None else batch.ref_logps[picked],
-                entropy=entropy[mine] if settings.entropy_coeff else None,
+                entropy=entropy[mine],
                 batch_num_tokens=total_tokens,
                 global_batch_size=total_rows,
             )
