@@ -78,8 +78,10 @@ def run(args: argparse.Namespace) -> int:
     config = words.load()
     started = time.perf_counter()
     trainer = UnifiedTrainer(None, config, progress=not args.no_progress)
+    writes = trainer.writes  # in a data-parallel run rank 0 alone speaks and plots
     try:
-        print(_opening_line(trainer), flush=True)
+        if writes:
+            print(_opening_line(trainer), flush=True)
         trainer.fit()
     except KeyboardInterrupt:
         print(
@@ -90,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         return 130
     finally:
         trainer.shutdown()
+    if not writes:
+        return 0
     print(f"rllm train: done in {time.perf_counter() - started:.1f}s; metrics and checkpoints in {trainer.output_dir}")
     try:
         _plot([trainer.output_dir], trainer.output_dir / LEARNING_CURVE)

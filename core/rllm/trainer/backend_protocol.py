@@ -25,6 +25,7 @@ from rllm.types import Episode, TrajectoryGroup
 
 if TYPE_CHECKING:
     from rllm.trainer.engine import WorkflowEngine
+    from rllm.trainer.parallel import ProcessGroup
     from rllm.workflows.workflow import Workflow
 
 
@@ -144,6 +145,12 @@ class BackendProtocol:
         """
         return None
 
+    @property
+    def process_group(self) -> ProcessGroup | None:
+        """This process's place in a data-parallel run (:mod:`rllm.trainer.parallel`); None (the default): the run
+        is this one process. With a group, each process rolls out its share of a batch and only rank 0 writes."""
+        return None
+
     def get_dataloader(self, dataset: Sequence[Any] | None, trainer_state: TrainerState) -> Iterable[Any]:
         """Batches of tasks for one pass over ``dataset``; called once per epoch and for validation."""
         raise NotImplementedError(f"{type(self).__name__} must implement get_dataloader()")
@@ -171,7 +178,9 @@ class BackendProtocol:
         repeats = int(rollout.n_val if is_validation else rollout.n)
         tasks = [task for task in batch for _ in range(repeats)]
         ids = [task_id_of(task, position // repeats) for position, task in enumerate(tasks)]
-        return await agent_workflow_engine.execute_tasks(tasks, ids, is_validation=is_validation)
+        return await agent_workflow_engine.execute_tasks(
+            tasks, ids, is_validation=is_validation, share=self.process_group
+        )
 
     def transform_to_backend_batch(self, trainer_state: TrainerState) -> Any:
         """Turn ``trainer_state.trajectory_groups`` into this backend's batch format."""

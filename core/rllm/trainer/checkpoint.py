@@ -288,12 +288,14 @@ class CheckpointManager:
         state.estimator_states.load_state_dict(estimators, repr(str(path / ESTIMATORS_FILE)))
         state.sampling_state = sampling
 
-    def resume(self, state: TrainerState, backend: BackendProtocol) -> tuple[Path | None, list[str]]:
+    def resume(self, state: TrainerState, backend: BackendProtocol, tidy: bool = True) -> tuple[Path | None, list[str]]:
         """Load the newest intact checkpoint; returns it (None if there is none) and why newer ones were skipped.
 
-        If checkpoints exist but none is intact, the newest one's error is raised.
+        If checkpoints exist but none is intact, the newest one's error is raised. ``tidy`` first
+        deletes a killed run's scratch (the process that writes the run directory does).
         """
-        self.remove_scratch()
+        if tidy:
+            self.remove_scratch()
         skipped: list[str] = []
         for _, path in reversed(self.steps()):
             try:

@@ -15,14 +15,17 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rllm.engine import RolloutEngine, engine_problem
 from rllm.errors import ConfigError, DataError, PluginContractError, WorkflowError
 from rllm.trainer.logging import EpisodeLogger
 from rllm.types import Episode, TerminationEvent, TerminationReason
 from rllm.workflows.workflow import Workflow
+
+if TYPE_CHECKING:
+    from rllm.trainer.parallel import ProcessGroup
 
 
 @dataclass(frozen=True)
@@ -243,11 +246,18 @@ class WorkflowEngine:
         self._calls_this_step = 0
 
     async def execute_tasks(
-        self, tasks: Sequence[dict[str, Any]], task_ids: Sequence[str], is_validation: bool = False
+        self,
+        tasks: Sequence[dict[str, Any]],
+        task_ids: Sequence[str],
+        is_validation: bool = False,
+        share: ProcessGroup | None = None,
     ) -> list[Episode]:
         """Run every task once; ``tasks`` repeats a task to roll it out several times.
 
         Returns the episodes in input order, without the groups the failure policy dropped.
+        With ``share`` (data-parallel training), this process runs only its share of the task
+        ids (whole groups, :func:`rllm.trainer.parallel.share_of`), each episode seeded as in
+        one process, and every process gets back all processes' episodes and counts.
         """
         if len(tasks) != len(task_ids):
             raise DataError(f"execute_tasks got {len(tasks)} tasks but {len(task_ids)} task ids.")
@@ -265,9 +275,15 @@ class WorkflowEngine:
             calls.append(
                 WorkflowCall(self.workflow_cls, self.workflow_args, self.rollout_engine, task, f"{task_id}:{k}", seed)
             )
+        if share is not None:  # this process's task ids only: whole groups, seeded as above
+            from rllm.trainer.parallel import share_of
+
+            mine = share_of(len(ordinal), share.rank, share.world_size)
+            chosen = [i for i, task_id in enumerate(task_ids) if ordinal[task_id] in mine]
+            calls, task_ids = [calls[i] for i in chosen], [task_ids[i] for i in chosen]
         if calls:
             await self.executor.prepare(calls[0])
-        stats = self.stats
+        stats = EngineStats() if share is not None else self.stats
         failed_groups: set[str] = set()
         limit = asyncio.Semaphore(self.n_parallel_tasks)
         jobs = [
@@ -281,6 +297,9 @@ class WorkflowEngine:
                 job.cancel()
             await asyncio.gather(*jobs, return_exceptions=True)
             raise
+        if share is not None:
+            episodes, task_ids, failed_groups = self._gathered(share, episodes, task_ids, failed_groups, stats)
+            stats = self.stats
         if self.episode_logger is not None:
             self.episode_logger.log(episodes, step=self.step, mode=mode)
         if not failed_groups:
@@ -289,6 +308,31 @@ class WorkflowEngine:
         stats.dropped_groups += len(failed_groups)
         stats.dropped_rollouts += len(episodes) - len(kept)
         return kept
+
+    def _gathered(
+        self,
+        share: ProcessGroup,
+        episodes: list[Episode],
+        task_ids: Sequence[str],
+        failed: set[str],
+        stats: EngineStats,
+    ) -> tuple[list[Episode], list[str], set[str]]:
+        """Every process's episodes (in rank order, which is input order), task ids and failed groups; the counts
+        are added to this step's ``stats``. Each process decodes the same JSON, so all hold equal episodes."""
+        from rllm.trainer.parallel import merge_counts
+
+        mine = {
+            "episodes": [episode.to_dict() for episode in episodes],
+            "task_ids": list(task_ids),
+            "failed": sorted(failed),
+            "stats": asdict(stats),
+        }
+        parts = share.gather(mine)
+        for key, value in merge_counts([part["stats"] for part in parts]).items():
+            setattr(self.stats, key, getattr(self.stats, key) + value)
+        everyone = [Episode.from_dict(data) for part in parts for data in part["episodes"]]
+        ids = [task_id for part in parts for task_id in part["task_ids"]]
+        return everyone, ids, {task_id for part in parts for task_id in part["failed"]}
 
     async def _run_with_policy(
         self,

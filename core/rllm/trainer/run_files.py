@@ -67,13 +67,16 @@ class RunFiles:
         """Give the run directory up."""
         self.run_dir.release()
 
-    def resume(self, state: TrainerState, backend: BackendProtocol, mode: str) -> bool:
+    def resume(self, state: TrainerState, backend: BackendProtocol, mode: str, tidy: bool = True) -> bool:
         """Load the newest usable checkpoint into ``state`` and ``backend`` unless ``mode`` is ``disable``.
 
         Without one the run starts over and the earlier run's files go (:meth:`clear`); with one,
         metrics logged after its step are cut off, so the resumed run appends where it left off.
+        ``tidy=False`` (a data-parallel rank other than 0) reads the checkpoint and writes nothing.
         """
-        latest, skipped = (None, []) if mode == "disable" else self.checkpoints.resume(state, backend)
+        latest, skipped = (None, []) if mode == "disable" else self.checkpoints.resume(state, backend, tidy)
+        if not tidy:
+            return latest is not None
         self.clear(everything=latest is None)
         if latest is None:
             return False

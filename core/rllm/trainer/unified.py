@@ -124,6 +124,8 @@ class UnifiedTrainer:
             config=self.config, algorithm=self.algorithm_config, **(backend_args or {})
         )
         self.backend.validate_config()
+        self.process_group = self.backend.process_group
+        """This process's place in a data-parallel run (None: one process); only rank 0 writes the run directory."""
         self._setup_task()
 
         trainer_cfg = self.rllm_config.trainer
@@ -135,7 +137,9 @@ class UnifiedTrainer:
         )
         episode_logging = self.rllm_config.episode_logging
         self.episode_logger = (
-            EpisodeLogger(Path(str(episode_logging.episode_log_dir))) if episode_logging.log_episodes else None
+            EpisodeLogger(Path(str(episode_logging.episode_log_dir)))
+            if episode_logging.log_episodes and self.writes
+            else None
         )
         self.run_files = RunFiles(self.output_dir, self.checkpoints, self.episode_logger)
         self.run_dir = self.run_files.run_dir
@@ -167,6 +171,11 @@ class UnifiedTrainer:
             self.algorithm_config,
             self.val_pass_at_k,
         )
+
+    @property
+    def writes(self) -> bool:
+        """Whether this process writes the run directory: the only process, or rank 0 of a data-parallel run."""
+        return self.process_group is None or self.process_group.writes
 
     # -- setup ----------------------------------------------------------------------------
     def _setup_task(self) -> None:
@@ -221,22 +230,28 @@ class UnifiedTrainer:
         The run directory is locked for the duration (a second run into it fails with
         :class:`RunDirLockedError`), and a directory holding files rllm did not write is refused.
         """
-        self.run_files.acquire()
+        if self.writes:
+            self.run_files.acquire()
         try:
-            self.run_files.start(self.config)
+            if self.writes:
+                self.run_files.start(self.config)
             await self._fit_locked()
         finally:
             if self.logger is not None:
                 self.logger.finish()
-            self.run_files.release()
+            if self.writes:
+                self.run_files.release()
 
     async def _fit_locked(self) -> None:
         await self.agent_workflow_engine.initialize_pool()
         state = TrainerState(rs_state=RejectionSamplingState())
-        resumed = self.run_files.resume(state, self.backend, str(self.rllm_config.trainer.resume_mode))
+        resumed = self._resume(state)
         state.total_steps = self._total_steps(state)
         self.logger = MetricsLogger(
-            self.rllm_config.trainer.logger, self.output_dir, state.total_steps, progress=self.progress
+            self.rllm_config.trainer.logger if self.writes else [],
+            self.output_dir,
+            state.total_steps,
+            progress=self.progress and self.writes,
         )
         await self.backend.on_train_start(state)
         trainer_cfg = self.rllm_config.trainer
@@ -246,11 +261,37 @@ class UnifiedTrainer:
         if trainer_cfg.val_before_train and not resumed:
             await self._validate_async(state)
         if state.global_step >= state.total_steps:
-            print(f"rllm: training already complete ({state.global_step} steps).", file=sys.stderr)
+            if self.writes:
+                print(f"rllm: training already complete ({state.global_step} steps).", file=sys.stderr)
         else:
             await self._fit_async(state)
         await self.backend.on_train_end(state)
         self.report.finish(bool(trainer_cfg.require_update))
+
+    def _resume(self, state: TrainerState) -> bool:
+        """Resume from the newest usable checkpoint; in a data-parallel run rank 0 first (it tidies the run
+        directory), then the others read the same checkpoint, and every process must stand at the same step."""
+        mode, group = str(self.rllm_config.trainer.resume_mode), self.process_group
+        if group is None:
+            return self.run_files.resume(state, self.backend, mode)
+        resumed = self.run_files.resume(state, self.backend, mode) if group.writes else False
+        group.barrier()
+        if not group.writes:
+            resumed = self.run_files.resume(state, self.backend, mode, tidy=False)
+        steps = group.gather(state.global_step)
+        if len(set(steps)) > 1:
+            raise TrainerError(
+                f"The processes of this run resumed at different steps ({steps}, by rank): their run directories "
+                f"differ; give every rank the same rllm.trainer.output_dir on a shared file system."
+            )
+        return resumed
+
+    def _save(self, state: TrainerState) -> None:
+        """One checkpoint of this step: written by rank 0 alone; the others wait until it is in place."""
+        if self.writes:
+            self.checkpoints.save(state, self.backend)
+        if self.process_group is not None:
+            self.process_group.barrier()
 
     def _total_steps(self, state: TrainerState) -> int:
         trainer_cfg = self.rllm_config.trainer
@@ -299,13 +340,13 @@ class UnifiedTrainer:
                     await self._validate_async(state)
                     validated_at = state.global_step
                 if save_freq > 0 and state.global_step % save_freq == 0:
-                    self.checkpoints.save(state, self.backend)
+                    self._save(state)
                     saved_at = state.global_step
             await self.backend.on_epoch_end(state)
         if test_freq > 0 and validated_at != state.global_step:
             await self._validate_async(state)
         if saved_at != state.global_step:
-            self.checkpoints.save(state, self.backend)
+            self._save(state)
 
     async def _train_batch_async(self, batch: Any, state: TrainerState) -> None:
         """Stages 1-8 for one batch; an empty stage ends the step early without an update."""

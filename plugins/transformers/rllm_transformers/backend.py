@@ -13,8 +13,10 @@ the model part is a ``save_pretrained`` directory, so any checkpoint loads with
 from __future__ import annotations
 
 import copy
+import math
 from collections import defaultdict
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from rllm.losses import KLInReward, LossSettings, check_kl_coef, rejection_mask
 from rllm.tasks import VOCAB, ArithmeticWorkflow, build_tasks
 from rllm.toolkit import TOKEN_FIELDS, get_estimator
 from rllm.trainer import BackendProtocol, TaskLoader, TaskSetup, TrainerState, WorkflowEngine, scheduled_lr, task_loader
+from rllm.trainer.parallel import ProcessGroup
 from rllm.types import Episode
 from rllm_transformers.plugin import missing_extra_error
 
@@ -34,6 +37,8 @@ try:  # the extra first: without it, selecting the backend is one line naming th
 
     from rllm_transformers.batch import RowBatch, pack_rows, response_tokens, token_log_probs, token_statistics
     from rllm_transformers.checkpoint import load_training_state, save_training_state
+    from rllm_transformers.distributed import Distributed
+    from rllm_transformers.distributed import start as start_distributed
     from rllm_transformers.engine import Sampling, TransformersEngine
     from rllm_transformers.model import TINY, has_digit_ids, load_policy
     from rllm_transformers.rewards import check_estimators_see_the_penalty, subtract_from_rewards
@@ -63,6 +68,8 @@ class TransformersBackend(BackendProtocol):
         super().__init__(config, **kwargs)
         self.options = config.rllm.transformers
         options = self.options
+        self.distributed: Distributed | None = start_distributed(config)
+        """Under torchrun with several ranks, this rank's process group (docs/scaling.md); else None."""
         self.policy = load_policy(options)
         threads = int(options.num_threads)
         if threads == 0 and str(options.model) == TINY and self.policy.device.type == "cpu":
@@ -73,6 +80,11 @@ class TransformersBackend(BackendProtocol):
         self.tokenizer = self.policy.tokenizer
         self.device = self.policy.device
         seed = int(options.seed)
+        self.trained: torch.nn.Module = self.model
+        """What the update runs forward and backward: the model, or the model under DDP."""
+        if self.distributed is not None:
+            self.distributed.seed(seed)
+            self.trained = self.distributed.wrap(self.model)
         self.sample_rng = torch.Generator().manual_seed(seed)
         self.update_rng = torch.Generator().manual_seed(seed + 1)
         self.optimizer = torch.optim.AdamW(
@@ -102,6 +114,14 @@ class TransformersBackend(BackendProtocol):
         """The step's response tokens and the wall-clock seconds its rollouts took: ``perf/rollout_tokens_per_s``."""
 
     # -- setup ------------------------------------------------------------------------------
+    @property
+    def process_group(self) -> ProcessGroup | None:
+        return None if self.distributed is None else self.distributed.group
+
+    def shutdown(self) -> None:
+        if self.distributed is not None:
+            self.distributed.close()
+
     @property
     def loss_description(self) -> str:
         roles = "".join(
@@ -198,11 +218,11 @@ class TransformersBackend(BackendProtocol):
             if self.algorithm.rollout_correction.bypass_mode:
                 batch.old_logps = batch.rollout_logps
                 if {"entropy", "sum_pi_squared"} & self.token_fields:
-                    _, entropy, squares = token_statistics(self.model, batch.ids, batch.attention)
+                    _, entropy, squares = self._statistics(self.model, batch)
             else:
-                batch.old_logps, entropy, squares = token_statistics(self.model, batch.ids, batch.attention)
+                batch.old_logps, entropy, squares = self._statistics(self.model, batch)
             if self.reference is not None:
-                batch.ref_logps, _ = token_log_probs(self.reference, batch.ids, batch.attention)
+                batch.ref_logps = self._statistics(self.reference, batch)[0]
         if self.token_fields:
             per_token = {"old_log_probs": batch.old_logps, "entropy": entropy, "sum_pi_squared": squares}
             batch.put_on_steps({k: v for k, v in per_token.items() if k in self.token_fields and v is not None})
@@ -224,6 +244,37 @@ class TransformersBackend(BackendProtocol):
             )
             trainer_state.metrics.update(metrics)
 
+    def _statistics(self, model: Any, batch: RowBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The batch's token log-probs, entropies and sums of squared probabilities under ``model``.
+
+        With several ranks each computes its share of the rows, then all hold all.
+        """
+        group = self.distributed
+        if group is None:
+            return token_statistics(model, batch.ids, batch.attention)
+        rows = group.rows(len(batch.steps))
+        if len(rows):
+            parts = token_statistics(model, batch.ids[rows.start : rows.stop], batch.attention[rows.start : rows.stop])
+        else:
+            parts = (batch.mask[:0].float(),) * 3
+        return tuple(group.gather_rows(part, len(batch.steps)) for part in parts)  # type: ignore[return-value]
+
+    def _micro_batches(self, mini: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """This rank's micro-batches of a mini-batch.
+
+        With several ranks the mini-batch is cut into ``micro_batches`` pieces rounded up to a
+        multiple of the world size, and each rank takes as many consecutive pieces: the cut is
+        the one process's at that count, so the gradient sums the same pieces in the same order
+        (2 ranks give 1 process's gradient bit for bit). A piece may be empty (fewer rows than
+        pieces); its rank still joins the all-reduce.
+        """
+        group, wanted = self.distributed, int(self.options.micro_batches)
+        if group is None:
+            return torch.tensor_split(mini, min(wanted, len(mini)))
+        count = group.world_size * math.ceil(wanted / group.world_size)
+        mine = group.rows(count)
+        return torch.tensor_split(mini, count)[mine.start : mine.stop]
+
     async def update_policy(self, trainer_state: TrainerState) -> None:
         batch: RowBatch = trainer_state.backend_batch
         if batch.old_logps is None:
@@ -244,29 +295,42 @@ class TransformersBackend(BackendProtocol):
         role_of = torch.tensor([role_names.index(role) for role in batch.roles], device=self.device)
         losses = ", ".join(sorted({self._settings(role).name for role in role_names}))
         self.model.train()
+        group = self.distributed
+        scale = 1.0 if group is None else float(group.world_size)  # DDP averages the ranks' gradients: undo it
         for _epoch in range(int(options.ppo_epochs)):
             order = torch.randperm(n, generator=self.update_rng).to(self.device)
             counted = batch.mask if batch.counted is None else batch.counted
             for mini in torch.tensor_split(order, min(int(options.mini_batches), n)):
+                # the normalisation of loss_agg_mode is the whole mini-batch's, on every rank
                 total_tokens, total_rows = counted[mini].sum().clamp(min=1), len(mini)
                 self.optimizer.zero_grad(set_to_none=True)
                 mini_loss = 0.0
-                for rows in torch.tensor_split(mini, min(int(options.micro_batches), len(mini))):
-                    logp, entropy = token_log_probs(
-                        self.model, batch.ids[rows], batch.attention[rows], entropy_grad=self.entropy_bonus
-                    )
-                    loss = self._micro_loss(
-                        batch, rows, logp, entropy, advantages, role_of, role_names, total_tokens, total_rows, sums
-                    )
-                    if not torch.isfinite(loss):
-                        raise TrainerError(
-                            f"Step {trainer_state.global_step}: the policy loss {losses} is "
-                            f"{float(loss.detach())} (not finite); the model was not updated and no checkpoint of this "
-                            "step is written. Lower rllm.transformers.lr or check the advantages and rewards."
+                pieces = self._micro_batches(mini)
+                for index, rows in enumerate(pieces):
+                    sync = group is None or index == len(pieces) - 1
+                    with nullcontext() if group is None else group.no_sync(self.trained, sync):
+                        if not len(rows):  # a rank without rows here still joins the gradient all-reduce
+                            logp, _ = token_log_probs(self.trained, batch.ids[mini[:1]], batch.attention[mini[:1]])
+                            self._backward(logp.sum() * 0.0, group)
+                            continue
+                        logp, entropy = token_log_probs(
+                            self.trained, batch.ids[rows], batch.attention[rows], entropy_grad=self.entropy_bonus
                         )
-                    loss.backward()
+                        loss = self._micro_loss(
+                            batch, rows, logp, entropy, advantages, role_of, role_names, total_tokens, total_rows, sums
+                        )
+                        self._backward(loss * scale, group)
                     mini_loss += float(loss.detach())
                     self._token_metrics(sums, batch.mask[rows], entropy.detach(), logp, batch.old_logps[rows])
+                if group is not None:
+                    mini_loss = group.total(mini_loss)
+                if not math.isfinite(mini_loss):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    raise TrainerError(
+                        f"Step {trainer_state.global_step}: the policy loss {losses} is "
+                        f"{mini_loss} (not finite); the model was not updated and no checkpoint of this "
+                        "step is written. Lower rllm.transformers.lr or check the advantages and rewards."
+                    )
                 norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(options.max_grad_norm))
                 if not torch.isfinite(norm):
                     self.optimizer.zero_grad(set_to_none=True)
@@ -277,6 +341,12 @@ class TransformersBackend(BackendProtocol):
                 self.optimizer.step()
                 sums["actor/loss"].append(mini_loss)
                 sums["actor/grad_norm"].append(float(norm))
+        if group is not None:  # the micro-batch metrics of every rank (the loss and norm are the same on all)
+            merged: dict[str, list[float]] = defaultdict(list)
+            for part in group.gather(dict(sums)):
+                for key, values in part.items():
+                    merged[key].extend(values)
+            sums = merged
         if self.engine is not None:  # what is sampled from now on is labelled with the new weights' version
             self.engine.weight_version += 1
         tokens = float(batch.mask.sum())
@@ -295,6 +365,15 @@ class TransformersBackend(BackendProtocol):
         names = [algorithm.estimator, *algorithm.estimator_map.values()]
         needed = {f for n in names for f in get_estimator(str(getattr(n, "value", n))).requires}
         return needed & set(TOKEN_FIELDS)
+
+    @staticmethod
+    def _backward(loss: torch.Tensor, group: Distributed | None) -> None:
+        """``loss.backward()``; under DDP a lost rank there is the one-line error, not a traceback."""
+        if group is None:
+            loss.backward()
+            return
+        with group.collective("all-reducing gradients"):
+            loss.backward()
 
     def _settings(self, role: str) -> LossSettings:
         return self.role_settings.get(role, self.default_settings)

@@ -17,6 +17,8 @@ from rllm.plugins import BackendRegistrar, ConfigSectionRegistrar
 EXTRA = ("torch", "transformers", "safetensors")
 TOKENIZERS = ("digits", "text")
 """``rllm.transformers.tokenizer``: the tiny model's tokenizer (the first is the default)."""
+STRATEGIES = ("ddp", "fsdp")
+"""``rllm.transformers.distributed.strategy`` under torchrun (the first is the default)."""
 TINY_HEADS = 4
 """Attention heads of the tiny model (2 key-value heads): its width must divide among them."""
 
@@ -115,6 +117,22 @@ TRANSFORMERS_KEYS = (
         minimum=1,
     ),
     ConfigKey("greedy_validation", "bool", True, "Validation answers greedily (argmax) instead of sampling."),
+    ConfigKey(
+        "distributed.strategy",
+        "str",
+        STRATEGIES[0],
+        "Under torchrun (WORLD_SIZE > 1): ddp (every rank holds the model, gradients all-reduced); fsdp is refused "
+        "by name (not available yet). See docs/scaling.md.",
+        choices=STRATEGIES,
+    ),
+    ConfigKey(
+        "distributed.timeout",
+        "float",
+        300.0,
+        "Seconds the ranks wait for each other: the rendezvous at start and every collective.",
+        minimum=0,
+        above=True,
+    ),
 )
 """The ``rllm.transformers`` section."""
 
