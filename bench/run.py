@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
+from distributed import available as distributed_available
+from distributed import distributed_benchmark
 from jsonl import jsonl_benchmark
 from verl_bridge import available as verl_available
 from verl_bridge import verl_rows
@@ -345,6 +347,10 @@ def run(quick: bool) -> None:
         verl_rows(quick=quick, rng=rng)
     else:
         print("\n## verl: not installed (pip install 'rllm[verl]'): no bridge or verl rows")
+    if distributed_available():
+        distributed_benchmark(quick=quick)
+    else:
+        print("\n## torchrun ranks: torch/transformers not installed (pip install 'rllm[transformers]'): no rows")
 
 
 if __name__ == "__main__":

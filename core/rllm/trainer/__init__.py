@@ -19,11 +19,13 @@ _EXPORTS = {
     "LocalExecutor": "rllm.trainer.engine",
     "WorkflowCall": "rllm.trainer.engine",
     "WorkflowEngine": "rllm.trainer.engine",
+    "ProcessGroup": "rllm.trainer.parallel",
     "TaskLoader": "rllm.trainer.dataloading",
     "UnifiedTrainer": "rllm.trainer.unified",
     "group_by_task_and_role": "rllm.trainer.grouping",
     "lr_factor": "rllm.trainer.lr_schedule",
     "scheduled_lr": "rllm.trainer.lr_schedule",
+    "share_of": "rllm.trainer.parallel",
     "task_loader": "rllm.trainer.dataloading",
 }
 

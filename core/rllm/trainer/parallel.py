@@ -1,7 +1,7 @@
 """Data-parallel training: the processes of one run, as the trainer and the workflow engine see them.
 
 A backend that trains in several processes (the transformers backend under ``torchrun``)
-returns a :class:`ProcessGroup` from :attr:`~rllm.trainer.BackendProtocol.process_group`.
+returns a :class:`ProcessGroup` from :attr:`~rllm.trainer.backend_protocol.BackendProtocol.process_group`.
 The trainer then runs in every process on the same data: each process rolls out its share of
 a batch's tasks (whole groups, seeded as in one process), the episodes are gathered so that
 grouping, filtering and advantages see the whole batch everywhere, and only rank 0 writes the

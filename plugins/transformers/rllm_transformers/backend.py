@@ -27,8 +27,16 @@ from rllm.errors import ConfigError, TrainerError
 from rllm.losses import KLInReward, LossSettings, check_kl_coef, rejection_mask
 from rllm.tasks import VOCAB, ArithmeticWorkflow, build_tasks
 from rllm.toolkit import TOKEN_FIELDS, get_estimator
-from rllm.trainer import BackendProtocol, TaskLoader, TaskSetup, TrainerState, WorkflowEngine, scheduled_lr, task_loader
-from rllm.trainer.parallel import ProcessGroup
+from rllm.trainer import (
+    BackendProtocol,
+    ProcessGroup,
+    TaskLoader,
+    TaskSetup,
+    TrainerState,
+    WorkflowEngine,
+    scheduled_lr,
+    task_loader,
+)
 from rllm.types import Episode
 from rllm_transformers.plugin import missing_extra_error
 

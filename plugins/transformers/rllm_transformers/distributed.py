@@ -30,7 +30,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
 from rllm.errors import ConfigError, RLLMWarning, TrainerError
-from rllm.trainer.parallel import ProcessGroup, share_of
+from rllm.trainer import ProcessGroup, share_of
 
 T = TypeVar("T")
 

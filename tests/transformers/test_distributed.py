@@ -1,0 +1,224 @@
+"""The transformers backend under torchrun (CPU, gloo): parity with one process, refusals, a lost rank, resuming.
+
+Every run is a real ``torchrun`` (or ranks started by hand with torchrun's variables) on
+127.0.0.1 and a free port, with the tiny model; see docs/scaling.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from extras import skip_module_without
+
+skip_module_without("torch", "transformers", "safetensors", install="pip install 'rllm[transformers]' (CI does)")
+
+from rllm.trainer import share_of
+
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg", "RLLM_DISABLED_PLUGINS": "fast"}
+ENV.pop("WORLD_SIZE", None)
+SMALL = (
+    "rllm.backend=transformers",
+    "rllm.transformers.device=cpu",
+    "rllm.trainer.logger=[jsonl]",
+    "rllm.data.train_batch_size=4",
+    "rllm.rollout.n=4",
+    "rllm.trainer.total_batches=3",
+    "rllm.trainer.test_freq=0",
+    "rllm.trainer.val_before_train=false",
+)
+"""Three steps of 4 tasks x 4 rollouts, no validation."""
+COMPARED = ("actor/loss", "actor/grad_norm", "reward/solver/mean", "reward/solver/std")
+COMPARED_ADVANTAGES = ("advantage/solver/mean", "advantage/solver/std", "advantage/solver/max", "advantage/solver/min")
+
+
+def _port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _train(run_dir: Path, *overrides: str) -> list[str]:
+    return ["-m", "rllm.cli.main", "train", "--no-progress", f"rllm.trainer.output_dir={run_dir}", *overrides]
+
+
+def _torchrun(ranks: int, run_dir: Path, *overrides: str) -> list[str]:
+    launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}"]
+    return [*launcher, "--master_addr=127.0.0.1", f"--master_port={_port()}", *_train(run_dir, *overrides)]
+
+
+def _by_hand(rank: int, world: int, port: int) -> dict[str, str]:
+    """The variables torchrun sets for a rank, for ranks started without it."""
+    return {
+        **ENV,
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
+
+
+def _records(run_dir: Path, kind: str = "train") -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines() if (run_dir / "metrics.jsonl").is_file() else []
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # the torn last line of a killed writer
+        if record["kind"] == kind:
+            out.append(record)
+    return out
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("rllm train: error: ")]
+
+
+def test_share_of_splits_contiguously_with_the_first_ranks_taking_the_remainder() -> None:
+    assert [list(share_of(5, r, 2)) for r in range(2)] == [[0, 1, 2], [3, 4]]
+    assert [list(share_of(7, r, 3)) for r in range(3)] == [[0, 1, 2], [3, 4], [5, 6]]
+    assert [len(share_of(1, r, 3)) for r in range(3)] == [1, 0, 0]
+
+
+def test_two_ranks_give_one_process_metrics_for_the_first_three_steps(tmp_path: Path) -> None:
+    """Same global batch, seed and settings (two mini-batches, so the loss is not zero; two micro-batches, the cut
+    two ranks make): loss, gradient norm, rewards and advantages agree to 1e-5, and rank 0 alone writes."""
+    settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2")
+    one = subprocess.run(
+        [sys.executable, *_train(tmp_path / "one", *settings)], env=ENV, capture_output=True, text=True, timeout=120
+    )
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run(
+        _torchrun(2, tmp_path / "two", *settings), env=ENV, capture_output=True, text=True, timeout=180
+    )
+    assert two.returncode == 0, two.stderr
+    assert two.stdout.count("rllm train: backend transformers") == 1, two.stdout  # rank 0 alone speaks
+    first, second = _records(tmp_path / "one"), _records(tmp_path / "two")
+    assert [r["step"] for r in first] == [r["step"] for r in second] == [1, 2, 3]
+    assert any(abs(r["actor/loss"]) > 1e-4 for r in first), first
+    for mine, theirs in zip(first, second, strict=True):
+        for key in (*COMPARED, *COMPARED_ADVANTAGES):
+            assert abs(mine[key] - theirs[key]) <= 1e-5 * max(abs(mine[key]), 1e-12), (key, mine[key], theirs[key])
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (("rllm.data.train_batch_size=3",), "rllm.data.train_batch_size=3"),
+        (("rllm.transformers.distributed.strategy=fsdp",), "strategy=fsdp"),
+        (("rllm.workflow.executor=ray",), "rllm.workflow.executor=ray"),
+    ],
+)
+def test_what_the_config_decides_is_refused_in_one_line_before_any_rendezvous(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], overrides: tuple, named: str
+) -> None:
+    """Rank 0 of 2 with no rank 1 ever started: the refusal comes before the rendezvous (no wait, no rollout)."""
+    from rllm.cli.main import main
+
+    for key, value in _by_hand(0, 2, _port()).items():
+        monkeypatch.setenv(key, value)
+    started = time.monotonic()
+    assert main(_train(tmp_path / "run", *SMALL, *overrides)[2:]) == 2
+    (line,) = _error_lines(capsys.readouterr().err)
+    assert named in line, line
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_a_rendezvous_that_times_out_is_one_line_naming_the_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rllm.cli.main import main
+
+    for key, value in _by_hand(0, 2, _port()).items():
+        monkeypatch.setenv(key, value)
+    assert main(_train(tmp_path / "run", *SMALL, "rllm.transformers.distributed.timeout=2")[2:]) == 2
+    (line,) = _error_lines(capsys.readouterr().err)
+    assert "rendezvous at 127.0.0.1" in line and "rllm.transformers.distributed.timeout=2 s" in line, line
+
+
+def test_ranks_with_different_configs_name_the_first_differing_key(tmp_path: Path) -> None:
+    port = _port()
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, *_train(tmp_path / "run", *SMALL, f"rllm.transformers.lr={lr}")],
+            env=_by_hand(rank, 2, port),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank, lr in ((0, 0.003), (1, 0.01))
+    ]
+    for process in ranks:
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 2, err
+        (line,) = _error_lines(err)
+        assert "rllm.transformers.lr is 0.003 on rank 0 and 0.01 on rank 1" in line, line
+
+
+def _children(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(child) for child in text.split()]
+
+
+def _rank_of(pid: int) -> int | None:
+    try:
+        variables = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    found = [v.split(b"=", 1)[1] for v in variables if v.startswith(b"RANK=")]
+    return int(found[0]) if found else None
+
+
+LEARN = (
+    "rllm.backend=transformers",
+    "rllm.transformers.device=cpu",
+    "rllm.data.train_batch_size=20",
+    "rllm.rollout.n=8",
+    "rllm.trainer.total_batches=25",
+    "rllm.trainer.test_freq=25",
+    "rllm.trainer.save_freq=2",
+)
+"""The slow learning run of tests/transformers/test_training_runs.py, with a checkpoint every 2 steps."""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds torchrun's ranks through /proc (Linux)")
+def test_a_lost_rank_stops_the_run_in_one_line_and_the_rerun_resumes_and_learns(tmp_path: Path) -> None:
+    """Rank 1 is SIGKILLed after step 4's checkpoint: the run exits non-zero within a minute, rank 0 naming rank 1;
+    the same command resumes from the checkpoint and the 2-rank run learns digit_max (pass@1 from chance)."""
+    run_dir = tmp_path / "run"
+    command = _torchrun(2, run_dir, *LEARN)
+    launcher = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (run_dir / "checkpoints" / "step_4").is_dir():
+        assert launcher.poll() is None, launcher.communicate()[1]
+        assert time.monotonic() < deadline, "no checkpoint at step 4"
+        time.sleep(0.05)
+    (victim,) = [pid for pid in _children(launcher.pid) if _rank_of(pid) == 1]
+    os.kill(victim, signal.SIGKILL)
+    killed = time.monotonic()
+    _, err = launcher.communicate(timeout=60)
+    assert time.monotonic() - killed < 60
+    assert launcher.returncode != 0
+    lost = [line for line in _error_lines(err) if "lost rank 1 of 2" in line]
+    assert len(lost) == 1, err
+    assert 4 <= max(r["step"] for r in _records(run_dir)) < 25
+
+    rerun = subprocess.run(_torchrun(2, run_dir, *LEARN), env=ENV, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "rllm: resumed from" in rerun.stderr
+    steps = [r["step"] for r in _records(run_dir)]
+    assert steps == list(range(1, 26)), steps
+    curve = [r["val/digit_max/pass@1"] for r in _records(run_dir, "val")]
+    assert curve[0] <= 0.3 and curve[-1] >= 0.75, curve
