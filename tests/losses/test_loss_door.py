@@ -51,14 +51,19 @@ def test_geo_mean_micro_batches_add_up_to_the_mini_batch_by_hand() -> None:
     assert [float(h) for h in halves] == pytest.approx([-0.5, 1.0])  # each row's loss / 2 sequences: sum 0.5
 
 
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize(
+    "mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm", "prompt-mean"]
+)
 def test_a_batch_without_response_tokens_has_loss_zero_and_says_so(mode: str) -> None:
     data = tensors(response_mask=torch.zeros(2, 3))
-    loss, metrics = compute_policy_loss("vanilla", agg_mode=mode, **data)
+    loss, metrics = compute_policy_loss("vanilla", agg_mode=mode, prompt_ids=torch.tensor([0, 1]), **data)
     loss.backward()
     assert float(loss.detach()) == 0.0 and float(data["log_probs"].grad.abs().sum()) == 0.0
     assert metrics["no_response_tokens"] == 1.0
-    assert "no_response_tokens" not in compute_policy_loss("vanilla", agg_mode=mode, **tensors())[1]
+    assert (
+        "no_response_tokens"
+        not in compute_policy_loss("vanilla", agg_mode=mode, prompt_ids=torch.tensor([0, 1]), **tensors())[1]
+    )
 
 
 def test_float16_token_mean_over_more_than_65504_tokens_is_finite() -> None:

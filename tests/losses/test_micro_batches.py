@@ -1,7 +1,7 @@
 """Properties of every built-in loss in every mode it accepts: micro-batches add up, padding is inert.
 
-A batch split into micro-batches, each told the whole batch's token and sequence counts (as a
-backend does), gives losses and gradients that sum to the whole batch's; NaN, inf or huge
+A batch split into micro-batches, each told the whole batch's token, sequence and prompt counts
+(as a backend does), gives losses and gradients that sum to the whole batch's; NaN, inf or huge
 values on masked positions of any input change neither. The expectations are the whole
 batch's own loss and gradient, and its values with clean padding: no number of the code under
 test is taken as the truth for itself.
@@ -46,12 +46,26 @@ def batches(draw: Any) -> dict[str, Any]:
         "response_mask": (torch.arange(width)[None, :] < lengths[:, None]).to(torch.float64),
         "rollout_log_probs": old + 0.3 * torch.randn(rows, width, generator=g, dtype=torch.float64),
         "ref_log_probs": old - 0.2 * torch.rand(rows, width, generator=g, dtype=torch.float64),
+        "prompt_ids": torch.tensor(draw(st.lists(st.integers(0, 2), min_size=rows, max_size=rows))),
+    }
+
+
+def whole_batch_prompt_counts(data: dict[str, Any]) -> dict[str, Any]:
+    """Each row's prompt's response tokens over the whole batch, and the prompts with a token (by loops)."""
+    tokens = [int(t) for t in data["response_mask"].sum(-1)]
+    prompts = [int(p) for p in data["prompt_ids"]]
+    of_prompt = {p: sum(t for t, q in zip(tokens, prompts, strict=True) if q == p) for p in prompts}
+    return {
+        "prompt_num_tokens": torch.tensor([float(of_prompt[p]) for p in prompts]),
+        "num_prompts": float(sum(1 for t in of_prompt.values() if t > 0)),
     }
 
 
 def run(name: str, mode: str, data: dict[str, Any], rows: Any = None, **counts: Any) -> tuple[float, Any]:
     """The loss (with a KL term and token-level rollout correction) of ``rows`` and d loss / d log_probs."""
     picked = {k: v if rows is None else v[rows] for k, v in data.items()}
+    if rows is not None and "prompt_num_tokens" in counts:  # one per row: the micro-batch's rows
+        counts = dict(counts, prompt_num_tokens=counts["prompt_num_tokens"][rows])
     logp = picked.pop("log_probs").clone().requires_grad_(True)
     torch.manual_seed(0)
     loss, metrics = compute_policy_loss(
@@ -83,6 +97,7 @@ def test_micro_batches_add_up_to_the_whole_batch(name: str, mode: str, data: dic
     mask = data["response_mask"]
     counts = {"batch_num_tokens": float(mask.sum()), "global_batch_size": float((mask.sum(-1) > 0).sum())}
     counts = {k: v for k, v in counts.items() if v > 0}  # a batch without tokens has nothing to divide by
+    counts.update(whole_batch_prompt_counts(data))
     total, grad = 0.0, torch.zeros_like(whole_grad)
     for part in parts:
         loss, part_grad = run(name, mode, data, part, **counts)

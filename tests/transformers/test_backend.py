@@ -198,13 +198,16 @@ def test_kl_clip_and_aggregation_keys_are_honoured(tiny_config: MakeConfig) -> N
     assert max(r["actor/pg_clipfrac"] for r in steps) > 0  # later mini-batches are off-policy; 1% clips
 
 
-@pytest.mark.parametrize("loss", ["geo_mean", "sapo", "vanilla"])
-def test_micro_batches_do_not_change_the_step(tiny_config: MakeConfig, tmp_path: Path, loss: str) -> None:
+@pytest.mark.parametrize(
+    ("loss", "mode"), [("geo_mean", ""), ("sapo", ""), ("vanilla", ""), ("vanilla", "prompt-mean")]
+)
+def test_micro_batches_do_not_change_the_step(tiny_config: MakeConfig, tmp_path: Path, loss: str, mode: str) -> None:
     """Gradient accumulation over 3 micro-batches gives the loss and gradient of the whole mini-batch."""
     runs = []
     for micro in (1, 3):
         config = tiny_config(
             *_overrides(loss),
+            *([f"rllm.algorithm.loss_agg_mode={mode}"] if mode else []),
             "rllm.trainer.total_batches=1",
             f"rllm.transformers.micro_batches={micro}",
             f"rllm.trainer.output_dir={tmp_path / f'micro{micro}'}",

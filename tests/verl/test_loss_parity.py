@@ -16,6 +16,8 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 
 from rllm.losses import KL_KINDS, LOSS_AGG_MODES, compute_policy_loss, kl_penalty  # noqa: E402
 
+VERL_MODES = tuple(mode for mode in LOSS_AGG_MODES if mode != "prompt-mean")  # SkyRL's mode is not verl's
+
 SHARED = ["vanilla", "dppo_tv", "dppo_kl", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "cispo"]
 PINNED = {"sapo": ["seq-mean-token-mean"], "geo_mean": ["seq-mean-token-mean"]}
 """verl's sapo and geo_mean ignore loss_agg_mode; rllm declares the one mode they compute."""
@@ -112,7 +114,7 @@ def run_rllm(name: str, data: dict[str, Any], mode: str, seed: int) -> tuple[flo
     return float(loss.detach()), logp.grad, metrics
 
 
-CASES = [(name, mode) for name in SHARED for mode in PINNED.get(name, LOSS_AGG_MODES)]
+CASES = [(name, mode) for name in SHARED for mode in PINNED.get(name, VERL_MODES)]
 
 
 @pytest.mark.parametrize(("name", "mode"), CASES)
@@ -173,7 +175,7 @@ def test_reinforce_matches_verls_function() -> None:
     from verl.trainer.ppo.core_algos import compute_policy_loss_reinforce
 
     data = batch(4)
-    for mode in LOSS_AGG_MODES:
+    for mode in VERL_MODES:
         expected, metrics = compute_policy_loss_reinforce(
             data["old_log_probs"],
             data["log_probs"],
@@ -213,7 +215,7 @@ def test_kl_kinds_match_verl(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["k1", "k3", "k3+", "abs"])
-@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+@pytest.mark.parametrize("mode", VERL_MODES)
 def test_kl_loss_term_is_verls_aggregated_kl(kind: str, mode: str) -> None:
     """``kl_coef`` adds verl's ``use_kl_loss`` term: ``agg_loss(kl_penalty(logp, ref, kind), mask, mode) * coef``."""
     from verl.trainer.ppo.core_algos import agg_loss
@@ -230,7 +232,7 @@ def test_kl_loss_term_is_verls_aggregated_kl(kind: str, mode: str) -> None:
     assert metrics["kl_loss"] == pytest.approx(float(kl), abs=TOLERANCE)
 
 
-@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+@pytest.mark.parametrize("mode", VERL_MODES)
 def test_global_batch_normalisation_matches_verl(mode: str) -> None:
     from verl.trainer.ppo.core_algos import agg_loss
 
@@ -300,3 +302,15 @@ def test_losses_that_fix_their_aggregation_take_verls_default_mode_as_verls_own_
         f"Loss {name!r} (built-in plugin 'builtin', distribution rllm {rllm.__version__}) fixes its own aggregation, "
         "seq-mean-token-mean; actor_rollout_ref.actor.loss_agg_mode is left to it."
     ]
+
+
+def test_prompt_mean_inside_verl_is_refused_in_one_line() -> None:
+    import verl  # noqa: F401
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+    from rllm.errors import LossOptionError
+
+    data = batch(8)
+    args = (data["old_log_probs"], data["log_probs"], data["advantages"], data["response_mask"], "prompt-mean")
+    with pytest.raises(LossOptionError, match=r"^actor_rollout_ref\.actor\.loss_agg_mode='prompt-mean' needs each"):
+        get_policy_loss_fn("rllm.vanilla")(*args, verl_config(OPTIONS))

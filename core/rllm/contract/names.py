@@ -76,8 +76,15 @@ BACKEND_METHODS: dict[str, bool] = {
 BACKEND_ABSTRACT_METHODS = ("init_rollout_engine", "get_dataloader", "transform_to_backend_batch", "update_policy")
 """Protocol methods without a default: a backend subclassing the protocol must override them."""
 
-LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-"""verl's aggregation modes: how per-token losses become one scalar (``LossContext.aggregate``)."""
+LOSS_AGG_MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+    "prompt-mean",
+)
+"""How per-token losses become one scalar (``LossContext.aggregate``): verl's five and SkyRL's ``prompt_mean``."""
 
 KL_KINDS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 """verl's KL estimators (k1, abs, k2, k3 and their long names); each also with a trailing ``+``."""

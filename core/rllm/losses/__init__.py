@@ -10,7 +10,7 @@ first time the loss is used.
 from __future__ import annotations
 
 from rllm.contract.names import KL_KINDS, LOSS_AGG_MODES, TIS_MODES
-from rllm.losses.aggregation import aggregate, check_agg_mode
+from rllm.losses.aggregation import aggregate, check_agg_mode, prompt_counts
 from rllm.losses.compute import compute_policy_loss
 from rllm.losses.context import LossContext, LossFn
 from rllm.losses.correction import off_policy_sequence_mask, parse_rejection, rejection_mask, truncated_is_weights
@@ -49,6 +49,7 @@ __all__ = [
     "loss_names",
     "off_policy_sequence_mask",
     "parse_rejection",
+    "prompt_counts",
     "rejection_mask",
     "resolve_loss_options",
     "truncated_is_weights",

@@ -4,8 +4,9 @@ Masked positions are left out by selection (``where``), not multiplied by 0, so 
 padding never reaches the loss or its gradient; counts and sums accumulate in at least float32,
 so float16 batches of more than 65,504 tokens do not overflow. A batch without a response token
 (or a sequence without one) has loss 0 with gradient 0. Every mode divides by a count of the
-*whole* batch when given one (``batch_num_tokens``, ``global_batch_size``), so the losses of a
-batch's micro-batches add up to the loss of the batch.
+*whole* batch when given one (``batch_num_tokens``, ``global_batch_size``; for ``prompt-mean``,
+``prompt_num_tokens`` and ``num_prompts``), so the losses of a batch's micro-batches add up to
+the loss of the batch.
 """
 
 from __future__ import annotations
@@ -54,6 +55,42 @@ def mean_over_sequences(
     return total / sequences * dp_size
 
 
+def prompt_counts(mask: Any, prompt_ids: Any) -> tuple[Any, Any]:
+    """Each sequence's prompt's response tokens in ``mask``, and the number of prompts with a token.
+
+    ``prompt_ids`` ``(batch,)`` says which prompt each sequence answers (any integers); what a
+    caller passes as ``prompt_num_tokens`` and ``num_prompts`` when the batch is split.
+    """
+    import torch
+
+    tokens = mask.bool().sum(dim=-1, dtype=_accumulating(mask))
+    _, which = torch.unique(torch.as_tensor(prompt_ids, device=tokens.device), return_inverse=True)
+    per_prompt = torch.zeros(int(which.max()) + 1 if len(which) else 0, dtype=tokens.dtype, device=tokens.device)
+    per_prompt = per_prompt.index_add(0, which, tokens)
+    return per_prompt[which], (per_prompt > 0).sum(dtype=tokens.dtype)
+
+
+def _prompt_mean(
+    sums: Any, mask: Any, mode: str, dp_size: int, prompt_ids: Any, prompt_num_tokens: Any, num_prompts: Any
+) -> Any:
+    """The mean over prompts of each prompt's token-mean (SkyRL's ``prompt_mean``), times ``dp_size``."""
+    import torch
+
+    if (prompt_num_tokens is None) != (num_prompts is None):
+        raise LossOptionError(f"loss_agg_mode={mode!r}: give prompt_num_tokens and num_prompts together.")
+    if prompt_num_tokens is None:
+        if prompt_ids is None:
+            raise LossOptionError(
+                f"loss_agg_mode={mode!r} needs prompt_ids (the prompt each sequence answers), or the whole "
+                "batch's prompt_num_tokens and num_prompts."
+            )
+        _needs_global(dp_size, None, mode, "prompt_num_tokens and num_prompts")
+        prompt_num_tokens, num_prompts = prompt_counts(mask, prompt_ids)
+    prompts = num_prompts.clamp(min=1) if hasattr(num_prompts, "clamp") else max(float(num_prompts), 1.0)
+    per_sequence = sums / torch.as_tensor(prompt_num_tokens, device=sums.device).to(sums.dtype).clamp(min=1)
+    return per_sequence.sum() / prompts * dp_size
+
+
 def aggregate(
     per_token: Any,
     mask: Any,
@@ -63,13 +100,19 @@ def aggregate(
     batch_num_tokens: Any = None,
     global_batch_size: Any = None,
     loss_scale_factor: Any = None,
+    prompt_ids: Any = None,
+    prompt_num_tokens: Any = None,
+    num_prompts: Any = None,
 ) -> Any:
     """A scalar from a ``(batch, tokens)`` loss matrix, with verl's semantics for each of its five modes.
 
     ``token-mean`` divides the masked sum by the batch's token count, ``token-sum`` keeps it;
     the ``seq-mean-*`` modes average per-sequence sums (or means) over sequences with at least
     one token, and ``seq-mean-token-sum-norm`` then divides by ``loss_scale_factor`` (default:
-    the padded length). Every mode is multiplied by ``dp_size`` (ranks average gradients).
+    the padded length). ``prompt-mean`` (SkyRL's) takes each prompt's token-mean over its
+    sequences (``prompt_ids``) and averages them over the prompts with a token, so every prompt
+    weighs alike whatever its responses' lengths. Every mode is multiplied by ``dp_size``
+    (ranks average gradients).
     """
     import torch
 
@@ -77,6 +120,8 @@ def aggregate(
     selected = mask.bool()
     dtype = _accumulating(per_token)
     masked = torch.where(selected, per_token, 0.0).to(dtype)
+    if mode == "prompt-mean":
+        return _prompt_mean(masked.sum(dim=-1), mask, mode, dp_size, prompt_ids, prompt_num_tokens, num_prompts)
     if mode == "token-sum":
         return masked.sum() * dp_size
     if mode == "token-mean":

@@ -37,6 +37,9 @@ _ARGUMENTS = {
         _count("batch_num_tokens", "Response tokens of the whole batch."),
         _count("global_batch_size", "Sequences of the whole batch."),
         _count("loss_scale_factor", "Divisor of seq-mean-token-sum-norm."),
+        ConfigKey(
+            "num_prompts", "float", None, "Prompts with a response token in the whole batch.", minimum=0, nullable=True
+        ),
     )
 }
 
@@ -73,4 +76,15 @@ def check_shapes(log_probs: Any, **tensors: Any) -> None:
             raise LossOptionError(
                 f"{name} has shape {tuple(getattr(tensor, 'shape', ()))} but log_probs has {shape}; "
                 "every per-token tensor is (batch, tokens)."
+            )
+
+
+def check_sequence_shapes(log_probs: Any, **vectors: Any) -> None:
+    """Every per-sequence tensor (``prompt_ids``, ``prompt_num_tokens``) is ``(batch,)`` for ``log_probs``'s batch."""
+    rows = tuple(getattr(log_probs, "shape", ()))[:1]
+    for name, vector in vectors.items():
+        if vector is not None and tuple(getattr(vector, "shape", (len(vector),))) != rows:
+            raise LossOptionError(
+                f"{name} has shape {tuple(getattr(vector, 'shape', (len(vector),)))} but log_probs has {rows[0]} "
+                f"sequences; give one value per sequence, shape ({rows[0]},)."
             )

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rllm.errors import LossFailedError, LossOptionError, LossOutputError, RLLMError
-from rllm.losses.arguments import check_arguments, check_shapes
+from rllm.losses.aggregation import prompt_counts
+from rllm.losses.arguments import check_arguments, check_sequence_shapes, check_shapes
 from rllm.losses.context import LossContext
 from rllm.losses.correction import (
     Rejection,
@@ -123,10 +124,13 @@ def compute_policy_loss(
     off_policy_mask_threshold: float | None = None,
     entropy_coeff: float = 0.0,
     entropy: Any = None,
+    prompt_ids: Any = None,
     dp_size: int = 1,
     batch_num_tokens: Any = None,
     global_batch_size: Any = None,
     loss_scale_factor: Any = None,
+    prompt_num_tokens: Any = None,
+    num_prompts: Any = None,
 ) -> tuple[Any, dict[str, float]]:
     """Loss ``name`` on one batch, with the KL term and rollout correction a run configures.
 
@@ -143,7 +147,10 @@ def compute_policy_loss(
     negative-advantage sequences far from the sampler (TRL's mask; the normalisers keep counting
     them, as TRL's do). With ``entropy_coeff > 0`` the aggregated per-token ``entropy`` (with its
     gradient) times the coefficient is subtracted (verl's entropy bonus); losses also see it as
-    ``ctx.entropy`` (TRL's top-entropy quantile selects tokens by it). A batch without a
+    ``ctx.entropy`` (TRL's top-entropy quantile selects tokens by it). ``prompt_ids`` (one per
+    sequence) groups the sequences by prompt for ``agg_mode="prompt-mean"``; split into
+    micro-batches, give the whole batch's ``prompt_num_tokens`` (one per sequence) and
+    ``num_prompts`` too (:func:`rllm.losses.prompt_counts`). A batch without a
     response token has loss 0 and the metric ``no_response_tokens`` 1.
     """
     checked = check_loss(
@@ -170,10 +177,13 @@ def compute_policy_loss(
         ref_log_probs=ref_log_probs,
         rollout_is_weights=rollout_is_weights,
         entropy=entropy,
+        prompt_ids=prompt_ids,
         dp_size=dp_size,
         batch_num_tokens=batch_num_tokens,
         global_batch_size=global_batch_size,
         loss_scale_factor=loss_scale_factor,
+        prompt_num_tokens=prompt_num_tokens,
+        num_prompts=num_prompts,
     )
 
 
@@ -188,10 +198,13 @@ def run_checked_loss(
     ref_log_probs: Any = None,
     rollout_is_weights: Any = None,
     entropy: Any = None,
+    prompt_ids: Any = None,
     dp_size: int = 1,
     batch_num_tokens: Any = None,
     global_batch_size: Any = None,
     loss_scale_factor: Any = None,
+    prompt_num_tokens: Any = None,
+    num_prompts: Any = None,
 ) -> tuple[Any, dict[str, float]]:
     """:func:`compute_policy_loss` for settings :func:`check_loss` checked: only the batch is checked here."""
     counts = {
@@ -199,8 +212,11 @@ def run_checked_loss(
         "batch_num_tokens": batch_num_tokens,
         "global_batch_size": global_batch_size,
         "loss_scale_factor": loss_scale_factor,
+        "num_prompts": num_prompts,
     }
     check_arguments(**counts)
+    check_sequence_shapes(log_probs, prompt_ids=prompt_ids, prompt_num_tokens=prompt_num_tokens)
+    counts["prompt_num_tokens"] = prompt_num_tokens
     given = {
         "old_log_probs": old_log_probs,
         "advantages": advantages,
@@ -246,19 +262,27 @@ def run_checked_loss(
             batch_num_tokens = response_mask.sum()
         if global_batch_size is None:
             global_batch_size = len(response_mask)
+        if checked.agg_mode == "prompt-mean" and prompt_num_tokens is None and prompt_ids is not None:
+            prompt_num_tokens, num_prompts = prompt_counts(response_mask, prompt_ids)
         sampler = clean["rollout_log_probs"] if rollout_log_probs is not None else clean["old_log_probs"]
         kept = off_policy_sequence_mask(
             clean["advantages"], log_probs, sampler, response_mask, checked.off_policy_mask_threshold
         )
         metrics_before["off_policy_masked_fraction"] = float(1.0 - kept.float().mean()) if len(kept) else 0.0
         response_mask = response_mask * kept
-        counts.update(batch_num_tokens=batch_num_tokens, global_batch_size=global_batch_size)
+        counts.update(
+            batch_num_tokens=batch_num_tokens,
+            global_batch_size=global_batch_size,
+            prompt_num_tokens=prompt_num_tokens,
+            num_prompts=num_prompts,
+        )
     ctx = LossContext(
         log_probs=log_probs,
         response_mask=response_mask,
         options=dict(checked.options),
         agg_mode=checked.agg_mode,
         name=checked.name,
+        prompt_ids=prompt_ids,
         **clean,
         **counts,
     )

@@ -16,7 +16,12 @@ from typing import Any
 from rllm.errors import ConformanceError, RLLMError
 
 LENGTHS = (6, 4, 6, 1, 3)
-_INPUT = f"{len(LENGTHS)} sequences x {max(LENGTHS)} tokens (seed 0) of lengths {', '.join(map(str, LENGTHS))}"
+PROMPTS = (0, 0, 1, 2, 2)
+"""The prompt each sequence answers (``prompt-mean`` weighs the prompts alike)."""
+_INPUT = (
+    f"{len(LENGTHS)} sequences x {max(LENGTHS)} tokens (seed 0) of lengths {', '.join(map(str, LENGTHS))}, "
+    f"answering prompts {', '.join(map(str, PROMPTS))}"
+)
 _RTOL = 1e-5
 
 
@@ -29,7 +34,13 @@ def _inputs(seed: int = 0) -> dict[str, Any]:
     log_probs = old + 0.05 * torch.randn(shape, generator=generator, dtype=torch.float64)
     mask = (torch.arange(shape[1])[None, :] < torch.tensor(LENGTHS)[:, None]).to(torch.float64)
     advantages = torch.randn(shape, generator=generator, dtype=torch.float64)
-    return {"log_probs": log_probs, "old_log_probs": old, "advantages": advantages, "response_mask": mask}
+    return {
+        "log_probs": log_probs,
+        "old_log_probs": old,
+        "advantages": advantages,
+        "response_mask": mask,
+        "prompt_ids": torch.tensor(PROMPTS),
+    }
 
 
 def _fail(name: str, prop: str, detail: str, what: str = _INPUT) -> ConformanceError:
@@ -96,6 +107,9 @@ def _padded(inputs: dict[str, Any]) -> dict[str, Any]:
     rows, width = inputs["log_probs"].shape
     padded = {}
     for key, value in inputs.items():
+        if key == "prompt_ids":  # the fully masked sequence answers a prompt of its own
+            padded[key] = torch.cat([value, value.new_tensor([max(PROMPTS) + 1])])
+            continue
         grown = torch.full((rows + 1, width + 2), garbage[key], dtype=value.dtype)
         grown[:rows, :width] = value
         if key != "response_mask":
@@ -129,6 +143,9 @@ def _weights(mode: str, mask: Any) -> list[float]:
         return [1.0] * len(tokens)
     if mode == "token-mean":
         return (tokens / tokens.sum()).tolist()
+    if mode == "prompt-mean":  # a sequence's share of its prompt's tokens, the prompts alike
+        of_prompt = {p: sum(t for t, q in zip(LENGTHS, PROMPTS, strict=True) if q == p) for p in PROMPTS}
+        return [t / (len(of_prompt) * of_prompt[p]) for t, p in zip(LENGTHS, PROMPTS, strict=True)]
     return [1.0 / len(tokens)] * len(tokens)  # every sequence has a token
 
 
@@ -137,9 +154,10 @@ def check_modes(name: str, options: Mapping[str, Any]) -> None:
 
     On one sequence alone the modes are one per-token sum seen through its token count:
     token-sum = seq-mean-token-sum = token-mean x tokens = seq-mean-token-mean x tokens =
-    seq-mean-token-sum-norm x width. On the batch (a loss whose sequences do not see each
-    other, ``additive``), each mode weighs the sequences' own losses as it should: token-mean
-    by their token counts, the seq-mean modes equally, token-sum by 1.
+    prompt-mean x tokens = seq-mean-token-sum-norm x width. On the batch (a loss whose
+    sequences do not see each other, ``additive``), each mode weighs the sequences' own losses
+    as it should: token-mean by their token counts, the seq-mean modes equally, token-sum by 1,
+    prompt-mean by their share of their prompt's tokens over the number of prompts.
     """
     from rllm.losses import loss_entry
 
@@ -181,16 +199,20 @@ def check_micro_batches(name: str, options: Mapping[str, Any]) -> None:
     """Split into micro-batches told the batch's counts, the losses and gradients add up to the batch's."""
     import torch
 
+    from rllm.losses import prompt_counts
+
     inputs = _inputs()
     mask = inputs["response_mask"]
     counts = {"batch_num_tokens": float(mask.sum()), "global_batch_size": float(len(LENGTHS))}
-    parts = [[0, 3], [1], [2, 4]]
+    of_prompt, prompts = prompt_counts(mask, inputs["prompt_ids"])
+    parts = [[0, 3], [1], [2, 4]]  # prompts 0 and 2 split between micro-batches
     for mode in _modes(name):
         prop = f"micro-batches add up ({mode})"
         loss, grad, _ = _run(name, inputs, options, mode, prop)
         total, summed = 0.0, torch.zeros_like(grad)
         for rows in parts:
-            part, part_grad, _ = _run(name, {k: v[rows] for k, v in inputs.items()}, options, mode, prop, **counts)
+            given = dict(counts, prompt_num_tokens=of_prompt[rows], num_prompts=prompts)
+            part, part_grad, _ = _run(name, {k: v[rows] for k, v in inputs.items()}, options, mode, prop, **given)
             total += float(part)
             summed[rows] = part_grad
         if not _close(total, float(loss)):

@@ -43,7 +43,14 @@ from rllm_transformers.plugin import missing_extra_error
 try:  # the extra first: without it, selecting the backend is one line naming the extra, not an ImportError
     import torch
 
-    from rllm_transformers.batch import RowBatch, pack_rows, response_tokens, token_log_probs, token_statistics
+    from rllm_transformers.batch import (
+        MiniBatchTotals,
+        RowBatch,
+        pack_rows,
+        response_tokens,
+        token_log_probs,
+        token_statistics,
+    )
     from rllm_transformers.checkpoint import load_training_state, save_training_state
     from rllm_transformers.distributed import Distributed
     from rllm_transformers.distributed import start as start_distributed
@@ -307,10 +314,9 @@ class TransformersBackend(BackendProtocol):
         scale = 1.0 if group is None else float(group.world_size)  # DDP averages the ranks' gradients: undo it
         for _epoch in range(int(options.ppo_epochs)):
             order = torch.randperm(n, generator=self.update_rng).to(self.device)
-            counted = batch.mask if batch.counted is None else batch.counted
             for mini in torch.tensor_split(order, min(int(options.mini_batches), n)):
                 # the normalisation of loss_agg_mode is the whole mini-batch's, on every rank
-                total_tokens, total_rows = counted[mini].sum().clamp(min=1), len(mini)
+                totals = batch.totals(mini)
                 self.optimizer.zero_grad(set_to_none=True)
                 mini_loss = 0.0
                 pieces = self._micro_batches(mini)
@@ -325,7 +331,7 @@ class TransformersBackend(BackendProtocol):
                             self.trained, batch.ids[rows], batch.attention[rows], entropy_grad=self.entropy_bonus
                         )
                         loss = self._micro_loss(
-                            batch, rows, logp, entropy, advantages, role_of, role_names, total_tokens, total_rows, sums
+                            batch, rows, logp, entropy, advantages, role_of, role_names, totals, sums
                         )
                         self._backward(loss * scale, group)
                     mini_loss += float(loss.detach())
@@ -395,8 +401,7 @@ class TransformersBackend(BackendProtocol):
         advantages: torch.Tensor,
         role_of: torch.Tensor,
         role_names: list[str],
-        total_tokens: torch.Tensor,
-        total_rows: int,
+        totals: MiniBatchTotals,
         sums: dict[str, list[float]],
     ) -> torch.Tensor:
         """The micro-batch's share of its mini-batch's loss: each role's rows through that role's registered loss."""
@@ -418,14 +423,20 @@ class TransformersBackend(BackendProtocol):
                 rollout_log_probs=torch.nan_to_num(batch.rollout_logps[picked]) * mask,
                 ref_log_probs=None if batch.ref_logps is None else batch.ref_logps[picked],
                 entropy=entropy[mine],
-                batch_num_tokens=total_tokens,
-                global_batch_size=total_rows,
+                prompt_ids=batch.prompts[picked],
+                batch_num_tokens=totals.tokens,
+                global_batch_size=totals.rows,
+                prompt_num_tokens=totals.prompt_tokens[picked],
+                num_prompts=totals.prompts,
             )
             loss = loss + part
-            # the role's loss over its own tokens (or sequences), as if it were the whole mini-batch
-            share = (
-                total_rows / len(picked) if settings.agg_mode.startswith("seq") else float(total_tokens / mask.sum())
-            )
+            # the role's loss over its own tokens (or sequences, prompts), as if it were the whole mini-batch
+            if settings.agg_mode == "prompt-mean":
+                share = float(totals.prompts) / max(len(set(batch.prompts[picked].tolist())), 1)
+            elif settings.agg_mode.startswith("seq"):
+                share = totals.rows / len(picked)
+            else:
+                share = float(totals.tokens / mask.sum())
             sums[f"actor/{role}/loss"].append(float(part.detach()) * share)
             for key, value in metrics.items():
                 sums[f"actor/{key}"].append(float(value))

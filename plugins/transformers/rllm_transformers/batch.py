@@ -15,7 +15,19 @@ from typing import Any
 import torch
 
 from rllm.errors import TrainerError, WorkflowError
+from rllm.losses import prompt_counts
 from rllm.types import Episode, Step, TrajectoryGroup
+
+
+@dataclass(frozen=True)
+class MiniBatchTotals:
+    """A mini-batch's counts for its micro-batches' losses: tokens, rows and prompts (``loss_agg_mode``'s divisors)."""
+
+    tokens: torch.Tensor
+    rows: int
+    prompt_tokens: torch.Tensor
+    """For every row of the batch, its prompt's counted tokens in this mini-batch (0 outside it)."""
+    prompts: torch.Tensor
 
 
 @dataclass
@@ -33,6 +45,8 @@ class RowBatch:
     steps: list[Step]
     roles: list[str]
     losses: list[str]
+    prompts: torch.Tensor
+    """Each row's trajectory group (its prompt, for ``loss_agg_mode=prompt-mean``), an index."""
     old_logps: torch.Tensor | None = None
     ref_logps: torch.Tensor | None = None
     counted: torch.Tensor | None = None
@@ -43,6 +57,14 @@ class RowBatch:
         for name, tensor in fields.items():
             for row, step in enumerate(self.steps):
                 step.info[name] = tensor[row][self.mask[row] > 0].tolist()
+
+    def totals(self, mini: torch.Tensor) -> MiniBatchTotals:
+        """The counts a mini-batch's loss divides by, over all its rows (every rank alike)."""
+        counted = (self.mask if self.counted is None else self.counted)[mini]
+        of_prompt = torch.zeros(len(self.steps), device=counted.device)
+        tokens, prompts = prompt_counts(counted, self.prompts[mini])
+        of_prompt[mini] = tokens.to(of_prompt.dtype)
+        return MiniBatchTotals(counted.sum().clamp(min=1), len(mini), of_prompt, prompts)
 
     def advantages(self) -> torch.Tensor:
         values = torch.zeros_like(self.mask)
@@ -105,8 +127,8 @@ def pack_rows(
     the id and its group, not an index error inside the model's embedding.
     """
     rows: list[tuple[list[int], list[int], list[float]]] = []
-    steps, roles, losses = [], [], []
-    for group in groups:
+    steps, roles, losses, prompts = [], [], [], []
+    for index, group in enumerate(groups):
         loss = loss_of[group.group_role]
         for trajectory in group.trajectories:
             for step in trajectory.steps:
@@ -125,6 +147,7 @@ def pack_rows(
                 steps.append(step)
                 roles.append(group.group_role)
                 losses.append(loss)
+                prompts.append(index)
     if not rows:
         raise TrainerError("The trajectory groups hold no response tokens; the workflow produced empty steps.")
     width = max(len(p) + len(r) for p, r, _ in rows)
@@ -138,4 +161,13 @@ def pack_rows(
         span = slice(len(prompt) - 1, len(prompt) - 1 + len(response))
         mask[row, span] = 1.0
         rollout[row, span] = torch.tensor(logps[: len(response)], dtype=torch.float32)
-    return RowBatch(ids.to(device), attention.to(device), mask.to(device), rollout.to(device), steps, roles, losses)
+    return RowBatch(
+        ids.to(device),
+        attention.to(device),
+        mask.to(device),
+        rollout.to(device),
+        steps,
+        roles,
+        losses,
+        torch.tensor(prompts, device=device),
+    )

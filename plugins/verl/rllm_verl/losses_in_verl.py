@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import rllm
+from rllm.errors import LossOptionError
 from rllm.losses import compute_policy_loss, resolve_loss_options
 
 PREFIX = "rllm."
@@ -69,6 +70,11 @@ def make_loss_adapter(name: str) -> Callable[..., Any]:
         given = {o.name: value for o in entry.options if (value := _verl_option(config, o.name)) is not None}
         own = entry.agg_modes is not None and loss_agg_mode not in entry.agg_modes
         _, _, mode = resolve_loss_options(name, given, None if own else loss_agg_mode, MODE_KEY)
+        if mode == "prompt-mean":
+            raise LossOptionError(
+                f"{MODE_KEY}='prompt-mean' needs each sequence's prompt, which verl's policy loss functions are "
+                "not given; choose one of verl's modes (token-mean, seq-mean-token-mean, ...)."
+            )
         batch = dict(getattr(config, "global_batch_info", None) or {})
         loss, metrics = compute_policy_loss(
             name,
