@@ -212,3 +212,7 @@ class ClassNotRegisteredError(NameNotFoundError, KeyError):
 
 class NotShippedError(RLLMError, ImportError):
     """A name rLLM defines at this import path is not part of rllm; the message says what to use instead."""
+
+
+class UnsupportedVersionError(RLLMError, ImportError):
+    """An optional dependency a bridge drives is installed at a version the bridge is not tested with."""

@@ -31,6 +31,7 @@ def run_estimator(
     *,
     ambient: Mapping[str, Any] | None = None,
     state: EstimatorState | None = None,
+    nonfinite_rewards: str = "error",
 ) -> FloatArray | Ragged:
     """Run the estimator registered as ``name`` on ``batch``, through the same checks as every other door.
 
@@ -38,10 +39,11 @@ def run_estimator(
     ``ambient`` settings reach it only where it declares them. A stateful estimator gets
     ``state`` (keep it across calls, e.g. from an :class:`EstimatorStates`), or a fresh one. A
     door that resolved the estimator already (:func:`rllm.toolkit.resolve_plugins`) passes its
-    entry for ``name``.
+    entry for ``name``. ``nonfinite_rewards`` is the unscorable-reward policy of
+    :func:`compute_advantages` (a bridge whose trainer leaves unscored rollouts out passes ``"exclude"``).
     """
     entry = name if isinstance(name, EstimatorEntry) else get_estimator(name)
-    return invoke(entry, batch, options, ambient=ambient, state=state).advantages
+    return invoke(entry, batch, options, ambient=ambient, state=state, nonfinite_rewards=nonfinite_rewards).advantages
 
 
 def compute_advantages(

@@ -1,0 +1,207 @@
+"""rllm inside TRL: ``RLLMGRPOTrainer`` with rllm's ``grpo`` (TRL's preset) and ``trl.dapo`` is TRL's own step.
+
+The reference is an unpatched ``trl.GRPOTrainer`` on the same tiny model, data, reward functions,
+config and seed: its advantages and loss at each step, recorded from TRL's own methods. The
+bad-input tests build trainers without training them.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from extras import skip_module_without
+
+skip_module_without("torch", "trl", install="pip install 'rllm[trl]' (CI does)")
+
+import numpy as np
+import tiny_trl
+import torch
+
+import rllm
+from rllm.errors import (
+    ConfigError,
+    EstimatorNotFoundError,
+    EstimatorOptionError,
+    LossNotFoundError,
+    LossOptionError,
+    MissingInputError,
+    UnsupportedVersionError,
+)
+from rllm_trl import check_trl_version
+
+
+def scored_sometimes(completions: list[str], **_: object) -> list[float | None]:
+    """The number of ``a``, None (unscorable by this function) for completions whose length is a multiple of 3."""
+    return [None if len(text) % 3 == 0 else float(text.count("a")) for text in completions]
+
+
+def length_sometimes(completions: list[str], **_: object) -> list[float | None]:
+    """Half the length, None for lengths that are multiples of 3 or hold a ``b``: some go unscored by both."""
+    return [None if len(text) % 3 == 0 or "b" in text else len(text) / 2 for text in completions]
+
+
+REWARDS = [scored_sometimes, length_sometimes]
+
+
+def recorded(trainer):
+    """The trainer with its advantages (per generation batch) and losses (per micro-batch) recorded."""
+    trainer.seen = {"advantages": [], "rewards": [], "loss": []}
+    generate, compute = trainer._generate_and_score_completions, trainer._compute_loss
+    score = trainer._calculate_rewards
+
+    def generate_and_score(inputs):
+        output = generate(inputs)
+        trainer.seen["advantages"].append(output["advantages"].detach().clone())
+        return output
+
+    def calculate_rewards(*args):
+        rewards = score(*args)
+        trainer.seen["rewards"].append(rewards.detach().clone())
+        return rewards
+
+    def compute_loss(model, inputs):
+        loss = compute(model, inputs)
+        trainer.seen["loss"].append(float(loss.detach()))
+        return loss
+
+    trainer._generate_and_score_completions = generate_and_score
+    trainer._calculate_rewards = calculate_rewards
+    trainer._compute_loss = compute_loss
+    return trainer
+
+
+def build(cls, tmp_path, rewards=REWARDS, config=None, **bridge):
+    return cls(
+        model=tiny_trl.model(),
+        processing_class=tiny_trl.tokenizer(),
+        reward_funcs=rewards,
+        args=tiny_trl.config(tmp_path, **(config or {})),
+        train_dataset=tiny_trl.dataset(),
+        **bridge,
+    )
+
+
+def trl_group_advantages(rewards_per_func: torch.Tensor, generations: int) -> np.ndarray:
+    """TRL's scale_rewards='group' written out in numpy (float64): the weighted sum (weights 1), completions
+    no function scores left out, unbiased std over the rest of the group, (r - mean) / (std + 1e-4), 0 if unscored."""
+    scores = rewards_per_func.double().numpy()
+    unscored = np.isnan(scores).all(axis=1)
+    rewards = np.where(unscored, np.nan, np.nansum(scores, axis=1))
+    out = np.zeros(len(rewards))
+    for start in range(0, len(rewards), generations):
+        group = rewards[start : start + generations]
+        kept = group[~np.isnan(group)]
+        if len(kept) < 2:
+            continue
+        values = (group - kept.mean()) / (kept.std(ddof=1) + 1e-4)
+        out[start : start + generations] = np.nan_to_num(values)
+    return out
+
+
+@pytest.mark.slow
+def test_grpo_under_trls_preset_reproduces_trls_advantages_and_loss(tmp_path) -> None:
+    from trl import GRPOTrainer
+
+    from rllm_trl import RLLMGRPOTrainer
+
+    config = {"gradient_accumulation_steps": 2, "steps_per_generation": 2, "per_device_train_batch_size": 4}
+    theirs = recorded(build(GRPOTrainer, tmp_path / "trl", config=config))
+    theirs.train()
+    ours = recorded(build(RLLMGRPOTrainer, tmp_path / "rllm", config=config, estimator="grpo", loss="trl.dapo"))
+    ours.train()
+
+    assert len(ours.seen["advantages"]) == len(theirs.seen["advantages"]) == 2
+    assert len(ours.seen["loss"]) == len(theirs.seen["loss"]) == 4  # two micro-batches per step
+    unscored = 0
+    for their_rewards, our_rewards in zip(theirs.seen["rewards"], ours.seen["rewards"], strict=True):
+        assert torch.equal(their_rewards.nan_to_num(-7.0), our_rewards.nan_to_num(-7.0))  # the same completions
+        unscored += int(torch.isnan(their_rewards).all(dim=1).sum())
+    assert unscored > 0, "the data should hold a completion no reward function scores"
+    steps = zip(theirs.seen["rewards"], theirs.seen["advantages"], ours.seen["advantages"], strict=True)
+    for rewards, their, our in steps:
+        assert (their - our).abs().max() <= 1e-6
+        assert np.allclose(our.double().numpy(), trl_group_advantages(rewards, 4), rtol=0, atol=1e-5)
+    assert max(float(our.abs().max()) for our in ours.seen["advantages"]) > 0.1
+    for their, our in zip(theirs.seen["loss"], ours.seen["loss"], strict=True):
+        assert abs(our - their) <= 1e-6
+    assert any(abs(loss) > 1e-3 for loss in ours.seen["loss"])
+    logged = [round(float(a), 6) for a in ours._logs["advantages"]]
+    assert logged == [round(float(a), 6) for a in ours.seen["advantages"][-1]]
+
+
+def test_a_trl_release_outside_the_tested_series_is_one_line_naming_it(monkeypatch) -> None:
+    assert check_trl_version("1.16.0") == "1.16.0"
+    assert check_trl_version("1.16.3rc1") == "1.16.3rc1"
+    for version in ("1.15.2", "1.17.0", "2.0.0"):
+        with pytest.raises(UnsupportedVersionError) as raised:
+            check_trl_version(version)
+        message = str(raised.value)
+        assert f"TRL {version} is installed" in message and "1.16.x" in message and "\n" not in message
+
+    import rllm_trl.version
+
+    monkeypatch.setattr(rllm_trl.version.metadata, "version", lambda name: "1.15.2")
+    monkeypatch.delitem(sys.modules, "rllm_trl.trainer", raising=False)
+    with pytest.raises(UnsupportedVersionError, match=r"TRL 1\.15\.2 is installed"):
+        from rllm_trl import RLLMGRPOTrainer  # noqa: F401
+
+
+def test_unknown_names_and_options_get_rllms_close_match_errors(tmp_path) -> None:
+    from rllm_trl import RLLMGRPOTrainer
+
+    with pytest.raises(EstimatorNotFoundError, match=r"Did you mean 'rloo'"):
+        build(RLLMGRPOTrainer, tmp_path, estimator="rlooo")
+    with pytest.raises(LossNotFoundError, match=r"Did you mean 'trl\.dapo'"):
+        build(RLLMGRPOTrainer, tmp_path, loss="trl.dapoo")
+    with pytest.raises(EstimatorOptionError, match=r"has no option 'singel'\. Did you mean 'single'"):
+        build(RLLMGRPOTrainer, tmp_path, estimator="rloo", estimator_options={"singel": "zero"})
+    with pytest.raises(LossOptionError, match=r"no option 'clip_ratoi'\. Did you mean 'clip_ratio'"):
+        build(RLLMGRPOTrainer, tmp_path, loss="ppo", loss_options={"clip_ratoi": 0.1})
+
+
+def outcome_names_needing(fields: set[str]) -> list[str]:
+    """Registered estimators that require one of ``fields``."""
+    names = rllm.get_plugin_manager().estimators.names()
+    return sorted(name for name in names if fields & set(rllm.get_estimator(name).requires))
+
+
+def test_an_estimator_needing_what_trl_cannot_give_is_one_line_naming_the_field(tmp_path) -> None:
+    from rllm.contract.fields import TOKEN_FIELDS
+    from rllm_trl import RLLMGRPOTrainer
+
+    token_level = outcome_names_needing(set(TOKEN_FIELDS))
+    assert "optimal_token_baseline" in token_level
+    for name, field in [(token_level[0], "old_log_probs"), ("remax", "baseline_rewards"), ("gae", "step_rewards")]:
+        with pytest.raises(MissingInputError) as raised:
+            build(RLLMGRPOTrainer, tmp_path, estimator=name)
+        message = str(raised.value)
+        assert f"{name!r} needs" in message and repr(field) in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("config", "bridge", "named"),
+    [
+        ({"scale_rewards": "none"}, {}, "GRPOConfig.scale_rewards='none'"),
+        ({"multi_objective_aggregation": "normalize_then_sum"}, {}, "GRPOConfig.multi_objective_aggregation"),
+        ({"loss_type": "grpo"}, {"loss": "ppo"}, "GRPOConfig.loss_type='grpo'"),
+        ({"epsilon": 0.3}, {"loss": "ppo"}, "GRPOConfig.epsilon=0.3"),
+        ({"beta": 0.04}, {"loss": "trl.dapo"}, "use_bias_correction_kl"),
+        ({"use_adaptive_entropy": True}, {"loss": "trl.dapo"}, "use_adaptive_entropy"),
+    ],
+)
+def test_trl_settings_the_rllm_parts_replace_are_refused_naming_the_key(tmp_path, config, bridge, named) -> None:
+    from rllm_trl import RLLMGRPOTrainer
+
+    with pytest.raises(ConfigError) as raised:
+        build(RLLMGRPOTrainer, tmp_path, config=config, **bridge)
+    assert named in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_trl_loss_fields_reach_the_trl_losses_and_loss_options_win(tmp_path) -> None:
+    from rllm_trl import RLLMGRPOTrainer
+
+    trainer = build(RLLMGRPOTrainer, tmp_path, config={"epsilon": 0.3, "loss_type": "grpo"}, loss="trl.grpo")
+    assert trainer.rllm_loss.options["epsilon"] == 0.3 and trainer.rllm_loss.agg_mode == "seq-mean-token-mean"
+    trainer = build(RLLMGRPOTrainer, tmp_path, config={"epsilon": 0.3}, loss="trl.dapo", loss_options={"epsilon": 0.1})
+    assert trainer.rllm_loss.options["epsilon"] == 0.1

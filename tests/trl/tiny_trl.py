@@ -1,0 +1,83 @@
+"""A tiny causal LM, its character tokenizer, a prompt dataset and a reward, for GRPOTrainer runs on CPU in seconds.
+
+Built from configs (no hub): a one-layer Qwen2 of width 16 over 13 tokens (``<pad>``, ``<eos>``,
+``a``-``j``, space), seeded so that two builds are equal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CHARACTERS = "abcdefghij "
+
+
+def tokenizer() -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<eos>": 1, **{c: i + 2 for i, c in enumerate(CHARACTERS)}}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<pad>")
+
+
+def model(seed: int = 0) -> Any:
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    config = Qwen2Config(
+        vocab_size=len(CHARACTERS) + 2,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config)
+
+
+def dataset(prompts: int = 4) -> Any:
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [CHARACTERS[i % 10] * 2 for i in range(prompts)]})
+
+
+def count_a(completions: list[str], **_: Any) -> list[float]:
+    """Reward: how many ``a`` the completion holds (TRL reward-function signature)."""
+    return [float(text.count("a")) for text in completions]
+
+
+def length_reward(completions: list[str], **_: Any) -> list[float | None]:
+    """A second reward function: the completion's length, None (unscorable) for an empty one."""
+    return [float(len(text)) if text else None for text in completions]
+
+
+def config(output_dir: Path, **overrides: Any) -> Any:
+    """A GRPOConfig for two quick steps on CPU: 4 prompts x 4 generations of at most 6 tokens, nothing saved."""
+    from trl import GRPOConfig
+
+    settings: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "use_cpu": True,
+        "bf16": False,
+        "per_device_train_batch_size": 8,
+        "num_generations": 4,
+        "max_completion_length": 6,
+        "max_steps": 2,
+        "learning_rate": 1e-2,
+        "report_to": [],
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "disable_tqdm": True,
+        "seed": 0,
+    }
+    settings.update(overrides)
+    return GRPOConfig(**settings)
