@@ -195,6 +195,22 @@ class LossFailedError(RLLMError):
     """A policy loss raised an exception of its own."""
 
 
+class WeightSyncNotFoundError(NameNotFoundError):
+    """No weight sync is registered under the requested name."""
+
+
+class WeightSyncConflictError(NameConflictError):
+    """Two plugins registered the same weight-sync name, or a name was re-registered."""
+
+
+class WeightSyncError(TrainerError):
+    """An inference server refused or missed a weight update: the run stops before training on stale weights."""
+
+
+class InferenceServerError(RLLMError):
+    """An OpenAI-compatible server did not answer, refused a request, or answered without what training needs."""
+
+
 class ConformanceError(RLLMError, AssertionError):
     """A plugin broke a contract that :mod:`rllm.testing` checks; the message names the property and the input."""
 

@@ -37,6 +37,7 @@ PROTOCOLS = {
         ["name", "fn", "options", "aliases", "agg_modes", "needs_old_log_probs", "additive", "description"],
     ),
     "rllm_register_config_sections": ("ConfigSectionRegistrar", ["section", "keys"]),
+    "rllm_register_weight_syncs": ("WeightSyncRegistrar", ["name", "sync_cls"]),
 }
 """Each hook's Protocol and the parameters a plugin author passes (``replace`` follows, but for sections)."""
 

@@ -27,6 +27,9 @@ class CountingBackend(EmbeddedBackend):
         self.calls.append(f"update@{trainer_state.global_step}")
         await super().update_policy(trainer_state)
 
+    async def on_policy_updated(self, trainer_state: TrainerState) -> None:
+        self.calls.append(f"synced@{trainer_state.global_step}")
+
     async def on_epoch_start(self, trainer_state: TrainerState) -> None:
         self.calls.append(f"epoch@{trainer_state.epoch}")
 
@@ -64,9 +67,10 @@ def test_backend_and_grouping_hook_are_chosen_by_registered_name(make_config, pl
     assert CountingBackend.calls == [
         "validation",
         "epoch@0",
-        *(f"update@{s}" for s in range(1, 6)),
+        *(call for s in range(1, 6) for call in (f"update@{s}", f"synced@{s}")),
         "epoch@1",
         "update@6",
+        "synced@6",
     ]
     assert grouped == [160] * 6
 
@@ -125,3 +129,9 @@ def test_fit_works_inside_a_running_event_loop(make_config) -> None:
 def test_misspelled_keyword_is_refused(make_config) -> None:
     with pytest.raises(ConfigError, match=r"unknown keyword argument\(s\) \['exeuctor'\]"):
         UnifiedTrainer(None, make_config(), exeuctor=LocalExecutor())
+
+
+def test_servers_are_refused_by_a_backend_that_samples_in_process(make_config) -> None:
+    config = make_config("rllm.rollout.openai.base_url=[http://127.0.0.1:9/v1]")
+    with pytest.raises(ConfigError, match=r"rllm.rollout.openai.base_url is set, but backend 'embedded' samples from"):
+        UnifiedTrainer(None, config, progress=False)

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +19,7 @@ from typing import Any
 
 import pytest
 from extras import skip_module_without
+from serving import TINY_TEXT, get_json, running
 
 skip_module_without(
     "torch", "transformers", "safetensors", "fastapi", "uvicorn", "openai", install="pip install 'rllm[serve,test]'"
@@ -34,19 +32,10 @@ from rllm.config import load_config
 from rllm.errors import ConfigError
 from rllm_transformers.model import load_policy
 
-MODEL = ("rllm.transformers.model=tiny", "rllm.transformers.tokenizer=text", "rllm.transformers.device=cpu")
-STARTUP_SECONDS = 60
+MODEL = TINY_TEXT
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _get(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        return json.loads(answer.read())
+_get = get_json
 
 
 def _post(url: str, data: bytes) -> tuple[int, dict[str, Any]]:
@@ -61,31 +50,8 @@ def _post(url: str, data: bytes) -> tuple[int, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
     """The server's root URL; the process is stopped whatever the tests did."""
-    port = _free_port()
-    command = [sys.executable, "-m", "rllm.cli.main", "serve", *MODEL, "--host", "127.0.0.1", "--port", str(port)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ.copy())
-    root = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while True:
-            if process.poll() is not None:
-                output = process.stdout.read().decode() if process.stdout else ""
-                pytest.fail(f"rllm serve exited with {process.returncode}: {output}")
-            try:
-                _get(f"{root}/health")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"rllm serve did not answer /health within {STARTUP_SECONDS}s")
-                time.sleep(0.3)
+    with running(*MODEL) as root:
         yield root
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -260,3 +226,60 @@ def test_the_missing_extra_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: 
         importlib.import_module("rllm_transformers.serve")
     assert main(["serve", *MODEL, "--port", "1"]) == 2  # the command line says it before loading any model
     assert capsys.readouterr().err.strip() == "rllm serve: error: rllm serve needs fastapi: pip install 'rllm[serve]'."
+
+
+def test_update_weights_from_safetensors_loads_the_body(server: str, policy: Any) -> None:
+    from safetensors.torch import save
+
+    new = load_policy(load_config(overrides=[*MODEL, "rllm.transformers.seed=11"]).rllm.transformers)
+    state = {name: tensor.clone() for name, tensor in new.model.state_dict().items()}  # untie the shared embedding
+    status, body = _post_bytes(f"{server}/update_weights_from_safetensors?weight_version=41", save(state))
+    assert (status, body["success"], body["weight_version"]) == (200, True, 41)
+    answer = _client(server).completions.create(
+        model="tiny", prompt="Hello", max_tokens=6, logprobs=0, extra_body={"return_token_ids": True}
+    )
+    choice = answer.choices[0]
+    assert answer.weight_version == 41
+    assert choice.logprobs.token_logprobs == pytest.approx(
+        _forward_log_probs(new.model, choice.prompt_token_ids, choice.token_ids), abs=1e-5
+    )
+    status, body = _post_bytes(f"{server}/update_weights_from_safetensors", b"not safetensors")
+    assert status == 400 and "not a safetensors state dict" in body["error"]["message"]
+    assert _get(f"{server}/health")["weight_version"] == 41  # the refused update changed nothing
+    wrong = {name: tensor[:1].clone() for name, tensor in new.model.state_dict().items()}
+    status, body = _post_bytes(f"{server}/update_weights_from_safetensors", save(wrong))
+    assert status == 400 and "another shape" in body["error"]["message"]
+
+
+def test_tokenize_and_detokenize_speak_vllm(server: str, policy: Any) -> None:
+    tokenizer = policy.tokenizer
+    status, body = _post(f"{server}/tokenize", json.dumps({"model": "tiny", "prompt": "12+3"}).encode())
+    assert status == 200 and body["tokens"] == list(tokenizer.encode("12+3")) and body["count"] == len(body["tokens"])
+    assert body["max_model_len"] == _get(f"{server}/v1/models")["data"][0]["max_model_len"]
+    ids = [tokenizer.eos_token_id, len(tokenizer) - 1, 40]
+    status, body = _post(f"{server}/detokenize", json.dumps({"model": "tiny", "tokens": ids}).encode())
+    assert status == 200 and body["prompt"] == tokenizer.decode(ids, skip_special_tokens=False)
+    status, body = _post(f"{server}/detokenize", json.dumps({"model": "tiny", "tokens": [len(tokenizer)]}).encode())
+    assert status == 400 and "outside the vocabulary" in body["error"]["message"]
+
+
+def _post_bytes(url: str, data: bytes) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/octet-stream"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_a_port_in_use_is_one_line(server: str) -> None:
+    port = server.rsplit(":", 1)[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "rllm.cli.main", "serve", *MODEL, "--port", port],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert f"--host 127.0.0.1 --port {port}: the address is already in use" in lines[0]

@@ -439,6 +439,68 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
     ),
     _count("rllm.rollout.n", 8, "Rollouts per task in training."),
     _count("rllm.rollout.n_val", 1, "Rollouts per task in validation."),
+    ConfigKey(
+        "rllm.rollout.openai.base_url",
+        "list[str]",
+        [],
+        "OpenAI-compatible servers to sample rollouts from (e.g. [http://127.0.0.1:8000/v1]), each episode sticking "
+        "to one; empty: the backend's in-process engine. See docs/serve.md.",
+    ),
+    ConfigKey(
+        "rllm.rollout.openai.model",
+        "str",
+        None,
+        "The model name sent in requests; null: the first model the first server's /v1/models lists.",
+        nullable=True,
+    ),
+    ConfigKey("rllm.rollout.openai.api_key", "str", "EMPTY", "Sent as the Bearer token (local servers ignore it)."),
+    ConfigKey(
+        "rllm.rollout.openai.endpoint",
+        "str",
+        "completions",
+        "completions: token ids in and out through /v1/completions; chat: /v1/chat/completions for chat messages "
+        "(token-id prompts always use /v1/completions).",
+        choices=("completions", "chat"),
+    ),
+    ConfigKey(
+        "rllm.rollout.openai.timeout",
+        "float",
+        60.0,
+        "Seconds one request may take before it counts as failed (then retried).",
+        minimum=0,
+        above=True,
+    ),
+    _count(
+        "rllm.rollout.openai.max_retries",
+        3,
+        "Extra attempts of a request that got no answer, a timeout or a 5xx/429; then the workflow fails "
+        "(rllm.workflow.failure_policy).",
+        0,
+    ),
+    ConfigKey(
+        "rllm.rollout.openai.retry_backoff",
+        "float",
+        0.5,
+        "Seconds before the first retry, doubled before each next one.",
+        minimum=0,
+    ),
+    _count("rllm.rollout.openai.max_concurrency", 64, "Requests in flight at once, over all servers."),
+    ConfigKey(
+        "rllm.rollout.openai.weight_sync",
+        "str",
+        "disk",
+        "How new weights reach the servers after each update, by the name a plugin registered: disk (SGLang's "
+        "/update_weights_from_disk) or memory (rllm serve's /update_weights_from_safetensors).",
+        **_registered("weight_syncs"),
+    ),
+    ConfigKey(
+        "rllm.rollout.openai.weight_sync_timeout",
+        "float",
+        300.0,
+        "Seconds a server may take to load new weights; then the run stops.",
+        minimum=0,
+        above=True,
+    ),
     _count("rllm.trainer.total_epochs", 10, "Passes over the training tasks."),
     _count("rllm.trainer.total_batches", -1, "Stop after this many steps; -1: no limit.", special=(-1,)),
     ConfigKey(

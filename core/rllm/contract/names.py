@@ -62,6 +62,7 @@ BACKEND_METHODS: dict[str, bool] = {
     "process_backend_batch": True,
     "compute_advantages": True,
     "update_policy": True,
+    "on_policy_updated": True,
     "on_train_start": True,
     "on_train_end": True,
     "on_epoch_start": True,

@@ -4,7 +4,8 @@ The contract is in :mod:`rllm.engine.rollout.rollout_engine`; every backend's en
 implements it, and workflows are written against it. Token-level workflows call
 ``generate`` and get a :class:`Generation`; rLLM's text workflows call
 ``get_model_response`` and get a :class:`ModelOutput`. :mod:`rllm.engine.chat` and
-:mod:`rllm.engine.tool_calls` are the text helpers engine authors share.
+:mod:`rllm.engine.tool_calls` are the text helpers engine authors share; :mod:`rllm.engine.weight_sync`
+takes new weights to the inference servers an engine samples from.
 """
 
 from __future__ import annotations
@@ -13,14 +14,20 @@ from rllm.engine.chat import completion_output
 from rllm.engine.messages import check_messages
 from rllm.engine.rollout import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine, engine_problem
 from rllm.engine.tool_calls import ToolCall
+from rllm.engine.weight_sync import DiskWeightSync, MemoryWeightSync, PolicyUpdate, WeightSync, weight_sync_for
 
 __all__ = [
     "PROMPT_TOO_LONG",
+    "DiskWeightSync",
     "Generation",
+    "MemoryWeightSync",
     "ModelOutput",
+    "PolicyUpdate",
     "RolloutEngine",
     "ToolCall",
+    "WeightSync",
     "check_messages",
     "completion_output",
     "engine_problem",
+    "weight_sync_for",
 ]

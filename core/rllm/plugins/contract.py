@@ -31,6 +31,8 @@ from rllm.errors import (
     NameConflictError,
     NameNotFoundError,
     PluginContractError,
+    WeightSyncConflictError,
+    WeightSyncNotFoundError,
 )
 from rllm.plugins.fields import batch_field_problem
 from rllm.plugins.registry import Entry, import_target, is_import_path
@@ -119,6 +121,30 @@ def backend_class(entry: Entry) -> type[Any]:
     return target  # type: ignore[no-any-return]
 
 
+def weight_sync_problem(name: str, target: Any) -> str | None:
+    """Why ``target`` cannot be a weight sync: a class with ``push``, or its ``"module:Class"`` path (checked when
+    a run selects it, :func:`weight_sync_class`)."""
+    if isinstance(target, str) and is_import_path(target):
+        return None
+    if not isinstance(target, type):
+        return f"is {target!r}, not a class (register the weight-sync class, or its 'module:Class' path)"
+    if not callable(getattr(target, "push", None)):
+        return "has no method push(update) (subclass rllm.engine.weight_sync.WeightSync)"
+    return None
+
+
+def weight_sync_class(entry: Entry) -> type[Any]:
+    """The class of a weight-sync claim, a lazy path imported and checked now, as :func:`backend_class` does."""
+    if not isinstance(entry.target, str):
+        return entry.target  # type: ignore[no-any-return]
+    who = f"Weight sync {entry.name!r} of {entry.source.describe()}"
+    target = import_target(entry.target, who, "Install what the plugin needs, or fix its registration.")
+    problem = weight_sync_problem(entry.name, target)
+    if problem:
+        raise PluginContractError(f"{who}, loaded from {entry.target!r}, {problem}.")
+    return target  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True)
 class HookKind:
     """One registration hook: the manager's registry it fills and how a registered object is checked.
@@ -166,6 +192,14 @@ HOOK_KINDS = (
         NameNotFoundError,
         NameConflictError,
         config_section_problem,
+    ),
+    HookKind(
+        "rllm_register_weight_syncs",
+        "weight_syncs",
+        "weight sync",
+        WeightSyncNotFoundError,
+        WeightSyncConflictError,
+        weight_sync_problem,
     ),
 )
 """Every registration hook, in the order a plugin's hooks run."""

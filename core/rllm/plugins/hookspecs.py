@@ -23,7 +23,7 @@ Each hook receives a ``register`` callable bound to your plugin, so every entry 
 attributed to it in ``rllm plugins`` and in error messages. Its type is the hook's own
 Protocol (:class:`EstimatorRegistrar`, :class:`GroupingHookRegistrar`,
 :class:`BackendRegistrar`, :class:`KernelRegistrar`, :class:`BatchFieldRegistrar`,
-:class:`LossRegistrar`, :class:`ConfigSectionRegistrar`, all in ``rllm.plugins``), for
+:class:`LossRegistrar`, :class:`ConfigSectionRegistrar`, :class:`WeightSyncRegistrar`, all in ``rllm.plugins``), for
 annotating your hooks; the ``register`` rllm passes has exactly that signature. An
 implementation may accept fewer arguments than the spec lists (pluggy passes only those
 it names), so hooks can grow new arguments without breaking plugins.
@@ -58,6 +58,7 @@ from rllm.plugins.protocols import (
     KernelRegistrar,
     LossRegistrar,
     NamedRegistrar,
+    WeightSyncRegistrar,
 )
 
 __all__ = [  # the words are rllm.contract's, the Protocols rllm.plugins.protocols', importable here as before
@@ -77,6 +78,7 @@ __all__ = [  # the words are rllm.contract's, the Protocols rllm.plugins.protoco
     "KernelRegistrar",
     "LossRegistrar",
     "NamedRegistrar",
+    "WeightSyncRegistrar",
     "hookimpl",
     "hookspec",
     "rllm_register_backends",
@@ -86,6 +88,7 @@ __all__ = [  # the words are rllm.contract's, the Protocols rllm.plugins.protoco
     "rllm_register_grouping_hooks",
     "rllm_register_kernels",
     "rllm_register_losses",
+    "rllm_register_weight_syncs",
 ]
 
 PROJECT_NAME = "rllm"
@@ -386,4 +389,38 @@ def rllm_register_config_sections(register: ConfigSectionRegistrar) -> None:
                 ConfigKey("endpoint", "str", "localhost:9000", "Address of the trainer service."),
                 ConfigKey("retries", "int", 2, "Attempts per request.", minimum=0),
             ])
+    """
+
+
+@hookspec
+def rllm_register_weight_syncs(register: WeightSyncRegistrar) -> None:
+    """Register weight syncs: how a run's new policy weights reach the inference servers it samples from.
+
+    A run whose rollouts come from servers (``rllm.rollout.openai.base_url``) names one as
+    ``rllm.rollout.openai.weight_sync``; the backend's ``on_policy_updated`` hands it each
+    update. Built in: ``disk`` (save the weights, then SGLang's ``/update_weights_from_disk``,
+    which ``rllm serve`` serves) and ``tensor`` (the weights in the request body, ``rllm serve``'s
+    ``/update_weights_from_tensor``); see docs/serve.md.
+
+    :param register: ``register(name, sync_cls, *, replace=False)``.
+
+        ``name`` (str)
+            What users write as ``rllm.rollout.openai.weight_sync``.
+        ``sync_cls`` (type or str)
+            A subclass of :class:`rllm.engine.weight_sync.WeightSync`, constructed once per run
+            as ``sync_cls(config=config, servers=base_urls)``; its ``push(update)`` gets a
+            :class:`rllm.engine.weight_sync.PolicyUpdate` (the version, and ways to write or read
+            the weights) and raises :class:`rllm.errors.WeightSyncError` when a server refuses it,
+            which stops the run before it trains on stale weights. Or its ``"module:Class"``
+            path, imported when a run selects it. Refused: anything else, or a class without
+            ``push``.
+        ``replace`` (bool)
+            Required to take over a built-in name; without it your registration is ignored
+            with a warning.
+
+    Example::
+
+        @rllm.hookimpl
+        def rllm_register_weight_syncs(register):
+            register("my_vllm", "my_plugin.sync:VllmCollectiveSync")  # imported when selected
     """

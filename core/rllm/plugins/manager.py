@@ -77,6 +77,7 @@ class PluginManager(LoadingMixin, RegistrationMixin, ReportingMixin):
         self.batch_fields: Registry[Entry] = self._registry(HOOK_KIND["batch_fields"])
         self.losses: Registry[LossEntry] = self._registry(HOOK_KIND["losses"])
         self.config_sections: Registry[Entry] = self._registry(CONFIG_SECTIONS)
+        self.weight_syncs: Registry[Entry] = self._registry(HOOK_KIND["weight_syncs"])
         self.plugins: dict[str, PluginInfo] = {}
         self.failures: list[PluginError] = []
         self.strict = strict

@@ -111,3 +111,13 @@ class ConfigSectionRegistrar(Protocol):
     """
 
     def __call__(self, section: str, keys: Sequence[ConfigKey] | None = None) -> None: ...
+
+
+class WeightSyncRegistrar(Protocol):
+    """The ``register`` argument of :func:`rllm_register_weight_syncs`: claims ``name`` for the weight-sync class.
+
+    rllm constructs ``sync_cls(config=config, servers=base_urls)`` once per run and calls its ``push(update)``
+    after every policy update; register the class, or its ``"module:Class"`` path.
+    """
+
+    def __call__(self, name: str, sync_cls: type[Any] | str, *, replace: bool = False) -> None: ...

@@ -26,6 +26,7 @@ from rllm.plugins.hookspecs import (
     GroupingHookRegistrar,
     KernelRegistrar,
     LossRegistrar,
+    WeightSyncRegistrar,
 )
 from rllm.plugins.registry import LossEntry, first_unknown
 
@@ -198,6 +199,17 @@ def config_section_registrar(manager: RegistrationMixin, source: Source, names: 
     return _checked(register_config_section, source, CONFIG_SECTIONS.what)
 
 
+def weight_sync_registrar(manager: RegistrationMixin, source: Source, names: list[str]) -> WeightSyncRegistrar:
+    """``register`` for ``rllm_register_weight_syncs``: the class is checked, never constructed, here."""
+    kind = HOOK_KIND["weight_syncs"]
+
+    def register_weight_sync(name: str, sync_cls: type[Any] | str, *, replace: bool = False) -> None:
+        manager.add(kind, name, sync_cls, source, replace=replace)
+        names.append(name)
+
+    return _checked(register_weight_sync, source, kind.what)
+
+
 REGISTRARS: dict[str, Callable[[RegistrationMixin, Source, list[str]], Callable[..., None]]] = {
     "estimators": estimator_registrar,
     "grouping_hooks": grouping_hook_registrar,
@@ -206,5 +218,6 @@ REGISTRARS: dict[str, Callable[[RegistrationMixin, Source, list[str]], Callable[
     "batch_fields": batch_field_registrar,
     "losses": loss_registrar,
     "config_sections": config_section_registrar,
+    "weight_syncs": weight_sync_registrar,
 }
 """The registrar factory of each hook kind, by ``HookKind.attribute``: ``factory(manager, source, names)``."""

@@ -44,6 +44,7 @@ class PluginInfo:
     batch_fields: list[str] = field(default_factory=list)
     losses: list[str] = field(default_factory=list)
     config_sections: list[str] = field(default_factory=list)
+    weight_syncs: list[str] = field(default_factory=list)
     load_seconds: float = 0.0
 
     @property

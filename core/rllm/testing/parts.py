@@ -68,3 +68,23 @@ def check_config_section(name: str) -> None:
             raise ConformanceError(
                 f"config key {path}: its default {key.default!r} fails its own check: {exc}"
             ) from None
+
+
+def check_weight_sync(name: str) -> None:
+    """The weight sync resolves to a class (a lazy path imports) that overrides ``push`` and is built from
+    ``(config=..., servers=...)``."""
+    import inspect
+
+    from rllm.engine.weight_sync import WeightSync
+    from rllm.plugins.contract import weight_sync_class
+    from rllm.plugins.manager import get_plugin_manager
+
+    cls = weight_sync_class(get_plugin_manager().weight_syncs.resolve(name))
+    if getattr(cls, "push", None) is WeightSync.push:
+        raise ConformanceError(f"weight sync {name!r} ({cls.__qualname__}) does not override push(update)")
+    try:
+        inspect.signature(cls).bind(config=None, servers=[])
+    except TypeError as exc:
+        raise ConformanceError(
+            f"weight sync {name!r} ({cls.__qualname__}) cannot be built as sync_cls(config=..., servers=...): {exc}"
+        ) from None

@@ -206,6 +206,14 @@ class BackendProtocol:
         raise NotImplementedError(f"{type(self).__name__} must implement update_policy()")
 
     # -- hooks ------------------------------------------------------------------------------
+    async def on_policy_updated(self, trainer_state: TrainerState) -> None:
+        """Right after every :meth:`update_policy` (rLLM's name): send the new weights where rollouts are sampled.
+
+        A backend whose rollouts come from inference servers pushes the weights here (through
+        the run's weight sync, :mod:`rllm.engine.weight_sync`); raising stops the run before a
+        step samples from, and trains on, the old weights.
+        """
+
     async def on_train_start(self, trainer_state: TrainerState) -> None:
         """Before the first step (after a resume, before the first resumed step)."""
 

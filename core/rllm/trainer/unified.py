@@ -3,8 +3,9 @@
 Eight stages per training batch: (1) the backend generates episodes through the workflow
 engine, (2) the grouping hook turns them into trajectory groups, (3) rejection sampling and
 filtering, (4) the backend converts groups to its batch, (5) processes it (log-probs, ...),
-(6) advantages are computed with rllm's estimators, (7) the backend updates the policy,
-(8) metrics are logged. Validation, checkpoints and resume wrap around that loop.
+(6) advantages are computed with rllm's estimators, (7) the backend updates the policy (and
+its ``on_policy_updated`` hook sends the weights to where rollouts are sampled), (8) metrics are
+logged. Validation, checkpoints and resume wrap around that loop.
 
 This module is the orchestration; the parts it drives live beside it: the settings read once
 (:mod:`rllm.trainer.run_settings`), the validation pass (:mod:`rllm.trainer.validation`), the
@@ -148,6 +149,12 @@ class UnifiedTrainer:
             rs_config=self.rs_config,
             algorithm_config=self.algorithm_config,
         )
+        if list(self.rllm_config.rollout.openai.base_url) and not getattr(rollout_engine, "base_urls", None):
+            raise ConfigError(
+                f"rllm.rollout.openai.base_url is set, but backend {self.rllm_config.backend!r} samples from "
+                f"{type(rollout_engine).__name__}, not from those servers; use rllm.backend=transformers, or leave "
+                "base_url empty."
+            )
         workflow = self.rllm_config.workflow
         self.agent_workflow_engine = WorkflowEngine(
             workflow_cls=self.workflow_class,  # type: ignore[arg-type]
@@ -391,6 +398,8 @@ class UnifiedTrainer:
             await self.backend.compute_advantages(state, self.algorithm_config)
         with stage_timer("update", timings):  # stage 7
             await self.backend.update_policy(state)
+        with stage_timer("weight_sync", timings):
+            await self.backend.on_policy_updated(state)
 
     def _grouped(self, episodes: Sequence[Episode]) -> tuple[list[TrajectoryGroup], dict[str, float]]:
         """Stage 2, then the reward check of ``nonfinite_rewards=error`` before any filter can drop a group unseen.

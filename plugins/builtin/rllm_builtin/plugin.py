@@ -13,6 +13,7 @@ from rllm.plugins import (
     EstimatorRegistrar,
     GroupingHookRegistrar,
     LossRegistrar,
+    WeightSyncRegistrar,
 )
 from rllm.toolkit import NUMERICS_OPTIONS, Option
 from rllm_builtin import estimators, losses
@@ -137,6 +138,14 @@ def rllm_register_backends(register: BackendRegistrar) -> None:
     from rllm_builtin.embedded.backend import EmbeddedBackend
 
     register("embedded", EmbeddedBackend)
+
+
+@hookimpl
+def rllm_register_weight_syncs(register: WeightSyncRegistrar) -> None:
+    from rllm.engine import DiskWeightSync, MemoryWeightSync
+
+    register("disk", DiskWeightSync)
+    register("memory", MemoryWeightSync)
 
 
 def _task_names() -> list[str]:

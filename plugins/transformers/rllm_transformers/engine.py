@@ -43,7 +43,9 @@ class Sampling:
 
 
 @dataclass
-class _Request:
+class SampleRequest:
+    """One prompt waiting for a batch: what :meth:`TransformersEngine.sample` takes (``rllm serve`` queues them too)."""
+
     prompt_ids: list[int]
     max_tokens: int
     future: asyncio.Future[Generation]
@@ -111,7 +113,7 @@ class TransformersEngine(RolloutEngine):
         self.max_prompt_length = max_prompt_length
         self.greedy_validation = greedy_validation
         self.validating = False
-        self._pending: list[_Request] = []
+        self._pending: list[SampleRequest] = []
         self._flush: asyncio.Task[None] | None = None
 
     def for_episode(self, seed: int) -> EpisodeEngine:
@@ -204,7 +206,7 @@ class TransformersEngine(RolloutEngine):
             raise DataError("engine.generate() got an empty prompt; give at least one token id.")
         future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
         limit = self.max_new_tokens if max_tokens is None else min(int(max_tokens), self.max_new_tokens)
-        self._pending.append(_Request(prompt, max(limit, 1), future, generator))
+        self._pending.append(SampleRequest(prompt, max(limit, 1), future, generator))
         if self._flush is None or self._flush.done():
             self._flush = asyncio.ensure_future(self._run_when_quiet())
         return await future
@@ -229,7 +231,7 @@ class TransformersEngine(RolloutEngine):
                 request.future.set_result(generation)
 
     @torch.no_grad()
-    def sample(self, requests: Sequence[_Request]) -> list[Generation]:
+    def sample(self, requests: Sequence[SampleRequest]) -> list[Generation]:
         model, pad, eos = self.model, int(self.tokenizer.pad_token_id), self.tokenizer.eos_token_id
         greedy = self.validating and self.greedy_validation
         width = max(len(r.prompt_ids) for r in requests)

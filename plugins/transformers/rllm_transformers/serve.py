@@ -9,7 +9,9 @@ is SGLang's ``/update_weights_from_disk``. FastAPI and uvicorn are the ``serve``
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import socket
 import time
 import uuid
 from collections import defaultdict
@@ -22,7 +24,7 @@ from omegaconf import DictConfig
 from rllm.engine import Generation
 from rllm.errors import ConfigError
 from rllm_transformers.checkpoint import MODEL_DIR
-from rllm_transformers.engine import Sampling, TransformersEngine, _Request
+from rllm_transformers.engine import SampleRequest, Sampling, TransformersEngine
 from rllm_transformers.model import Policy, load_policy
 from rllm_transformers.plugin import _installed
 from rllm_transformers.serve_params import Params, RequestError, parse
@@ -49,7 +51,7 @@ class Server:
         self.generator = torch.Generator().manual_seed(seed)
         self.generate_calls = 0
         self.requests = 0
-        self._pending: list[tuple[_Request, Params]] = []
+        self._pending: list[tuple[SampleRequest, Params]] = []
         self._flush: asyncio.Task[None] | None = None
         self._model_lock = asyncio.Lock()
         limit = self.context_limit
@@ -99,7 +101,7 @@ class Server:
         futures = []
         for _ in range(params.n):
             future: asyncio.Future[Generation] = loop.create_future()
-            self._pending.append((_Request(params.prompt_ids, params.max_tokens, future, generator), params))
+            self._pending.append((SampleRequest(params.prompt_ids, params.max_tokens, future, generator), params))
             futures.append(future)
         self.requests += 1
         if self._flush is None or self._flush.done():
@@ -110,7 +112,7 @@ class Server:
         await asyncio.sleep(WINDOW_SECONDS)
         while self._pending:
             pending, self._pending = self._pending, []
-            groups: dict[tuple[Sampling, bool], list[_Request]] = defaultdict(list)
+            groups: dict[tuple[Sampling, bool], list[SampleRequest]] = defaultdict(list)
             for request, params in pending:
                 groups[(params.sampling, params.greedy)].append(request)
             async with self._model_lock:
@@ -137,28 +139,72 @@ class Server:
             directory = directory / MODEL_DIR  # an rllm train checkpoint: its model part
         if not directory.is_dir():
             raise RequestError(f"model_path {path!r}: no such directory.", "model_path")
-        async with self._model_lock:  # between batches: no request samples from half-loaded weights
-            await asyncio.to_thread(self._load, directory, path)
-            self.weight_version = int(body["weight_version"]) if "weight_version" in body else self.weight_version + 1
-        return {"success": True, "message": f"loaded {path}", "weight_version": self.weight_version}
+        return await self._swap(lambda: self._from_disk(directory, path), body.get("weight_version"), f"loaded {path}")
 
-    def _load(self, directory: Path, path: str) -> None:
+    async def update_weights_in_memory(self, data: bytes, version: str | None) -> dict[str, Any]:
+        """``/update_weights_from_safetensors``: the state dict in the body, as ``safetensors.torch.save`` wrote it."""
+        return await self._swap(lambda: self._from_bytes(data), version, f"loaded {len(data)} bytes")
+
+    async def _swap(self, load: Any, version: Any, message: str) -> dict[str, Any]:
+        """Load new weights between batches (no request samples from half-loaded ones) and set the version."""
+        if version is not None:
+            try:
+                version = int(version)
+            except (TypeError, ValueError):
+                raise RequestError(f"weight_version must be an integer, got {version!r}.", "weight_version") from None
+        async with self._model_lock:
+            state = await asyncio.to_thread(load)
+            await asyncio.to_thread(self._load_state, state)
+            self.weight_version = self.weight_version + 1 if version is None else version
+        return {"success": True, "message": message, "weight_version": self.weight_version}
+
+    def _from_disk(self, directory: Path, path: str) -> dict[str, torch.Tensor]:
         from transformers import AutoModelForCausalLM
 
         try:
-            loaded = AutoModelForCausalLM.from_pretrained(str(directory))
+            return AutoModelForCausalLM.from_pretrained(str(directory)).state_dict()  # type: ignore[no-any-return]
         except (OSError, ValueError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise RequestError(
                 f"model_path {path!r}: no model could be loaded there ({first}).", "model_path"
             ) from None
+
+    @staticmethod
+    def _from_bytes(data: bytes) -> dict[str, torch.Tensor]:
+        from safetensors import SafetensorError
+        from safetensors.torch import load
+
         try:
-            self.policy.model.load_state_dict(loaded.state_dict())
+            return load(data)  # type: ignore[no-any-return]
+        except (SafetensorError, ValueError) as exc:
+            raise RequestError(f"the body is not a safetensors state dict ({exc}).", "body") from None
+
+    def _load_state(self, state: dict[str, torch.Tensor]) -> None:
+        try:
+            self.policy.model.load_state_dict(state)
         except RuntimeError as exc:
             first = str(exc).strip().splitlines()[0]
-            raise RequestError(
-                f"model_path {path!r} holds a model of another shape than the served one ({first}).", "model_path"
-            ) from None
+            raise RequestError(f"the new weights are of another shape than the served model's ({first}).") from None
+
+    def tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's ``/tokenize``: the prompt's ids (``add_special_tokens`` as vLLM, default true) and the context."""
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise RequestError("prompt must be a string.", "prompt")
+        special = body.get("add_special_tokens", True)
+        ids = list(self.policy.tokenizer.encode(prompt, add_special_tokens=bool(special)))
+        return {"count": len(ids), "max_model_len": self.context_limit, "tokens": ids}
+
+    def detokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's ``/detokenize``: the text of ``tokens`` (special tokens kept)."""
+        tokens = body.get("tokens")
+        vocab = len(self.policy.tokenizer)
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise RequestError("tokens must be a list of token ids.", "tokens")
+        bad = [t for t in tokens if not 0 <= t < vocab]
+        if bad:
+            raise RequestError(f"token id {bad[0]} is outside the vocabulary (0..{vocab - 1}).", "tokens")
+        return {"prompt": self.policy.tokenizer.decode(tokens, skip_special_tokens=False)}
 
     def completion_body(self, params: Params, generations: list[Generation]) -> dict[str, Any]:
         choices = []
@@ -290,17 +336,51 @@ def build_app(server: Server) -> FastAPI:
     async def update_weights(request: Request) -> dict[str, Any]:
         return await server.update_weights(await read(request))
 
+    @app.post("/update_weights_from_safetensors")
+    async def update_weights_in_memory(request: Request) -> dict[str, Any]:
+        return await server.update_weights_in_memory(await request.body(), request.query_params.get("weight_version"))
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> dict[str, Any]:
+        body = await read(request)
+        server.check_model(body)
+        return server.tokenize(body)
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> dict[str, Any]:
+        body = await read(request)
+        server.check_model(body)
+        return server.detokenize(body)
+
     return app
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the model loads: a port in use is one line, not uvicorn's traceback."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        reason = "is already in use" if exc.errno == errno.EADDRINUSE else f"cannot be listened on ({exc.strerror})"
+        raise ConfigError(
+            f"--host {host} --port {port}: the address {reason}; stop what listens there or give another --port."
+        ) from None
+    sock.listen(2048)
+    return sock
 
 
 def serve(config: DictConfig, host: str, port: int, model_name: str | None = None) -> int:
     """Load the model ``rllm.transformers`` names and answer HTTP requests until interrupted."""
     import uvicorn
 
+    sock = listen(host, port)
     options = config.rllm.transformers
     policy = load_policy(options)
     name = model_name or str(options.model)
     server = Server(policy, name, int(options.seed))
     print(f"rllm serve: {name} on http://{host}:{port}/v1 (context {server.context_limit} tokens)", flush=True)
-    uvicorn.run(build_app(server), host=host, port=port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(build_app(server), log_level="warning")).run(sockets=[sock])
     return 0

@@ -1,0 +1,127 @@
+"""Weight syncs: how a run's new policy weights reach the inference servers its rollouts come from.
+
+A backend whose rollouts are sampled by servers (``rllm.rollout.openai.base_url``) calls
+:func:`weight_sync_for` once and, in its ``on_policy_updated`` hook, hands every update to
+:meth:`WeightSync.push` as a :class:`PolicyUpdate`. Syncs are a plugin kind
+(``rllm_register_weight_syncs``); the built-in ones speak ``rllm serve``'s routes:
+
+``disk``
+    save the weights (``save_pretrained``) under the run's directory, then POST SGLang's
+    ``/update_weights_from_disk`` ``{"model_path", "weight_version"}`` to every server;
+``memory``
+    POST the weights themselves (safetensors bytes) to ``/update_weights_from_safetensors``, no disk.
+
+A server that refuses an update, does not answer, or reports another version is a
+:class:`~rllm.errors.WeightSyncError` naming it: the run stops before a step samples from,
+and trains on, the old weights.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rllm.engine.rollout.http import Answer, request_json
+from rllm.errors import InferenceServerError, WeightSyncError
+
+__all__ = ["DiskWeightSync", "MemoryWeightSync", "PolicyUpdate", "WeightSync", "weight_sync_for"]
+
+DISK_ROUTE = "/update_weights_from_disk"
+MEMORY_ROUTE = "/update_weights_from_safetensors"
+
+
+@dataclass(frozen=True)
+class PolicyUpdate:
+    """One policy update as a weight sync sees it: its version, and two ways to get the weights."""
+
+    version: int
+    """The new weights' version: what the servers report, and what steps sampled from them carry."""
+    save: Callable[[Path], None]
+    """Write the weights as a ``save_pretrained`` directory (``AutoModelForCausalLM.from_pretrained`` loads it)."""
+    state_bytes: Callable[[], bytes]
+    """The weights as safetensors bytes (``safetensors.torch.save`` of the state dict), for in-memory syncs."""
+    directory: Path
+    """A directory of the run's the sync may write into (the disk sync keeps the latest version there)."""
+
+
+class WeightSync:
+    """Base class of weight syncs: constructed once per run, :meth:`push` after every policy update."""
+
+    def __init__(self, config: Any, servers: Sequence[str]) -> None:
+        self.config = config
+        self.servers = [str(server).rstrip("/") for server in servers]
+        self.timeout = float(config.rllm.rollout.openai.weight_sync_timeout)
+
+    def push(self, update: PolicyUpdate) -> None:
+        """Make every server sample from ``update``'s weights; raise :class:`WeightSyncError` when one refuses."""
+        raise NotImplementedError(f"{type(self).__name__} must implement push(update)")
+
+    def root(self, server: str) -> str:
+        """The server's address without OpenAI's ``/v1``: the weight routes are beside it, as in SGLang and vLLM."""
+        return server[: -len("/v1")] if server.endswith("/v1") else server
+
+    def confirm(self, server: str, route: str, answer: Answer, version: int) -> None:
+        """Refuse an answer that is not a success reporting ``version``, naming the server and what it said."""
+        where = f"{self.root(server)}{route}"
+        if not answer.ok or answer.body.get("success") is False:
+            raise WeightSyncError(
+                f"Weight update {version} was refused by {where} (HTTP {answer.status}: {answer.error_message()}); "
+                "the run stops before training on stale weights."
+            )
+        reported = answer.body.get("weight_version")
+        if reported is not None and int(reported) != version:
+            raise WeightSyncError(
+                f"Weight update {version} sent to {where}, which now reports weight_version {reported}; "
+                "the run stops before training on stale weights."
+            )
+
+    def send(self, server: str, route: str, body: dict[str, Any] | bytes, version: int) -> None:
+        """POST one update to one server and :meth:`confirm` the answer (no answer is refused the same way)."""
+        url = f"{self.root(server)}{route}"
+        try:
+            answer = request_json(url, body, timeout=self.timeout)
+        except InferenceServerError as exc:
+            raise WeightSyncError(
+                f"Weight update {version} did not reach {exc}; the run stops before training on stale weights."
+            ) from None
+        self.confirm(server, route, answer, version)
+
+
+class DiskWeightSync(WeightSync):
+    """``disk``: ``save_pretrained`` into the run's directory, then SGLang's ``/update_weights_from_disk``."""
+
+    def __init__(self, config: Any, servers: Sequence[str]) -> None:
+        super().__init__(config, servers)
+        self.previous: Path | None = None
+
+    def push(self, update: PolicyUpdate) -> None:
+        directory = update.directory / f"weights_v{update.version}"
+        update.save(directory)
+        for server in self.servers:
+            body = {"model_path": str(directory.resolve()), "weight_version": update.version}
+            self.send(server, DISK_ROUTE, body, update.version)
+        if self.previous is not None and self.previous != directory:  # every server has moved on from it
+            shutil.rmtree(self.previous, ignore_errors=True)
+        self.previous = directory
+
+
+class MemoryWeightSync(WeightSync):
+    """``memory``: the weights in the request body (safetensors bytes), nothing written to disk."""
+
+    def push(self, update: PolicyUpdate) -> None:
+        data = update.state_bytes()
+        for server in self.servers:
+            self.send(server, f"{MEMORY_ROUTE}?weight_version={update.version}", data, update.version)
+
+
+def weight_sync_for(config: Any, servers: Sequence[str]) -> WeightSync:
+    """The run's weight sync: the class ``rllm.rollout.openai.weight_sync`` names, built for ``servers``."""
+    from rllm.plugins.contract import weight_sync_class
+    from rllm.plugins.manager import get_plugin_manager
+
+    name = str(config.rllm.rollout.openai.weight_sync)
+    entry = get_plugin_manager().weight_syncs.resolve(name)
+    return weight_sync_class(entry)(config=config, servers=servers)  # type: ignore[no-any-return]

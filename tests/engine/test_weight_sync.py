@@ -1,0 +1,135 @@
+"""The built-in weight syncs against a stub server: what they send, and a refused update stopping the run."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rllm.config import load_config
+from rllm.engine import DiskWeightSync, MemoryWeightSync, PolicyUpdate, weight_sync_for
+from rllm.errors import WeightSyncError, WeightSyncNotFoundError
+
+
+class Stub(ThreadingHTTPServer):
+    """Records every request; answers with ``status`` and ``answer`` (None: the body's weight_version, success)."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.seen: list[tuple[str, Any]] = []
+        self.status = 200
+        self.answer: dict[str, Any] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: Stub
+
+    def do_POST(self) -> None:
+        data = self.rfile.read(int(self.headers["Content-Length"]))
+        body: Any = json.loads(data) if self.headers["Content-Type"] == "application/json" else data
+        self.server.seen.append((self.path, body))
+        answer = self.server.answer
+        if answer is None:
+            version = body["weight_version"] if isinstance(body, dict) else int(self.path.split("=")[-1])
+            answer = {"success": True, "weight_version": version}
+        raw = json.dumps(answer).encode()
+        self.send_response(self.server.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def stub() -> Iterator[Stub]:
+    server = Stub()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _update(tmp_path: Path, version: int) -> PolicyUpdate:
+    def save(directory: Path) -> None:
+        directory.mkdir(parents=True)
+        (directory / "model.safetensors").write_bytes(b"weights")
+
+    return PolicyUpdate(version=version, save=save, state_bytes=lambda: b"raw-weights", directory=tmp_path)
+
+
+def _config(*overrides: str) -> Any:
+    return load_config(overrides=["rllm.rollout.openai.weight_sync_timeout=5", *overrides])
+
+
+def test_disk_saves_posts_each_server_and_keeps_only_the_latest(stub: Stub, tmp_path: Path) -> None:
+    sync = weight_sync_for(_config(), [stub.url, stub.url + "/"])
+    assert isinstance(sync, DiskWeightSync)
+    sync.push(_update(tmp_path, 1))
+    sync.push(_update(tmp_path, 2))
+    first, latest = tmp_path / "weights_v1", tmp_path / "weights_v2"
+    assert stub.seen == [
+        ("/update_weights_from_disk", {"model_path": str(first), "weight_version": 1}),
+        ("/update_weights_from_disk", {"model_path": str(first), "weight_version": 1}),
+        ("/update_weights_from_disk", {"model_path": str(latest), "weight_version": 2}),
+        ("/update_weights_from_disk", {"model_path": str(latest), "weight_version": 2}),
+    ]
+    assert not first.exists() and (latest / "model.safetensors").read_bytes() == b"weights"
+
+
+def test_memory_posts_the_bytes_with_the_version(stub: Stub, tmp_path: Path) -> None:
+    sync = weight_sync_for(_config("rllm.rollout.openai.weight_sync=memory"), [stub.url])
+    assert isinstance(sync, MemoryWeightSync)
+    sync.push(_update(tmp_path, 3))
+    assert stub.seen == [("/update_weights_from_safetensors?weight_version=3", b"raw-weights")]
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("status", "answer", "said"),
+    [
+        (400, {"error": {"message": "model_path 'x': no such directory."}}, "refused by"),
+        (500, {"detail": "boom"}, "HTTP 500: boom"),
+        (200, {"success": False, "message": "shape mismatch"}, "shape mismatch"),
+        (200, {"success": True, "weight_version": 9}, "now reports weight_version 9"),
+    ],
+)
+def test_a_refused_update_is_one_line_naming_the_server(
+    stub: Stub, tmp_path: Path, status: int, answer: dict[str, Any], said: str
+) -> None:
+    stub.status, stub.answer = status, answer
+    with pytest.raises(WeightSyncError) as caught:
+        weight_sync_for(_config(), [stub.url]).push(_update(tmp_path, 1))
+    message = str(caught.value)
+    assert said in message and stub.url.removesuffix("/v1") + "/update_weights_from_disk" in message
+    assert "stops before training on stale weights" in message and "\n" not in message
+
+
+def test_an_unreachable_server_is_one_line_naming_it(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(WeightSyncError, match=rf"did not reach http://127.0.0.1:{port}/update_weights_from_disk: "):
+        weight_sync_for(_config(), [f"http://127.0.0.1:{port}/v1"]).push(_update(tmp_path, 1))
+
+
+def test_an_unknown_sync_is_refused_by_the_config() -> None:
+    from rllm.errors import ConfigError
+
+    with pytest.raises((ConfigError, WeightSyncNotFoundError), match=r"rllm\.rollout\.openai\.weight_sync"):
+        weight_sync_for(_config("rllm.rollout.openai.weight_sync=carrier_pigeon"), ["http://127.0.0.1:1/v1"])

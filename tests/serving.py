@@ -1,0 +1,71 @@
+"""Starting ``rllm serve`` as a subprocess on a free port of 127.0.0.1, for the tests that talk to it over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+TINY_TEXT = ("rllm.transformers.model=tiny", "rllm.transformers.tokenizer=text", "rllm.transformers.device=cpu")
+STARTUP_SECONDS = 60
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def get_json(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.loads(answer.read())  # type: ignore[no-any-return]
+
+
+def start(*words: str, port: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``rllm serve WORDS`` and wait until it answers ``/health``; the process and its root URL."""
+    port = port or free_port()
+    command = [sys.executable, "-m", "rllm.cli.main", "serve", *words, "--host", "127.0.0.1", "--port", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ.copy())
+    root = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while True:
+        if process.poll() is not None:
+            output = process.stdout.read().decode() if process.stdout else ""
+            pytest.fail(f"rllm serve exited with {process.returncode}: {output}")
+        try:
+            get_json(f"{root}/health")
+            return process, root
+        except OSError:
+            if time.monotonic() > deadline:
+                stop(process)
+                pytest.fail(f"rllm serve did not answer /health within {STARTUP_SECONDS}s")
+            time.sleep(0.3)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
+@contextmanager
+def running(*words: str) -> Iterator[str]:
+    """``rllm serve WORDS`` for the ``with`` block: its root URL; stopped whatever the block did."""
+    process, root = start(*words)
+    try:
+        yield root
+    finally:
+        stop(process)
