@@ -29,6 +29,7 @@ nitpick_ignore_regex = [
         r"(array|dataclasses\.InitVar|rllm\.estimators\.state\.F|rllm\.plugins\.registry\.E|EstimatorName|LossFn)",
     ),  # numpy's array; type variables; the aliases EstimatorName and LossFn
     ("py:.*", r"(int|float|str|bool|None|dict|list|tuple|type|object|bytes)"),
+    ("py:.*", r"(torch|trl|transformers|accelerate)(\..*)?|GRPOConfig|GRPOTrainer"),  # the TRL bridge's libraries
 ]
 
 

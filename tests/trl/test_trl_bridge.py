@@ -158,6 +158,8 @@ def test_unknown_names_and_options_get_rllms_close_match_errors(tmp_path) -> Non
         build(RLLMGRPOTrainer, tmp_path, estimator="rloo", estimator_options={"singel": "zero"})
     with pytest.raises(LossOptionError, match=r"no option 'clip_ratoi'\. Did you mean 'clip_ratio'"):
         build(RLLMGRPOTrainer, tmp_path, loss="ppo", loss_options={"clip_ratoi": 0.1})
+    with pytest.raises(LossOptionError, match=r"loss_agg_mode='prompt-mean' needs"):
+        build(RLLMGRPOTrainer, tmp_path, loss="ppo", loss_agg_mode="prompt-mean")
 
 
 def outcome_names_needing(fields: set[str]) -> list[str]:

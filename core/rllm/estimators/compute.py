@@ -40,7 +40,7 @@ def run_estimator(
     ``state`` (keep it across calls, e.g. from an :class:`EstimatorStates`), or a fresh one. A
     door that resolved the estimator already (:func:`rllm.toolkit.resolve_plugins`) passes its
     entry for ``name``. ``nonfinite_rewards`` is the unscorable-reward policy of
-    :func:`compute_advantages` (a bridge whose trainer leaves unscored rollouts out passes ``"exclude"``).
+    :func:`rllm.compute_advantages` (a bridge whose trainer leaves unscored rollouts out passes ``"exclude"``).
     """
     entry = name if isinstance(name, EstimatorEntry) else get_estimator(name)
     return invoke(entry, batch, options, ambient=ambient, state=state, nonfinite_rewards=nonfinite_rewards).advantages

@@ -33,7 +33,7 @@ import torch  # noqa: E402
 from accelerate.utils import gather_object  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from rllm.errors import ConfigError, EstimatorOutputError, MissingInputError, RLLMWarning  # noqa: E402
+from rllm.errors import ConfigError, EstimatorOutputError, LossOptionError, MissingInputError, RLLMWarning  # noqa: E402
 from rllm.losses import LossSettings, loss_entry, resolve_loss_options  # noqa: E402
 from rllm.toolkit import AdvantageBatch, EstimatorStates, Ragged, resolve_plugins, run_estimator  # noqa: E402
 from rllm_trl.plugin import LOSSES, PREFIX  # noqa: E402
@@ -112,7 +112,7 @@ class RLLMGRPOTrainer(GRPOTrainer):
         self._rllm_entry = _outcome_entry(estimator)
         if loss is not None:
             loss_entry(loss)  # an unknown name fails before the model is built
-        self._rllm_states = EstimatorStates()
+        self.rllm_states = EstimatorStates()
         self._rllm_scored: tuple[torch.Tensor, list[Any]] | None = None
         given = kwargs.get("args", args[2] if len(args) > 2 else None)  # GRPOTrainer(model, reward_funcs, args, ...)
         config = given if isinstance(given, GRPOConfig) else None  # else TRL makes its default config
@@ -172,7 +172,7 @@ class RLLMGRPOTrainer(GRPOTrainer):
             kernels=self._rllm_resolved.kernels,
             fields=self._rllm_resolved.fields,
         )
-        return self._rllm_run(batch, self._rllm_states.get(self.rllm_estimator, self._rllm_entry.target, STATE_ROLE))
+        return self._rllm_run(batch, self.rllm_states.get(self.rllm_estimator, self._rllm_entry.target, STATE_ROLE))
 
     def _rllm_run(self, batch: AdvantageBatch, state: Any) -> torch.Tensor:
         entry = self._rllm_entry
@@ -336,6 +336,11 @@ def _loss_settings(args: GRPOConfig, name: str, given: dict[str, Any], agg_mode:
             )
     options.update(given)
     _, options, mode = resolve_loss_options(name, options, agg_mode, "loss_agg_mode")
+    if mode == "prompt-mean":  # TRL shuffles a generation batch's completions across its micro-batches
+        raise LossOptionError(
+            "loss_agg_mode='prompt-mean' needs each micro-batch's share of every prompt's tokens, which TRL's "
+            "shuffled micro-batches do not keep; choose another mode (token-mean, seq-mean-token-mean, ...)."
+        )
     if args.beta and args.use_bias_correction_kl:
         raise ConfigError(
             "GRPOConfig.beta > 0 with use_bias_correction_kl=True weights TRL's KL term by the importance ratio, which "
