@@ -159,6 +159,18 @@ class KernelConflictError(NameConflictError):
     """Two plugins registered the same kernel name, or a name was re-registered."""
 
 
+class TrackerNotFoundError(NameNotFoundError):
+    """No experiment tracker is registered under the requested name."""
+
+
+class TrackerConflictError(NameConflictError):
+    """Two plugins registered the same tracker name, or a name was re-registered."""
+
+
+class TrackerError(RLLMError):
+    """An experiment tracker cannot start: its package is missing, or its folder cannot be written."""
+
+
 class EstimatorCallError(RLLMError, TypeError):
     """A list-API estimator function was called with arguments of neither rLLM calling convention."""
 

@@ -203,3 +203,30 @@ def test_hook_rllm_register_losses(env: Env, tmp_path: Path) -> None:
     assert done.returncode == 0 and done.stdout.startswith(
         "scaled_pg  (plugin 'losses', distribution rllm-fixture-losses"
     )
+
+
+def test_hook_rllm_register_trackers(env: Env, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = env.train(out, "rllm.trainer.logger=[jsonl,csv]", RLLM_PLUGINS="csv_tracker")
+    assert done.returncode == 0, done.stderr
+    rows = (out / "tracked" / "tracked.csv").read_text().splitlines()
+    tracked = [(kind, int(step), key, float(value)) for kind, step, key, value in (row.split(",") for row in rows)]
+    expected = [
+        (record["kind"], record["step"], key, float(value))
+        for record in (json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines())
+        for key, value in record.items()
+        if key not in ("kind", "step") and isinstance(value, int | float)
+    ]
+    assert tracked == expected and {step for _, step, _, _ in tracked} == {1, 2}
+    config = json.loads((out / "tracked" / "tracked_config.json").read_text())
+    assert config["rllm.trainer.logger"] == ["jsonl", "csv"] and config["rllm.trainer.output_dir"] == str(out)
+    assert env.plugins(RLLM_PLUGINS="csv_tracker")["csv_tracker"]["trackers"] == ["csv"]
+    # Starting over deletes what the tracker wrote in the run directory: its rows are the new run's only.
+    again = env.train(
+        out, "rllm.trainer.logger=[jsonl,csv]", "rllm.trainer.resume_mode=disable", RLLM_PLUGINS="csv_tracker"
+    )
+    assert again.returncode == 0, again.stderr
+    assert len((out / "tracked" / "tracked.csv").read_text().splitlines()) == len(rows)
+    unknown = env.train(tmp_path / "bad", "rllm.trainer.logger=[jsonl,cvs]", RLLM_PLUGINS="csv_tracker")
+    assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
+    assert "got ['jsonl', 'cvs']. Did you mean 'csv'?" in unknown.stderr

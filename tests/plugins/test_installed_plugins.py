@@ -44,6 +44,7 @@ def test_all_installed_plugins_are_listed_with_their_status(env: Env) -> None:
         "sleepy",
         "fields",
         "losses",
+        "csv_tracker",
     }
     assert {"builtin", "fast", "verl", "transformers"} <= SHIPPED
     assert next(iter(plugins)) == "builtin"
@@ -243,6 +244,8 @@ def test_plugin_registering_with_the_decorator_while_it_is_imported(env: Env) ->
         "batch_fields": [],
         "losses": [],
         "config_sections": [],
+        "weight_syncs": [],
+        "trackers": [],
         "load_seconds": 0,
         "slow": False,
     }

@@ -38,6 +38,7 @@ PROTOCOLS = {
     ),
     "rllm_register_config_sections": ("ConfigSectionRegistrar", ["section", "keys"]),
     "rllm_register_weight_syncs": ("WeightSyncRegistrar", ["name", "sync_cls"]),
+    "rllm_register_trackers": ("TrackerRegistrar", ["name", "tracker_cls"]),
 }
 """Each hook's Protocol and the parameters a plugin author passes (``replace`` follows, but for sections)."""
 

@@ -48,7 +48,7 @@ def test_config_file_then_overrides_reach_the_trainer(tmp_path: Path, capsys: py
         # Any installed backend plugin adds to the list: only embedded's presence is certain.
         ("rllm.backend=embeded", r"rllm.backend must be one of (.*, )?embedded(, .*)?; got 'embeded'. Did you mean"),
         ("rllm.algorithm.loss_fn=gspo", "loss_fn='gspo' is not supported by the embedded backend"),
-        ("rllm.trainer.logger=[console,wandb]", "rllm.trainer.logger must be .*each one of console, jsonl"),
+        ("rllm.trainer.logger=[console,jsnl]", r"rllm.trainer.logger must be .*each one of .*Did you mean 'jsonl'\?"),
         ("rllm.embedded.tasks=[sudoku]", "rllm.embedded.tasks must be .*each one of digit_sum, digit_max, digit_chain"),
         ("rllm.data.train_batch_size=0", "rllm.data.train_batch_size must be an integer >= 1; got 0"),
     ],

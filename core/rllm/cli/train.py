@@ -71,13 +71,11 @@ def run(args: argparse.Namespace) -> int:
         from rllm.trainer.plot import DEFAULT_NAME
 
         return _plot([Path(p) for p in args.plot], args.output or Path(DEFAULT_NAME))
-    from rllm.trainer.plot import PlotUnavailableError
-    from rllm.trainer.run_files import LEARNING_CURVE
     from rllm.trainer.unified import UnifiedTrainer
 
     config = words.load()
     started = time.perf_counter()
-    trainer = UnifiedTrainer(None, config, progress=not args.no_progress)
+    trainer = UnifiedTrainer(None, config, progress=not args.no_progress, learning_curve=True)
     writes = trainer.writes  # in a data-parallel run rank 0 alone speaks and plots
     try:
         if writes:
@@ -95,8 +93,6 @@ def run(args: argparse.Namespace) -> int:
     if not writes:
         return 0
     print(f"rllm train: done in {time.perf_counter() - started:.1f}s; metrics and checkpoints in {trainer.output_dir}")
-    try:
-        _plot([trainer.output_dir], trainer.output_dir / LEARNING_CURVE)
-    except PlotUnavailableError as exc:
-        print(f"rllm train: no learning curve: {exc}", file=sys.stderr)
+    if trainer.learning_curve is not None:
+        print(f"learning curves written to {trainer.learning_curve}")
     return 0

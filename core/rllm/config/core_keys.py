@@ -507,8 +507,9 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "rllm.trainer.logger",
         "list[str]",
         ["console", "jsonl"],
-        "console: a line per step and a progress bar; jsonl: {output_dir}/metrics.jsonl.",
-        choices=("console", "jsonl"),
+        "Experiment trackers, by the names plugins registered (see `rllm plugins`): console (a line per step and "
+        "a progress bar), jsonl ({output_dir}/metrics.jsonl).",
+        **_registered("trackers"),
     ),
     ConfigKey("rllm.trainer.project_name", "str", "rllm", "Folder under runs/ holding the experiments."),
     ConfigKey("rllm.trainer.experiment_name", "str", "default", "Folder of this run under the project."),

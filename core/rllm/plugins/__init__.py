@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         KernelRegistrar,
         LossRegistrar,
         NamedRegistrar,
+        TrackerRegistrar,
         WeightSyncRegistrar,
         hookimpl,
         hookspec,

@@ -31,6 +31,8 @@ from rllm.errors import (
     NameConflictError,
     NameNotFoundError,
     PluginContractError,
+    TrackerConflictError,
+    TrackerNotFoundError,
     WeightSyncConflictError,
     WeightSyncNotFoundError,
 )
@@ -145,6 +147,33 @@ def weight_sync_class(entry: Entry) -> type[Any]:
     return target  # type: ignore[no-any-return]
 
 
+TRACKER_METHOD = "log_metrics"
+"""The one method a tracker class must define; :class:`rllm.trainer.Tracker` gives the others a default."""
+
+
+def tracker_problem(name: str, target: Any) -> str | None:
+    """Why ``target`` cannot be a tracker: a class (or its ``"module:Class"`` path) with ``log_metrics``."""
+    if isinstance(target, str) and is_import_path(target):
+        return None
+    if not isinstance(target, type):
+        return f"is {target!r}, not a class (register the tracker class, or its 'module:Class' path)"
+    if not callable(getattr(target, TRACKER_METHOD, None)):
+        return f"has no method {TRACKER_METHOD}() (subclass rllm.trainer.Tracker)"
+    return None
+
+
+def tracker_class(entry: Entry) -> type[Any]:
+    """The class of a tracker claim: a lazy ``"module:Class"`` is imported now and checked like a class."""
+    if not isinstance(entry.target, str):
+        return entry.target  # type: ignore[no-any-return]
+    who = f"Tracker {entry.name!r} of {entry.source.describe()}"
+    target = import_target(entry.target, who, "Install what the plugin needs, or fix its registration.")
+    problem = tracker_problem(entry.name, target)
+    if problem:
+        raise PluginContractError(f"{who}, loaded from {entry.target!r}, {problem}.")
+    return target  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True)
 class HookKind:
     """One registration hook: the manager's registry it fills and how a registered object is checked.
@@ -185,6 +214,9 @@ HOOK_KINDS = (
         batch_field_problem,
     ),
     HookKind("rllm_register_losses", "losses", "loss", LossNotFoundError, LossConflictError),
+    HookKind(
+        "rllm_register_trackers", "trackers", "tracker", TrackerNotFoundError, TrackerConflictError, tracker_problem
+    ),
     HookKind(
         "rllm_register_config_sections",
         "config_sections",

@@ -23,7 +23,8 @@ Each hook receives a ``register`` callable bound to your plugin, so every entry 
 attributed to it in ``rllm plugins`` and in error messages. Its type is the hook's own
 Protocol (:class:`EstimatorRegistrar`, :class:`GroupingHookRegistrar`,
 :class:`BackendRegistrar`, :class:`KernelRegistrar`, :class:`BatchFieldRegistrar`,
-:class:`LossRegistrar`, :class:`ConfigSectionRegistrar`, :class:`WeightSyncRegistrar`, all in ``rllm.plugins``), for
+:class:`LossRegistrar`, :class:`ConfigSectionRegistrar`, :class:`WeightSyncRegistrar`,
+:class:`TrackerRegistrar`, all in ``rllm.plugins``), for
 annotating your hooks; the ``register`` rllm passes has exactly that signature. An
 implementation may accept fewer arguments than the spec lists (pluggy passes only those
 it names), so hooks can grow new arguments without breaking plugins.
@@ -58,6 +59,7 @@ from rllm.plugins.protocols import (
     KernelRegistrar,
     LossRegistrar,
     NamedRegistrar,
+    TrackerRegistrar,
     WeightSyncRegistrar,
 )
 
@@ -78,6 +80,7 @@ __all__ = [  # the words are rllm.contract's, the Protocols rllm.plugins.protoco
     "KernelRegistrar",
     "LossRegistrar",
     "NamedRegistrar",
+    "TrackerRegistrar",
     "WeightSyncRegistrar",
     "hookimpl",
     "hookspec",
@@ -88,6 +91,7 @@ __all__ = [  # the words are rllm.contract's, the Protocols rllm.plugins.protoco
     "rllm_register_grouping_hooks",
     "rllm_register_kernels",
     "rllm_register_losses",
+    "rllm_register_trackers",
     "rllm_register_weight_syncs",
 ]
 
@@ -423,4 +427,51 @@ def rllm_register_weight_syncs(register: WeightSyncRegistrar) -> None:
         @rllm.hookimpl
         def rllm_register_weight_syncs(register):
             register("my_vllm", "my_plugin.sync:VllmCollectiveSync")  # imported when selected
+    """
+
+
+@hookspec
+def rllm_register_trackers(register: TrackerRegistrar) -> None:
+    """Register experiment trackers: where a run's metrics, config and learning curve go.
+
+    Users list trackers by name in ``rllm.trainer.logger`` (``[console, jsonl, my_tracker]``); each
+    receives every record the trainer logs, on rank 0 only in a data-parallel run.
+
+    :param register: ``register(name, tracker_cls, *, replace=False)``.
+
+        ``name`` (str)
+            What users write in ``rllm.trainer.logger``.
+        ``tracker_cls`` (type or str)
+            A subclass of :class:`rllm.trainer.trackers.Tracker` (it must define ``log_metrics``), constructed
+            as ``tracker_cls(run)`` with a :class:`rllm.trainer.trackers.TrackerRun` (the run directory, project
+            and experiment names, the resolved config) before anything is written: the constructor
+            only reads settings. Then ``start(total_steps)`` opens what it writes, ``log_config(config)``
+            receives the resolved config (hyper-parameters), ``log_metrics(metrics, step, kind)`` every
+            record (finite numbers by key; ``kind`` is ``"train"`` or ``"val"``),
+            ``log_image(name, path, step)`` the learning curve and ``close()`` ends it.
+            ``outputs()`` lists the files or folders it writes; those inside the run directory are
+            rllm's, deleted when a run starts over. The class attributes ``needs`` (modules it
+            imports) and ``install`` (what to ``pip install``) turn a missing package into one line
+            before the run starts. Or its path, ``"package.module:Class"``, imported only when a run
+            names the tracker. A tracker that raises during the run is switched off with one
+            warning naming it; the run and the other trackers go on.
+        ``replace`` (bool)
+            Required to take over a built-in name (``console``, ``jsonl``); without it your
+            registration is ignored with a warning.
+
+        Refused, naming your plugin: an empty or non-string name, an object that is neither a
+        class with ``log_metrics`` nor a ``"module:Class"`` path, an unknown keyword.
+
+    Example::
+
+        from rllm.trainer import Tracker
+
+        class PrintTracker(Tracker):
+            def log_metrics(self, metrics, step, kind):
+                print(kind, step, metrics.get("reward/solver/mean"))
+
+        @rllm.hookimpl
+        def rllm_register_trackers(register):
+            register("print", PrintTracker)
+            register("my_service", "my_plugin.service:ServiceTracker")  # imported when named
     """

@@ -60,7 +60,7 @@ __all__ = [
 
 
 class PluginManager(LoadingMixin, RegistrationMixin, ReportingMixin):
-    """The registries of every hook kind (estimators, ..., config sections) and the plugins that filled them.
+    """The registries of every hook kind (estimators, ..., config sections, trackers) and the plugins that filled them.
 
     ``strict`` (None: read ``RLLM_STRICT_PLUGINS`` when a failure happens) makes failures
     errors: :meth:`load` raises one :class:`PluginsFailedError` after trying every plugin,
@@ -78,6 +78,7 @@ class PluginManager(LoadingMixin, RegistrationMixin, ReportingMixin):
         self.losses: Registry[LossEntry] = self._registry(HOOK_KIND["losses"])
         self.config_sections: Registry[Entry] = self._registry(CONFIG_SECTIONS)
         self.weight_syncs: Registry[Entry] = self._registry(HOOK_KIND["weight_syncs"])
+        self.trackers: Registry[Entry] = self._registry(HOOK_KIND["trackers"])
         self.plugins: dict[str, PluginInfo] = {}
         self.failures: list[PluginError] = []
         self.strict = strict

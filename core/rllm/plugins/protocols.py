@@ -121,3 +121,13 @@ class WeightSyncRegistrar(Protocol):
     """
 
     def __call__(self, name: str, sync_cls: type[Any] | str, *, replace: bool = False) -> None: ...
+
+
+class TrackerRegistrar(Protocol):
+    """The ``register`` argument of :func:`rllm_register_trackers`: claims ``name`` for the tracker class.
+
+    rllm constructs ``tracker_cls(run)`` with a :class:`rllm.trainer.trackers.TrackerRun`, so register the class (or the
+    ``"module:Class"`` path to import it from when a run names the tracker), not an instance.
+    """
+
+    def __call__(self, name: str, tracker_cls: type[Any] | str, *, replace: bool = False) -> None: ...

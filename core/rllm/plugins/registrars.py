@@ -26,6 +26,7 @@ from rllm.plugins.hookspecs import (
     GroupingHookRegistrar,
     KernelRegistrar,
     LossRegistrar,
+    TrackerRegistrar,
     WeightSyncRegistrar,
 )
 from rllm.plugins.registry import LossEntry, first_unknown
@@ -210,6 +211,18 @@ def weight_sync_registrar(manager: RegistrationMixin, source: Source, names: lis
     return _checked(register_weight_sync, source, kind.what)
 
 
+def tracker_registrar(manager: RegistrationMixin, source: Source, names: list[str]) -> TrackerRegistrar:
+    """``register`` for ``rllm_register_trackers``: the class is checked, never constructed, here (a
+    ``"module:Class"`` path is checked when a run first names the tracker)."""
+    kind = HOOK_KIND["trackers"]
+
+    def register_tracker(name: str, tracker_cls: type[Any] | str, *, replace: bool = False) -> None:
+        manager.add(kind, name, tracker_cls, source, replace=replace)
+        names.append(name)
+
+    return _checked(register_tracker, source, kind.what)
+
+
 REGISTRARS: dict[str, Callable[[RegistrationMixin, Source, list[str]], Callable[..., None]]] = {
     "estimators": estimator_registrar,
     "grouping_hooks": grouping_hook_registrar,
@@ -219,5 +232,6 @@ REGISTRARS: dict[str, Callable[[RegistrationMixin, Source, list[str]], Callable[
     "losses": loss_registrar,
     "config_sections": config_section_registrar,
     "weight_syncs": weight_sync_registrar,
+    "trackers": tracker_registrar,
 }
 """The registrar factory of each hook kind, by ``HookKind.attribute``: ``factory(manager, source, names)``."""

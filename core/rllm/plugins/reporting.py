@@ -45,6 +45,7 @@ class PluginInfo:
     losses: list[str] = field(default_factory=list)
     config_sections: list[str] = field(default_factory=list)
     weight_syncs: list[str] = field(default_factory=list)
+    trackers: list[str] = field(default_factory=list)
     load_seconds: float = 0.0
 
     @property

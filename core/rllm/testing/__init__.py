@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rllm.testing.estimators import PROPERTIES, Check, estimator_checks
-from rllm.testing.parts import check_batch_field, check_config_section, check_kernel, check_weight_sync
+from rllm.testing.parts import (
+    check_batch_field,
+    check_config_section,
+    check_kernel,
+    check_tracker,
+    check_weight_sync,
+)
 from rllm.testing.trainer import STAGES, check_backend, check_grouping_hook, sample_episodes
 
 __all__ = [
@@ -38,6 +44,7 @@ __all__ = [
     "check_config_section",
     "check_grouping_hook",
     "check_kernel",
+    "check_tracker",
     "check_weight_sync",
     "estimator_checks",
     "parametrize_with_checks",
@@ -175,6 +182,7 @@ _CHECKS: dict[str, Callable[[Any], list[Check]]] = {
     "losses": _loss_checks,
     "config_sections": _named("config_section", check_config_section),
     "weight_syncs": _named("weight_sync", check_weight_sync),
+    "trackers": _named("tracker", check_tracker),
 }
 """The checks of one part, by hook kind (``HookKind.attribute``); a test ties its keys to ``HOOK_KINDS``."""
 

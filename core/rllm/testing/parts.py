@@ -2,7 +2,8 @@
 
 A kernel must give what the numpy path gives; a batch field must reach the doors under its
 name; a config section's defaults must pass its own checks (a run that sets nothing would
-otherwise be refused). Each raises :class:`rllm.errors.ConformanceError` naming the part.
+otherwise be refused); a tracker must take the calls of a run. Each raises
+:class:`rllm.errors.ConformanceError` naming the part.
 """
 
 from __future__ import annotations
@@ -88,3 +89,47 @@ def check_weight_sync(name: str) -> None:
         raise ConformanceError(
             f"weight sync {name!r} ({cls.__qualname__}) cannot be built as sync_cls(config=..., servers=...): {exc}"
         ) from None
+
+
+_PNG_1x1 = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+    "0000000d49444154789c6360f8cfc0f01f0005000201a5f645400000000049454e44ae426082"
+)
+"""A one-pixel PNG: the image a tracker's ``log_image`` is given by the check."""
+
+
+def check_tracker(name: str) -> None:
+    """The tracker goes through a run's calls (start, config, a train and a val record, an image, close) in a
+    temporary run directory without raising, and what it says it writes is paths."""
+    import tempfile
+    from pathlib import Path
+
+    from rllm.trainer.trackers import TrackerRun, Trackers
+
+    with tempfile.TemporaryDirectory(prefix="rllm-tracker-check-") as tmp:
+        run_dir = Path(tmp) / "run"
+        config = {"rllm": {"trainer": {"output_dir": str(run_dir), "project_name": "check", "experiment_name": name}}}
+        run = TrackerRun("", run_dir, "check", name, config, progress=False)
+        try:
+            trackers = Trackers([name], run)
+            outputs = trackers.outputs()
+        except RLLMError as exc:
+            raise ConformanceError(f"tracker {name!r} cannot be constructed: {exc}") from None
+        if not all(isinstance(path, Path) for path in outputs):
+            raise ConformanceError(f"tracker {name!r}: outputs() must give paths; got {outputs!r}")
+        tracker = trackers.chosen[0].tracker
+        image = Path(tmp) / "curve.png"
+        image.write_bytes(_PNG_1x1)
+        calls = (
+            ("start", (2,)),
+            ("log_config", (config,)),
+            ("log_metrics", ({"epoch": 0, "wall_time": 0.1, "reward/solver/mean": 0.5}, 1, "train")),
+            ("log_metrics", ({"epoch": 0, "wall_time": 0.2, "val/digits/pass@1": 0.25}, 1, "val")),
+            ("log_image", ("learning_curve", image, 1)),
+            ("close", ()),
+        )
+        for method, args in calls:
+            try:
+                getattr(tracker, method)(*args)
+            except Exception as exc:
+                raise ConformanceError(f"tracker {name!r} raised {type(exc).__name__} in {method}(): {exc}") from None

@@ -1,4 +1,4 @@
-"""The training loop: :class:`UnifiedTrainer`, the backend protocol and the workflow engine.
+"""The training loop: :class:`UnifiedTrainer`, the backend protocol, the workflow engine and the trackers' contract.
 
 Names are imported on first use, so ``import rllm`` (which only discovers the plugins' entry
 points; the built-in backend and grouping hook register when a registry is first used) does
@@ -21,6 +21,12 @@ _EXPORTS = {
     "WorkflowEngine": "rllm.trainer.engine",
     "ProcessGroup": "rllm.trainer.parallel",
     "TaskLoader": "rllm.trainer.dataloading",
+    "ConsoleTracker": "rllm.trainer.logging",
+    "JsonlTracker": "rllm.trainer.logging",
+    "Tracker": "rllm.trainer.trackers",
+    "TrackerRun": "rllm.trainer.trackers",
+    "finite_metrics": "rllm.trainer.trackers",
+    "flatten_config": "rllm.trainer.trackers",
     "UnifiedTrainer": "rllm.trainer.unified",
     "group_by_task_and_role": "rllm.trainer.grouping",
     "lr_factor": "rllm.trainer.lr_schedule",

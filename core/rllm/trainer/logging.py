@@ -1,4 +1,4 @@
-"""Where metrics and episodes go: the console, a JSON Lines file, per-step episode files.
+"""Where metrics and episodes go: the ``console`` and ``jsonl`` trackers, per-step episode files.
 
 Files are written atomically (a temporary file in the same directory, then ``os.replace``),
 so a process killed at any moment leaves either the old file or the new one, never half.
@@ -14,17 +14,17 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any, TextIO
 
-from rllm.errors import ConfigError, RunDirError
+from rllm.errors import RunDirError
 from rllm.io import write_atomic
 from rllm.trainer.rundir import os_cause
+from rllm.trainer.trackers import Tracker, TrackerRun
 from rllm.types import Episode
 
-SUPPORTED_LOGGERS = ("console", "jsonl")
 METRICS_FILE = "metrics.jsonl"
 _RESUME_HINT = "the last checkpoint is intact: free space or fix permissions, then run the same command again to resume"
 
@@ -78,7 +78,10 @@ def _is_step(value: Any) -> bool:
 
 
 class ProgressBar:
-    """A one-line text progress bar on stderr; on a non-terminal it prints every tenth of the run."""
+    """A one-line text progress bar on stderr; on a non-terminal it prints every tenth of the run.
+
+    Hand-written because tqdm is not among rllm's four dependencies, and this is all of the bar rllm uses.
+    """
 
     def __init__(self, total: int, stream: TextIO | None = None, width: int = 28) -> None:
         self.total = max(total, 1)
@@ -123,20 +126,24 @@ class ProgressBar:
 CONSOLE_KEYS = ("reward/", "advantage/", "actor/loss", "actor/entropy", "time/step")
 
 
-class ConsoleSink:
-    """A compact line per step on stdout (rewards, advantages, loss) and every validation metric."""
+class ConsoleTracker(Tracker):
+    """The ``console`` tracker: a compact line per step on stdout (rewards, advantages, loss), every validation
+    metric, and a progress bar on stderr."""
 
-    def __init__(self, progress: ProgressBar | None = None, stream: TextIO | None = None) -> None:
-        self.progress = progress
+    def __init__(self, run: TrackerRun, stream: TextIO | None = None) -> None:
+        super().__init__(run)
+        self.progress: ProgressBar | None = None
         self.stream = stream or sys.stdout
 
-    def write(self, record: Mapping[str, Any]) -> None:
+    def start(self, total_steps: int) -> None:
+        self.progress = ProgressBar(total_steps) if self.run.progress else None
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int, kind: str) -> None:
         if self.progress is not None:
             self.progress.clear()
-        kind, step = record.get("kind"), record.get("step")
         shown = []
-        for key, value in record.items():
-            if key in ("kind", "step", "epoch", "wall_time"):
+        for key, value in metrics.items():
+            if key in ("epoch", "wall_time"):
                 continue
             if kind == "train" and not key.startswith(CONSOLE_KEYS):
                 continue
@@ -148,24 +155,38 @@ class ConsoleSink:
             if number is not None:
                 shown.append(f"{key}={number:.4g}")
         print(f"[{kind} step {step}] " + " ".join(shown), file=self.stream, flush=True)
-        if self.progress is not None and kind == "train" and isinstance(step, int):
-            reward = next((v for k, v in record.items() if k.startswith("reward/") and k.endswith("/mean")), None)
+        if self.progress is not None and kind == "train":
+            reward = next((v for k, v in metrics.items() if k.startswith("reward/") and k.endswith("/mean")), None)
             self.progress.update(step, f"reward {reward:.3f}" if reward is not None else "")
 
 
-class JsonlSink:
-    """Appends one JSON object per record to ``metrics.jsonl``, flushed at every line."""
+class JsonlTracker(Tracker):
+    """The ``jsonl`` tracker: one JSON object per record appended to ``metrics.jsonl``, flushed at every line.
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    Hand-written on purpose: the file is the run's own record (resuming cuts it back to the checkpoint),
+    and ``json`` with one write per line is all a JSON Lines writer is.
+    """
+
+    def __init__(self, run: TrackerRun) -> None:
+        super().__init__(run)
+        self.path = run.output_dir / METRICS_FILE
+        self.handle: TextIO | None = None
+
+    def outputs(self) -> list[Path]:
+        return [self.path]
+
+    def start(self, total_steps: int) -> None:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.handle = path.open("a", encoding="utf-8")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.handle = self.path.open("a", encoding="utf-8")
         except OSError as exc:
-            raise write_failure(path, exc) from exc
+            raise write_failure(self.path, exc) from exc
 
-    def write(self, record: Mapping[str, Any]) -> None:
+    def log_metrics(self, metrics: Mapping[str, Any], step: int, kind: str) -> None:
+        record = {"kind": kind, "step": step, **metrics}
         clean = {k: v if isinstance(v, str | int) else _number(v) for k, v in record.items()}
+        if self.handle is None:
+            return
         try:
             self.handle.write(json.dumps(clean) + "\n")
             self.handle.flush()
@@ -174,8 +195,10 @@ class JsonlSink:
 
     def close(self) -> None:
         """Close the file; a line a full disk refused is already reported, so a failing flush is not raised again."""
-        with contextlib.suppress(OSError):
-            self.handle.close()
+        if self.handle is not None:
+            with contextlib.suppress(OSError):
+                self.handle.close()
+            self.handle = None
 
 
 def truncate_metrics(path: Path, last_step: int) -> None:
@@ -186,41 +209,6 @@ def truncate_metrics(path: Path, last_step: int) -> None:
         write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
     except OSError as exc:
         raise write_failure(path, exc) from exc
-
-
-class MetricsLogger:
-    """Fans a record out to the configured sinks (``rllm.trainer.logger``)."""
-
-    def __init__(self, backends: Iterable[str], output_dir: Path, total_steps: int = 0, progress: bool = True):
-        names = [str(name) for name in backends]
-        unknown = [name for name in names if name not in SUPPORTED_LOGGERS]
-        if unknown:
-            raise ConfigError(
-                f"rllm.trainer.logger lists {unknown}, which are not available; supported loggers are "
-                f"{', '.join(SUPPORTED_LOGGERS)}."
-            )
-        self.progress = ProgressBar(total_steps) if progress and "console" in names else None
-        self.sinks: list[Any] = []
-        if "console" in names:
-            self.sinks.append(ConsoleSink(self.progress))
-        if "jsonl" in names:
-            self.sinks.append(JsonlSink(output_dir / METRICS_FILE))
-        self.started = time.time()
-
-    def log(self, data: Mapping[str, Any], step: int, kind: str = "train", epoch: int | None = None) -> None:
-        record: dict[str, Any] = {"kind": kind, "step": step}
-        if epoch is not None:
-            record["epoch"] = epoch
-        record["wall_time"] = round(time.time() - self.started, 3)
-        record.update(data)
-        for sink in self.sinks:
-            sink.write(record)
-
-    def finish(self) -> None:
-        for sink in self.sinks:
-            if hasattr(sink, "close"):
-                sink.close()
-        self.sinks = []
 
 
 class EpisodeLogger:

@@ -10,7 +10,9 @@ checkpoint, and, when a run starts over, deletes only what rllm wrote there befo
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -27,21 +29,31 @@ LEARNING_CURVE = "learning_curve.png"
 
 
 class RunFiles:
-    """The run directory ``output_dir`` with its checkpoints and (optional) episode logger."""
+    """The run directory ``output_dir`` with its checkpoints, (optional) episode logger and trackers' outputs."""
 
-    def __init__(self, output_dir: Path, checkpoints: CheckpointManager, episode_logger: EpisodeLogger | None) -> None:
+    def __init__(
+        self,
+        output_dir: Path,
+        checkpoints: CheckpointManager,
+        episode_logger: EpisodeLogger | None,
+        tracker_outputs: Sequence[Path] = (),
+    ) -> None:
         self.output_dir = output_dir
         self.checkpoints = checkpoints
         self.episode_logger = episode_logger
+        self.tracker_entries = sorted({e for e in map(self._entry, tracker_outputs) if e and e != METRICS_FILE})
+        """The run-directory entries the trackers write, beside metrics.jsonl (a tracker's folder, say)."""
         self.run_dir = RunDirectory(self.output_dir, self.names())
+
+    def _entry(self, path: Path) -> str | None:
+        """The run-directory entry (first component) holding ``path``, if it is under the run directory."""
+        base = Path(os.path.abspath(path))
+        run = Path(os.path.abspath(self.output_dir))
+        return base.relative_to(run).parts[0] if base != run and base.is_relative_to(run) else None
 
     def episodes_entry(self) -> str | None:
         """The run-directory entry holding the episode files, if they go under the run directory."""
-        if self.episode_logger is None:
-            return None
-        base = Path(os.path.abspath(self.episode_logger.base_dir))
-        run = Path(os.path.abspath(self.output_dir))
-        return base.relative_to(run).parts[0] if base != run and base.is_relative_to(run) else None
+        return None if self.episode_logger is None else self._entry(self.episode_logger.base_dir)
 
     def names(self) -> list[str]:
         """The entries rllm writes directly inside the run directory."""
@@ -52,6 +64,7 @@ class RunFiles:
             self.checkpoints.root.name,
             LEARNING_CURVE,
             *([episodes] if episodes else []),
+            *self.tracker_entries,
         ]
 
     def acquire(self) -> None:
@@ -97,6 +110,12 @@ class RunFiles:
                 self.checkpoints.discard_all()
                 (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
                 (self.output_dir / LEARNING_CURVE).unlink(missing_ok=True)
+                for entry in self.tracker_entries:
+                    path = self.output_dir / entry
+                    if path.is_dir() and not path.is_symlink():
+                        shutil.rmtree(path)
+                    else:
+                        path.unlink(missing_ok=True)
             if self.episode_logger is not None and self.episodes_entry():
                 self.episode_logger.discard(logs=everything)
         except OSError as error:

@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rllm.config.loading import load_config
 from rllm.errors import ConfigError, RLLMWarning, TrainerError
@@ -41,7 +41,7 @@ from rllm.trainer.grouping import (
     check_estimator_roles,
     transform_episodes_to_trajectory_groups,
 )
-from rllm.trainer.logging import EpisodeLogger, MetricsLogger
+from rllm.trainer.logging import METRICS_FILE, EpisodeLogger, read_metrics
 from rllm.trainer.refill import apply_dynamic_sampling
 from rllm.trainer.rejection import (
     RejectionSamplingState,
@@ -51,11 +51,12 @@ from rllm.trainer.run_files import LEARNING_CURVE, RunFiles
 from rllm.trainer.run_report import FILTERED, RunReport
 from rllm.trainer.run_settings import RunSettings
 from rllm.trainer.step_metrics import episode_metrics, stage_timer
+from rllm.trainer.trackers import TrackerRun, Trackers
 from rllm.trainer.validation import Validation
 from rllm.types import Episode, TrajectoryGroup
 from rllm.workflows.workflow import Workflow
 
-TRAINER_OPTIONS = ("executor", "progress")
+TRAINER_OPTIONS = ("executor", "progress", "learning_curve")
 """Keyword arguments accepted beyond the documented ones."""
 
 
@@ -106,7 +107,9 @@ class UnifiedTrainer:
         self.traj_grouping_hook = resolve_grouping_hook(traj_grouping_hook, self.config)
         self.traj_group_adv_estimator_map = dict(traj_group_adv_estimator_map or {})
         self.progress = bool(kwargs.get("progress", True))
-        self.logger: MetricsLogger | None = None
+        self.draws_curve = bool(kwargs.get("learning_curve", False))
+        self.learning_curve: Path | None = None
+        """The learning curve drawn at the end of the run (``learning_curve=True``, matplotlib installed)."""
         self._unused_roles_warned: set[str] = set()
         self.report = RunReport()
         """This process's steps left untrained and rollouts timed out: said each step and at the end."""
@@ -142,7 +145,17 @@ class UnifiedTrainer:
             if episode_logging.log_episodes and self.writes
             else None
         )
-        self.run_files = RunFiles(self.output_dir, self.checkpoints, self.episode_logger)
+        run = TrackerRun(
+            name="",
+            output_dir=self.output_dir,
+            project=str(trainer_cfg.project_name),
+            experiment=str(trainer_cfg.experiment_name),
+            config=OmegaConf.to_container(self.config, resolve=True),  # type: ignore[arg-type]
+            progress=self.progress,
+        )
+        trackers = Trackers(trainer_cfg.logger, run)  # every rank checks the names; rank 0 alone logs
+        self.logger = trackers if self.writes else Trackers([], run)
+        self.run_files = RunFiles(self.output_dir, self.checkpoints, self.episode_logger, self.logger.outputs())
         self.run_dir = self.run_files.run_dir
         rollout_engine = self.backend.init_rollout_engine(
             cf_config=self.cf_config,
@@ -242,29 +255,26 @@ class UnifiedTrainer:
         try:
             if self.writes:
                 self.run_files.start(self.config)
-            await self._fit_locked()
+            step = await self._fit_locked()
+            if self.draws_curve and self.writes:
+                self._draw_learning_curve(step)
         finally:
-            if self.logger is not None:
-                self.logger.finish()
+            self.logger.finish()
             if self.writes:
                 self.run_files.release()
 
-    async def _fit_locked(self) -> None:
+    async def _fit_locked(self) -> int:
+        """The run; returns the step it ended at."""
         await self.agent_workflow_engine.initialize_pool()
         state = TrainerState(rs_state=RejectionSamplingState())
         resumed = self._resume(state)
         state.total_steps = self._total_steps(state)
-        self.logger = MetricsLogger(
-            self.rllm_config.trainer.logger if self.writes else [],
-            self.output_dir,
-            state.total_steps,
-            progress=self.progress and self.writes,
-        )
+        self.logger.start(state.total_steps, OmegaConf.to_container(self.config, resolve=True))  # type: ignore[arg-type]
         await self.backend.on_train_start(state)
         trainer_cfg = self.rllm_config.trainer
         if trainer_cfg.val_only:
             await self._validate_async(state)
-            return
+            return state.global_step
         if trainer_cfg.val_before_train and not resumed:
             await self._validate_async(state)
         if state.global_step >= state.total_steps:
@@ -274,6 +284,20 @@ class UnifiedTrainer:
             await self._fit_async(state)
         await self.backend.on_train_end(state)
         self.report.finish(bool(trainer_cfg.require_update))
+        return state.global_step
+
+    def _draw_learning_curve(self, step: int) -> None:
+        """``learning_curve.png`` from metrics.jsonl (when the jsonl tracker wrote it), given to every tracker."""
+        from rllm.trainer.plot import PlotUnavailableError, plot_runs
+
+        if not read_metrics(self.output_dir / METRICS_FILE):
+            return
+        try:
+            self.learning_curve = plot_runs([self.output_dir], self.output_dir / LEARNING_CURVE)
+        except PlotUnavailableError as exc:
+            print(f"rllm: no learning curve: {exc}", file=sys.stderr)
+            return
+        self.logger.log_image("learning_curve", self.learning_curve, step)
 
     def _resume(self, state: TrainerState) -> bool:
         """Resume from the newest usable checkpoint; in a data-parallel run rank 0 first (it tidies the run
@@ -342,7 +366,7 @@ class UnifiedTrainer:
                 state.batches_done = index + 1
                 await self.backend.on_batch_end(state)
                 timings = {f"time/{k}": v for k, v in state.timing_dict.items()}
-                self.logger.log({**state.metrics, **timings}, step=state.global_step, epoch=epoch)  # type: ignore[union-attr]
+                self.logger.log({**state.metrics, **timings}, step=state.global_step, epoch=epoch)
                 if test_freq > 0 and state.global_step % test_freq == 0:
                     await self._validate_async(state)
                     validated_at = state.global_step
@@ -440,8 +464,7 @@ class UnifiedTrainer:
         """Stop the workflow executor and the backend, and close the metric files."""
         self.agent_workflow_engine.shutdown()
         self.backend.shutdown()
-        if self.logger is not None:
-            self.logger.finish()
+        self.logger.finish()
 
 
 __all__ = ["LEARNING_CURVE", "NUMBER_SETTINGS", "TRAINER_OPTIONS", "TrainerState", "UnifiedTrainer"]

@@ -22,7 +22,7 @@ from rllm.types import Episode
 
 if TYPE_CHECKING:
     from rllm.trainer.engine import WorkflowEngine
-    from rllm.trainer.logging import MetricsLogger
+    from rllm.trainer.trackers import Trackers
 
 __all__ = ["Validation", "pass_at_k_metrics", "unbiased_pass_at_k"]
 
@@ -39,7 +39,7 @@ class Validation:
     algorithm: AlgorithmConfig
     pass_at_k: list[int]
 
-    async def run(self, state: TrainerState, logger: MetricsLogger | None) -> dict[str, float]:
+    async def run(self, state: TrainerState, logger: Trackers | None) -> dict[str, float]:
         """Roll the set out; pass@1 / pass@k per data source, the reward metrics and any workflow problems."""
         backend, engine = self.backend, self.engine
         if self.dataset is None or not await backend.on_validation_start(state):

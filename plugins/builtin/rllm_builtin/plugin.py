@@ -13,6 +13,7 @@ from rllm.plugins import (
     EstimatorRegistrar,
     GroupingHookRegistrar,
     LossRegistrar,
+    TrackerRegistrar,
     WeightSyncRegistrar,
 )
 from rllm.toolkit import NUMERICS_OPTIONS, Option
@@ -188,3 +189,9 @@ def rllm_register_config_sections(register: ConfigSectionRegistrar) -> None:
 @hookimpl
 def rllm_register_losses(register: LossRegistrar) -> None:
     losses.register_losses(register)
+
+
+@hookimpl
+def rllm_register_trackers(register: TrackerRegistrar) -> None:
+    register("console", "rllm.trainer:ConsoleTracker")  # paths: loading plugins imports no trainer module
+    register("jsonl", "rllm.trainer:JsonlTracker")

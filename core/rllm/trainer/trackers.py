@@ -1,0 +1,246 @@
+"""Experiment trackers: where a run's metrics, resolved config and learning curve go (``rllm.trainer.logger``).
+
+A tracker is a plugin part (``rllm_register_trackers``): a :class:`Tracker` subclass that rllm
+constructs with a :class:`TrackerRun`. :class:`Trackers` is the trainer's side: it resolves the
+configured names before anything runs (an unknown name or a missing package is one line), then
+hands every record to each tracker, and switches off, with one warning naming it, a tracker that
+raises mid-run, so the run and the other trackers go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import math
+import time
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rllm.errors import RLLMError, RLLMWarning, RunDirError, TrackerError
+
+
+@dataclass(frozen=True)
+class TrackerRun:
+    """What a tracker knows of its run when it is constructed.
+
+    ``config`` is the run's resolved config as plain nested dicts; :meth:`setting` reads one key of it.
+    """
+
+    name: str
+    output_dir: Path
+    project: str
+    experiment: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+    progress: bool = True
+
+    def setting(self, path: str, default: Any = None) -> Any:
+        """The value of the dotted config key ``path`` (``"rllm.tensorboard.log_dir"``), or ``default``."""
+        node: Any = self.config
+        for part in path.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    def folder(self, key: str) -> Path:
+        """The folder config key ``key`` names, created; one line naming the key and folder when it cannot be."""
+        path = Path(str(self.setting(key)))
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TrackerError(
+                f"Tracker {self.name!r} cannot create its folder {str(path)!r} ({key}): {exc.strerror or exc}; "
+                f"set {key} to a writable folder."
+            ) from None
+        probe = path / ".rllm-write-probe"
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise TrackerError(
+                f"Tracker {self.name!r} cannot write in its folder {str(path)!r} ({key}): {exc.strerror or exc}; "
+                f"set {key} to a writable folder."
+            ) from None
+        return path
+
+
+class Tracker:
+    """Base class of experiment trackers; a subclass defines :meth:`log_metrics`, the rest is optional.
+
+    The constructor only reads settings (it runs before the run directory is claimed);
+    :meth:`start` opens what the tracker writes. ``needs`` lists the modules it imports and
+    ``install`` what provides them (``"rllm[tensorboard]"``): a missing one is one line before the run.
+    """
+
+    needs: ClassVar[tuple[str, ...]] = ()
+    install: ClassVar[str] = ""
+
+    def __init__(self, run: TrackerRun) -> None:
+        self.run = run
+
+    def outputs(self) -> Sequence[Path]:
+        """Files or folders this tracker writes; those inside the run directory are deleted when a run starts over."""
+        return ()
+
+    def start(self, total_steps: int) -> None:
+        """The run begins (after resuming, if it resumes): open files, connect."""
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        """The resolved config (nested dicts), once at the start: log it as hyper-parameters."""
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int, kind: str) -> None:
+        """One record: ``metrics`` by key (``epoch`` and ``wall_time`` first), ``kind`` ``"train"`` or ``"val"``."""
+        raise NotImplementedError
+
+    def log_image(self, name: str, path: Path, step: int) -> None:
+        """A PNG file (the learning curve, ``name`` ``"learning_curve"``), after the last step."""
+
+    def close(self) -> None:
+        """The run ends (also after an error): flush and close."""
+
+
+def finite_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The values of ``metrics`` that are finite numbers, as floats: what a tracker library can store."""
+    kept = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool | str | bytes):
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(number):
+            kept[key] = number
+    return kept
+
+
+def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested config dicts as one level of dotted keys (``{"rllm.trainer.total_epochs": 10}``), lists kept whole."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten_config(value, path + "."))
+        else:
+            flat[path] = value
+    return flat
+
+
+@dataclass
+class NamedTracker:
+    """A tracker of a run, with its name in ``rllm.trainer.logger`` and its plugin (for warnings)."""
+
+    name: str
+    tracker: Tracker
+    who: str
+
+
+def _missing_module(modules: Iterable[str]) -> str | None:
+    for module in modules:
+        try:
+            if importlib.util.find_spec(module) is None:
+                return module
+        except (ImportError, ValueError):
+            return module
+    return None
+
+
+class Trackers:
+    """The trackers ``rllm.trainer.logger`` names, resolved and constructed before the run starts."""
+
+    def __init__(self, names: Iterable[str], run: TrackerRun) -> None:
+        from dataclasses import replace
+
+        from rllm.plugins.contract import tracker_class
+        from rllm.plugins.manager import get_plugin_manager
+
+        registry = get_plugin_manager().trackers
+        self.chosen: list[NamedTracker] = []  # every tracker named, constructed; start() opens them into active
+        self.active: list[NamedTracker] = []
+        for name in dict.fromkeys(str(name) for name in names):
+            entry = registry.resolve(name)
+            who = entry.source.describe()
+            cls = tracker_class(entry)
+            missing = _missing_module(getattr(cls, "needs", ()))
+            if missing is not None:
+                install = getattr(cls, "install", "") or missing
+                raise TrackerError(
+                    f"rllm.trainer.logger names tracker {name!r} ({who}), which needs the package {missing!r}: "
+                    f"pip install '{install}'."
+                )
+            tracker = self._guarded(name, who, "construct", lambda cls=cls, name=name: cls(replace(run, name=name)))
+            self.chosen.append(NamedTracker(name, tracker, who))
+        self.started = time.time()
+
+    @staticmethod
+    def _guarded(name: str, who: str, what: str, call: Any) -> Any:
+        """Before the run: a tracker's rllm error propagates, anything else is one line naming it."""
+        try:
+            return call()
+        except RLLMError:
+            raise
+        except Exception as exc:
+            raise TrackerError(f"Tracker {name!r} ({who}) failed to {what}: {type(exc).__name__}: {exc}") from exc
+
+    def outputs(self) -> list[Path]:
+        """What every tracker writes (files or folders)."""
+        return [Path(path) for chosen in self.chosen for path in chosen.tracker.outputs()]
+
+    def start(self, total_steps: int, config: Mapping[str, Any]) -> None:
+        """Open every tracker, then give each the resolved config; one that cannot start stops the run."""
+        self.started = time.time()
+        for chosen in self.chosen:
+            self._guarded(chosen.name, chosen.who, "start", lambda c=chosen: c.tracker.start(total_steps))
+            self.active.append(chosen)
+        self._each("log_config", config)
+
+    def log(self, data: Mapping[str, Any], step: int, kind: str = "train", epoch: int | None = None) -> None:
+        """One record to every tracker; ``epoch`` and the seconds since the start come first."""
+        metrics: dict[str, Any] = {} if epoch is None else {"epoch": epoch}
+        metrics["wall_time"] = round(time.time() - self.started, 3)
+        metrics.update(data)
+        self._each("log_metrics", metrics, step, kind)
+
+    def log_image(self, name: str, path: Path, step: int) -> None:
+        self._each("log_image", name, path, step)
+
+    def _each(self, method: str, *args: Any) -> None:
+        for active in list(self.active):
+            try:
+                getattr(active.tracker, method)(*args)
+            except RunDirError:  # the run directory itself cannot be written: checkpoints would fail too
+                raise
+            except Exception as exc:
+                self._drop(active, f"raised {type(exc).__name__} in {method}(): {exc}")
+
+    def _drop(self, active: NamedTracker, why: str) -> None:
+        self.active.remove(active)
+        warnings.warn(
+            f"Tracker {active.name!r} ({active.who}) {why}; it is off for the rest of this run, which goes on "
+            "with the other trackers.",
+            RLLMWarning,
+            stacklevel=4,
+        )
+        with contextlib.suppress(Exception):  # it has already failed once: its close is best effort
+            active.tracker.close()
+
+    def finish(self) -> None:
+        """Close every tracker (once); one that fails to close is said like one that fails mid-run."""
+        closing, self.active = self.active, []
+        for active in closing:
+            try:
+                active.tracker.close()
+            except RunDirError:
+                raise
+            except Exception as exc:
+                warnings.warn(
+                    f"Tracker {active.name!r} ({active.who}) raised {type(exc).__name__} in close(): {exc}.",
+                    RLLMWarning,
+                    stacklevel=2,
+                )
+
+
+__all__ = ["NamedTracker", "Tracker", "TrackerRun", "Trackers", "finite_metrics", "flatten_config"]
