@@ -2,67 +2,29 @@
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from stub_server import Stub, stub_server
 
 from rllm.config import load_config
 from rllm.engine import DiskWeightSync, MemoryWeightSync, PolicyUpdate, weight_sync_for
 from rllm.errors import WeightSyncError, WeightSyncNotFoundError
 
 
-class Stub(ThreadingHTTPServer):
-    """Records every request; answers with ``status`` and ``answer`` (None: the body's weight_version, success)."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.seen: list[tuple[str, Any]] = []
-        self.status = 200
-        self.answer: dict[str, Any] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
-class Handler(BaseHTTPRequestHandler):
-    server: Stub
-
-    def do_POST(self) -> None:
-        data = self.rfile.read(int(self.headers["Content-Length"]))
-        body: Any = json.loads(data) if self.headers["Content-Type"] == "application/json" else data
-        self.server.seen.append((self.path, body))
-        answer = self.server.answer
-        if answer is None:
-            version = body["weight_version"] if isinstance(body, dict) else int(self.path.split("=")[-1])
-            answer = {"success": True, "weight_version": version}
-        raw = json.dumps(answer).encode()
-        self.send_response(self.server.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def stub() -> Iterator[Stub]:
-    server = Stub()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with stub_server() as server:
+
+        def reply(path: str, body: Any) -> tuple[int, dict[str, Any]]:
+            version = body["weight_version"] if isinstance(body, dict) else int(path.split("=")[-1])
+            return 200, {"success": True, "weight_version": version}
+
+        server.reply = reply
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _update(tmp_path: Path, version: int) -> PolicyUpdate:
@@ -78,7 +40,7 @@ def _config(*overrides: str) -> Any:
 
 
 def test_disk_saves_posts_each_server_and_keeps_only_the_latest(stub: Stub, tmp_path: Path) -> None:
-    sync = weight_sync_for(_config(), [stub.url, stub.url + "/"])
+    sync = weight_sync_for(_config(), [f"{stub.root}/v1", f"{stub.root}/v1/"])
     assert isinstance(sync, DiskWeightSync)
     sync.push(_update(tmp_path, 1))
     sync.push(_update(tmp_path, 2))
@@ -93,7 +55,7 @@ def test_disk_saves_posts_each_server_and_keeps_only_the_latest(stub: Stub, tmp_
 
 
 def test_memory_posts_the_bytes_with_the_version(stub: Stub, tmp_path: Path) -> None:
-    sync = weight_sync_for(_config("rllm.rollout.openai.weight_sync=memory"), [stub.url])
+    sync = weight_sync_for(_config("rllm.rollout.openai.weight_sync=memory"), [f"{stub.root}/v1"])
     assert isinstance(sync, MemoryWeightSync)
     sync.push(_update(tmp_path, 3))
     assert stub.seen == [("/update_weights_from_safetensors?weight_version=3", b"raw-weights")]
@@ -112,11 +74,11 @@ def test_memory_posts_the_bytes_with_the_version(stub: Stub, tmp_path: Path) -> 
 def test_a_refused_update_is_one_line_naming_the_server(
     stub: Stub, tmp_path: Path, status: int, answer: dict[str, Any], said: str
 ) -> None:
-    stub.status, stub.answer = status, answer
+    stub.reply = lambda path, body: (status, answer)
     with pytest.raises(WeightSyncError) as caught:
-        weight_sync_for(_config(), [stub.url]).push(_update(tmp_path, 1))
+        weight_sync_for(_config(), [f"{stub.root}/v1"]).push(_update(tmp_path, 1))
     message = str(caught.value)
-    assert said in message and stub.url.removesuffix("/v1") + "/update_weights_from_disk" in message
+    assert said in message and stub.root + "/update_weights_from_disk" in message
     assert "stops before training on stale weights" in message and "\n" not in message
 
 

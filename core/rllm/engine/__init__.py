@@ -13,6 +13,7 @@ from __future__ import annotations
 from rllm.engine.chat import completion_output
 from rllm.engine.messages import check_messages
 from rllm.engine.rollout import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine, engine_problem
+from rllm.engine.rollout.openai_engine import OpenAIEngine
 from rllm.engine.tool_calls import ToolCall
 from rllm.engine.weight_sync import DiskWeightSync, MemoryWeightSync, PolicyUpdate, WeightSync, weight_sync_for
 
@@ -22,6 +23,7 @@ __all__ = [
     "Generation",
     "MemoryWeightSync",
     "ModelOutput",
+    "OpenAIEngine",
     "PolicyUpdate",
     "RolloutEngine",
     "ToolCall",

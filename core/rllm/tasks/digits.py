@@ -106,6 +106,7 @@ class ArithmeticWorkflow(Workflow):
                     logprobs=list(generation.logprobs),
                     model_response=generation.text,
                     action=answer,
+                    weight_version=generation.weight_version,
                 )
             )
             if answer != expected:

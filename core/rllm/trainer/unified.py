@@ -50,7 +50,7 @@ from rllm.trainer.rejection import (
 from rllm.trainer.run_files import LEARNING_CURVE, RunFiles
 from rllm.trainer.run_report import FILTERED, RunReport
 from rllm.trainer.run_settings import RunSettings
-from rllm.trainer.step_metrics import episode_metrics, stage_timer
+from rllm.trainer.step_metrics import episode_metrics, stage_timer, staleness_metrics
 from rllm.trainer.trackers import TrackerRun, Trackers
 from rllm.trainer.validation import Validation
 from rllm.types import Episode, TrajectoryGroup
@@ -387,6 +387,7 @@ class UnifiedTrainer:
         with stage_timer("generate", timings):  # stage 1
             state.episodes = await self.backend.generate_episodes(batch, agent_workflow_engine=engine)
         state.metrics.update(episode_metrics(state.episodes))
+        state.metrics.update(staleness_metrics(state.episodes, getattr(engine.rollout_engine, "weight_version", None)))
         if not state.has_episodes:
             state.metrics["batch/updated"] = 0.0
             self.report.no_episodes(state.global_step, engine.stats)

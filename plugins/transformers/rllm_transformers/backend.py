@@ -12,6 +12,7 @@ the model part is a ``save_pretrained`` directory, so any checkpoint loads with
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import math
 from collections import defaultdict
@@ -23,6 +24,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rllm.config import unhonoured_keys
+from rllm.engine import OpenAIEngine, PolicyUpdate, WeightSync, weight_sync_for
 from rllm.errors import ConfigError, TrainerError
 from rllm.losses import KLInReward, LossSettings, check_kl_coef, rejection_mask
 from rllm.tasks import VOCAB, ArithmeticWorkflow, build_tasks
@@ -51,7 +53,7 @@ try:  # the extra first: without it, selecting the backend is one line naming th
         token_log_probs,
         token_statistics,
     )
-    from rllm_transformers.checkpoint import load_training_state, save_training_state
+    from rllm_transformers.checkpoint import load_training_state, save_training_state, state_dict_bytes
     from rllm_transformers.distributed import Distributed
     from rllm_transformers.distributed import start as start_distributed
     from rllm_transformers.engine import Sampling, TransformersEngine
@@ -122,7 +124,9 @@ class TransformersBackend(BackendProtocol):
         in_loss = any(s.kl_coef > 0 for s in [self.default_settings, *self.role_settings.values()])
         if in_loss or self.kl_in_reward is not None:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)  # the frozen initial policy
-        self.engine: TransformersEngine | None = None
+        self.engine: TransformersEngine | OpenAIEngine | None = None
+        self.weight_sync: WeightSync | None = None
+        """With ``rllm.rollout.openai.base_url``: what takes each update's weights to the servers."""
         self.workflow_name = "the workflow"
         """The workflow the last episodes came from, named by stage 4's errors about their token ids."""
         self.rollout_tokens, self.rollout_seconds = 0, 0.0
@@ -134,8 +138,31 @@ class TransformersBackend(BackendProtocol):
         return None if self.distributed is None else self.distributed.group
 
     def shutdown(self) -> None:
+        if isinstance(self.engine, OpenAIEngine):
+            self.engine.shutdown()
         if self.distributed is not None:
             self.distributed.close()
+
+    async def on_train_start(self, trainer_state: TrainerState) -> None:
+        """With servers: send them this run's weights first, so the first step samples from the trained model."""
+        if isinstance(self.engine, OpenAIEngine):
+            self.engine.weight_version = trainer_state.global_step
+            await self.on_policy_updated(trainer_state)
+
+    async def on_policy_updated(self, trainer_state: TrainerState) -> None:
+        """With servers: the new weights reach every one of them before the next step samples (a refusal stops)."""
+        if self.weight_sync is None or self.engine is None:
+            return
+        update = PolicyUpdate(
+            version=self.engine.weight_version,
+            save=self._save_weights,
+            state_bytes=lambda: state_dict_bytes(self.model),
+            directory=Path(str(self.config.rllm.trainer.output_dir)) / "weight_sync",
+        )
+        await asyncio.to_thread(self.weight_sync.push, update)
+
+    def _save_weights(self, directory: Path) -> None:
+        self.model.save_pretrained(directory)
 
     @property
     def loss_description(self) -> str:
@@ -177,8 +204,36 @@ class TransformersBackend(BackendProtocol):
         answers = [self.tokenizer.convert_tokens_to_ids(str(answer)) for answer in task["answers"]]
         return {**task, "prompt": self.tokenizer.encode(text, add_special_tokens=False), "answers": answers}
 
-    def init_rollout_engine(self, **kwargs: Any) -> TransformersEngine:
+    def init_rollout_engine(self, **kwargs: Any) -> TransformersEngine | OpenAIEngine:
+        """The in-process engine, or with ``rllm.rollout.openai.base_url`` an :class:`OpenAIEngine` over those servers.
+
+        Either way this backend does the update; with servers, :meth:`on_policy_updated` sends them the
+        new weights through the run's weight sync (and :meth:`on_train_start` the first ones).
+        """
         options = self.options
+        servers = [str(url) for url in self.config.rllm.rollout.openai.base_url]
+        if servers:
+            if self.distributed is not None:
+                raise ConfigError(
+                    "rllm.rollout.openai.base_url with several torchrun ranks is not supported; run one process."
+                )
+            sampling = self.sampling()
+            params: dict[str, Any] = {"temperature": sampling.temperature}
+            if sampling.top_p < 1.0:
+                params["top_p"] = sampling.top_p
+            if sampling.top_k > 0:
+                params["top_k"] = sampling.top_k
+            self.weight_sync = weight_sync_for(self.config, servers)
+            self.engine = OpenAIEngine.from_config(
+                self.config,
+                self.tokenizer,
+                max_prompt_length=int(options.max_prompt_length),
+                max_response_length=int(options.max_new_tokens),
+                sampling_params=params,
+                greedy_validation=bool(options.greedy_validation),
+                seed=int(options.seed),
+            )
+            return self.engine
         self.engine = TransformersEngine(
             self.model,
             self.tokenizer,

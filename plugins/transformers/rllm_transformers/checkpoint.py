@@ -133,3 +133,10 @@ def _check_optimizer(
                     f"Checkpoint file {tensors_file!r} holds {index}.{name} of shape {tuple(entry[name].shape)} "
                     f"for a parameter of shape {shape}."
                 )
+
+
+def state_dict_bytes(model: torch.nn.Module) -> bytes:
+    """The model's weights as safetensors bytes (tied tensors copied apart, which safetensors requires)."""
+    from safetensors.torch import save
+
+    return save({name: tensor.detach().cpu().clone() for name, tensor in model.state_dict().items()})

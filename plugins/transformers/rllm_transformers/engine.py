@@ -286,7 +286,8 @@ class TransformersEngine(RolloutEngine):
             response = row_tokens[:length]
             text = self.tokenizer.decode(response, skip_special_tokens=True)
             reason = "stop" if bool(stopped_cpu[row]) else "length"
-            generations.append(Generation(response, logps_cpu[row, :length].tolist(), text, reason, request.prompt_ids))
+            logprobs = logps_cpu[row, :length].tolist()
+            generations.append(Generation(response, logprobs, text, reason, request.prompt_ids, self.weight_version))
         return generations
 
 

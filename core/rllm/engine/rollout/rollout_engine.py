@@ -45,6 +45,8 @@ class Generation:
     finish_reason: str = "stop"
     """``stop`` (end of sequence), ``length`` (max tokens) or :data:`PROMPT_TOO_LONG`."""
     prompt_ids: list[int] = field(default_factory=list)
+    weight_version: int | None = None
+    """The policy version that sampled it, when the engine knows (a server reports its own)."""
 
 
 @dataclass

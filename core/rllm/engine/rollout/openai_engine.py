@@ -1,0 +1,497 @@
+"""``OpenAIEngine`` (rLLM's name): rollouts sampled by any OpenAI-compatible server (``rllm serve``, vLLM, SGLang).
+
+Token ids go in and come out: a prompt of ids is sent to ``/v1/completions`` as ids, and the
+answer must carry the sampled ids and their log-probs in vLLM's names (``return_token_ids``:
+``choices[0].token_ids``; ``logprobs``: ``choices[0].logprobs.token_logprobs``, or on
+``/v1/chat/completions`` ``logprobs.content[j].logprob``). An answer without them is a one-line
+:class:`~rllm.errors.InferenceServerError` naming the missing field: the engine never trains on
+text it re-tokenised. Chat messages are rendered with the trainer's tokenizer and sent as ids
+(``endpoint="completions"``, the default when a tokenizer with a chat template is given), or
+sent as messages to ``/v1/chat/completions`` (``endpoint="chat"``).
+
+Each episode's view (:meth:`OpenAIEngine.for_episode`) sticks to one server (its session id
+picks it, and is sent as the request's ``user``) and seeds each request from the episode's
+seed, so a server that honours ``seed`` samples the same episode whatever else it serves. A
+request that gets no answer, a timeout, a 5xx or a 429 is retried ``api_retries`` times with
+doubling back-off, then fails with one line naming the URL; the workflow engine's
+``rllm.workflow.failure_policy`` decides what the failure does. Requests run in a pool of
+``max_concurrency`` threads (the standard library's ``http.client``, no extra dependency),
+which bounds how many are in flight. The context limit (the server's ``max_model_len``) is
+checked before a request is sent; a prompt over ``max_prompt_length`` ends its episode as the
+in-process engines do. On :meth:`OpenAIEngine.connect` the engine asks each server for its
+model and context, and, when it has the trainer's tokenizer, compares the server's vocabulary
+and end-of-sequence token with it (vLLM's ``/tokenize`` and ``/detokenize``), refusing a
+server whose tokenizer differs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+import uuid
+import warnings
+import zlib
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from rllm.engine.chat import completion_output
+from rllm.engine.rollout.http import Answer, ServerTimeout, ServerUnreachable, request_json
+from rllm.engine.rollout.rollout_engine import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine
+from rllm.errors import DataError, EngineCallError, InferenceServerError, RLLMWarning
+from rllm.types import TerminationEvent, TerminationReason
+
+__all__ = ["OpenAIEngine"]
+
+RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+"""Answers worth another attempt: the server is overloaded, restarting or timed out itself."""
+CHAT_OPTIONS = ("max_tokens", "application_id", "temperature", "top_p", "top_k", "seed", "stop")
+"""What ``get_model_response`` takes besides the messages."""
+ENABLE_IDS = (
+    "it must support vLLM's return_token_ids (vLLM >= 0.10.2 and rllm serve do; SGLang and OpenAI's API do not)"
+)
+
+
+class OpenAIEngine(RolloutEngine):
+    """A rollout engine over one or several OpenAI-compatible servers (see the module's docstring)."""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        tokenizer: Any = None,
+        chat_parser: Any = None,
+        max_prompt_length: int = 4096,
+        max_response_length: int = 4096,
+        max_model_length: int | None = None,
+        api_retries: int = 3,
+        base_url: str | Sequence[str] = "http://127.0.0.1:8000/v1",
+        api_key: str = "EMPTY",
+        sampling_params: dict[str, Any] | None = None,
+        *,
+        timeout: float = 60.0,
+        retry_backoff: float = 0.5,
+        max_concurrency: int = 64,
+        endpoint: str | None = None,
+        greedy_validation: bool = False,
+        seed: int = 0,
+    ) -> None:
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls or not all(isinstance(url, str) and url.startswith(("http://", "https://")) for url in urls):
+            raise DataError(
+                f"OpenAIEngine base_url {base_url!r}: give one or several http:// or https:// URLs ending in /v1."
+            )
+        if endpoint not in (None, "completions", "chat"):
+            raise DataError(f"OpenAIEngine endpoint {endpoint!r}: give 'completions' or 'chat'.")
+        self.base_urls = [url.rstrip("/") for url in urls]
+        self.model = model
+        self.tokenizer = tokenizer
+        self.chat_parser = chat_parser
+        self.max_prompt_length = int(max_prompt_length)
+        self.max_response_length = int(max_response_length)
+        self.max_model_length = max_model_length
+        self.api_retries = int(api_retries)
+        self.api_key = api_key
+        self.sampling_params = dict(sampling_params or {})
+        self.timeout = float(timeout)
+        self.retry_backoff = float(retry_backoff)
+        self.max_concurrency = int(max_concurrency)
+        has_template = getattr(tokenizer, "chat_template", None) is not None
+        self.endpoint = endpoint or ("completions" if has_template else "chat")
+        self.greedy_validation = greedy_validation
+        self.validating = False
+        self.weight_version = 0
+        self.rng = random.Random(seed)
+        self.requests = 0
+        self._connected = False
+        self._connecting = threading.Lock()
+        self._pool_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Any,
+        tokenizer: Any,
+        *,
+        max_prompt_length: int,
+        max_response_length: int,
+        sampling_params: dict[str, Any],
+        greedy_validation: bool,
+        seed: int,
+    ) -> OpenAIEngine:
+        """The engine ``rllm.rollout.openai.*`` describes, connected (the servers checked) before training starts."""
+        options = config.rllm.rollout.openai
+        engine = cls(
+            model=None if options.model is None else str(options.model),
+            tokenizer=tokenizer,
+            max_prompt_length=max_prompt_length,
+            max_response_length=max_response_length,
+            api_retries=int(options.max_retries),
+            base_url=[str(url) for url in options.base_url],
+            api_key=str(options.api_key),
+            sampling_params=sampling_params,
+            timeout=float(options.timeout),
+            retry_backoff=float(options.retry_backoff),
+            max_concurrency=int(options.max_concurrency),
+            endpoint=str(options.endpoint),
+            greedy_validation=greedy_validation,
+            seed=seed,
+        )
+        engine.connect()
+        return engine
+
+    # -- pickling (the Ray executor sends the engine to its workers) ---------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_connecting"] = state["_pool_lock"] = state["_pool"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._connecting, self._pool_lock = threading.Lock(), threading.Lock()
+
+    def shutdown(self) -> None:
+        """Stop the request threads (a later request starts new ones)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    # -- the servers -----------------------------------------------------------------------------
+    def server_for(self, session: str) -> str:
+        """The server a session sticks to (the same one for every call of an episode)."""
+        return self.base_urls[zlib.crc32(session.encode()) % len(self.base_urls)]
+
+    def _root(self, server: str) -> str:
+        return server[: -len("/v1")] if server.endswith("/v1") else server
+
+    def _headers(self, session: str | None) -> dict[str, str]:
+        headers = {"Authorization": f"Bearer {self.api_key}", "X-Request-Id": uuid.uuid4().hex}
+        if session:
+            headers["X-Session-Id"] = session
+        return headers
+
+    def call(self, url: str, body: dict[str, Any] | None, session: str | None = None) -> Answer:
+        """One request with its retries (blocking): the answer, or one line naming the URL and what went wrong."""
+        delay, attempts = self.retry_backoff, self.api_retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                answer = request_json(url, body, timeout=self.timeout, headers=self._headers(session))
+            except (ServerUnreachable, ServerTimeout) as exc:
+                problem = str(exc).removeprefix(f"{url}: ")
+            else:
+                if answer.ok:
+                    return answer
+                problem = f"HTTP {answer.status}: {answer.error_message()}"
+                if answer.status not in RETRIED_STATUSES:
+                    raise InferenceServerError(f"{url} refused the request ({problem}).")
+            if attempt < attempts:
+                time.sleep(delay)
+                delay *= 2
+        raise InferenceServerError(
+            f"{url}: {problem} after {attempts} attempt{'s' if attempts > 1 else ''}; start the server or fix "
+            "rllm.rollout.openai.base_url."
+        )
+
+    async def _call(self, url: str, body: dict[str, Any], session: str | None) -> Answer:
+        if not self._connected:  # the first request of an engine built without from_config
+            await asyncio.to_thread(self.connect)
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="rllm-openai")
+            pool = self._pool
+        self.requests += 1
+        return await asyncio.get_running_loop().run_in_executor(pool, self.call, url, body, session)
+
+    def connect(self) -> None:
+        """Ask every server for its model and context limit, and check its tokenizer against the trainer's."""
+        with self._connecting:
+            if self._connected:
+                return
+            limits = []
+            for server in self.base_urls:
+                cards = self.call(f"{server}/models", None).body.get("data") or []
+                names = [str(card.get("id")) for card in cards if isinstance(card, dict)]
+                if self.model is None:
+                    if not names:
+                        raise InferenceServerError(
+                            f"{server}/models lists no model; set rllm.rollout.openai.model to the served name."
+                        )
+                    self.model = names[0]
+                elif names and self.model not in names:
+                    raise InferenceServerError(
+                        f"{server} does not serve the model {self.model!r} (it serves {', '.join(names)}); "
+                        "fix rllm.rollout.openai.model."
+                    )
+                card = next((c for c in cards if isinstance(c, dict) and c.get("id") == self.model), {})
+                if card.get("max_model_len"):
+                    limits.append(int(card["max_model_len"]))
+                if self.tokenizer is not None:
+                    self._check_tokenizer(server)
+            if limits and self.max_model_length is None:
+                self.max_model_length = min(limits)
+            self._connected = True
+
+    def _check_tokenizer(self, server: str) -> None:
+        """Refuse a server whose vocabulary or end-of-sequence token differs from the trainer's tokenizer."""
+        tokenizer = self.tokenizer
+        size = len(tokenizer)
+        eos = tokenizer.eos_token_id
+        probe = sorted({0, size // 3, size // 2, size - 1} | ({int(eos)} if eos is not None else set()))
+        url = f"{self._root(server)}/detokenize"
+        try:
+            answer = request_json(url, {"model": self.model, "tokens": probe}, timeout=self.timeout)
+        except InferenceServerError:
+            answer = Answer(404, {})
+        if answer.status in (404, 405):
+            warnings.warn(
+                f"{server} has no /detokenize route (vLLM's), so its tokenizer could not be compared with the "
+                "trainer's; make sure it serves the same model.",
+                RLLMWarning,
+                stacklevel=3,
+            )
+            return
+        expected = tokenizer.decode(probe, skip_special_tokens=False)
+        text = answer.body.get("prompt")
+        if not answer.ok or text != expected:
+            said = answer.error_message() if not answer.ok else f"decodes them as {text!r}"
+            raise InferenceServerError(
+                f"{server} has another tokenizer than the trainer's: token ids {probe} (the end of sequence "
+                f"{eos}, the last of {size}) decode as {expected!r} here, and the server {said}; serve the trained "
+                "model's tokenizer."
+            )
+
+    # -- what workflows call ---------------------------------------------------------------------
+    def for_episode(self, seed: int) -> RolloutEngine:
+        """The episode's view: one server, one session id, request seeds drawn from ``seed``."""
+        return _EpisodeView(self, f"episode-{int(seed)}", random.Random(int(seed)))
+
+    async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
+        return await self.sample_ids(prompt_ids, max_tokens, f"call-{uuid.uuid4().hex}", self.rng.getrandbits(31))
+
+    async def _get_model_response(self, messages: list[dict[str, Any]], **kwargs: Any) -> ModelOutput:
+        return await self.respond(messages, f"call-{uuid.uuid4().hex}", self.rng.getrandbits(31), **kwargs)
+
+    async def get_token_output_from_token_input(self, token_input: Sequence[int], **kwargs: Any) -> Generation:
+        return await self.token_output(token_input, f"call-{uuid.uuid4().hex}", self.rng.getrandbits(31), **kwargs)
+
+    def assemble_model_output(self, token_input: Sequence[int], token_output: Generation) -> ModelOutput:
+        return self.model_output(token_output)
+
+    @property
+    def supports_token_in_token_out(self) -> bool:
+        return True
+
+    # -- the requests ----------------------------------------------------------------------------
+    def _sampling(self, seed: int, overrides: dict[str, Any]) -> dict[str, Any]:
+        params = {**self.sampling_params, "seed": seed, **overrides}
+        if self.validating and self.greedy_validation:
+            params["temperature"] = 0.0
+        return params
+
+    def _limit(self, prompt_length: int, max_tokens: int | None) -> int:
+        """The tokens to ask for: the caller's, within the response limit and what the context leaves (0: none)."""
+        limit = self.max_response_length if max_tokens is None else min(int(max_tokens), self.max_response_length)
+        if self.max_model_length is not None:
+            limit = min(limit, int(self.max_model_length) - prompt_length)
+        return max(limit, 0)
+
+    async def sample_ids(
+        self, prompt_ids: Sequence[int], max_tokens: int | None, session: str, seed: int, **options: Any
+    ) -> Generation:
+        """Token ids in, token ids and log-probs out, through ``/v1/completions``."""
+        prompt = [int(token) for token in prompt_ids]
+        if not prompt:
+            raise DataError("engine.generate() got an empty prompt; give at least one token id.")
+        limit = self._limit(len(prompt), max_tokens)
+        if len(prompt) > self.max_prompt_length or limit < 1:
+            return Generation([], [], "", PROMPT_TOO_LONG, prompt, self.weight_version)
+        server = self.server_for(session)
+        if not self._connected:  # the context limit and the model name come from the servers
+            await asyncio.to_thread(self.connect)
+            limit = self._limit(len(prompt), max_tokens)
+            if limit < 1:
+                return Generation([], [], "", PROMPT_TOO_LONG, prompt, self.weight_version)
+        body = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": limit,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "user": session,
+            **self._sampling(seed, options),
+        }
+        url = f"{server}/completions"
+        answer = await self._call(url, body, session)
+        choice = _first_choice(answer, url)
+        ids = _token_ids(choice, url, "choices[0].token_ids")
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+        if logprobs is None:
+            raise InferenceServerError(
+                f"{url} answered without choices[0].logprobs.token_logprobs; it must return the sampled tokens' "
+                "log-probs when asked with logprobs=0 (vLLM and rllm serve do)."
+            )
+        echoed = choice.get("prompt_token_ids")
+        if echoed is not None and list(echoed) != prompt:
+            raise InferenceServerError(
+                f"{url} sampled from other prompt ids than it was sent ({len(echoed)} ids for {len(prompt)}); it "
+                "re-tokenised the prompt: serve the trained model's tokenizer."
+            )
+        return self._generation(answer, choice, url, prompt, ids, logprobs, limit)
+
+    async def respond(self, messages: list[dict[str, Any]], session: str, seed: int, **kwargs: Any) -> ModelOutput:
+        """rLLM's chat call: rendered here and sent as ids, or sent as messages to ``/v1/chat/completions``."""
+        unknown = sorted(set(kwargs) - set(CHAT_OPTIONS))
+        if unknown:
+            raise EngineCallError(
+                f"get_model_response got {', '.join(map(repr, unknown))}, which OpenAIEngine does not take; it takes "
+                f"{', '.join(CHAT_OPTIONS)}."
+            )
+        options = {k: v for k, v in kwargs.items() if k not in ("max_tokens", "application_id")}
+        if self.endpoint == "completions" and getattr(self.tokenizer, "chat_template", None) is not None:
+            ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+                ids = ids["input_ids"]
+            generation = await self.sample_ids(list(ids), kwargs.get("max_tokens"), session, seed, **options)
+            return self.model_output(generation)
+        return await self._chat(messages, kwargs.get("max_tokens"), session, seed, options)
+
+    async def _chat(
+        self, messages: list[dict[str, Any]], max_tokens: int | None, session: str, seed: int, options: dict[str, Any]
+    ) -> ModelOutput:
+        server = self.server_for(session)
+        if not self._connected:
+            await asyncio.to_thread(self.connect)
+        limit = self.max_response_length if max_tokens is None else min(int(max_tokens), self.max_response_length)
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": limit,
+            "logprobs": True,
+            "return_token_ids": True,
+            "user": session,
+            **self._sampling(seed, options),
+        }
+        url = f"{server}/chat/completions"
+        answer = await self._call(url, body, session)
+        choice = _first_choice(answer, url)
+        ids = _token_ids(choice, url, "choices[0].token_ids")
+        prompt = answer.body.get("prompt_token_ids")
+        if prompt is None:
+            raise InferenceServerError(f"{url} answered without prompt_token_ids; {ENABLE_IDS}.")
+        content = (choice.get("logprobs") or {}).get("content")
+        if content is None:
+            raise InferenceServerError(
+                f"{url} answered without choices[0].logprobs.content; it must return the sampled tokens' log-probs "
+                "when asked with logprobs=true."
+            )
+        logprobs = [item.get("logprob") if isinstance(item, dict) else None for item in content]
+        generation = self._generation(answer, choice, url, list(prompt), ids, logprobs, limit)
+        text = (choice.get("message") or {}).get("content") or ""
+        return completion_output(
+            text,
+            prompt_ids=generation.prompt_ids,
+            completion_ids=generation.response_ids,
+            logprobs=generation.logprobs,
+            finish_reason=generation.finish_reason,
+        )
+
+    async def token_output(self, token_input: Sequence[int], session: str, seed: int, **kwargs: Any) -> Generation:
+        unknown = sorted(set(kwargs) - {"max_tokens", "application_id"})
+        if unknown:
+            raise EngineCallError(
+                f"get_token_output_from_token_input got {', '.join(map(repr, unknown))}, which OpenAIEngine does "
+                "not take; it takes max_tokens and application_id."
+            )
+        return await self.sample_ids(token_input, kwargs.get("max_tokens"), session, seed)
+
+    def _generation(
+        self,
+        answer: Answer,
+        choice: dict[str, Any],
+        url: str,
+        prompt: list[int],
+        ids: list[int],
+        logprobs: list[Any],
+        limit: int,
+    ) -> Generation:
+        """The checked answer: one finite log-prob per id, no more ids than asked for, the server's version."""
+        if len(logprobs) != len(ids) or not all(isinstance(x, int | float) for x in logprobs):
+            raise InferenceServerError(
+                f"{url} answered {len(ids)} token ids with {len(logprobs)} log-probs (or some null); it must give "
+                "one log-prob per sampled token."
+            )
+        if len(ids) > limit:
+            raise InferenceServerError(
+                f"{url} answered {len(ids)} tokens when {limit} were asked for (max_tokens); the server does not "
+                "honour max_tokens, so its answers cannot be trained on."
+            )
+        text = choice.get("text")
+        if text is None:
+            text = (choice.get("message") or {}).get("content") or ""
+        reason = str(choice.get("finish_reason") or "stop")
+        version = answer.body.get("weight_version")
+        sampled_by = self.weight_version if version is None else int(version)
+        return Generation(ids, [float(x) for x in logprobs], text, reason, prompt, sampled_by)
+
+    def model_output(self, generation: Generation) -> ModelOutput:
+        """The :class:`ModelOutput` of one generation; a prompt that was too long ends the episode."""
+        if generation.finish_reason == PROMPT_TOO_LONG:
+            raise TerminationEvent(TerminationReason.MAX_PROMPT_LENGTH_EXCEEDED)
+        return completion_output(
+            generation.text,
+            prompt_ids=generation.prompt_ids,
+            completion_ids=generation.response_ids,
+            logprobs=generation.logprobs,
+            finish_reason=generation.finish_reason,
+        )
+
+
+def _first_choice(answer: Answer, url: str) -> dict[str, Any]:
+    choices = answer.body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise InferenceServerError(f"{url} answered without choices; it is not an OpenAI-compatible completion.")
+    return choices[0]
+
+
+def _token_ids(choice: dict[str, Any], url: str, field: str) -> list[int]:
+    ids = choice.get("token_ids")
+    if ids is None:
+        raise InferenceServerError(f"{url} answered without {field}; {ENABLE_IDS}.")
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise InferenceServerError(f"{url} answered {field} that are not a list of token ids.")
+    return ids
+
+
+class _EpisodeView(RolloutEngine):
+    """One episode's view of an :class:`OpenAIEngine`: its server, its session id, its stream of request seeds."""
+
+    def __init__(self, engine: OpenAIEngine, session: str, rng: random.Random) -> None:
+        self.engine = engine
+        self.session = session
+        self.rng = rng
+
+    @property
+    def tokenizer(self) -> Any:  # type: ignore[override]
+        return self.engine.tokenizer
+
+    @property
+    def weight_version(self) -> int:  # type: ignore[override]
+        return self.engine.weight_version
+
+    @property
+    def supports_token_in_token_out(self) -> bool:
+        return True
+
+    async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
+        return await self.engine.sample_ids(prompt_ids, max_tokens, self.session, self.rng.getrandbits(31))
+
+    async def _get_model_response(self, messages: list[dict[str, Any]], **kwargs: Any) -> ModelOutput:
+        return await self.engine.respond(messages, self.session, self.rng.getrandbits(31), **kwargs)
+
+    async def get_token_output_from_token_input(self, token_input: Sequence[int], **kwargs: Any) -> Generation:
+        return await self.engine.token_output(token_input, self.session, self.rng.getrandbits(31), **kwargs)
+
+    def assemble_model_output(self, token_input: Sequence[int], token_output: Generation) -> ModelOutput:
+        return self.engine.model_output(token_output)

@@ -1,0 +1,158 @@
+"""OpenAIEngine against a stub server: retries, refusals and answers it cannot train on, each one line."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from stub_server import Reply, Stub, stub_server
+
+from rllm.engine import PROMPT_TOO_LONG, OpenAIEngine
+from rllm.errors import InferenceServerError
+
+MODELS = {"object": "list", "data": [{"id": "stub", "object": "model", "max_model_len": 32}]}
+
+
+def completion(ids: list[int], logprobs: list[float] | None, **extra: Any) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0, "text": "x" * len(ids), "finish_reason": "length", "token_ids": ids}
+    choice["logprobs"] = None if logprobs is None else {"token_logprobs": logprobs}
+    return {"choices": [{**choice, **extra}], "weight_version": 5}
+
+
+@pytest.fixture
+def stub() -> Iterator[Stub]:
+    with stub_server() as server:
+        yield server
+
+
+def _engine(stub: Stub, reply: Any, **options: Any) -> OpenAIEngine:
+    def answer(path: str, body: Any) -> Reply:
+        return (200, MODELS) if path == "/v1/models" else reply(path, body)
+
+    stub.reply = answer
+    settings = {"api_retries": 2, "retry_backoff": 0.01, "timeout": 5.0, **options}
+    return OpenAIEngine(base_url=f"{stub.root}/v1", **settings)
+
+
+def _one_line(exc: pytest.ExceptionInfo[BaseException]) -> str:
+    message = str(exc.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_good_answer_is_the_generation_with_the_servers_version(stub: Stub) -> None:
+    engine = _engine(stub, lambda path, body: (200, completion([7, 8], [-0.5, -0.25])), sampling_params={"top_k": 3})
+    generation = asyncio.run(engine.generate([1, 2, 3], max_tokens=4))
+    assert (generation.response_ids, generation.logprobs, generation.weight_version) == ([7, 8], [-0.5, -0.25], 5)
+    sent = stub.seen[-1][1]
+    assert sent["prompt"] == [1, 2, 3] and sent["max_tokens"] == 4 and sent["return_token_ids"] is True
+    assert sent["logprobs"] == 0 and sent["model"] == "stub" and sent["top_k"] == 3
+
+
+def test_the_context_limit_is_checked_before_sending(stub: Stub) -> None:
+    engine = _engine(stub, lambda path, body: (200, completion([1] * body["max_tokens"], [0.0] * body["max_tokens"])))
+    asyncio.run(engine.generate(list(range(28)), max_tokens=16))
+    assert stub.seen[-1][1]["max_tokens"] == 4  # 32 - 28: what the context leaves
+    sent = len(stub.seen)
+    assert asyncio.run(engine.generate(list(range(32)), max_tokens=16)).finish_reason == PROMPT_TOO_LONG
+    engine.max_prompt_length = 10
+    assert asyncio.run(engine.generate(list(range(11)))).finish_reason == PROMPT_TOO_LONG
+    assert len(stub.seen) == sent  # neither was sent
+
+
+def test_a_down_server_is_retried_then_one_line_naming_the_url() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    engine = OpenAIEngine(base_url=f"http://127.0.0.1:{port}/v1", api_retries=2, retry_backoff=0.05, timeout=2)
+    started = time.monotonic()
+    with pytest.raises(InferenceServerError) as caught:
+        asyncio.run(engine.generate([1]))
+    message = _one_line(caught)
+    assert message.startswith(f"http://127.0.0.1:{port}/v1/models: no answer (")
+    assert "after 3 attempts; start the server or fix rllm.rollout.openai.base_url." in message
+    assert time.monotonic() - started >= 0.05 + 0.1  # the back-off doubled between attempts
+
+
+@pytest.mark.parametrize(("status", "attempts"), [(400, 1), (404, 1), (500, 3), (503, 3), (429, 3)])
+def test_4xx_is_refused_at_once_5xx_and_429_are_retried(stub: Stub, status: int, attempts: int) -> None:
+    engine = _engine(stub, lambda path, body: (status, {"error": {"message": f"said {status}"}}))
+    with pytest.raises(InferenceServerError) as caught:
+        asyncio.run(engine.generate([1, 2]))
+    message = _one_line(caught)
+    assert f"{stub.root}/v1/completions" in message and f"HTTP {status}: said {status}" in message
+    assert sum(path == "/v1/completions" for path, _ in stub.seen) == attempts
+
+
+def test_a_timeout_is_retried_then_named(stub: Stub) -> None:
+    engine = _engine(stub, lambda path, body: (200, completion([1], [0.0])), timeout=0.2, api_retries=1)
+    engine.connect()
+    stub.delay = 0.5
+    with pytest.raises(InferenceServerError) as caught:
+        asyncio.run(engine.generate([1]))
+    assert f"{stub.root}/v1/completions: no answer within 0.2 s after 2 attempts" in _one_line(caught)
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ({"choices": [{"text": "hi", "logprobs": {"token_logprobs": [0.0]}}]}, "without choices[0].token_ids; it"),
+        (completion([4], None), "without choices[0].logprobs.token_logprobs"),
+        (completion([4, 5], [0.0]), "answered 2 token ids with 1 log-probs"),
+        (completion([4, 5, 6], [0.0, 0.0, 0.0]), "answered 3 tokens when 2 were asked for"),
+        (completion([4], [0.0], prompt_token_ids=[9, 9]), "other prompt ids than it was sent"),
+        ({"choices": []}, "without choices"),
+    ],
+)
+def test_an_answer_that_cannot_be_trained_on_is_one_line(stub: Stub, answer: dict[str, Any], said: str) -> None:
+    engine = _engine(stub, lambda path, body: (200, answer))
+    with pytest.raises(InferenceServerError) as caught:
+        asyncio.run(engine.generate([1, 2], max_tokens=2))
+    message = _one_line(caught)
+    assert said in message and f"{stub.root}/v1/completions" in message
+
+
+def test_chat_needs_prompt_ids_and_log_probs(stub: Stub) -> None:
+    def reply(path: str, body: Any) -> Reply:
+        choice = {"index": 0, "message": {"role": "assistant", "content": "Hi"}, "token_ids": [3], "logprobs": None}
+        return 200, {"choices": [choice], "prompt_token_ids": [1, 2]}
+
+    engine = _engine(stub, reply)
+    with pytest.raises(InferenceServerError) as caught:
+        asyncio.run(engine.get_model_response([{"role": "user", "content": "hello"}]))
+    assert "without choices[0].logprobs.content" in _one_line(caught)
+
+
+def test_episodes_stick_to_one_server_and_seed_their_requests(stub: Stub) -> None:
+    with stub_server() as other:
+        for server in (stub, other):
+            server.reply = lambda path, body: (200, MODELS) if path == "/v1/models" else (200, completion([1], [0.0]))
+        engine = OpenAIEngine(base_url=[f"{stub.root}/v1", f"{other.root}/v1"], retry_backoff=0.01)
+
+        async def episode(seed: int) -> None:
+            view = engine.for_episode(seed)
+            for _ in range(3):
+                await view.generate([1])
+
+        async def run() -> None:
+            await asyncio.gather(*(episode(seed) for seed in range(8)))
+
+        asyncio.run(run())
+        calls = [body for server in (stub, other) for path, body in server.seen if path == "/v1/completions"]
+        by_session: dict[str, set[int]] = {}
+        for server_index, server in enumerate((stub, other)):
+            for path, body in server.seen:
+                if path == "/v1/completions":
+                    by_session.setdefault(body["user"], set()).add(server_index)
+        assert len(calls) == 24 and len(by_session) == 8 and all(len(s) == 1 for s in by_session.values())
+        assert {i for s in by_session.values() for i in s} == {0, 1}  # both servers are used
+        first = [body["seed"] for body in calls if body["user"] == "episode-3"]
+        stub.seen.clear()
+        other.seen.clear()
+        asyncio.run(episode(3))
+        again = [body["seed"] for s in (stub, other) for path, body in s.seen if path == "/v1/completions"]
+        assert sorted(again) == sorted(first) and len(set(first)) == 3
