@@ -8,6 +8,10 @@ unit advantage estimators compare within.
 Identifiers keep their parts explicitly: a task id or a role may contain ``':'`` and still
 round-trip, because the parts are stored rather than re-parsed from the joined string.
 
+:class:`AgentFlow` and :class:`Evaluator` are rLLM's protocols of an agent program that knows
+nothing of the trainer (it talks to the model through the OpenAI-compatible URL its
+:class:`AgentConfig` gives) and of what scores its episode.
+
 ``metadata`` is rLLM's current name of ``info`` on steps, trajectories and episodes: one dict
 under both names, accepted by either name in the constructor. ``to_dict()`` / ``from_dict()``
 give JSON-safe dicts (no pickle) with rLLM's keys, and read the dicts rLLM writes.
@@ -19,7 +23,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from rllm.contract.names import TerminationReason
 from rllm.errors import DataError
@@ -27,6 +31,9 @@ from rllm.io import jsonable as _jsonable
 from rllm.records import metadata_alias as _metadata_alias
 from rllm.records import read_field as _read
 from rllm.records import take_metadata as _take_metadata
+
+if TYPE_CHECKING:
+    from rllm.eval.types import EvalOutput
 
 DEFAULT_ROLE = "all_groups"
 """Role of a group whose id names no role."""
@@ -379,3 +386,41 @@ class TrajectoryGroup:
     @property
     def group_task_id(self) -> str:
         return self.task_id if self.task_id is not None else self._split()[0]
+
+
+@dataclass
+class AgentConfig:
+    """What an :class:`AgentFlow` is given for one episode (rLLM's ``AgentConfig``).
+
+    ``base_url`` is an OpenAI-compatible endpoint of this episode alone (pass it to
+    ``openai.OpenAI(base_url=...)``): every call through it is sampled by the trainer's policy
+    and recorded as a step of the episode. ``model`` is the name to put in requests.
+    ``sampling_params`` is informational: what sampling the trainer applies.
+    """
+
+    base_url: str
+    model: str
+    session_uid: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    is_validation: bool = False
+    sampling_params: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class AgentFlow(Protocol):
+    """An agent program that turns one task into an episode by calling the model at ``config.base_url``.
+
+    Implement ``run(task, config)`` (it runs in a worker thread, so blocking clients such as
+    ``openai.OpenAI`` are fine) or ``async arun(task, config)`` (preferred when both exist). It
+    may return None (the episode is its recorded calls), a :class:`Trajectory` or an
+    :class:`Episode`; trajectories without steps receive the recorded calls.
+    """
+
+    def run(self, task: Any, config: AgentConfig) -> Episode | Trajectory | None: ...
+
+
+@runtime_checkable
+class Evaluator(Protocol):
+    """Scores an :class:`AgentFlow`'s episode (rLLM's ``Evaluator``); the reward is written onto its steps."""
+
+    def evaluate(self, task: Any, episode: Episode) -> EvalOutput: ...

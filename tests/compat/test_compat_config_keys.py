@@ -65,7 +65,7 @@ def test_the_seeds_stepwise_std_switch_wins_only_when_set(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("override", "subsystem"),
     [
-        ("+rllm.gateway.url=http://x", "model gateway"),
+        ("+rllm.remote_runtime.url=http://x", "remote runtimes"),
         ("+rllm.data.max_prompt_length=512", "tokenised datasets"),
         ("+rllm.workflow.use_workflow=true", "workflow registry"),
     ],

@@ -71,11 +71,17 @@ def run(args: argparse.Namespace) -> int:
         from rllm.trainer.plot import DEFAULT_NAME
 
         return _plot([Path(p) for p in args.plot], args.output or Path(DEFAULT_NAME))
+    from rllm.trainer.agent_flow import flow_objects, flow_trainer
     from rllm.trainer.unified import UnifiedTrainer
 
     config = words.load()
     started = time.perf_counter()
-    trainer = UnifiedTrainer(None, config, progress=not args.no_progress, learning_curve=True)
+    named = flow_objects(config)
+    stop = None
+    if named is None:
+        trainer = UnifiedTrainer(None, config, progress=not args.no_progress, learning_curve=True)
+    else:
+        trainer, stop = flow_trainer(None, config, *named, progress=not args.no_progress, learning_curve=True)
     writes = trainer.writes  # in a data-parallel run rank 0 alone speaks and plots
     try:
         if writes:
@@ -90,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
         return 130
     finally:
         trainer.shutdown()
+        if stop is not None:
+            stop()
     if not writes:
         return 0
     print(f"rllm train: done in {time.perf_counter() - started:.1f}s; metrics and checkpoints in {trainer.output_dir}")

@@ -437,6 +437,46 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         minimum=0,
         above=True,
     ),
+    ConfigKey(
+        "rllm.agent_flow.flow",
+        "str",
+        None,
+        "An AgentFlow to train, as module:attr (an instance, or a class made with no arguments); null: the "
+        "backend's workflow. Its calls go through the gateway (rllm.gateway.*).",
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.agent_flow.evaluator",
+        "str",
+        None,
+        "The Evaluator scoring the flow's episodes, as module:attr (an instance, or a class made with no "
+        "arguments); needed with rllm.agent_flow.flow.",
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.agent_flow.train_dataset",
+        "str",
+        None,
+        "The flow's training tasks, as module:attr (a list, or a function giving one, e.g. "
+        "rllm.tasks:text_digit_max_tasks); null: the backend's built-in tasks.",
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.agent_flow.val_dataset",
+        "str",
+        None,
+        "The flow's validation tasks, as module:attr like train_dataset; null: the training tasks.",
+        nullable=True,
+    ),
+    ConfigKey(
+        "rllm.gateway.host",
+        "str",
+        "127.0.0.1",
+        "Address the gateway (each episode's OpenAI-compatible URL) listens on.",
+    ),
+    _count("rllm.gateway.port", 0, "Port the gateway listens on; 0: any free port.", 0, maximum=65535),
+    ConfigKey("rllm.gateway.model", "str", "policy", "The model name flows are given and requests must carry."),
+    _count("rllm.gateway.flow_threads", 64, "Threads running synchronous flows (run) at once."),
     _count("rllm.rollout.n", 8, "Rollouts per task in training."),
     _count("rllm.rollout.n_val", 1, "Rollouts per task in validation."),
     ConfigKey(

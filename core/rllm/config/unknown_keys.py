@@ -45,7 +45,6 @@ def _suggest(path: str, known: Iterable[str]) -> str:
 
 
 _UPSTREAM_ONLY: tuple[tuple[str, str], ...] = (
-    ("rllm.gateway", "model gateway"),
     ("rllm.remote_runtime", "remote runtimes"),
     ("rllm.async_training", "asynchronous training"),
     ("rllm.agent", "agent registry"),

@@ -5,11 +5,13 @@ implements it, and workflows are written against it. Token-level workflows call
 ``generate`` and get a :class:`Generation`; rLLM's text workflows call
 ``get_model_response`` and get a :class:`ModelOutput`. :mod:`rllm.engine.chat` and
 :mod:`rllm.engine.tool_calls` are the text helpers engine authors share; :mod:`rllm.engine.weight_sync`
-takes new weights to the inference servers an engine samples from.
+takes new weights to the inference servers an engine samples from; :mod:`rllm.engine.openai_api` is
+OpenAI's completion API as rllm's servers speak it.
 """
 
 from __future__ import annotations
 
+from rllm.engine import openai_api
 from rllm.engine.chat import completion_output
 from rllm.engine.messages import check_messages
 from rllm.engine.rollout import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine, engine_problem
@@ -31,5 +33,6 @@ __all__ = [
     "check_messages",
     "completion_output",
     "engine_problem",
+    "openai_api",
     "weight_sync_for",
 ]

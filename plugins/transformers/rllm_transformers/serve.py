@@ -12,8 +12,6 @@ import asyncio
 import errno
 import json
 import socket
-import time
-import uuid
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -21,13 +19,14 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from rllm.engine import Generation
+from rllm.engine import Generation, openai_api
 from rllm.errors import ConfigError
 from rllm_transformers.checkpoint import MODEL_DIR
 from rllm_transformers.engine import SampleRequest, Sampling, TransformersEngine
 from rllm_transformers.model import Policy, load_policy
 from rllm_transformers.plugin import _installed
-from rllm_transformers.serve_params import Params, RequestError, parse
+
+Choice, Params, RequestError = openai_api.Choice, openai_api.Params, openai_api.RequestError
 
 _ABSENT = [name for name in ("fastapi", "uvicorn") if not _installed(name)]
 if _ABSENT:  # the extra first: one line naming it, not an ImportError
@@ -114,7 +113,7 @@ class Server:
             pending, self._pending = self._pending, []
             groups: dict[tuple[Sampling, bool], list[SampleRequest]] = defaultdict(list)
             for request, params in pending:
-                groups[(params.sampling, params.greedy)].append(request)
+                groups[(Sampling(params.temperature, params.top_p, params.top_k), params.greedy)].append(request)
             async with self._model_lock:
                 for (sampling, greedy), requests in groups.items():
                     # the engine's greedy path (validating): argmax, log-probs of the untempered distribution
@@ -207,69 +206,33 @@ class Server:
         return {"prompt": self.policy.tokenizer.decode(tokens, skip_special_tokens=False)}
 
     def completion_body(self, params: Params, generations: list[Generation]) -> dict[str, Any]:
-        choices = []
-        for index, generation in enumerate(generations):
-            choice: dict[str, Any] = {
-                "index": index,
-                "text": generation.text,
-                "logprobs": self._completion_logprobs(generation) if params.logprobs else None,
-                "finish_reason": generation.finish_reason,
-            }
-            if params.return_token_ids:
-                choice["prompt_token_ids"] = params.prompt_ids
-                choice["token_ids"] = generation.response_ids
-            choices.append(choice)
-        return self._envelope("cmpl", "text_completion", choices, params, generations)
+        return openai_api.completion_body(
+            self.model_name,
+            params.prompt_ids,
+            _choices(generations),
+            self._decode,
+            params.logprobs,
+            params.return_token_ids,
+            self.weight_version,
+        )
 
     def chat_body(self, params: Params, generations: list[Generation]) -> dict[str, Any]:
-        choices = []
-        for index, generation in enumerate(generations):
-            choice: dict[str, Any] = {
-                "index": index,
-                "message": {"role": "assistant", "content": generation.text},
-                "logprobs": self._chat_logprobs(generation) if params.logprobs else None,
-                "finish_reason": generation.finish_reason,
-            }
-            if params.return_token_ids:
-                choice["token_ids"] = generation.response_ids
-            choices.append(choice)
-        body = self._envelope("chatcmpl", "chat.completion", choices, params, generations)
-        if params.return_token_ids:
-            body["prompt_token_ids"] = params.prompt_ids
-        return body
+        return openai_api.chat_body(
+            self.model_name,
+            params.prompt_ids,
+            _choices(generations),
+            self._decode,
+            params.logprobs,
+            params.return_token_ids,
+            self.weight_version,
+        )
 
-    def _envelope(
-        self, prefix: str, kind: str, choices: list[dict[str, Any]], params: Params, generations: list[Generation]
-    ) -> dict[str, Any]:
-        completion = sum(len(g.response_ids) for g in generations)
-        return {
-            "id": f"{prefix}-{uuid.uuid4().hex}",
-            "object": kind,
-            "created": int(time.time()),
-            "model": self.model_name,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": len(params.prompt_ids),
-                "completion_tokens": completion,
-                "total_tokens": len(params.prompt_ids) + completion,
-            },
-            "weight_version": self.weight_version,
-        }
+    def _decode(self, ids: list[int]) -> str:
+        return str(self.policy.tokenizer.decode(ids))
 
-    def _completion_logprobs(self, generation: Generation) -> dict[str, Any]:
-        tokens = [self.policy.tokenizer.decode([t]) for t in generation.response_ids]
-        offsets, at = [], 0
-        for piece in tokens:
-            offsets.append(at)
-            at += len(piece)
-        return {"tokens": tokens, "token_logprobs": generation.logprobs, "top_logprobs": None, "text_offset": offsets}
 
-    def _chat_logprobs(self, generation: Generation) -> dict[str, Any]:
-        content = []
-        for token, logprob in zip(generation.response_ids, generation.logprobs, strict=True):
-            piece = self.policy.tokenizer.decode([token])
-            content.append({"token": piece, "logprob": logprob, "bytes": list(piece.encode()), "top_logprobs": []})
-        return {"content": content}
+def _choices(generations: list[Generation]) -> list[Choice]:
+    return [Choice(g.text, g.response_ids, g.logprobs, g.finish_reason) for g in generations]
 
 
 def apply_stop(generation: Generation, stop: list[str], tokenizer: Any) -> Generation:
@@ -322,14 +285,14 @@ def build_app(server: Server) -> FastAPI:
     async def completions(request: Request) -> dict[str, Any]:
         body = await read(request)
         server.check_model(body)
-        params = parse(body, server.completion_prompt(body), False, server.context_limit)
+        params = openai_api.parse(body, server.completion_prompt(body), False, server.context_limit)
         return server.completion_body(params, await server.generate(params))
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> dict[str, Any]:
         body = await read(request)
         server.check_model(body)
-        params = parse(body, server.chat_prompt(body), True, server.context_limit)
+        params = openai_api.parse(body, server.chat_prompt(body), True, server.context_limit)
         return server.chat_body(params, await server.generate(params))
 
     @app.post("/update_weights_from_disk")

@@ -1,0 +1,267 @@
+"""OpenAI's completion API as rllm's servers speak it: requests checked, answers shaped (see docs/serve.md).
+
+``rllm serve`` (the transformers plugin's server) and the trainer's gateway
+(:mod:`rllm.gateway.server`) both read requests with :func:`parse` and the helpers below, and
+answer with :func:`completion_body` and :func:`chat_body`, so a client sees one dialect:
+OpenAI's fields, token ids and log-probs under vLLM's names (``return_token_ids``,
+``prompt_token_ids``, ``token_ids``), errors as OpenAI's ``{"error": {...}}`` body.
+Pure Python: the servers bring their own HTTP layer.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "COMPLETION_MAX_TOKENS",
+    "KNOWN_KEYS",
+    "Choice",
+    "Params",
+    "RequestError",
+    "chat_body",
+    "check_fields",
+    "completion_body",
+    "logprobs_of",
+    "max_tokens_of",
+    "number",
+    "parse",
+]
+
+KNOWN_KEYS = frozenset(
+    {"model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed"}
+    | {"n", "stop", "logprobs", "top_logprobs", "return_token_ids", "stream", "user"}
+)
+"""The request fields served; any other is refused rather than ignored."""
+COMPLETION_MAX_TOKENS = 16
+"""``/v1/completions``' default ``max_tokens`` (OpenAI's); chat defaults to the rest of the context."""
+
+
+class RequestError(Exception):
+    """A request the server refuses: an OpenAI-shaped error body with this status."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param, self.status, self.code = param, status, code
+
+    def body(self) -> dict[str, Any]:
+        kind = "invalid_request_error" if self.status < 500 else "internal_error"
+        return {"error": {"message": str(self), "type": kind, "param": self.param, "code": self.code}}
+
+
+@dataclass
+class Params:
+    """What one request asks for, checked."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    """0: no top-k cut."""
+    greedy: bool
+    """``temperature=0``: argmax."""
+    n: int
+    seed: int | None
+    stop: list[str] = field(default_factory=list)
+    logprobs: bool = False
+    return_token_ids: bool = False
+
+
+@dataclass
+class Choice:
+    """One answer to a request: its text, the sampled ids and their log-probs, and why it stopped."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str | None
+
+
+def number(body: dict[str, Any], key: str, kind: type, default: Any, low: float, high: float | None = None) -> Any:
+    """``body[key]`` as ``kind`` within ``[low, high]`` (absent or null: ``default``), else a :class:`RequestError`."""
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        raise RequestError(f"{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}.", key)
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise RequestError(f"{key} must be {bound}, got {value!r}.", key)
+    return kind(value)
+
+
+def check_fields(body: dict[str, Any], server: str, known: frozenset[str] = KNOWN_KEYS) -> None:
+    """Refuse a field outside ``known`` (naming it) and streaming, which ``server`` does not do."""
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise RequestError(f"{server} does not support {', '.join(unknown)}; leave it out of the request.", unknown[0])
+    if body.get("stream"):
+        raise RequestError(f"{server} does not stream; send stream=false (the default).", "stream")
+
+
+def max_tokens_of(body: dict[str, Any], chat: bool, default: int) -> tuple[str, int]:
+    """The completion's token limit and the field that gave it (chat's ``max_completion_tokens`` first)."""
+    key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+    return key, number(body, key, int, default, 1)
+
+
+def logprobs_of(body: dict[str, Any], chat: bool, server: str) -> bool:
+    """Whether each sampled token's log-prob is asked for; alternatives (top log-probs) are refused."""
+    if chat:
+        logprobs = body.get("logprobs") or False
+        top = number(body, "top_logprobs", int, 0, 0)
+    else:
+        top = number(body, "logprobs", int, None, 0)
+        logprobs = top is not None
+    if not isinstance(logprobs, bool):
+        raise RequestError(f"logprobs must be true or false, got {logprobs!r}.", "logprobs")
+    if top:
+        raise RequestError(
+            f"alternatives to the sampled token are not returned by {server}; ask for "
+            + ("logprobs=true with top_logprobs=0" if chat else "logprobs=0")
+            + " to get each sampled token's log-prob.",
+            "top_logprobs" if chat else "logprobs",
+        )
+    return logprobs
+
+
+def parse(body: dict[str, Any], prompt_ids: list[int], chat: bool, context_limit: int) -> Params:
+    """The request's sampling settings, checked against OpenAI's and vLLM's ranges and the context limit."""
+    server = "rllm serve"
+    check_fields(body, server)
+    if not prompt_ids:
+        raise RequestError("The prompt is empty; give at least one token.", "messages" if chat else "prompt")
+    room = context_limit - len(prompt_ids)
+    key, max_tokens = max_tokens_of(body, chat, room if chat else COMPLETION_MAX_TOKENS)
+    if len(prompt_ids) + max_tokens > context_limit:
+        raise RequestError(
+            f"This model's maximum context length is {context_limit} tokens. However, you requested "
+            f"{len(prompt_ids) + max_tokens} tokens ({len(prompt_ids)} in the prompt, {max_tokens} in the "
+            f"completion); reduce the prompt or {key}.",
+            key,
+            code="context_length_exceeded",
+        )
+    temperature = number(body, "temperature", float, 1.0, 0.0, 2.0)
+    top_p = number(body, "top_p", float, 1.0, 0.0, 1.0)
+    if top_p == 0:
+        raise RequestError("top_p must be above 0 (1 keeps every token).", "top_p")
+    top_k = number(body, "top_k", int, 0, -1)
+    stop = body.get("stop") or []
+    stop = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise RequestError("stop must be a non-empty string or a list of them.", "stop")
+    return Params(
+        prompt_ids=prompt_ids,
+        max_tokens=max_tokens,
+        temperature=temperature or 1.0,
+        top_p=top_p,
+        top_k=max(top_k, 0),
+        greedy=temperature == 0,
+        n=number(body, "n", int, 1, 1, 128),
+        seed=number(body, "seed", int, None, 0),
+        stop=stop,
+        logprobs=logprobs_of(body, chat, server),
+        return_token_ids=bool(body.get("return_token_ids", False)),
+    )
+
+
+Decode = Callable[[list[int]], str]
+"""One token id's text (the tokenizer's ``decode``)."""
+
+
+def completion_body(
+    model: str,
+    prompt_ids: list[int],
+    choices: Sequence[Choice],
+    decode: Decode,
+    logprobs: bool,
+    return_token_ids: bool,
+    weight_version: int | None,
+) -> dict[str, Any]:
+    """``/v1/completions``' answer: each choice's text, and its ids and log-probs when asked for."""
+    shaped = []
+    for index, choice in enumerate(choices):
+        item: dict[str, Any] = {
+            "index": index,
+            "text": choice.text,
+            "logprobs": _completion_logprobs(choice, decode) if logprobs else None,
+            "finish_reason": choice.finish_reason,
+        }
+        if return_token_ids:
+            item["prompt_token_ids"] = prompt_ids
+            item["token_ids"] = choice.token_ids
+        shaped.append(item)
+    return _envelope("cmpl", "text_completion", model, prompt_ids, shaped, choices, weight_version)
+
+
+def chat_body(
+    model: str,
+    prompt_ids: list[int],
+    choices: Sequence[Choice],
+    decode: Decode,
+    logprobs: bool,
+    return_token_ids: bool,
+    weight_version: int | None,
+) -> dict[str, Any]:
+    """``/v1/chat/completions``' answer: an assistant message per choice; vLLM's ids when asked for."""
+    shaped = []
+    for index, choice in enumerate(choices):
+        item: dict[str, Any] = {
+            "index": index,
+            "message": {"role": "assistant", "content": choice.text},
+            "logprobs": _chat_logprobs(choice, decode) if logprobs else None,
+            "finish_reason": choice.finish_reason,
+        }
+        if return_token_ids:
+            item["token_ids"] = choice.token_ids
+        shaped.append(item)
+    body = _envelope("chatcmpl", "chat.completion", model, prompt_ids, shaped, choices, weight_version)
+    if return_token_ids:
+        body["prompt_token_ids"] = prompt_ids
+    return body
+
+
+def _envelope(
+    prefix: str,
+    kind: str,
+    model: str,
+    prompt_ids: list[int],
+    shaped: list[dict[str, Any]],
+    choices: Sequence[Choice],
+    weight_version: int | None,
+) -> dict[str, Any]:
+    completion = sum(len(choice.token_ids) for choice in choices)
+    return {
+        "id": f"{prefix}-{uuid.uuid4().hex}",
+        "object": kind,
+        "created": int(time.time()),
+        "model": model,
+        "choices": shaped,
+        "usage": {
+            "prompt_tokens": len(prompt_ids),
+            "completion_tokens": completion,
+            "total_tokens": len(prompt_ids) + completion,
+        },
+        "weight_version": weight_version,
+    }
+
+
+def _completion_logprobs(choice: Choice, decode: Decode) -> dict[str, Any]:
+    tokens = [decode([token]) for token in choice.token_ids]
+    offsets, at = [], 0
+    for piece in tokens:
+        offsets.append(at)
+        at += len(piece)
+    return {"tokens": tokens, "token_logprobs": choice.logprobs, "top_logprobs": None, "text_offset": offsets}
+
+
+def _chat_logprobs(choice: Choice, decode: Decode) -> dict[str, Any]:
+    content = []
+    for token, logprob in zip(choice.token_ids, choice.logprobs, strict=True):
+        piece = decode([token])
+        content.append({"token": piece, "logprob": logprob, "bytes": list(piece.encode()), "top_logprobs": []})
+    return {"content": content}
