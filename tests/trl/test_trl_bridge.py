@@ -107,9 +107,9 @@ def test_grpo_under_trls_preset_reproduces_trls_advantages_and_loss(tmp_path) ->
 
     config = {"gradient_accumulation_steps": 2, "steps_per_generation": 2, "per_device_train_batch_size": 4}
     theirs = recorded(build(GRPOTrainer, tmp_path / "trl", config=config))
-    theirs.train()
+    tiny_trl.train(theirs)
     ours = recorded(build(RLLMGRPOTrainer, tmp_path / "rllm", config=config, estimator="grpo", loss="trl.dapo"))
-    ours.train()
+    tiny_trl.train(ours)
 
     assert len(ours.seen["advantages"]) == len(theirs.seen["advantages"]) == 2
     assert len(ours.seen["loss"]) == len(theirs.seen["loss"]) == 4  # two micro-batches per step
@@ -207,3 +207,42 @@ def test_trl_loss_fields_reach_the_trl_losses_and_loss_options_win(tmp_path) -> 
     assert trainer.rllm_loss.options["epsilon"] == 0.3 and trainer.rllm_loss.agg_mode == "seq-mean-token-mean"
     trainer = build(RLLMGRPOTrainer, tmp_path, config={"epsilon": 0.3}, loss="trl.dapo", loss_options={"epsilon": 0.1})
     assert trainer.rllm_loss.options["epsilon"] == 0.1
+
+
+@pytest.mark.slow
+def test_trl_grpo_with_a_kl_term_reproduces_trls_loss(tmp_path) -> None:
+    """TRL's loss_type='grpo' with beta, and its metric kl: the reference model loaded from the same directory."""
+    from trl import GRPOTrainer
+
+    from rllm_trl import RLLMGRPOTrainer
+
+    saved = tmp_path / "tiny"
+    tiny_trl.model().save_pretrained(saved)
+    tiny_trl.tokenizer().save_pretrained(saved)
+    config = {
+        "beta": 0.04,
+        "use_bias_correction_kl": False,
+        "loss_type": "grpo",
+        "gradient_accumulation_steps": 2,
+        "steps_per_generation": 2,
+        "per_device_train_batch_size": 4,
+    }
+    losses, kl = [], []
+    for cls, bridge in [(GRPOTrainer, {}), (RLLMGRPOTrainer, {"loss": "trl.grpo"})]:
+        trainer = recorded(
+            cls(
+                model=str(saved),
+                reward_funcs=[tiny_trl.count_a, tiny_trl.length_reward],
+                args=tiny_trl.config(tmp_path / cls.__name__, **config),
+                train_dataset=tiny_trl.dataset(),
+                **bridge,
+            )
+        )
+        tiny_trl.train(trainer)
+        assert trainer.ref_model is not None
+        losses.append(trainer.seen["loss"])
+        kl.append(trainer.state.log_history[1]["kl"])
+    theirs, ours = losses
+    assert len(ours) == len(theirs) == 4
+    assert kl[0] > 1e-4 and abs(kl[1] - kl[0]) <= 1e-6  # the second step's policy has left the reference
+    assert all(abs(our - their) <= 1e-6 for our, their in zip(ours, theirs, strict=True)), (ours, theirs)

@@ -64,15 +64,15 @@ def test_the_outcome_estimators_are_the_expected_kinds() -> None:
     assert not {"gae", "reinforce_plus_plus", "optimal_token_baseline", "gigpo"} & set(OUTCOME)
 
 
-def train(tmp_path: Path, steps: int = 2, **bridge) -> tuple[object, list[torch.Tensor]]:
-    """A run of ``steps`` steps; returns the trainer and the advantages of each generation batch."""
+def train(tmp_path: Path, steps: int = 2, prompts: int = 2, **bridge) -> tuple[object, list[torch.Tensor]]:
+    """A run of ``steps`` steps of ``prompts`` x 4 completions; returns the trainer and each batch's advantages."""
     from rllm_trl import RLLMGRPOTrainer
 
     trainer = RLLMGRPOTrainer(
         model=tiny_trl.model(),
         processing_class=tiny_trl.tokenizer(),
         reward_funcs=[tiny_trl.count_a, tiny_trl.length_reward],
-        args=tiny_trl.config(tmp_path, max_steps=steps),
+        args=tiny_trl.config(tmp_path, max_steps=steps, per_device_train_batch_size=4 * prompts),
         train_dataset=tiny_trl.dataset(),
         **bridge,
     )
@@ -86,7 +86,7 @@ def train(tmp_path: Path, steps: int = 2, **bridge) -> tuple[object, list[torch.
 
     trainer._generate_and_score_completions = recording
     before = [p.detach().clone() for p in trainer.model.parameters()]
-    trainer.train()
+    tiny_trl.train(trainer)
     after = list(trainer.model.parameters())
     assert all(torch.isfinite(p).all() for p in after)
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True)), "no parameter moved"
@@ -127,5 +127,5 @@ def test_an_estimator_from_a_plugin_trains_the_tiny_model(tmp_path: Path, monkey
 @pytest.mark.slow
 @pytest.mark.parametrize("loss", LOSSES)
 def test_each_registered_loss_trains_the_tiny_model_for_a_step(tmp_path: Path, loss: str) -> None:
-    trainer, _ = train(tmp_path, steps=1, estimator="rloo", loss=loss, loss_options=OPTIONS.get(loss))
+    trainer, _ = train(tmp_path, steps=1, prompts=1, estimator="rloo", loss=loss, loss_options=OPTIONS.get(loss))
     assert trainer.rllm_loss.name == loss

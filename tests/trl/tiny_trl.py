@@ -6,6 +6,7 @@ Built from configs (no hub): a one-layer Qwen2 of width 16 over 13 tokens (``<pa
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -81,3 +82,13 @@ def config(output_dir: Path, **overrides: Any) -> Any:
     }
     settings.update(overrides)
     return GRPOConfig(**settings)
+
+
+def train(trainer: Any) -> None:
+    """``trainer.train()``, with the objects alive so far frozen out of the garbage collector first.
+
+    accelerate ends every ``train()`` with ``gc.collect()``, which in a test session holding many
+    objects took most of a tiny run (0.7 of 1.1 seconds); frozen objects are not scanned.
+    """
+    gc.freeze()
+    trainer.train()

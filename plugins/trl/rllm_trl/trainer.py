@@ -34,7 +34,7 @@ from accelerate.utils import gather_object  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from rllm.errors import ConfigError, EstimatorOutputError, LossOptionError, MissingInputError, RLLMWarning  # noqa: E402
-from rllm.losses import LossSettings, loss_entry, resolve_loss_options  # noqa: E402
+from rllm.losses import LossSettings, kl_penalty, loss_entry, resolve_loss_options  # noqa: E402
 from rllm.toolkit import AdvantageBatch, EstimatorStates, Ragged, resolve_plugins, run_estimator  # noqa: E402
 from rllm_trl.plugin import LOSSES, PREFIX  # noqa: E402
 
@@ -244,21 +244,23 @@ class RLLMGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         if self.aux_loss_enabled:  # as TRL adds a MoE router's load-balancing loss
             loss = loss + self.router_aux_loss_coef * aux_loss / self._rllm_accumulation(mode)
-        self._rllm_log(mode, metrics, entropy, mask)
+        self._metrics[mode]["entropy"].append(self._rllm_token_mean(entropy, mask))
+        if self.beta:  # TRL's kl metric: the token mean of k3 (the loss's own kl_loss is aggregated by its mode)
+            ref = inputs["ref_per_token_logps"]
+            self._metrics[mode]["kl"].append(self._rllm_token_mean(kl_penalty(log_probs, ref, "low_var_kl"), mask))
+        for key, value in metrics.items():  # averaged over processes
+            gathered = self.accelerator.gather(torch.tensor([float(value)], device=log_probs.device))
+            self._metrics[mode][key].append(gathered.nanmean().item())
         return loss
 
     def _rllm_accumulation(self, mode: str) -> int:
         return int(self.current_gradient_accumulation_steps) if mode == "train" else 1
 
-    def _rllm_log(self, mode: str, metrics: Mapping[str, float], entropy: torch.Tensor, mask: torch.Tensor) -> None:
-        """The loss's metrics (averaged over processes) and TRL's ``entropy`` (a token mean over processes)."""
-        device = entropy.device
-        totals = torch.stack([(entropy.detach() * mask).sum(), mask.sum().to(entropy.dtype)])
+    def _rllm_token_mean(self, values: torch.Tensor, mask: torch.Tensor) -> float:
+        """The mean of ``values`` over the response tokens of every process, as TRL logs ``entropy`` and ``kl``."""
+        totals = torch.stack([(values.detach() * mask).sum(), mask.sum().to(values.dtype)])
         totals = self.accelerator.reduce(totals, reduction="sum")
-        self._metrics[mode]["entropy"].append((totals[0] / totals[1].clamp(min=1.0)).item())
-        for key, value in metrics.items():
-            gathered = self.accelerator.gather(torch.tensor([float(value)], device=device))
-            self._metrics[mode][key].append(gathered.nanmean().item())
+        return (totals[0] / totals[1].clamp(min=1.0)).item()
 
 
 def loss_counts(trainer: Any, inputs: Mapping[str, Any], mask: torch.Tensor) -> dict[str, float]:
