@@ -129,3 +129,31 @@ def test_an_estimator_from_a_plugin_trains_the_tiny_model(tmp_path: Path, monkey
 def test_each_registered_loss_trains_the_tiny_model_for_a_step(tmp_path: Path, loss: str) -> None:
     trainer, _ = train(tmp_path, steps=1, prompts=1, estimator="rloo", loss=loss, loss_options=OPTIONS.get(loss))
     assert trainer.rllm_loss.name == loss
+
+
+@pytest.mark.slow
+def test_evaluation_uses_the_estimator_and_the_loss(tmp_path: Path) -> None:
+    from rllm_trl import RLLMGRPOTrainer
+
+    trainer = RLLMGRPOTrainer(
+        model=tiny_trl.model(),
+        processing_class=tiny_trl.tokenizer(),
+        reward_funcs=[tiny_trl.count_a, tiny_trl.length_reward],
+        args=tiny_trl.config(tmp_path, per_device_eval_batch_size=4, num_generations_eval=2),
+        train_dataset=tiny_trl.dataset(),
+        eval_dataset=tiny_trl.dataset(2),
+        estimator="rloo",
+        loss="vanilla",
+    )
+    seen, scored = [], []
+    generate, score = trainer._generate_and_score_completions, trainer._calculate_rewards
+    trainer._generate_and_score_completions = lambda inputs: seen.append(generate(inputs)) or seen[-1]
+    trainer._calculate_rewards = lambda *args: scored.append(score(*args)) or scored[-1]
+    metrics = trainer.evaluate()
+    assert torch.isfinite(torch.tensor(metrics["eval_loss"]))
+    assert len(seen) == len(scored) > 0
+    for output, rewards in zip(seen, scored, strict=True):  # RLOO over pairs of num_generations_eval=2
+        pairs = torch.nansum(rewards, dim=1).view(-1, 2)
+        expected = torch.stack([pairs[:, 0] - pairs[:, 1], pairs[:, 1] - pairs[:, 0]], dim=1).flatten()
+        assert torch.allclose(output["advantages"], expected, atol=1e-6)
+    assert any(output["advantages"].abs().max() > 0 for output in seen)

@@ -162,6 +162,7 @@ class RLLMGRPOTrainer(GRPOTrainer):
         weights = self.reward_weights.to(rewards_per_func.device)
         rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)  # TRL's sum, in TRL's float32
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        resolved = resolve_plugins(self._rllm_entry)  # this step's one lookup: kernels and declared fields
         batch = AdvantageBatch(
             _numpy(rewards),
             _group_labels(prompts, generations),
@@ -169,8 +170,8 @@ class RLLMGRPOTrainer(GRPOTrainer):
                 "response_lengths": lambda: _numpy(lengths),
                 "reward_components": lambda: _numpy(rewards_per_func),
             },
-            kernels=self._rllm_resolved.kernels,
-            fields=self._rllm_resolved.fields,
+            kernels=resolved.kernels,
+            fields=resolved.fields,
         )
         return self._rllm_run(batch, self.rllm_states.get(self.rllm_estimator, self._rllm_entry.target, STATE_ROLE))
 
@@ -187,10 +188,6 @@ class RLLMGRPOTrainer(GRPOTrainer):
                 "per completion (use an outcome estimator)."
             )
         return torch.tensor(np.asarray(advantages), dtype=torch.float32)
-
-    @property
-    def _rllm_resolved(self) -> Any:
-        return resolve_plugins(self._rllm_entry)
 
     def _rllm_dry_run(self) -> None:
         """Run the estimator once on a made-up group, so that its options fail now, not after the first generation."""
@@ -248,9 +245,10 @@ class RLLMGRPOTrainer(GRPOTrainer):
         if self.beta:  # TRL's kl metric: the token mean of k3 (the loss's own kl_loss is aggregated by its mode)
             ref = inputs["ref_per_token_logps"]
             self._metrics[mode]["kl"].append(self._rllm_token_mean(kl_penalty(log_probs, ref, "low_var_kl"), mask))
-        for key, value in metrics.items():  # averaged over processes
-            gathered = self.accelerator.gather(torch.tensor([float(value)], device=log_probs.device))
-            self._metrics[mode][key].append(gathered.nanmean().item())
+        every = gather_object([dict(metrics)])  # one collective, whatever keys each process's batch gave
+        for key in sorted({key for ranked in every for key in ranked}):
+            values = [ranked[key] for ranked in every if key in ranked]
+            self._metrics[mode][key].append(sum(values) / len(values))
         return loss
 
     def _rllm_accumulation(self, mode: str) -> int:
@@ -258,7 +256,8 @@ class RLLMGRPOTrainer(GRPOTrainer):
 
     def _rllm_token_mean(self, values: torch.Tensor, mask: torch.Tensor) -> float:
         """The mean of ``values`` over the response tokens of every process, as TRL logs ``entropy`` and ``kl``."""
-        totals = torch.stack([(values.detach() * mask).sum(), mask.sum().to(values.dtype)])
+        selected = mask.bool()
+        totals = torch.stack([torch.where(selected, values.detach(), 0.0).sum(), selected.sum().to(values.dtype)])
         totals = self.accelerator.reduce(totals, reduction="sum")
         return (totals[0] / totals[1].clamp(min=1.0)).item()
 
