@@ -375,6 +375,29 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         minimum=0,
     ),
     _count("rllm.dynamic_sampling.max_rounds", 3, "drop: generation rounds per step, the first included."),
+    _bool_key(
+        "rllm.async_training.enable",
+        False,
+        "Sample the next batches while the policy updates (docs/async.md); the backend must overlap them.",
+    ),
+    _count(
+        "rllm.async_training.staleness_threshold",
+        0,
+        "Policy versions a sample may lag behind the policy it trains (0: on-policy, as a synchronous run); "
+        "sampling pauses rather than exceed it.",
+        0,
+    ),
+    _count(
+        "rllm.async_training.max_batches_ahead",
+        1,
+        "Batches sampled ahead of the one training, at most (also bounded by staleness_threshold).",
+    ),
+    _bool_key(
+        "rllm.async_training.allow_uncorrected",
+        False,
+        "With staleness_threshold > 0, train on stale samples without a rollout correction "
+        "(rllm.algorithm.rollout_correction tis_mode, rollout_rs or off_policy_mask_threshold).",
+    ),
     _count("rllm.workflow.n_parallel_tasks", 256, "Workflows run at once."),
     _count("rllm.workflow.retry_limit", 3, "failure_policy=retry: extra attempts for a workflow that raised.", 0),
     _bool_key(

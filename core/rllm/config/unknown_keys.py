@@ -46,7 +46,15 @@ def _suggest(path: str, known: Iterable[str]) -> str:
 
 _UPSTREAM_ONLY: tuple[tuple[str, str], ...] = (
     ("rllm.remote_runtime", "remote runtimes"),
-    ("rllm.async_training", "asynchronous training"),
+    ("rllm.async_training.mini_batch_size", "fully-async mini-batches"),
+    ("rllm.async_training.fwd_bwd_group_size", "fully-async forward-backward groups"),
+    (
+        "rllm.async_training.trigger_parameter_sync_step",
+        "parameter-sync interval (rllm publishes the weights after every update)",
+    ),
+    ("rllm.async_training.partial_rollout", "partial rollouts"),
+    ("rllm.async_training.episode_offload_dir", "episode offloading"),
+    ("rllm.async_training.trajectory_group_offload_dir", "episode offloading"),
     ("rllm.agent", "agent registry"),
     ("rllm.env", "environment registry"),
     ("rllm.rollout.train", "sampling parameters (backends sample as their own sections say)"),

@@ -55,6 +55,11 @@ class TrainerState:
     """The run's stateful estimators' states (checkpointed); pass them to the collection step."""
     sampling_state: Any = None
     """Dynamic sampling's position in its refill order (checkpointed)."""
+    policy_version: int = 0
+    """Policy updates so far: the version the weights published after the last one carry."""
+    pending: list[Any] = field(default_factory=list)
+    """Asynchronous training: the batches sampled ahead and not yet trained
+    (:class:`rllm.trainer.async_training.SampledBatch`, checkpointed)."""
 
     def reset_batch(self) -> None:
         """Forget the previous step's data; counters and the rejection-sampling state survive."""
@@ -150,6 +155,34 @@ class BackendProtocol:
         """This process's place in a data-parallel run (:mod:`rllm.trainer.parallel`); None (the default): the run
         is this one process. With a group, each process rolls out its share of a batch and only rank 0 writes."""
         return None
+
+    @property
+    def overlaps_rollouts(self) -> bool:
+        """Whether rollouts can sample while stages 4-7 run (``rllm.async_training``, docs/async.md); default False.
+
+        A backend that says True lets the trainer run :meth:`transform_to_backend_batch` through
+        :meth:`update_policy` on a worker thread while workflows sample on the event loop, from
+        the weights :meth:`refresh_rollout_weights` last took up, never from weights being updated.
+        """
+        return False
+
+    def publish_weights(self, version: int) -> None:
+        """Asynchronous training, right after an update: keep the policy's weights aside as ``version``.
+
+        Called on the update thread while rollouts may be sampling; it must not change what they
+        sample from. The default refuses: a backend that overlaps rollouts implements it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement publish_weights() to train asynchronously")
+
+    def refresh_rollout_weights(self) -> int:
+        """Asynchronous training, between batches: make the rollout engine sample the weights published last.
+
+        Returns their version; the engine's ``weight_version`` must say the same. Nothing samples
+        meanwhile, but :meth:`publish_weights` may be running on the update thread.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement refresh_rollout_weights() to train asynchronously"
+        )
 
     def get_dataloader(self, dataset: Sequence[Any] | None, trainer_state: TrainerState) -> Iterable[Any]:
         """Batches of tasks for one pass over ``dataset``; called once per epoch and for validation."""

@@ -39,6 +39,8 @@ TRAINER_FILE = "trainer.json"
 RS_FILE = "rejection_state.json"
 ESTIMATORS_FILE = "estimators.json"
 SAMPLING_FILE = "sampling.json"
+ASYNC_FILE = "async.json"
+"""Asynchronous runs only: the policy version and the batches sampled ahead, not yet trained (read when listed)."""
 LATEST = "latest"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _SCRATCH = re.compile(r"^(\.step_\d+\.(partial|discard)-\d+|\.latest\..+\.tmp)$")
@@ -85,6 +87,20 @@ def _count(counters: Any, key: str) -> int:
     return value
 
 
+def _in_flight(path: Path) -> tuple[int, list[Any]]:
+    """The policy version and the batches sampled ahead in :data:`ASYNC_FILE`, when the manifest lists it."""
+    if ASYNC_FILE not in json.loads((path / MANIFEST).read_bytes())["files"]:
+        return 0, []
+    from rllm.trainer.async_training import SampledBatch
+
+    data = json.loads((path / ASYNC_FILE).read_bytes())
+    version = _count(data, "policy_version")
+    pending = list(data["pending"])
+    for batch in pending:
+        SampledBatch.from_json(batch)  # each decodes before anything is restored
+    return version, pending
+
+
 class CheckpointManager:
     """Saves and restores the trainer counters, rejection-sampling state and the backend's state.
 
@@ -92,10 +108,12 @@ class CheckpointManager:
     ...); resuming under different settings is refused rather than silently mixing runs.
     """
 
-    def __init__(self, root: Path, fingerprint: dict[str, Any], keep: int = 3) -> None:
+    def __init__(self, root: Path, fingerprint: dict[str, Any], keep: int = 3, asynchronous: bool = False) -> None:
         self.root = Path(root)
         self.fingerprint = fingerprint
         self.keep = max(int(keep), 1)
+        self.asynchronous = asynchronous
+        """Write :data:`ASYNC_FILE` (``rllm.async_training.enable``)."""
 
     def steps(self) -> list[tuple[int, Path]]:
         """Every ``step_N`` directory, intact or not, oldest first."""
@@ -165,6 +183,7 @@ class CheckpointManager:
         rs_data = encode_rejection_state(rs_state)  # an unstorable value fails here, before any file is touched
         sampling = (state.sampling_state or SamplingState()).to_json()
         estimators = _estimator_json(state)
+        in_flight = json.dumps({"policy_version": state.policy_version, "pending": state.pending}, allow_nan=False)
         counters = {
             "global_step": state.global_step,
             "epoch": state.epoch,
@@ -182,6 +201,8 @@ class CheckpointManager:
             write_atomic(tmp / RS_FILE, json.dumps(rs_data))
             write_atomic(tmp / ESTIMATORS_FILE, estimators)
             write_atomic(tmp / SAMPLING_FILE, json.dumps(sampling))
+            if self.asynchronous:
+                write_atomic(tmp / ASYNC_FILE, in_flight)
             files = {
                 p.relative_to(tmp).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p, sync=True)}
                 for p in sorted(tmp.rglob("*"))
@@ -271,6 +292,7 @@ class CheckpointManager:
                 if (path / SAMPLING_FILE).is_file()
                 else SamplingState()
             )
+            version, pending = _in_flight(path)
         except Exception as exc:  # whatever a tampered file makes the decoders raise: fall back, never a traceback
             raise self._unusable(path, f"checkpoint {str(path)!r} holds data this rllm cannot read ({exc!r})") from exc
         if saved != self.fingerprint:
@@ -287,6 +309,7 @@ class CheckpointManager:
         state.global_step, state.epoch, state.batches_done, state.rs_state = step, epoch, batches, rs_state
         state.estimator_states.load_state_dict(estimators, repr(str(path / ESTIMATORS_FILE)))
         state.sampling_state = sampling
+        state.policy_version, state.pending = version, pending
 
     def resume(self, state: TrainerState, backend: BackendProtocol, tidy: bool = True) -> tuple[Path | None, list[str]]:
         """Load the newest intact checkpoint; returns it (None if there is none) and why newer ones were skipped.

@@ -56,4 +56,5 @@ def run_fingerprint(
         "loss_fn": algorithm_config.loss_fn,
         **({"normalize_by_steps": True} if algorithm_config.normalize_by_steps else {}),
         **({"dynamic_sampling": dataclasses.asdict(ds_config)} if ds_config.enabled else {}),
+        **({"async_training": resolved["rllm"]["async_training"]} if config.rllm.async_training.enable else {}),
     }

@@ -18,8 +18,10 @@ and the step's timings and episode metrics (:mod:`rllm.trainer.step_metrics`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -31,10 +33,19 @@ from omegaconf import DictConfig, OmegaConf
 from rllm.config.loading import load_config
 from rllm.errors import ConfigError, RLLMWarning, TrainerError
 from rllm.estimators.collect import collect_advantages
+from rllm.trainer.async_training import (
+    AheadSampler,
+    AsyncSettings,
+    SampledBatch,
+    UpdateThread,
+    check_weight_versions,
+    lag_metrics,
+    stamp_weight_version,
+)
 from rllm.trainer.backend_protocol import BackendProtocol, TrainerState
 from rllm.trainer.checkpoint import CheckpointManager
 from rllm.trainer.components import check_backend_fills, configured_executor, resolve_backend, resolve_grouping_hook
-from rllm.trainer.engine import WorkflowEngine
+from rllm.trainer.engine import EngineStats, WorkflowEngine
 from rllm.trainer.fingerprint import NUMBER_SETTINGS, run_fingerprint
 from rllm.trainer.grouping import (
     GroupingHook,
@@ -118,6 +129,8 @@ class UnifiedTrainer:
         self.algorithm_config = settings.algorithm  # the run's one AlgorithmConfig, handed to every part below
         self.cf_config, self.rs_config, self.ds_config = settings.cf, settings.rs, settings.ds
         self.val_pass_at_k = settings.val_pass_at_k
+        self.async_settings = AsyncSettings.from_config(self.config)
+        """``rllm.async_training``: sample the next batches while the policy updates (docs/async.md)."""
         backend_type = resolve_backend(backend_cls, self.config)
         check_backend_fills(backend_type, self.algorithm_config)
         if backend_args and {"config", "algorithm"} & set(backend_args):
@@ -130,6 +143,9 @@ class UnifiedTrainer:
         self.backend.validate_config()
         self.process_group = self.backend.process_group
         """This process's place in a data-parallel run (None: one process); only rank 0 writes the run directory."""
+        self.async_settings.check(
+            self.backend, self.algorithm_config, self.process_group, self.ds_config.enabled, self.rs_config.mode
+        )
         self._setup_task()
 
         trainer_cfg = self.rllm_config.trainer
@@ -138,6 +154,7 @@ class UnifiedTrainer:
             self.output_dir / "checkpoints",
             run_fingerprint(self.config, self.algorithm_config, self.ds_config),
             keep=int(trainer_cfg.max_checkpoints),
+            asynchronous=self.async_settings.enabled,
         )
         episode_logging = self.rllm_config.episode_logging
         self.episode_logger = (
@@ -168,6 +185,8 @@ class UnifiedTrainer:
                 f"{type(rollout_engine).__name__}, not from those servers; use rllm.backend=transformers, or leave "
                 "base_url empty."
             )
+        if self.async_settings.enabled:
+            check_weight_versions(rollout_engine)
         workflow = self.rllm_config.workflow
         self.agent_workflow_engine = WorkflowEngine(
             workflow_cls=self.workflow_class,  # type: ignore[arg-type]
@@ -340,6 +359,9 @@ class UnifiedTrainer:
         return min(total_batches, by_epochs) if total_batches > 0 else by_epochs
 
     async def _fit_async(self, state: TrainerState) -> None:
+        if self.async_settings.enabled:
+            await self._fit_overlapped(state)
+            return
         trainer_cfg = self.rllm_config.trainer
         test_freq, save_freq = int(trainer_cfg.test_freq), int(trainer_cfg.save_freq)
         validated_at = saved_at = -1
@@ -379,18 +401,137 @@ class UnifiedTrainer:
         if saved_at != state.global_step:
             self._save(state)
 
+    async def _fit_overlapped(self, state: TrainerState) -> None:
+        """The run of :meth:`_fit_async` with the batches of the steps ahead sampled while each step trains.
+
+        The producer (:class:`AheadSampler`) samples in the order the synchronous loop would, each
+        batch seeded by the step it is for, so with ``staleness_threshold=0`` the run is the
+        synchronous one; checkpoints keep the batches sampled and not yet trained.
+        """
+        trainer_cfg, settings = self.rllm_config.trainer, self.async_settings
+        test_freq, save_freq = int(trainer_cfg.test_freq), int(trainer_cfg.save_freq)
+        validated_at = saved_at = -1
+        pending = [SampledBatch.from_json(data) for data in state.pending]
+        self.backend.publish_weights(state.policy_version)
+        updates = UpdateThread()
+        sampler = AheadSampler(
+            self._positions(state, pending),
+            self._sample_ahead,
+            trained=state.global_step,
+            last_step=state.total_steps,
+            lead=settings.lead,
+            pending=pending,
+        )
+        sampler.start()
+        epoch_open = False
+        try:
+            while state.global_step < state.total_steps:
+                with stage_timer("wait_rollouts", waited := {}):
+                    sampled, ahead = await sampler.take()
+                if sampled is None:
+                    break
+                if not epoch_open or sampled.epoch != state.epoch:
+                    if epoch_open:
+                        await self.backend.on_epoch_end(state)
+                    state.epoch, epoch_open = sampled.epoch, True
+                    await self.backend.on_epoch_start(state)
+                state.reset_batch()
+                state.global_step += 1
+                state.timing_dict.update(waited)
+                await self.backend.on_batch_start(state)
+                with stage_timer("step", state.timing_dict):
+                    state.episodes = sampled.episodes
+                    state.timing_dict["generate"] = sampled.seconds
+                    state.metrics.update(lag_metrics(sampled.episodes, state.policy_version, settings.staleness))
+                    state.metrics["async/batches_ahead"] = float(ahead)
+                    await self._train_episodes(state, sampled.stats, state.policy_version, updates)
+                await sampler.step_trained()
+                state.metrics.update(sampled.stats.as_metrics())
+                self.report.step_done(state.global_step, sampled.stats, self.agent_workflow_engine.timeout)
+                state.batches_done = sampled.index + 1
+                await self.backend.on_batch_end(state)
+                timings = {f"time/{k}": v for k, v in state.timing_dict.items()}
+                self.logger.log({**state.metrics, **timings}, step=state.global_step, epoch=state.epoch)  # type: ignore[union-attr]
+                if test_freq > 0 and state.global_step % test_freq == 0:
+                    async with sampler.paused():
+                        await self._validate_newest(state)
+                    validated_at = state.global_step
+                if save_freq > 0 and state.global_step % save_freq == 0:
+                    state.pending = [batch.to_json() for batch in sampler.pending()]
+                    self._save(state)
+                    saved_at = state.global_step
+            if epoch_open:
+                await self.backend.on_epoch_end(state)
+            async with sampler.paused():
+                if test_freq > 0 and validated_at != state.global_step:
+                    await self._validate_newest(state)
+                if saved_at != state.global_step:
+                    state.pending = [batch.to_json() for batch in sampler.pending()]
+                    self._save(state)
+        finally:
+            await sampler.stop()
+            updates.close()
+
+    def _positions(self, state: TrainerState, pending: Sequence[SampledBatch]) -> Any:
+        """Every ``(epoch, index, batch)`` of the run in training order, from the first not yet sampled."""
+        start = (pending[-1].epoch, pending[-1].index + 1) if pending else (state.epoch, state.batches_done)
+        for epoch in range(start[0], int(self.rllm_config.trainer.total_epochs)):
+            view = TrainerState(epoch=epoch, global_step=state.global_step, total_steps=state.total_steps)
+            for index, batch in enumerate(self.backend.get_dataloader(self.train_dataset, view)):
+                if (epoch, index) >= start:
+                    yield epoch, index, batch
+
+    async def _sample_ahead(self, epoch: int, index: int, batch: Any, step: int) -> SampledBatch:
+        """Stage 1 for a step ahead, with the newest published weights; seeded by its step, as the synchronous run."""
+        version = self._refresh_rollout_weights()
+        engine = self.agent_workflow_engine
+        engine.set_training_step(step, mode="train", epoch=epoch)
+        started = time.perf_counter()
+        episodes = await self.backend.generate_episodes(batch, agent_workflow_engine=engine)
+        stamp_weight_version(episodes, version)
+        return SampledBatch(
+            epoch, index, step, version, episodes, dataclasses.replace(engine.stats), time.perf_counter() - started
+        )
+
+    def _refresh_rollout_weights(self) -> int:
+        """The rollout engine on the newest published weights; its ``weight_version`` must say which they are."""
+        version = self.backend.refresh_rollout_weights()
+        reported = getattr(self.agent_workflow_engine.rollout_engine, "weight_version", None)
+        if reported != version:
+            kind = type(self.agent_workflow_engine.rollout_engine)
+            raise TrainerError(
+                f"Backend {type(self.backend).__name__} refreshed the rollout weights to version {version}, but its "
+                f"rollout engine {kind.__qualname__} reports weight_version {reported!r}: the engine cannot report "
+                "weight versions, so stale samples cannot be told apart; set rllm.async_training.enable=false."
+            )
+        return version
+
+    async def _validate_newest(self, state: TrainerState) -> None:
+        """Validation of the policy trained so far (no batch samples meanwhile)."""
+        self._refresh_rollout_weights()
+        await self._validate_async(state)
+
     async def _train_batch_async(self, batch: Any, state: TrainerState) -> None:
         """Stages 1-8 for one batch; an empty stage ends the step early without an update."""
         engine = self.agent_workflow_engine
         engine.set_training_step(state.global_step, mode="train", epoch=state.epoch)
-        timings = state.timing_dict
-        with stage_timer("generate", timings):  # stage 1
+        with stage_timer("generate", state.timing_dict):  # stage 1
+            version = getattr(engine.rollout_engine, "weight_version", None)
             state.episodes = await self.backend.generate_episodes(batch, agent_workflow_engine=engine)
+            stamp_weight_version(state.episodes, version)
+        await self._train_episodes(state, engine.stats, getattr(engine.rollout_engine, "weight_version", None))
+
+    async def _train_episodes(
+        self, state: TrainerState, stats: EngineStats, trained_version: int | None, updates: UpdateThread | None = None
+    ) -> None:
+        """Stages 2-8 on ``state.episodes`` for the policy of ``trained_version``; stages 4-7 on ``updates``' thread
+        when given (asynchronous training)."""
+        timings = state.timing_dict
         state.metrics.update(episode_metrics(state.episodes))
-        state.metrics.update(staleness_metrics(state.episodes, getattr(engine.rollout_engine, "weight_version", None)))
+        state.metrics.update(staleness_metrics(state.episodes, trained_version))
         if not state.has_episodes:
             state.metrics["batch/updated"] = 0.0
-            self.report.no_episodes(state.global_step, engine.stats)
+            self.report.no_episodes(state.global_step, stats)
             return
         with stage_timer("group", timings):  # stages 2 and 3
             groups, transform_metrics = self._grouped(state.episodes)
@@ -411,6 +552,15 @@ class UnifiedTrainer:
                 return
             self.report.untrained_step(state.global_step, FILTERED)
             return
+        if updates is None:
+            await self._update(state)
+        else:
+            await updates.run(self._update(state, publish=True))
+        state.policy_version += 1
+
+    async def _update(self, state: TrainerState, publish: bool = False) -> None:
+        """Stages 4-7; with ``publish`` the new weights are then published as the next policy version."""
+        timings = state.timing_dict
         with stage_timer("backend_batch", timings):  # stages 4 and 5
             state.backend_batch = self.backend.transform_to_backend_batch(state)
             await self.backend.process_backend_batch(state)
@@ -425,6 +575,8 @@ class UnifiedTrainer:
             await self.backend.update_policy(state)
         with stage_timer("weight_sync", timings):
             await self.backend.on_policy_updated(state)
+        if publish:
+            self.backend.publish_weights(state.policy_version + 1)
 
     def _grouped(self, episodes: Sequence[Episode]) -> tuple[list[TrajectoryGroup], dict[str, float]]:
         """Stage 2, then the reward check of ``nonfinite_rewards=error`` before any filter can drop a group unseen.

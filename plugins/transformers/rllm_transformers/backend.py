@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import math
+import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -127,6 +128,15 @@ class TransformersBackend(BackendProtocol):
         self.engine: TransformersEngine | OpenAIEngine | None = None
         self.weight_sync: WeightSync | None = None
         """With ``rllm.rollout.openai.base_url``: what takes each update's weights to the servers."""
+        self.asynchronous = bool(config.rllm.async_training.enable)
+        """``rllm.async_training``: rollouts sample from a copy of the weights, refreshed between batches."""
+        self.rollout_model: torch.nn.Module = (
+            copy.deepcopy(self.model).eval().requires_grad_(False) if self.asynchronous else self.model
+        )
+        self._published: tuple[dict[str, torch.Tensor], int] | None = None
+        self._publishing = threading.Lock()
+        self._rollout_version: int | None = None
+        """The version of the weights the rollout copy holds (None: not yet refreshed)."""
         self.workflow_name = "the workflow"
         """The workflow the last episodes came from, named by stage 4's errors about their token ids."""
         self.rollout_tokens, self.rollout_seconds = 0, 0.0
@@ -171,8 +181,35 @@ class TransformersBackend(BackendProtocol):
         )
         return self.default_settings.describe() + roles
 
+    @property
+    def overlaps_rollouts(self) -> bool:
+        """Rollouts sample from their own copy of the weights, so they can run while the update runs."""
+        return True
+
+    def publish_weights(self, version: int) -> None:
+        weights = {name: tensor.detach().clone() for name, tensor in self.model.state_dict().items()}
+        with self._publishing:
+            self._published = (weights, version)
+
+    def refresh_rollout_weights(self) -> int:
+        engine = self.engine
+        if engine is None or self._published is None:
+            raise TrainerError("refresh_rollout_weights ran before the rollout engine was built and weights published.")
+        with self._publishing:
+            weights, version = self._published
+            if version != self._rollout_version:
+                self.rollout_model.load_state_dict(weights)
+                self._rollout_version = engine.weight_version = version
+        return engine.weight_version
+
     def validate_config(self) -> None:
         algorithm = self.config.rllm.algorithm
+        if self.asynchronous and list(self.config.rllm.rollout.openai.base_url):
+            raise ConfigError(
+                "rllm.async_training.enable=true with rllm.rollout.openai.base_url is not supported: the servers take "
+                "each update's weights at once, mid-batch; sample in process (leave base_url empty) or train "
+                "synchronously."
+            )
         for key, value in unhonoured_keys(self.config, _REFUSED).items():
             raise ConfigError(f"{key}={value!r} is not supported by the transformers backend: {_REFUSED[key]}.")
         sampling = self.sampling()
@@ -235,7 +272,7 @@ class TransformersBackend(BackendProtocol):
             )
             return self.engine
         self.engine = TransformersEngine(
-            self.model,
+            self.rollout_model,
             self.tokenizer,
             self.device,
             self.sample_rng,
@@ -416,7 +453,7 @@ class TransformersBackend(BackendProtocol):
                 for key, values in part.items():
                     merged[key].extend(values)
             sums = merged
-        if self.engine is not None:  # what is sampled from now on is labelled with the new weights' version
+        if self.engine is not None and not self.asynchronous:  # what is sampled from now on has the new version
             self.engine.weight_version += 1
         tokens = float(batch.mask.sum())
         elapsed = time.perf_counter() - started
