@@ -17,6 +17,7 @@ skip_module_without("torch", "trl", install="pip install 'rllm[trl]' (CI does)")
 import numpy as np
 import tiny_trl
 import torch
+from tiny_trl import REWARDS, recorded
 
 import rllm
 from rllm.errors import (
@@ -29,46 +30,6 @@ from rllm.errors import (
     UnsupportedVersionError,
 )
 from rllm_trl import check_trl_version
-
-
-def scored_sometimes(completions: list[str], **_: object) -> list[float | None]:
-    """The number of ``a``, None (unscorable by this function) for completions whose length is a multiple of 3."""
-    return [None if len(text) % 3 == 0 else float(text.count("a")) for text in completions]
-
-
-def length_sometimes(completions: list[str], **_: object) -> list[float | None]:
-    """Half the length, None for lengths that are multiples of 3 or hold a ``b``: some go unscored by both."""
-    return [None if len(text) % 3 == 0 or "b" in text else len(text) / 2 for text in completions]
-
-
-REWARDS = [scored_sometimes, length_sometimes]
-
-
-def recorded(trainer):
-    """The trainer with its advantages (per generation batch) and losses (per micro-batch) recorded."""
-    trainer.seen = {"advantages": [], "rewards": [], "loss": []}
-    generate, compute = trainer._generate_and_score_completions, trainer._compute_loss
-    score = trainer._calculate_rewards
-
-    def generate_and_score(inputs):
-        output = generate(inputs)
-        trainer.seen["advantages"].append(output["advantages"].detach().clone())
-        return output
-
-    def calculate_rewards(*args):
-        rewards = score(*args)
-        trainer.seen["rewards"].append(rewards.detach().clone())
-        return rewards
-
-    def compute_loss(model, inputs):
-        loss = compute(model, inputs)
-        trainer.seen["loss"].append(float(loss.detach()))
-        return loss
-
-    trainer._generate_and_score_completions = generate_and_score
-    trainer._calculate_rewards = calculate_rewards
-    trainer._compute_loss = compute_loss
-    return trainer
 
 
 def build(cls, tmp_path, rewards=REWARDS, config=None, **bridge):
