@@ -17,6 +17,7 @@ from rllm.contract.options import CONFIG_OPTIONS, NUMERICS_OPTIONS
 from rllm.estimators.acceleration import CENTRE, DIVIDE_BY_STD, PRIMITIVES, RLOO_FACTOR, Kernels, kernel, numpy_only
 from rllm.estimators.batch import AdvantageBatch
 from rllm.estimators.compute import get_estimator, run_estimator
+from rllm.estimators.distillation import reverse_kl_advantages
 from rllm.estimators.layout import GroupLayout
 from rllm.estimators.numerics import PRESETS, Numerics, resolve_numerics
 from rllm.estimators.ragged import FloatArray, IndexArray, Ragged
@@ -73,6 +74,7 @@ __all__ = [
     "numpy_only",
     "resolve_numerics",
     "resolve_plugins",
+    "reverse_kl_advantages",
     "rewards_as",
     "run_estimator",
     "state_factory",

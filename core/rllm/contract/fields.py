@@ -47,6 +47,9 @@ BUILTIN_FIELDS: dict[str, BuiltinField] = {
     "sum_pi_squared": _token_field(
         "sum_pi_squared", "the sum over the vocabulary of the squared probabilities at the token"
     ),
+    "teacher_log_probs": _token_field(
+        "teacher_log_probs", "a teacher model's log-prob of the token (on-policy distillation)"
+    ),
     "roles": BuiltinField(doc="the group's role, per trajectory"),
     "task_ids": BuiltinField(doc="the group's task id, per trajectory"),
 }

@@ -100,6 +100,21 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
             options=token_options,
             numerics=True,
         )
+    distill_options = [
+        Option("kl_penalty_coef", (float,), 1.0, "scale of the teacher-minus-student log-prob gap", minimum=0.0),
+        Option(
+            "kl_discount_factor", (float,), 0.0, "discount of the gap's sum over later tokens; 0: none", minimum=0.0
+        ),
+        Option("clip_min", (float,), None, "lower clip of each token's advantage; unset: none"),
+        Option("clip_max", (float,), None, "upper clip of each token's advantage; unset: none"),
+    ]
+    register(
+        "distill",
+        estimators.distill,
+        style="batch",
+        requires=["teacher_log_probs", "rollout_log_probs"],
+        options=distill_options,
+    )
     # Peers' names, each with its peer's numerics by default (docs/estimators.md, "Peers' names").
     register("group_norm", estimators.grpo, style="batch", options=[NORM_BY_STD], numerics="openrlhf")
     register(

@@ -22,7 +22,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rllm.config import unhonoured_keys
 from rllm.engine import OpenAIEngine, PolicyUpdate, WeightSync, weight_sync_for
@@ -41,7 +41,7 @@ from rllm.trainer import (
     task_loader,
 )
 from rllm.types import Episode
-from rllm_transformers.plugin import missing_extra_error
+from rllm_transformers.plugin import TOKENIZERS, missing_extra_error
 
 try:  # the extra first: without it, selecting the backend is one line naming the extra, not an ImportError
     import torch
@@ -121,6 +121,8 @@ class TransformersBackend(BackendProtocol):
         self.token_fields = self._required_token_fields()
         """The per-token fields the run's estimators need, which stage 5 writes onto the steps."""
         self.entropy_bonus = any(s.entropy_coeff > 0 for s in [self.default_settings, *self.role_settings.values()])
+        self.teacher = self._teacher()
+        """The frozen teacher whose log-probs stage 5 writes as ``teacher_log_probs`` (distillation); else None."""
         self.reference = None
         in_loss = any(s.kl_coef > 0 for s in [self.default_settings, *self.role_settings.values()])
         if in_loss or self.kl_in_reward is not None:
@@ -143,6 +145,40 @@ class TransformersBackend(BackendProtocol):
         """The step's response tokens and the wall-clock seconds its rollouts took: ``perf/rollout_tokens_per_s``."""
 
     # -- setup ------------------------------------------------------------------------------
+    def _teacher(self) -> torch.nn.Module | None:
+        """``rllm.transformers.teacher`` loaded and frozen, when the run's estimators read its log-probs.
+
+        Either without the other is refused: an estimator reading ``teacher_log_probs`` needs the
+        key, and the key without such an estimator would load a model nothing uses.
+        """
+        name = self.options.teacher
+        needed = "teacher_log_probs" in self.token_fields
+        if name is None:
+            if needed:
+                raise ConfigError(
+                    f"Estimator {self.algorithm.estimator!r} needs teacher_log_probs: set rllm.transformers.teacher "
+                    "to a model with the student's tokenizer (a directory, a hub id, or tiny)."
+                )
+            return None
+        if not needed:
+            raise ConfigError(
+                f"rllm.transformers.teacher={name!r} is set but no estimator of the run reads teacher_log_probs; "
+                "use rllm.algorithm.adv_estimator=distill, or leave the key unset."
+            )
+        options = OmegaConf.merge(self.options, {"model": str(name), "seed": int(self.options.seed) + 1})
+        if str(name) != TINY:
+            options.tokenizer = TOKENIZERS[0]  # a model directory or hub id brings its own tokenizer
+        teacher = load_policy(options)
+        ours, theirs = self.tokenizer.get_vocab(), teacher.tokenizer.get_vocab()
+        if ours != theirs or self.tokenizer.eos_token_id != teacher.tokenizer.eos_token_id:
+            student = str(self.options.model)
+            raise ConfigError(
+                f"rllm.transformers.teacher={name!r} has another tokenizer ({len(theirs)} tokens, EOS "
+                f"{teacher.tokenizer.eos_token!r}) than the student rllm.transformers.model={student!r} "
+                f"({len(ours)} tokens, EOS {self.tokenizer.eos_token!r}); distillation needs one vocabulary."
+            )
+        return teacher.model.to(self.device).eval().requires_grad_(False)
+
     @property
     def process_group(self) -> ProcessGroup | None:
         return None if self.distributed is None else self.distributed.group
@@ -330,8 +366,14 @@ class TransformersBackend(BackendProtocol):
                 batch.old_logps, entropy, squares = self._statistics(self.model, batch)
             if self.reference is not None:
                 batch.ref_logps = self._statistics(self.reference, batch)[0]
+            teacher = None if self.teacher is None else self._statistics(self.teacher, batch)[0]
         if self.token_fields:
-            per_token = {"old_log_probs": batch.old_logps, "entropy": entropy, "sum_pi_squared": squares}
+            per_token = {
+                "old_log_probs": batch.old_logps,
+                "entropy": entropy,
+                "sum_pi_squared": squares,
+                "teacher_log_probs": teacher,
+            }
             batch.put_on_steps({k: v for k, v in per_token.items() if k in self.token_fields and v is not None})
         correction = self.default_settings.checked
         if correction.rejection:  # verl's rejection leaves the normalisers too: the kept tokens are counted

@@ -29,6 +29,7 @@ import torch
 from rllm.engine import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine, completion_output
 from rllm.errors import DataError, EngineCallError
 from rllm.types import TerminationEvent, TerminationReason
+from rllm_transformers.batch import token_log_probs
 
 CHAT_OPTIONS = ("max_tokens", "application_id", "skip_special_tokens")
 """What ``get_model_response`` takes besides the messages (``application_id`` names the caller only)."""
@@ -132,6 +133,13 @@ class TransformersEngine(RolloutEngine):
     async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
         """Sampled from the engine's own generator; workflows run by the trainer sample from their episode's view."""
         return await self.submit(prompt_ids, max_tokens, self.generator)
+
+    async def compute_logprobs(self, ids: Sequence[int]) -> list[float]:
+        """One forward pass at temperature 1: each token's log-prob after those before it (the first: 0.0)."""
+        with torch.no_grad():
+            row = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
+            chosen, _ = token_log_probs(self.model, row, torch.ones_like(row))
+        return [0.0, *chosen[0].tolist()] if len(ids) else []
 
     def chat_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
         """The prompt ids of ``messages`` under the tokenizer's chat template."""
@@ -321,6 +329,9 @@ class EpisodeEngine(RolloutEngine):
 
     async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
         return await self.engine.submit(prompt_ids, max_tokens, self.generator)
+
+    async def compute_logprobs(self, ids: Sequence[int]) -> list[float]:
+        return await self.engine.compute_logprobs(ids)
 
     async def chat(self, messages: Sequence[dict[str, str]], max_tokens: int | None = None) -> Generation:
         return await self.engine.submit(self.engine.chat_ids(messages), max_tokens, self.generator)

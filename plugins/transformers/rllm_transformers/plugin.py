@@ -73,6 +73,14 @@ TRANSFORMERS_KEYS = (
         choices=TOKENIZERS,
     ),
     ConfigKey(
+        "teacher",
+        "str",
+        None,
+        "On-policy distillation's teacher (estimator distill reads its log-probs, the field teacher_log_probs): tiny "
+        "(seeded with seed + 1), a directory save_pretrained wrote or a hub id, with the student's tokenizer.",
+        nullable=True,
+    ),
+    ConfigKey(
         "tasks", "list[str]", ["digit_max"], "Built-in task families (as rllm.embedded.tasks).", names=_task_names
     ),
     ConfigKey("device", "str", "auto", "auto (cuda if available), cpu or cuda.", choices=("auto", "cpu", "cuda")),

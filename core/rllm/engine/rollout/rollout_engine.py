@@ -195,6 +195,16 @@ class RolloutEngine(Protocol):
         """Whether callers may use the token-in/token-out pair above (default False)."""
         return False
 
+    async def compute_logprobs(self, ids: Sequence[int]) -> list[float]:
+        """The model's log-prob of each of ``ids`` after the ids before it (the first: 0.0), as a teacher answers.
+
+        rLLM's on-policy distillation scores a student's sample with it
+        (:func:`rllm.trainer.distill.compute_step_distill_advantage`).
+        """
+        raise NotImplementedError(
+            f"{type(self).__qualname__} cannot score token ids: implement async compute_logprobs(ids) -> list[float]"
+        )
+
     async def wake_up(self) -> None:
         """Get ready to sample (an inference server reloads what :meth:`sleep` freed); default nothing."""
 

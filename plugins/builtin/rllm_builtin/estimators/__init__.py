@@ -2,6 +2,7 @@
 
 from rllm_builtin.estimators.baseline_variants import gpg, maxrl, opo, remax
 from rllm_builtin.estimators.composition import mix
+from rllm_builtin.estimators.distill import distill
 from rllm_builtin.estimators.gigpo import ANCHOR_FIELD, gigpo
 from rllm_builtin.estimators.gigpo import HOOK_NAME as GIGPO_HOOK
 from rllm_builtin.estimators.gigpo import MODES as GIGPO_MODES
@@ -26,6 +27,7 @@ __all__ = [
     "ANCHOR_FIELD",
     "GIGPO_HOOK",
     "GIGPO_MODES",
+    "distill",
     "dr_grpo",
     "ema_baseline",
     "gae",
