@@ -369,7 +369,7 @@ class WorkflowEngine:
             fix = "or set rllm.workflow.raise_on_error=false to drop the group and go on"
         message = (
             f"Workflow {self.workflow_cls.__name__} failed on task {task_id!r} (episode {call.uid!r}) after "
-            f"{attempts} attempt(s): {error['type']}: {' '.join(str(error['message']).split())}. "
+            f"{attempts} attempt(s): {error['type']}: {' '.join(str(error['message']).split()).rstrip('.')}. "
             f"Fix the workflow, {fix}."
         )
         failure = WorkflowError(message)

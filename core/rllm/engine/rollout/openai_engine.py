@@ -264,8 +264,13 @@ class OpenAIEngine(RolloutEngine):
 
     # -- what workflows call ---------------------------------------------------------------------
     def for_episode(self, seed: int) -> RolloutEngine:
-        """The episode's view: one server, one session id, request seeds drawn from ``seed``."""
-        return _EpisodeView(self, f"episode-{int(seed)}", random.Random(int(seed)))
+        """The episode's view: one server, one session id, request seeds drawn from ``seed``.
+
+        The first request is seeded with ``seed`` itself, as the transformers engine seeds an
+        episode's stream, so ``rllm serve`` samples a single-call episode exactly as the in-process
+        engine would; later requests take seeds drawn from it.
+        """
+        return _EpisodeView(self, f"episode-{int(seed)}", int(seed))
 
     async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
         return await self.sample_ids(prompt_ids, max_tokens, f"call-{uuid.uuid4().hex}", self.rng.getrandbits(31))
@@ -467,10 +472,17 @@ def _token_ids(choice: dict[str, Any], url: str, field: str) -> list[int]:
 class _EpisodeView(RolloutEngine):
     """One episode's view of an :class:`OpenAIEngine`: its server, its session id, its stream of request seeds."""
 
-    def __init__(self, engine: OpenAIEngine, session: str, rng: random.Random) -> None:
+    def __init__(self, engine: OpenAIEngine, session: str, seed: int) -> None:
         self.engine = engine
         self.session = session
-        self.rng = rng
+        self.first: int | None = seed
+        self.rng = random.Random(seed)
+
+    def _seed(self) -> int:
+        if self.first is not None:
+            seed, self.first = self.first, None
+            return seed
+        return self.rng.getrandbits(63)
 
     @property
     def tokenizer(self) -> Any:  # type: ignore[override]
@@ -485,13 +497,13 @@ class _EpisodeView(RolloutEngine):
         return True
 
     async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
-        return await self.engine.sample_ids(prompt_ids, max_tokens, self.session, self.rng.getrandbits(31))
+        return await self.engine.sample_ids(prompt_ids, max_tokens, self.session, self._seed())
 
     async def _get_model_response(self, messages: list[dict[str, Any]], **kwargs: Any) -> ModelOutput:
-        return await self.engine.respond(messages, self.session, self.rng.getrandbits(31), **kwargs)
+        return await self.engine.respond(messages, self.session, self._seed(), **kwargs)
 
     async def get_token_output_from_token_input(self, token_input: Sequence[int], **kwargs: Any) -> Generation:
-        return await self.engine.token_output(token_input, self.session, self.rng.getrandbits(31), **kwargs)
+        return await self.engine.token_output(token_input, self.session, self._seed(), **kwargs)
 
     def assemble_model_output(self, token_input: Sequence[int], token_output: Generation) -> ModelOutput:
         return self.engine.model_output(token_output)

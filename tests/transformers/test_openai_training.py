@@ -1,0 +1,138 @@
+"""``rllm train`` with rollouts from a separate ``rllm serve`` process and weight sync after every step.
+
+The served run is compared with the in-process engine's under the same settings: each episode's
+first request is seeded with the episode's seed, so the server draws what the in-process engine
+draws. Killing the server mid-run follows ``rllm.workflow.failure_policy``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from extras import skip_module_without
+from serving import free_port, get_json, running, start, stop
+
+skip_module_without("torch", "transformers", "safetensors", "fastapi", "uvicorn", install="pip install 'rllm[serve]'")
+
+pytestmark = pytest.mark.slow
+
+SERVED = ("rllm.transformers.model=tiny", "rllm.transformers.device=cpu")
+"""The trainer's model (tiny, the digit tokenizer, seed 0): the server starts from the same weights."""
+RUN = (
+    "rllm.backend=transformers",
+    *SERVED,
+    "rllm.transformers.lr=0.01",
+    "rllm.data.train_batch_size=16",
+    "rllm.rollout.n=8",
+    "rllm.trainer.logger=[jsonl]",
+)
+
+
+def _command(run_dir: Path, *overrides: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "rllm.cli.main",
+        "train",
+        "--no-progress",
+        *RUN,
+        f"rllm.trainer.output_dir={run_dir}",
+        *overrides,
+    ]
+
+
+def _records(run_dir: Path, kind: str) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return [r for r in (json.loads(line) for line in lines if line.endswith("}")) if r["kind"] == kind]
+
+
+def _served(url: str, *extra: str) -> tuple[str, ...]:
+    return (f"rllm.rollout.openai.base_url=[{url}]", *extra)
+
+
+def test_served_rollouts_train_as_the_in_process_engine(tmp_path: Path) -> None:
+    steps = ("rllm.trainer.total_batches=12", "rllm.trainer.test_freq=12")
+    local = subprocess.run(_command(tmp_path / "local", *steps), capture_output=True, text=True, timeout=300)
+    assert local.returncode == 0, local.stderr
+    with running(*SERVED) as root:
+        served = subprocess.run(
+            _command(tmp_path / "served", *steps, *_served(f"{root}/v1")), capture_output=True, text=True, timeout=300
+        )
+        assert served.returncode == 0, served.stderr
+        assert get_json(f"{root}/health")["weight_version"] == 12  # the first weights, then one update per step
+    pass_local = [r["val/digit_max/pass@1"] for r in _records(tmp_path / "local", "val")]
+    pass_served = [r["val/digit_max/pass@1"] for r in _records(tmp_path / "served", "val")]
+    assert len(pass_local) == len(pass_served) == 2 and pass_local[0] == pass_served[0]  # the same first weights
+    assert pass_local[-1] > pass_local[0] + 0.2  # it learned, so the comparison says something
+    assert abs(pass_served[-1] - pass_local[-1]) <= 0.05, (pass_local, pass_served)
+    train_local, train_served = _records(tmp_path / "local", "train"), _records(tmp_path / "served", "train")
+    assert train_served[0]["reward/solver/mean"] == train_local[0]["reward/solver/mean"]  # the same first samples
+    assert all(r["rollout/stale_steps"] == 0 and r["rollout/max_staleness"] == 0 for r in train_served)
+    assert all("time/weight_sync" in r for r in train_served)
+
+
+def _wait_for_step(run_dir: Path, step: int, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 120
+    while not any(r["step"] >= step for r in _records(run_dir, "train")):
+        assert process.poll() is None, process.communicate()[1]
+        assert time.monotonic() < deadline, "the run made no progress"
+        time.sleep(0.05)
+
+
+def test_a_killed_server_under_failure_policy_fail_stops_the_run_naming_it(tmp_path: Path) -> None:
+    server, root = start(*SERVED)
+    try:
+        run = _command(
+            tmp_path,
+            "rllm.trainer.total_batches=100",
+            "rllm.trainer.test_freq=0",
+            "rllm.trainer.val_before_train=false",
+            "rllm.workflow.failure_policy=fail",
+            *_served(f"{root}/v1", "rllm.rollout.openai.max_retries=1", "rllm.rollout.openai.retry_backoff=0.1"),
+        )
+        process = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        _wait_for_step(tmp_path, 2, process)
+        server.send_signal(signal.SIGKILL)
+        _, err = process.communicate(timeout=120)
+    finally:
+        stop(server)
+    lines = err.strip().splitlines()
+    assert process.returncode == 2 and len(lines) == 1, err
+    assert f"{root}/v1/completions: no answer (" in lines[0] and "after 2 attempts; start the server" in lines[0]
+    assert "rllm.rollout.openai.base_url. Fix the workflow" in lines[0]
+    assert max(r["step"] for r in _records(tmp_path, "train")) < 100
+
+
+def test_the_run_carries_on_when_a_killed_server_returns(tmp_path: Path) -> None:
+    port = free_port()
+    server, root = start(*SERVED, port=port)
+    try:
+        run = _command(
+            tmp_path,
+            "rllm.trainer.total_batches=5",
+            "rllm.trainer.test_freq=0",
+            "rllm.trainer.val_before_train=false",
+            "rllm.workflow.failure_policy=retry",
+            *_served(f"{root}/v1", "rllm.rollout.openai.max_retries=7", "rllm.rollout.openai.retry_backoff=0.25"),
+        )
+        process = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        _wait_for_step(tmp_path, 2, process)
+        server.send_signal(signal.SIGKILL)
+        server.wait(timeout=10)
+        server, _ = start(*SERVED, port=port)  # back with its first weights, version 0
+        _, err = process.communicate(timeout=180)
+    finally:
+        stop(server)
+    assert process.returncode == 0, err
+    records = _records(tmp_path, "train")
+    assert [r["step"] for r in records] == list(range(1, 6))
+    # steps sampled by the restarted server's old weights are counted, and the next sync brings it back
+    assert any(r["rollout/stale_steps"] > 0 for r in records) and records[-1]["rollout/stale_steps"] == 0
