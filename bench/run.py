@@ -26,6 +26,8 @@ import numpy as np
 from distributed import available as distributed_available
 from distributed import distributed_benchmark
 from jsonl import jsonl_benchmark
+from openai_engine import available as serve_available
+from openai_engine import openai_engine_benchmark
 from verl_bridge import available as verl_available
 from verl_bridge import verl_rows
 
@@ -351,6 +353,10 @@ def run(quick: bool) -> None:
         distributed_benchmark(quick=quick)
     else:
         print("\n## torchrun ranks: torch/transformers not installed (pip install 'rllm[transformers]'): no rows")
+    if serve_available():
+        openai_engine_benchmark(quick=quick)
+    else:
+        print("\n## HTTP rollout engine: the serve extra is not installed (pip install 'rllm[serve]'): no rows")
 
 
 if __name__ == "__main__":
