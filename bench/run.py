@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
+from async_training import async_benchmark
 from distributed import available as distributed_available
 from distributed import distributed_benchmark
 from jsonl import jsonl_benchmark
@@ -357,6 +358,12 @@ def run(quick: bool) -> None:
         openai_engine_benchmark(quick=quick)
     else:
         print("\n## HTTP rollout engine: the serve extra is not installed (pip install 'rllm[serve]'): no rows")
+    if distributed_available():  # the same extra
+        async_benchmark(quick=quick)
+    else:
+        print(
+            "\n## asynchronous training: torch/transformers not installed (pip install 'rllm[transformers]'): no rows"
+        )
 
 
 if __name__ == "__main__":

@@ -162,7 +162,7 @@ class BackendProtocol:
 
         A backend that says True lets the trainer run :meth:`transform_to_backend_batch` through
         :meth:`update_policy` on a worker thread while workflows sample on the event loop, from
-        the weights :meth:`refresh_rollout_weights` last took up, never from weights being updated.
+        the weights :meth:`refresh_rollout_weights` last loaded, never from weights being updated.
         """
         return False
 
@@ -174,11 +174,12 @@ class BackendProtocol:
         """
         raise NotImplementedError(f"{type(self).__name__} must implement publish_weights() to train asynchronously")
 
-    def refresh_rollout_weights(self) -> int:
-        """Asynchronous training, between batches: make the rollout engine sample the weights published last.
+    def refresh_rollout_weights(self, version: int, oldest: int) -> None:
+        """Asynchronous training, between batches: make the rollout engine sample the weights published as
+        ``version``, and say ``version`` as its ``weight_version``.
 
-        Returns their version; the engine's ``weight_version`` must say the same. Nothing samples
-        meanwhile, but :meth:`publish_weights` may be running on the update thread.
+        No later call asks for a version below ``oldest``: their weights can be freed. Nothing
+        samples meanwhile, but :meth:`publish_weights` may be running on the update thread.
         """
         raise NotImplementedError(
             f"{type(self).__name__} must implement refresh_rollout_weights() to train asynchronously"

@@ -131,6 +131,8 @@ class UnifiedTrainer:
         self.val_pass_at_k = settings.val_pass_at_k
         self.async_settings = AsyncSettings.from_config(self.config)
         """``rllm.async_training``: sample the next batches while the policy updates (docs/async.md)."""
+        self._versions: dict[int, int] = {}
+        """Asynchronous training: the policy version after each step this process trained (what steps ahead sample)."""
         backend_type = resolve_backend(backend_cls, self.config)
         check_backend_fills(backend_type, self.algorithm_config)
         if backend_args and {"config", "algorithm"} & set(backend_args):
@@ -413,10 +415,11 @@ class UnifiedTrainer:
         validated_at = saved_at = -1
         pending = [SampledBatch.from_json(data) for data in state.pending]
         self.backend.publish_weights(state.policy_version)
+        first, self._versions = state.global_step, {state.global_step: state.policy_version}
         updates = UpdateThread()
         sampler = AheadSampler(
             self._positions(state, pending),
-            self._sample_ahead,
+            partial(self._sample_ahead, first=first),
             trained=state.global_step,
             last_step=state.total_steps,
             lead=settings.lead,
@@ -445,6 +448,7 @@ class UnifiedTrainer:
                     state.metrics.update(lag_metrics(sampled.episodes, state.policy_version, settings.staleness))
                     state.metrics["async/batches_ahead"] = float(ahead)
                     await self._train_episodes(state, sampled.stats, state.policy_version, updates)
+                self._versions[state.global_step] = state.policy_version
                 await sampler.step_trained()
                 state.metrics.update(sampled.stats.as_metrics())
                 self.report.step_done(state.global_step, sampled.stats, self.agent_workflow_engine.timeout)
@@ -454,7 +458,7 @@ class UnifiedTrainer:
                 self.logger.log({**state.metrics, **timings}, step=state.global_step, epoch=state.epoch)  # type: ignore[union-attr]
                 if test_freq > 0 and state.global_step % test_freq == 0:
                     async with sampler.paused():
-                        await self._validate_newest(state)
+                        await self._validate_newest(state, sampler, first)
                     validated_at = state.global_step
                 if save_freq > 0 and state.global_step % save_freq == 0:
                     state.pending = [batch.to_json() for batch in sampler.pending()]
@@ -464,7 +468,7 @@ class UnifiedTrainer:
                 await self.backend.on_epoch_end(state)
             async with sampler.paused():
                 if test_freq > 0 and validated_at != state.global_step:
-                    await self._validate_newest(state)
+                    await self._validate_newest(state, sampler, first)
                 if saved_at != state.global_step:
                     state.pending = [batch.to_json() for batch in sampler.pending()]
                     self._save(state)
@@ -481,9 +485,11 @@ class UnifiedTrainer:
                 if (epoch, index) >= start:
                     yield epoch, index, batch
 
-    async def _sample_ahead(self, epoch: int, index: int, batch: Any, step: int) -> SampledBatch:
-        """Stage 1 for a step ahead, with the newest published weights; seeded by its step, as the synchronous run."""
-        version = self._refresh_rollout_weights()
+    async def _sample_ahead(self, epoch: int, index: int, batch: Any, step: int, first: int) -> SampledBatch:
+        """Stage 1 for a step ahead, seeded by its step as in the synchronous run, with the weights trained up to
+        ``lead`` steps before it (always those, however fast the update ran: a run is reproducible)."""
+        version = self._versions[max(first, step - 1 - self.async_settings.lead)]
+        self._refresh_rollout_weights(version, version)
         engine = self.agent_workflow_engine
         engine.set_training_step(step, mode="train", epoch=epoch)
         started = time.perf_counter()
@@ -493,9 +499,9 @@ class UnifiedTrainer:
             epoch, index, step, version, episodes, dataclasses.replace(engine.stats), time.perf_counter() - started
         )
 
-    def _refresh_rollout_weights(self) -> int:
-        """The rollout engine on the newest published weights; its ``weight_version`` must say which they are."""
-        version = self.backend.refresh_rollout_weights()
+    def _refresh_rollout_weights(self, version: int, oldest: int) -> None:
+        """The rollout engine on the weights of ``version``; its ``weight_version`` must say so."""
+        self.backend.refresh_rollout_weights(version, oldest)
         reported = getattr(self.agent_workflow_engine.rollout_engine, "weight_version", None)
         if reported != version:
             kind = type(self.agent_workflow_engine.rollout_engine)
@@ -504,11 +510,11 @@ class UnifiedTrainer:
                 f"rollout engine {kind.__qualname__} reports weight_version {reported!r}: the engine cannot report "
                 "weight versions, so stale samples cannot be told apart; set rllm.async_training.enable=false."
             )
-        return version
 
-    async def _validate_newest(self, state: TrainerState) -> None:
-        """Validation of the policy trained so far (no batch samples meanwhile)."""
-        self._refresh_rollout_weights()
+    async def _validate_newest(self, state: TrainerState, sampler: AheadSampler, first: int) -> None:
+        """Validation of the policy trained so far (no batch samples meanwhile; the next keeps its version)."""
+        upcoming = min(state.global_step, max(first, sampler.next_step - 1 - self.async_settings.lead))
+        self._refresh_rollout_weights(self._versions[state.global_step], self._versions[upcoming])
         await self._validate_async(state)
 
     async def _train_batch_async(self, batch: Any, state: TrainerState) -> None:

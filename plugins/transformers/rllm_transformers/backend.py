@@ -135,7 +135,8 @@ class TransformersBackend(BackendProtocol):
         self.rollout_model: torch.nn.Module = (
             copy.deepcopy(self.model).eval().requires_grad_(False) if self.asynchronous else self.model
         )
-        self._published: tuple[dict[str, torch.Tensor], int] | None = None
+        self._published: dict[int, dict[str, torch.Tensor]] = {}
+        """Asynchronous training: the weights of each policy version a batch may still sample from."""
         self._publishing = threading.Lock()
         self._rollout_version: int | None = None
         """The version of the weights the rollout copy holds (None: not yet refreshed)."""
@@ -225,18 +226,21 @@ class TransformersBackend(BackendProtocol):
     def publish_weights(self, version: int) -> None:
         weights = {name: tensor.detach().clone() for name, tensor in self.model.state_dict().items()}
         with self._publishing:
-            self._published = (weights, version)
+            self._published[version] = weights
 
-    def refresh_rollout_weights(self) -> int:
+    def refresh_rollout_weights(self, version: int, oldest: int) -> None:
         engine = self.engine
-        if engine is None or self._published is None:
-            raise TrainerError("refresh_rollout_weights ran before the rollout engine was built and weights published.")
         with self._publishing:
-            weights, version = self._published
+            if engine is None or version not in self._published:
+                raise TrainerError(
+                    f"The rollout weights of policy version {version} were asked for, but they were not published "
+                    f"(published: {sorted(self._published)})."
+                )
             if version != self._rollout_version:
-                self.rollout_model.load_state_dict(weights)
+                self.rollout_model.load_state_dict(self._published[version])
                 self._rollout_version = engine.weight_version = version
-        return engine.weight_version
+            for old in [v for v in self._published if v < oldest]:
+                del self._published[old]
 
     def validate_config(self) -> None:
         algorithm = self.config.rllm.algorithm
