@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rllm.errors import ConfigError
+from rllm.errors import ConfigError, TrainerError
 from rllm.experimental.unified_trainer import UnifiedTrainer
 from rllm.trainer.async_training import AheadSampler, SampledBatch, lag_metrics
 from rllm.trainer.engine import EngineStats
@@ -67,6 +67,7 @@ def test_a_backend_that_cannot_overlap_is_named(make_config) -> None:
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.filterwarnings("ignore:rllm.algorithm.rollout_correction.tis_mode:UserWarning")
 def test_stale_samples_need_a_correction_or_the_explicit_key(make_config) -> None:
     with pytest.raises(ConfigError, match=r"=1 .*no rollout correction .*allow_uncorrected=true"):
         _build(make_config, OverlappingBackend, *STALE)
@@ -165,3 +166,22 @@ def test_the_producer_samples_in_order_and_never_beyond_its_lead(lead: int, pend
     assert all(step <= done + 1 + lead for step, done in started), started
     if lead:  # with a lead the producer does run ahead of training
         assert any(step > done + 1 for step, done in started), started
+
+
+class SilentVersions(OverlappingBackend):
+    """Publishes and refreshes nothing: its engine says version 0 whatever the policy trained."""
+
+    def publish_weights(self, version: int) -> None:
+        pass
+
+    def refresh_rollout_weights(self, version: int, oldest: int) -> None:
+        pass
+
+
+def test_an_engine_that_does_not_say_the_refreshed_version_stops_the_run(make_config) -> None:
+    trainer = _build(make_config, SilentVersions, *ASYNC, "rllm.trainer.total_batches=3", "rllm.trainer.test_freq=0")
+    try:
+        with pytest.raises(TrainerError, match=r"to version 1, but its rollout engine .* reports weight_version 0"):
+            trainer.fit()
+    finally:
+        trainer.shutdown()

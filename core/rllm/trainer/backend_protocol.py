@@ -261,7 +261,8 @@ class BackendProtocol:
         """After the last batch of an epoch."""
 
     async def on_batch_start(self, trainer_state: TrainerState) -> None:
-        """Before a training batch's episodes are generated."""
+        """Before a training batch's episodes are generated (asynchronous training: when its step starts training,
+        its episodes sampled already)."""
 
     async def on_batch_end(self, trainer_state: TrainerState) -> None:
         """After a training batch's update, before its metrics are logged."""
