@@ -1,4 +1,4 @@
-"""The transformers backend on 1 and 2 torchrun ranks (CPU, gloo): training steps per second and scaling efficiency.
+"""The transformers backend on 1 and 2 torchrun ranks (CPU, gloo; DDP and FSDP): training steps per second and scaling.
 
 ``python bench/distributed.py`` (needs ``pip install 'rllm[transformers]'``; ``--quick`` for a
 few steps); ``python bench/run.py`` runs it too. The same run is trained by ``rllm train`` in one
@@ -50,10 +50,10 @@ def _port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _run(ranks: int, steps: int, run_dir: Path) -> tuple[float, float]:
+def _run(ranks: int, steps: int, run_dir: Path, strategy: str = "ddp") -> tuple[float, float]:
     """Steps per second (from ``time/step``, step 1 left out) and the update's share of a step."""
     train = ["-m", "rllm.cli.main", "train", "--no-progress", *SETTINGS, f"rllm.trainer.total_batches={steps}"]
-    train.append(f"rllm.trainer.output_dir={run_dir}")
+    train += [f"rllm.trainer.output_dir={run_dir}", f"rllm.transformers.distributed.strategy={strategy}"]
     launcher = [sys.executable]
     if ranks > 1:
         launcher += ["-m", "torch.distributed.run", f"--nproc_per_node={ranks}", "--master_addr=127.0.0.1"]
@@ -76,11 +76,12 @@ def distributed_benchmark(quick: bool = False) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         one, update = _run(1, steps, Path(tmp, "one"))
         two, _ = _run(2, steps, Path(tmp, "two"))
+        sharded, _ = _run(2, steps, Path(tmp, "fsdp"), "fsdp")
     print(f"\n## The transformers backend on torchrun ranks (CPU, gloo; {steps} steps, step 1 left out)")
     print("tiny model widened to hidden 256, 4 layers; 16 tasks x 8 rollouts per step, 4 PPO epochs, 1 thread/rank")
     print(f"1 process: {one:.2f} steps/s (the update is {update:.0%} of a step)")
-    print(f"2 ranks:   {two:.2f} steps/s")
-    print(f"scaling efficiency (2-rank rate / twice the 1-rank rate): {two / (2 * one):.2f}")
+    print(f"2 ranks:   {two:.2f} steps/s (DDP), {sharded:.2f} steps/s (FSDP: {sharded / two:.2f}x DDP)")
+    print(f"scaling efficiency (2-rank DDP rate / twice the 1-rank rate): {two / (2 * one):.2f}")
     print(f"machine: {os.cpu_count()} cores, shared: expect little")
 
 

@@ -89,16 +89,19 @@ def test_share_of_splits_contiguously_with_the_first_ranks_taking_the_remainder(
     assert [len(share_of(1, r, 3)) for r in range(3)] == [1, 0, 0]
 
 
-def test_two_ranks_give_one_process_metrics_for_the_first_three_steps(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_ranks_give_one_process_metrics_for_the_first_three_steps(tmp_path: Path, strategy: str) -> None:
     """Same global batch, seed and settings (two mini-batches, so the loss is not zero; two micro-batches, the cut
-    two ranks make): loss, gradient norm, rewards and advantages agree to 1e-5, and rank 0 alone writes."""
+    two ranks make): loss, gradient norm, rewards and advantages agree to 1e-5, and rank 0 alone writes. Under
+    FSDP the rollouts of steps 2 and 3 sample from the weights gathered after the sharded update."""
     settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2")
     one = subprocess.run(
         [sys.executable, *_train(tmp_path / "one", *settings)], env=ENV, capture_output=True, text=True, timeout=120
     )
     assert one.returncode == 0, one.stderr
+    layout = f"rllm.transformers.distributed.strategy={strategy}"
     two = subprocess.run(
-        _torchrun(2, tmp_path / "two", *settings), env=ENV, capture_output=True, text=True, timeout=180
+        _torchrun(2, tmp_path / "two", *settings, layout), env=ENV, capture_output=True, text=True, timeout=180
     )
     assert two.returncode == 0, two.stderr
     assert two.stdout.count("rllm train: backend transformers") == 1, two.stdout  # rank 0 alone speaks
@@ -115,7 +118,6 @@ def test_two_ranks_give_one_process_metrics_for_the_first_three_steps(tmp_path: 
     ("overrides", "named"),
     [
         (("rllm.data.train_batch_size=3",), "rllm.data.train_batch_size=3"),
-        (("rllm.transformers.distributed.strategy=fsdp",), "strategy=fsdp"),
         (("rllm.workflow.executor=ray",), "rllm.workflow.executor=ray"),
     ],
 )
@@ -133,6 +135,31 @@ def test_what_the_config_decides_is_refused_in_one_line_before_any_rendezvous(
     assert named in line, line
     assert time.monotonic() - started < 30
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize(("first", "then"), [("fsdp", None), (None, "fsdp")])
+def test_a_checkpoint_resumes_under_another_layout_as_if_uninterrupted(
+    tmp_path: Path, first: str | None, then: str | None
+) -> None:
+    """Checkpoints hold whole weights and optimizer state: FSDP's two ranks -> one process, and back."""
+    settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2")
+
+    def run(run_dir: Path, steps: int, strategy: str | None) -> None:
+        overrides = (*settings, f"rllm.trainer.total_batches={steps}")
+        if strategy is None:
+            command = [sys.executable, *_train(run_dir, *overrides)]
+        else:
+            command = _torchrun(2, run_dir, *overrides, f"rllm.transformers.distributed.strategy={strategy}")
+        done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr
+
+    run(tmp_path / "whole", 3, None)
+    run(tmp_path / "split", 2, first)
+    run(tmp_path / "split", 3, then)
+    whole, split = _records(tmp_path / "whole"), _records(tmp_path / "split")
+    assert [r["step"] for r in split] == [1, 2, 3]
+    for key in COMPARED:
+        assert abs(whole[2][key] - split[2][key]) <= 1e-5 * max(abs(whole[2][key]), 1e-12), (key, whole[2], split[2])
 
 
 def test_a_rendezvous_that_times_out_is_one_line_naming_the_timeout(

@@ -55,6 +55,7 @@ BACKEND_METHODS: dict[str, bool] = {
     "get_dataloader": False,
     "builtin_task": False,
     "shutdown": False,
+    "prepare_checkpoint": False,
     "save_checkpoint": False,
     "load_checkpoint": False,
     "generate_episodes": True,

@@ -197,6 +197,9 @@ class BackendProtocol:
         """Release engines, workers and files."""
 
     # -- checkpoints --------------------------------------------------------------------
+    def prepare_checkpoint(self) -> None:
+        """Called on every rank just before rank 0 alone runs :meth:`save_checkpoint`: gather sharded state here."""
+
     def save_checkpoint(self, directory: Path) -> None:
         """Write the policy and optimizer state into ``directory`` (which the trainer makes atomic)."""
 

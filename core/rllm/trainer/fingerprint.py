@@ -23,6 +23,11 @@ NUMBER_SETTINGS = (
 """Config keys (and sections) that change a run's numbers: a checkpoint resumes only under the same values."""
 
 
+LAYOUT_SECTION = "distributed"
+"""A backend section's subsection of how the update is laid out over ranks (DDP or FSDP, timeouts), which does not
+change the run's numbers: a checkpoint written under one layout resumes under another."""
+
+
 def _flatten(path: str, node: Any, into: dict[str, Any]) -> None:
     """A section as its keys (each value whole: options compare as one mapping), or a single key."""
     if isinstance(node, dict):
@@ -37,8 +42,8 @@ def run_fingerprint(
     """Settings a checkpoint is tied to: resuming under others would mix two experiments.
 
     Beyond the named choices, every key of :data:`NUMBER_SETTINGS` and of the backend's own
-    section (``rllm.<backend>``: its task family, seed, learning rate, ...) is in it, by its
-    dotted name, so a mismatch names the key.
+    section (``rllm.<backend>``: its task family, seed, learning rate, ...; not its
+    :data:`LAYOUT_SECTION`) is in it, by its dotted name, so a mismatch names the key.
     """
     resolved = OmegaConf.to_container(config, resolve=True)
     settings: dict[str, Any] = {}
@@ -46,6 +51,8 @@ def run_fingerprint(
         node: Any = resolved
         for part in path.split("."):
             node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and path == f"rllm.{config.rllm.backend}":
+            node = {key: value for key, value in node.items() if key != LAYOUT_SECTION}
         if node is not None:
             _flatten(path, node, settings)
     return {

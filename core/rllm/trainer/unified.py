@@ -340,6 +340,7 @@ class UnifiedTrainer:
 
     def _save(self, state: TrainerState) -> None:
         """One checkpoint of this step: written by rank 0 alone; the others wait until it is in place."""
+        self.backend.prepare_checkpoint()  # every rank: a sharded backend gathers what rank 0 writes
         if self.writes:
             self.checkpoints.save(state, self.backend)
         if self.process_group is not None:

@@ -99,14 +99,18 @@ class TransformersBackend(BackendProtocol):
         self.device = self.policy.device
         seed = int(options.seed)
         self.trained: torch.nn.Module = self.model
-        """What the update runs forward and backward: the model, or the model under DDP."""
+        """What the update runs forward and backward: the model, the model under DDP, or under FSDP a sharded copy
+        whose whole weights are gathered into ``self.model`` after each update (rollouts and stage 5 use those)."""
         if self.distributed is not None:
             self.distributed.seed(seed)
             self.trained = self.distributed.wrap(self.model)
+        self._gathered_optimizer: dict[str, Any] | None = None
+        self._pending_optimizer: dict[str, Any] | None = None
+        """Under FSDP: the optimizer state gathered for rank 0 to write, and a loaded one not yet sharded."""
         self.sample_rng = torch.Generator().manual_seed(seed)
         self.update_rng = torch.Generator().manual_seed(seed + 1)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
+            self.trained.parameters(),
             lr=float(options.lr),
             betas=(float(options.adam_beta1), float(options.adam_beta2)),
             weight_decay=float(options.weight_decay),
@@ -447,7 +451,8 @@ class TransformersBackend(BackendProtocol):
         role_names = sorted(set(batch.roles))
         role_of = torch.tensor([role_names.index(role) for role in batch.roles], device=self.device)
         losses = ", ".join(sorted({self._settings(role).name for role in role_names}))
-        self.model.train()
+        self._load_sharded()
+        self.trained.train()
         group = self.distributed
         scale = 1.0 if group is None else float(group.world_size)  # DDP averages the ranks' gradients: undo it
         for _epoch in range(int(options.ppo_epochs)):
@@ -483,7 +488,8 @@ class TransformersBackend(BackendProtocol):
                         f"{mini_loss} (not finite); the model was not updated and no checkpoint of this "
                         "step is written. Lower rllm.transformers.lr or check the advantages and rewards."
                     )
-                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(options.max_grad_norm))
+                norm = torch.nn.utils.clip_grad_norm_(self.trained.parameters(), float(options.max_grad_norm))
+                norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP: a DTensor
                 if not torch.isfinite(norm):
                     self.optimizer.zero_grad(set_to_none=True)
                     raise TrainerError(
@@ -493,6 +499,8 @@ class TransformersBackend(BackendProtocol):
                 self.optimizer.step()
                 sums["actor/loss"].append(mini_loss)
                 sums["actor/grad_norm"].append(float(norm))
+        if group is not None and group.sharded:  # rollouts and stage 5 sample and score with the whole weights
+            self.model.load_state_dict(group.full_weights(self.trained))
         if group is not None:  # the micro-batch metrics of every rank (the loss and norm are the same on all)
             merged: dict[str, list[float]] = defaultdict(list)
             for part in group.gather(dict(sums)):
@@ -591,6 +599,38 @@ class TransformersBackend(BackendProtocol):
             sums["actor/approx_kl"].append(float(((old - logp.detach()) * mask).sum() / count))
 
     # -- checkpoints --------------------------------------------------------------------------
+    def prepare_checkpoint(self) -> None:
+        """Under FSDP, every rank gathers the whole optimizer state that rank 0 then writes."""
+        group = self.distributed
+        if group is not None and group.sharded:
+            named = group.full_optimizer(self.trained, self.optimizer)
+            names = [name for name, _ in self.trained.named_parameters()]
+            self._gathered_optimizer = {
+                "state": {names.index(name): value for name, value in named["state"].items()},
+                "param_groups": [{**g, "params": [names.index(n) for n in g["params"]]} for g in named["param_groups"]],
+            }
+
+    def _optimizer_state(self) -> dict[str, Any]:
+        """The optimizer's state as one process's AdamW over the whole model holds it (what a checkpoint stores)."""
+        if self.distributed is None or not self.distributed.sharded:
+            return self.optimizer.state_dict()
+        if self._gathered_optimizer is None:
+            raise TrainerError("save_checkpoint ran under FSDP without prepare_checkpoint gathering the optimizer.")
+        return self._gathered_optimizer
+
+    def _load_sharded(self) -> None:
+        """Under FSDP, a loaded checkpoint reaches the sharded copy at the next update, where every rank is."""
+        group, state = self.distributed, self._pending_optimizer
+        if group is None or not group.sharded or state is None:
+            return
+        names = [name for name, _ in self.trained.named_parameters()]
+        named = {
+            "state": {names[index]: value for index, value in state["state"].items()},
+            "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]],
+        }
+        group.load_sharded(self.trained, self.optimizer, self.model.state_dict(), named if named["state"] else None)
+        self._pending_optimizer = None
+
     def save_checkpoint(self, directory: Path) -> None:
         """The model, optimizer and generators (:func:`save_training_state`), and the KL-in-reward coefficient.
 
@@ -600,12 +640,17 @@ class TransformersBackend(BackendProtocol):
         extra: dict[str, Any] = {}
         if self.kl_in_reward is not None:
             extra["kl_in_reward_coef"] = check_kl_coef(self.kl_in_reward.coef, "The KL-in-reward coefficient")
-        save_training_state(directory, self.model, self.tokenizer, self.optimizer, self._generators(), extra)
+        save_training_state(directory, self.model, self.tokenizer, self._optimizer_state(), self._generators(), extra)
 
     def load_checkpoint(self, directory: Path) -> None:
-        saved = load_training_state(directory, self.model, self.optimizer, self._generators())
+        sharded = self.distributed is not None and self.distributed.sharded
+        apply = self._keep_for_sharded if sharded else self.optimizer.load_state_dict
+        saved = load_training_state(directory, self.model, self.optimizer, self._generators(), apply)
         if self.kl_in_reward is not None and "kl_in_reward_coef" in saved:  # else: a checkpoint of a run without it
             self.kl_in_reward.coef = saved["kl_in_reward_coef"]
+
+    def _keep_for_sharded(self, state: dict[str, Any]) -> None:
+        self._pending_optimizer = state
 
     def _generators(self) -> dict[str, torch.Generator]:
         return {"sample": self.sample_rng, "update": self.update_rng}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +28,14 @@ def save_training_state(
     directory: Path,
     model: Any,
     tokenizer: Any,
-    optimizer: torch.optim.Optimizer,
+    optimizer_state: Mapping[str, Any],
     generators: Mapping[str, torch.Generator],
     extra: Mapping[str, Any],
 ) -> None:
-    """The model as ``save_pretrained`` writes it, the optimizer's tensors, the generators; the rest (and ``extra``)
-    JSON, serialised before any file is written so a value JSON cannot hold fails the save, not the resume."""
-    state_dict = optimizer.state_dict()
+    """The model as ``save_pretrained`` writes it, the optimizer's tensors (``optimizer_state``, an
+    ``optimizer.state_dict()``), the generators; the rest (and ``extra``) JSON, serialised before any file is
+    written so a value JSON cannot hold fails the save, not the resume."""
+    state_dict = optimizer_state
     groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in state_dict["param_groups"]]
     state_text = json.dumps({"param_groups": groups, **extra}, allow_nan=False)
     model.save_pretrained(directory / MODEL_DIR, safe_serialization=True)
@@ -50,10 +51,15 @@ def save_training_state(
 
 
 def load_training_state(
-    directory: Path, model: Any, optimizer: torch.optim.Optimizer, generators: Mapping[str, torch.Generator]
+    directory: Path,
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    generators: Mapping[str, torch.Generator],
+    apply_optimizer: Callable[[dict[str, Any]], Any] | None = None,
 ) -> dict[str, Any]:
-    """Restore what :func:`save_training_state` wrote into ``model``, ``optimizer`` and ``generators``; returns the
-    JSON state (``extra``'s keys among it). An unreadable checkpoint or a model of another shape is a named error."""
+    """Restore what :func:`save_training_state` wrote into ``model``, ``optimizer`` (checked against it, then given
+    to ``apply_optimizer``, default its ``load_state_dict``) and ``generators``; returns the JSON state (``extra``'s
+    keys among it). An unreadable checkpoint or a model of another shape is a named error."""
     from transformers import AutoModelForCausalLM
 
     try:
@@ -81,7 +87,7 @@ def load_training_state(
     for group in groups:
         group["betas"] = tuple(group["betas"])
     _check_optimizer(directory, optimizer, dict(state), groups)
-    optimizer.load_state_dict({"state": dict(state), "param_groups": groups})
+    (apply_optimizer or optimizer.load_state_dict)({"state": dict(state), "param_groups": groups})
     for name, generator in generators.items():
         generator.set_state(states[name])
     return saved

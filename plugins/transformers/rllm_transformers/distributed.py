@@ -12,6 +12,7 @@ still are named, in one line, instead of a hang or a traceback.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -53,14 +54,6 @@ def world_size() -> int:
 
 def check_launch(config: DictConfig, world: int) -> None:
     """What the config alone decides, before any rendezvous or rollout: the strategy and the batch's split."""
-    options = config.rllm.transformers.distributed
-    strategy = str(options.strategy)
-    if strategy == "fsdp":
-        raise ConfigError(
-            "rllm.transformers.distributed.strategy=fsdp is not available in this version of the transformers "
-            "backend (each rank samples its rollouts with the whole model, which a sharded model does not give); "
-            "use strategy=ddp."
-        )
     executor = str(config.rllm.workflow.executor)
     if executor != "local":
         raise ConfigError(
@@ -104,7 +97,9 @@ def start(config: DictConfig) -> Distributed | None:
             f"rllm.transformers.distributed.timeout={timeout:g} s ({str(exc).splitlines()[0]}); start every rank "
             "(torchrun --nproc_per_node N on each node, the same --master_addr/--master_port) or raise the timeout."
         ) from None
-    group = Distributed(rank, world, torch.device("cuda", local_rank) if cuda else torch.device("cpu"), address, port)
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    strategy = str(config.rllm.transformers.distributed.strategy)
+    group = Distributed(rank, world, device, address, port, strategy)
     group.check_same_config(config)
     return group
 
@@ -122,8 +117,12 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
 class Distributed:
     """This rank's process group: the trainer's :class:`ProcessGroup` and the backend's tensor collectives."""
 
-    def __init__(self, rank: int, world: int, device: torch.device, address: str, port: int) -> None:
+    def __init__(
+        self, rank: int, world: int, device: torch.device, address: str, port: int, strategy: str = "ddp"
+    ) -> None:
         self.rank, self.world_size, self.device = rank, world, device
+        self.sharded = strategy == "fsdp"
+        """FSDP2: the trained copy's parameters, gradients and optimizer state are split among the ranks."""
         self.address, self.port = address, port
         self._diagnosing = False
         self._stop = threading.Event()
@@ -183,7 +182,18 @@ class Distributed:
         return float(tensor)
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        """``model`` under DistributedDataParallel: rank 0's weights broadcast, gradients averaged in backward."""
+        """What the update trains: ``model`` under DDP (gradients averaged in backward), or under FSDP2 a copy of it
+        sharded by decoder layer (``fully_shard``: each rank keeps 1/N of the weights, gradients and optimizer state,
+        gathering a layer's weights for its forward and backward). Every rank's model is the same (seeded alike)."""
+        if self.sharded:
+            from torch.distributed.fsdp import fully_shard
+
+            trained = copy.deepcopy(model)
+            blocks = set(getattr(trained, "_no_split_modules", None) or ())
+            for module in trained.modules():
+                if type(module).__name__ in blocks:
+                    fully_shard(module)
+            return self._collective("sharding the model", fully_shard, trained)  # type: ignore[no-any-return]
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [self.device.index] if self.device.type == "cuda" else None
@@ -191,7 +201,43 @@ class Distributed:
 
     def no_sync(self, model: torch.nn.Module, sync: bool) -> Any:
         """Accumulate a micro-batch's gradient locally unless ``sync`` (the mini-batch's last, which all-reduces)."""
+        if self.sharded:
+            model.set_requires_gradient_sync(sync)  # type: ignore[operator]
+            return nullcontext()
         return nullcontext() if sync else model.no_sync()  # type: ignore[operator]
+
+    def full_weights(self, trained: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The sharded model's whole weights on every rank (all ranks call it: it gathers)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True)
+        return self._collective("gathering the weights", get_model_state_dict, trained, options=options)
+
+    def full_optimizer(self, trained: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The sharded optimizer's whole state, keyed by parameter name, on every rank (it gathers)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        options = StateDictOptions(full_state_dict=True)
+        return self._collective(
+            "gathering the optimizer", get_optimizer_state_dict, trained, optimizer, options=options
+        )
+
+    def load_sharded(
+        self, trained: torch.nn.Module, optimizer: torch.optim.Optimizer, weights: Any, state: Any
+    ) -> None:
+        """Whole weights and a name-keyed optimizer state into the sharded copy (all ranks call it)."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True)
+        self._collective("loading the weights", set_model_state_dict, trained, weights, options=options)
+        if state is not None:
+            self._collective(
+                "loading the optimizer", set_optimizer_state_dict, trained, optimizer, state, options=options
+            )
 
     @contextmanager
     def collective(self, what: str) -> Iterator[None]:

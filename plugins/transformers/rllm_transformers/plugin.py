@@ -129,8 +129,9 @@ TRANSFORMERS_KEYS = (
         "distributed.strategy",
         "str",
         STRATEGIES[0],
-        "Under torchrun (WORLD_SIZE > 1): ddp (every rank holds the model, gradients all-reduced); fsdp is refused "
-        "by name (not available yet). See docs/scaling.md.",
+        "Under torchrun (WORLD_SIZE > 1): ddp (every rank holds the model, gradients all-reduced) or fsdp (the "
+        "update shards weights, gradients and optimizer state with FSDP2; rollouts use the gathered weights). "
+        "See docs/scaling.md.",
         choices=STRATEGIES,
     ),
     ConfigKey(
