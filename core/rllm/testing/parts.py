@@ -100,16 +100,20 @@ _PNG_1x1 = bytes.fromhex(
 
 def check_tracker(name: str) -> None:
     """The tracker goes through a run's calls (start, config, a train and a val record, an image, close) in a
-    temporary run directory without raising, and what it says it writes is paths."""
+    temporary run directory, on the default config, without raising, and what it says it writes is paths."""
     import tempfile
     from pathlib import Path
 
+    from omegaconf import OmegaConf
+
+    from rllm.config.loading import load_config
     from rllm.trainer.trackers import TrackerRun, Trackers
 
     with tempfile.TemporaryDirectory(prefix="rllm-tracker-check-") as tmp:
         run_dir = Path(tmp) / "run"
-        config = {"rllm": {"trainer": {"output_dir": str(run_dir), "project_name": "check", "experiment_name": name}}}
-        run = TrackerRun("", run_dir, "check", name, config, progress=False)
+        overrides = [f"rllm.trainer.output_dir={run_dir}", "rllm.trainer.project_name=check"]
+        config = OmegaConf.to_container(load_config(overrides=overrides), resolve=True)  # every section's defaults
+        run = TrackerRun("", run_dir, "check", name, config, progress=False)  # type: ignore[arg-type]
         try:
             trackers = Trackers([name], run)
             outputs = trackers.outputs()

@@ -43,7 +43,7 @@ class RunFiles:
         self.episode_logger = episode_logger
         self.tracker_entries = sorted({e for e in map(self._entry, tracker_outputs) if e and e != METRICS_FILE})
         """The run-directory entries the trackers write, beside metrics.jsonl (a tracker's folder, say)."""
-        self.run_dir = RunDirectory(self.output_dir, self.names())
+        self.run_dir = RunDirectory(self.output_dir, self.names(), libraries=self.tracker_entries)
 
     def _entry(self, path: Path) -> str | None:
         """The run-directory entry (first component) holding ``path``, if it is under the run directory."""
@@ -100,6 +100,12 @@ class RunFiles:
         print(f"rllm: resumed from {latest} (step {state.global_step}).", file=sys.stderr)
         return True
 
+    def earlier_entries(self) -> list[str]:
+        """What starting over deletes beside the checkpoints, metrics and curve: this run's trackers' entries and
+        any other entry an earlier run recorded as rllm's (the folder of a tracker this run does not name)."""
+        kept = {METRICS_FILE, CONFIG_FILE, self.checkpoints.root.name, LEARNING_CURVE, self.episodes_entry()}
+        return sorted((set(self.tracker_entries) | set(self.run_dir.recorded())) - kept)
+
     def clear(self, everything: bool) -> None:
         """Delete killed writes' scratch and, with ``everything`` (starting over), all that rllm wrote here before.
 
@@ -110,7 +116,7 @@ class RunFiles:
                 self.checkpoints.discard_all()
                 (self.output_dir / METRICS_FILE).unlink(missing_ok=True)
                 (self.output_dir / LEARNING_CURVE).unlink(missing_ok=True)
-                for entry in self.tracker_entries:
+                for entry in self.earlier_entries():
                     path = self.output_dir / entry
                     if path.is_dir() and not path.is_symlink():
                         shutil.rmtree(path)

@@ -11,7 +11,8 @@ that record, i.e. a file rllm did not write: it neither appends to it nor delete
 
 rllm makes no symbolic links there, so a link at one of its names (or inside its folders) was
 planted: the run is refused, naming it, before anything is written through it to a file
-outside the run.
+outside the run. A tracker's folder is the tracker library's inside (wandb links its latest run
+there): only the folder itself must not be a link.
 """
 
 from __future__ import annotations
@@ -46,12 +47,14 @@ def _failure(what: str, exc: OSError) -> RunDirError:
 class RunDirectory:
     """The lock and the record of rllm's names in one run directory.
 
-    ``names`` are the entries (relative to ``path``, first component only) rllm writes there.
+    ``names`` are the entries (relative to ``path``, first component only) rllm writes there;
+    ``libraries`` those among them whose inside a tracker's library writes (not searched for links).
     """
 
-    def __init__(self, path: Path, names: Sequence[str]) -> None:
+    def __init__(self, path: Path, names: Sequence[str], libraries: Sequence[str] = ()) -> None:
         self.path = Path(path)
-        self.names = sorted(set(names))
+        self.names = sorted(set(names) | set(libraries))
+        self.libraries = set(libraries)
         self._lock_fd: int | None = None
 
     def acquire(self) -> None:
@@ -98,7 +101,7 @@ class RunDirectory:
             top = self.path / name
             if top.is_symlink():
                 found.append(top)
-            elif top.is_dir():
+            elif top.is_dir() and name not in self.libraries:
                 for folder, dirs, files in os.walk(top):  # os.walk does not descend into linked folders
                     found += [Path(folder, entry) for entry in [*dirs, *files] if Path(folder, entry).is_symlink()]
         return found
@@ -132,6 +135,10 @@ class RunDirectory:
                 "rllm.trainer.output_dir (or experiment_name)."
             )
         return owned
+
+    def recorded(self) -> list[str]:
+        """The names the record holds as rllm's (checked as :meth:`acquire` checks them)."""
+        return self._owned()
 
     def claim(self) -> None:
         """Record ``names`` as rllm's (the lock held), refusing if one exists that rllm did not write."""
