@@ -30,6 +30,7 @@ from rllm.tasks.digits import (
 from rllm.tasks.text import (
     ANSWER_PREFIX,
     TEXT_TASKS,
+    TextEvaluator,
     format_answer,
     parse_answer,
     text_digit_max_tasks,
@@ -48,6 +49,7 @@ __all__ = [
     "TEXT_TASKS",
     "VOCAB",
     "ArithmeticWorkflow",
+    "TextEvaluator",
     "build_tasks",
     "decode",
     "digit_chain_tasks",

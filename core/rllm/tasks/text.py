@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rllm.errors import DataError
+from rllm.eval.types import EvalOutput
 
 ANSWER_PREFIX = "Answer: "
 
@@ -52,6 +53,15 @@ def text_reward(task: dict[str, Any], response: Any) -> float:
     if not isinstance(reply, str):
         return 0.0
     return 1.0 if parse_answer(reply) == int(task["ground_truth"]) else 0.0
+
+
+class TextEvaluator:
+    """An :class:`~rllm.types.Evaluator` of the text tasks: :func:`text_reward` of the episode's last reply."""
+
+    def evaluate(self, task: dict[str, Any], episode: Any) -> EvalOutput:
+        steps = [step for trajectory in episode.trajectories for step in trajectory.steps]
+        reward = text_reward(task, steps[-1].model_response if steps else None)
+        return EvalOutput(reward=reward, is_correct=reward == 1.0)
 
 
 def text_digit_max_tasks() -> list[dict[str, Any]]:
