@@ -207,3 +207,30 @@ def test_trl_grpo_with_a_kl_term_reproduces_trls_loss(tmp_path) -> None:
     assert len(ours) == len(theirs) == 4
     assert kl[0] > 1e-4 and abs(kl[1] - kl[0]) <= 1e-6  # the second step's policy has left the reference
     assert all(abs(our - their) <= 1e-6 for our, their in zip(ours, theirs, strict=True)), (ours, theirs)
+
+
+def scores(*rewards: float) -> torch.Tensor:
+    """TRL's rewards_per_func for one reward function."""
+    return torch.tensor(rewards, dtype=torch.float32).unsqueeze(1)
+
+
+def test_groups_are_prompts_so_per_task_state_follows_a_prompt_across_steps(tmp_path) -> None:
+    from rllm_trl import RLLMGRPOTrainer
+
+    options = {"decay": 0.5}
+    trainer = build(
+        RLLMGRPOTrainer, tmp_path, rewards=[tiny_trl.count_a], estimator="ema_baseline", estimator_options=options
+    )
+    lengths = torch.ones(4)
+    first = trainer.rllm_advantages(scores(1, 3, 0, 0), lengths, ["p", "p", "q", "q"], 2)
+    assert first.tolist() == [-1.0, 1.0, 0.0, 0.0]  # a new prompt's baseline is its mean: p 2, q 0
+    second = trainer.rllm_advantages(scores(2, 2, 4, 4), lengths, ["q", "q", "p", "p"], 2)
+    assert second.tolist() == [2.0, 2.0, 2.0, 2.0]  # q against 0, p against 2: by prompt, not by position
+
+
+def test_two_groups_of_one_prompt_in_a_batch_stay_two_groups(tmp_path) -> None:
+    from rllm_trl import RLLMGRPOTrainer
+
+    trainer = build(RLLMGRPOTrainer, tmp_path, rewards=[tiny_trl.count_a], estimator="rloo")
+    advantages = trainer.rllm_advantages(scores(0, 2, 10, 10), torch.ones(4), ["p"] * 4, 2)
+    assert advantages.tolist() == [-2.0, 2.0, 0.0, 0.0]  # one group of four: [-7.33, -4.67, 6, 6]
