@@ -136,3 +136,18 @@ def test_the_run_carries_on_when_a_killed_server_returns(tmp_path: Path) -> None
     assert [r["step"] for r in records] == list(range(1, 6))
     # steps sampled by the restarted server's old weights are counted, and the next sync brings it back
     assert any(r["rollout/stale_steps"] > 0 for r in records) and records[-1]["rollout/stale_steps"] == 0
+
+
+def test_a_server_refusing_the_weights_stops_the_run_before_any_step(tmp_path: Path) -> None:
+    with running(*SERVED, "rllm.transformers.hidden_size=32") as root:  # same tokenizer, another shape
+        done = subprocess.run(
+            _command(tmp_path, "rllm.trainer.total_batches=3", *_served(f"{root}/v1")),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1, done.stderr
+    assert f"Weight update 0 was refused by {root}/update_weights_from_disk (HTTP 400: " in lines[0]
+    assert "another shape" in lines[0] and "stops before training on stale weights" in lines[0]
+    assert _records(tmp_path, "train") == []
