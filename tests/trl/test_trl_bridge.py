@@ -134,8 +134,9 @@ def test_an_estimator_needing_what_trl_cannot_give_is_one_line_naming_the_field(
     from rllm_trl import RLLMGRPOTrainer
 
     token_level = outcome_names_needing(set(TOKEN_FIELDS))
-    assert "optimal_token_baseline" in token_level
-    for name, field in [(token_level[0], "old_log_probs"), ("remax", "baseline_rewards"), ("gae", "step_rewards")]:
+    assert {"optimal_token_baseline", "distill"} <= set(token_level)
+    cases = [("optimal_token_baseline", "old_log_probs"), ("distill", "teacher_log_probs")]
+    for name, field in [*cases, ("remax", "baseline_rewards"), ("gae", "step_rewards")]:
         with pytest.raises(MissingInputError) as raised:
             build(RLLMGRPOTrainer, tmp_path, estimator=name)
         message = str(raised.value)

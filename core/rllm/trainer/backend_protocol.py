@@ -172,7 +172,7 @@ class BackendProtocol:
         Called on the update thread while rollouts may be sampling; it must not change what they
         sample from. The default refuses: a backend that overlaps rollouts implements it.
         """
-        raise NotImplementedError(f"{type(self).__name__} must implement publish_weights() to train asynchronously")
+        raise TrainerError(f"{type(self).__name__} must implement publish_weights() to train asynchronously.")
 
     def refresh_rollout_weights(self, version: int, oldest: int) -> None:
         """Asynchronous training, between batches: make the rollout engine sample the weights published as
@@ -181,9 +181,7 @@ class BackendProtocol:
         No later call asks for a version below ``oldest``: their weights can be freed. Nothing
         samples meanwhile, but :meth:`publish_weights` may be running on the update thread.
         """
-        raise NotImplementedError(
-            f"{type(self).__name__} must implement refresh_rollout_weights() to train asynchronously"
-        )
+        raise TrainerError(f"{type(self).__name__} must implement refresh_rollout_weights() to train asynchronously.")
 
     def get_dataloader(self, dataset: Sequence[Any] | None, trainer_state: TrainerState) -> Iterable[Any]:
         """Batches of tasks for one pass over ``dataset``; called once per epoch and for validation."""
