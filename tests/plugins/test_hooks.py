@@ -230,3 +230,17 @@ def test_hook_rllm_register_trackers(env: Env, tmp_path: Path) -> None:
     unknown = env.train(tmp_path / "bad", "rllm.trainer.logger=[jsonl,cvs]", RLLM_PLUGINS="csv_tracker")
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
     assert "got ['jsonl', 'cvs']. Did you mean 'csv'?" in unknown.stderr
+
+
+def test_hook_rllm_register_weight_syncs(env: Env) -> None:
+    """The fixture's weight sync is discovered from its distribution, attributed to its plugin, and resolvable."""
+    assert env.plugins()["trainer_parts"]["weight_syncs"] == ["counting"]
+    found = env.py_json(
+        """
+        import json
+        import rllm
+        entry = rllm.get_plugin_manager().weight_syncs.resolve("counting")
+        print(json.dumps([entry.source.plugin, entry.source.distribution]))
+        """
+    )
+    assert found == ["trainer_parts", "rllm-fixture-trainer"]
