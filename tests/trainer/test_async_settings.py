@@ -9,7 +9,7 @@ import pytest
 
 from rllm.errors import ConfigError, TrainerError
 from rllm.experimental.unified_trainer import UnifiedTrainer
-from rllm.trainer.async_training import AheadSampler, SampledBatch, lag_metrics
+from rllm.trainer.async_training import AheadSampler, SampledBatch, check_batch_version, lag_metrics
 from rllm.trainer.engine import EngineStats
 from rllm.trainer.parallel import ProcessGroup
 from rllm.types import Episode, Step, Trajectory
@@ -113,6 +113,12 @@ def test_staleness_is_counted_per_episode_from_its_oldest_step() -> None:
         "async/staleness/count_1": 1.0,
         "async/staleness/count_2": 1.0,
     }
+
+
+def test_a_batch_with_a_step_of_another_version_is_refused_naming_the_episode() -> None:
+    check_batch_version([_episode("a:0", 5, 5), _episode("b:0", 5)], 5)  # one version: fine
+    with pytest.raises(TrainerError, match=r"Episode b:1 of a batch sampled from policy version 5 has a step .* 6"):
+        check_batch_version([_episode("a:0", 5), _episode("b:1", 5, 6)], 5)
 
 
 def test_a_sampled_batch_survives_json() -> None:

@@ -169,11 +169,3 @@ def test_a_sigkilled_run_resumes_without_losing_or_repeating_an_episode(tmp_path
         r for r in read_metrics(run_dir / METRICS_FILE) if r["kind"] == "train" and r["step"] == resumed_from + 1
     ]
     assert resumed[-1]["time/generate"] == pending[0]["seconds"]  # the checkpoint's batch trained, not sampled again
-
-
-def test_sampling_through_servers_is_refused(tiny_config) -> None:
-    from rllm.errors import ConfigError
-
-    config = tiny_config(*STALE, "rllm.rollout.openai.base_url=[http://127.0.0.1:9]")
-    with pytest.raises(ConfigError, match=r"with rllm.rollout.openai.base_url is not supported"):
-        UnifiedTrainer(None, config, progress=False)

@@ -39,6 +39,7 @@ __all__ = [
     "AsyncSettings",
     "SampledBatch",
     "UpdateThread",
+    "check_batch_version",
     "check_weight_versions",
     "lag_metrics",
     "stamp_weight_version",
@@ -143,6 +144,20 @@ def stamp_weight_version(episodes: Sequence[Episode], version: int | None) -> No
             for step in trajectory.steps:
                 if step.weight_version is None:
                     step.weight_version = version
+
+
+def check_batch_version(episodes: Sequence[Episode], version: int) -> None:
+    """Refuse a batch a step of which another policy version sampled (a server whose weights changed mid-batch):
+    its groups would mix policies."""
+    for episode in episodes:
+        for trajectory in episode.trajectories:
+            for step in trajectory.steps:
+                if step.weight_version != version:
+                    raise TrainerError(
+                        f"Episode {episode.id} of a batch sampled from policy version {version} has a step sampled by "
+                        f"weight_version {step.weight_version}: the rollout weights changed mid-batch (another "
+                        "process updating the inference servers?); the run stops before mixing policies in a group."
+                    )
 
 
 def lag_metrics(episodes: Sequence[Episode], policy_version: int, staleness: int) -> dict[str, float]:

@@ -38,6 +38,7 @@ from rllm.trainer.async_training import (
     AsyncSettings,
     SampledBatch,
     UpdateThread,
+    check_batch_version,
     check_weight_versions,
     lag_metrics,
     stamp_weight_version,
@@ -496,6 +497,7 @@ class UnifiedTrainer:
         started = time.perf_counter()
         episodes = await self.backend.generate_episodes(batch, agent_workflow_engine=engine)
         stamp_weight_version(episodes, version)
+        check_batch_version(episodes, version)
         return SampledBatch(
             epoch, index, step, version, episodes, dataclasses.replace(engine.stats), time.perf_counter() - started
         )

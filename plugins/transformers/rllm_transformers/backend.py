@@ -135,15 +135,17 @@ class TransformersBackend(BackendProtocol):
         self.weight_sync: WeightSync | None = None
         """With ``rllm.rollout.openai.base_url``: what takes each update's weights to the servers."""
         self.asynchronous = bool(config.rllm.async_training.enable)
-        """``rllm.async_training``: rollouts sample from a copy of the weights, refreshed between batches."""
+        """``rllm.async_training``: rollouts sample from other weights than the update's (a copy, or the servers'),
+        refreshed between batches."""
+        served = bool(list(config.rllm.rollout.openai.base_url))
         self.rollout_model: torch.nn.Module = (
-            copy.deepcopy(self.model).eval().requires_grad_(False) if self.asynchronous else self.model
+            copy.deepcopy(self.model).eval().requires_grad_(False) if self.asynchronous and not served else self.model
         )
         self._published: dict[int, dict[str, torch.Tensor]] = {}
         """Asynchronous training: the weights of each policy version a batch may still sample from."""
         self._publishing = threading.Lock()
         self._rollout_version: int | None = None
-        """The version of the weights the rollout copy holds (None: not yet refreshed)."""
+        """The version of the weights the rollouts sample (the rollout copy's, or the servers'); None: not yet set."""
         self.workflow_name = "the workflow"
         """The workflow the last episodes came from, named by stage 4's errors about their token ids."""
         self.rollout_tokens, self.rollout_seconds = 0, 0.0
@@ -195,25 +197,37 @@ class TransformersBackend(BackendProtocol):
             self.distributed.close()
 
     async def on_train_start(self, trainer_state: TrainerState) -> None:
-        """With servers: send them this run's weights first, so the first step samples from the trained model."""
+        """With servers: send them this run's weights first, so the first step samples from the trained model.
+
+        Asynchronous runs number them by the policy version (the steps' versions are those), synchronous ones by
+        the step.
+        """
         if isinstance(self.engine, OpenAIEngine):
-            self.engine.weight_version = trainer_state.global_step
-            await self.on_policy_updated(trainer_state)
+            version = trainer_state.policy_version if self.asynchronous else trainer_state.global_step
+            self.engine.weight_version = version
+            await asyncio.to_thread(self._push, version, None)
 
     async def on_policy_updated(self, trainer_state: TrainerState) -> None:
-        """With servers: the new weights reach every one of them before the next step samples (a refusal stops)."""
-        if self.weight_sync is None or self.engine is None:
+        """With servers, synchronously: the new weights reach every one of them before the next step samples (a
+        refusal stops). Asynchronous runs push in :meth:`refresh_rollout_weights`, between batches, instead: here
+        the servers may be sampling the next batch."""
+        if self.weight_sync is None or self.engine is None or self.asynchronous:
             return
+        await asyncio.to_thread(self._push, self.engine.weight_version, None)
+
+    def _push(self, version: int, weights: dict[str, torch.Tensor] | None) -> None:
+        """Every server on ``weights`` (None: the model's) as ``version``, through the run's weight sync."""
+        if self.weight_sync is None:
+            return
+        state = weights if weights is not None else self.model.state_dict()
         update = PolicyUpdate(
-            version=self.engine.weight_version,
-            save=self._save_weights,
-            state_bytes=lambda: state_dict_bytes(self.model),
+            version=version,
+            save=lambda directory: self.model.save_pretrained(directory, state_dict=state),
+            state_bytes=lambda: state_dict_bytes(state),
             directory=Path(str(self.config.rllm.trainer.output_dir)) / "weight_sync",
         )
-        await asyncio.to_thread(self.weight_sync.push, update)
-
-    def _save_weights(self, directory: Path) -> None:
-        self.model.save_pretrained(directory)
+        self.weight_sync.push(update)
+        self._rollout_version = version
 
     @property
     def loss_description(self) -> str:
@@ -224,7 +238,8 @@ class TransformersBackend(BackendProtocol):
 
     @property
     def overlaps_rollouts(self) -> bool:
-        """Rollouts sample from their own copy of the weights, so they can run while the update runs."""
+        """Rollouts sample from their own copy of the weights (or the servers' weights), so they can run while the
+        update runs."""
         return True
 
     def publish_weights(self, version: int) -> None:
@@ -233,27 +248,28 @@ class TransformersBackend(BackendProtocol):
             self._published[version] = weights
 
     def refresh_rollout_weights(self, version: int, oldest: int) -> None:
+        """The rollout copy loads ``version``'s weights; with servers the weight sync pushes them (nothing samples now,
+        so every step of the next batch carries the version the servers report)."""
         engine = self.engine
         with self._publishing:
-            if engine is None or version not in self._published:
-                raise TrainerError(
-                    f"The rollout weights of policy version {version} were asked for, but they were not published "
-                    f"(published: {sorted(self._published)})."
-                )
-            if version != self._rollout_version:
-                self.rollout_model.load_state_dict(self._published[version])
-                self._rollout_version = engine.weight_version = version
+            weights = self._published.get(version)
             for old in [v for v in self._published if v < oldest]:
                 del self._published[old]
+        if engine is None or weights is None:
+            raise TrainerError(
+                f"The rollout weights of policy version {version} were asked for, but they were not published "
+                f"(published: {sorted(self._published)})."
+            )
+        if version != self._rollout_version:
+            if self.weight_sync is not None:
+                self._push(version, weights)  # outside the lock: the update thread may publish meanwhile
+            else:
+                self.rollout_model.load_state_dict(weights)
+                self._rollout_version = version
+        engine.weight_version = version
 
     def validate_config(self) -> None:
         algorithm = self.config.rllm.algorithm
-        if self.asynchronous and list(self.config.rllm.rollout.openai.base_url):
-            raise ConfigError(
-                "rllm.async_training.enable=true with rllm.rollout.openai.base_url is not supported: the servers take "
-                "each update's weights at once, mid-batch; sample in process (leave base_url empty) or train "
-                "synchronously."
-            )
         for key, value in unhonoured_keys(self.config, _REFUSED).items():
             raise ConfigError(f"{key}={value!r} is not supported by the transformers backend: {_REFUSED[key]}.")
         sampling = self.sampling()

@@ -141,8 +141,8 @@ def _check_optimizer(
                 )
 
 
-def state_dict_bytes(model: torch.nn.Module) -> bytes:
-    """The model's weights as safetensors bytes (tied tensors copied apart, which safetensors requires)."""
+def state_dict_bytes(state: dict[str, torch.Tensor]) -> bytes:
+    """A state dict as safetensors bytes (tied tensors copied apart, which safetensors requires)."""
     from safetensors.torch import save
 
-    return save({name: tensor.detach().cpu().clone() for name, tensor in model.state_dict().items()})
+    return save({name: tensor.detach().cpu().clone() for name, tensor in state.items()})
