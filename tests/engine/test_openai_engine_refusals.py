@@ -12,7 +12,7 @@ import pytest
 from stub_server import Reply, Stub, stub_server
 
 from rllm.engine import PROMPT_TOO_LONG, OpenAIEngine
-from rllm.errors import InferenceServerError
+from rllm.errors import InferenceServerError, RLLMWarning
 
 MODELS = {"object": "list", "data": [{"id": "stub", "object": "model", "max_model_len": 32}]}
 
@@ -156,3 +156,45 @@ def test_episodes_stick_to_one_server_and_seed_their_requests(stub: Stub) -> Non
         asyncio.run(episode(3))
         again = [body["seed"] for s in (stub, other) for path, body in s.seen if path == "/v1/completions"]
         assert sorted(again) == sorted(first) and len(set(first)) == 3
+
+
+def test_a_server_that_lost_the_weights_is_resynced_once_then_asked_again(stub: Stub) -> None:
+    held = {"version": 0}  # restarted: its initial weights, whatever the trainer pushed before
+
+    def reply(path: str, body: Any) -> Reply:
+        return 200, {**completion([7], [-0.5]), "weight_version": held["version"]}
+
+    engine = _engine(stub, reply)
+    engine.weight_version = 3
+    pushed: list[str] = []
+
+    def resync(server: str) -> None:
+        pushed.append(server)
+        held["version"] = 3
+
+    engine.resync = resync
+
+    async def many() -> list[Any]:
+        return list(await asyncio.gather(*(engine.generate([1, 2]) for _ in range(8))))
+
+    with pytest.warns(RLLMWarning, match=r"/v1 lost the policy's weights \(weight_version 0 where 3 was expected"):
+        generations = asyncio.run(many())
+    assert pushed == [f"{stub.root}/v1"]  # one push however many requests saw the loss
+    assert [g.weight_version for g in generations] == [3] * 8
+    assert engine.resyncs == {f"{stub.root}/v1": 1}
+
+
+def test_a_server_that_does_not_keep_the_weights_it_is_sent_is_one_line(stub: Stub) -> None:
+    engine = _engine(stub, lambda path, body: (200, {**completion([7], [-0.5]), "weight_version": 0}))
+    engine.weight_version, engine.resync = 2, lambda server: None
+    with pytest.warns(RLLMWarning), pytest.raises(InferenceServerError) as caught:
+        asyncio.run(engine.generate([1]))
+    assert _one_line(caught) == (
+        f"{stub.root}/v1/completions answered with weight_version 0 after it was given the policy's weights "
+        "(version 2) again; it does not keep the weights it is sent."
+    )
+
+
+def test_without_a_resync_another_version_is_the_servers_to_report(stub: Stub) -> None:
+    engine = _engine(stub, lambda path, body: (200, completion([7], [-0.5])))  # version 5, the engine's 0
+    assert asyncio.run(engine.generate([1])).weight_version == 5

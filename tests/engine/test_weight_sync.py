@@ -95,3 +95,10 @@ def test_an_unknown_sync_is_refused_by_the_config() -> None:
 
     with pytest.raises((ConfigError, WeightSyncNotFoundError), match=r"rllm\.rollout\.openai\.weight_sync"):
         weight_sync_for(_config("rllm.rollout.openai.weight_sync=carrier_pigeon"), ["http://127.0.0.1:1/v1"])
+
+
+def test_push_to_sends_one_server_alone(stub: Stub, tmp_path: Path) -> None:
+    sync = weight_sync_for(_config("rllm.rollout.openai.weight_sync=memory"), [f"{stub.root}/v1", "http://x:1/v1"])
+    sync.push_to(_update(tmp_path, 4), f"{stub.root}/v1/")
+    assert stub.seen == [("/update_weights_from_safetensors?weight_version=4", b"raw-weights")]
+    assert sync.servers == [f"{stub.root}/v1", "http://x:1/v1"]  # the sync itself still pushes to both

@@ -2,12 +2,14 @@
 
 The served run is compared with the in-process engine's under the same settings: each episode's
 first request is seeded with the episode's seed, so the server draws what the in-process engine
-draws. Killing the server mid-run follows ``rllm.workflow.failure_policy``.
+draws. Killing the server mid-run follows ``rllm.workflow.failure_policy``; a server that restarts
+(on its initial weights) is given the current ones before the run samples from it again.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -111,9 +113,10 @@ def test_a_killed_server_under_failure_policy_fail_stops_the_run_naming_it(tmp_p
     assert max(r["step"] for r in _records(tmp_path, "train")) < 100
 
 
-def test_the_run_carries_on_when_a_killed_server_returns(tmp_path: Path) -> None:
+def test_a_restarted_server_gets_the_current_weights_before_it_samples(tmp_path: Path) -> None:
     port = free_port()
     server, root = start(*SERVED, port=port)
+    first_start = get_json(f"{root}/health")["start_id"]
     try:
         run = _command(
             tmp_path,
@@ -128,14 +131,23 @@ def test_the_run_carries_on_when_a_killed_server_returns(tmp_path: Path) -> None
         server.send_signal(signal.SIGKILL)
         server.wait(timeout=10)
         server, _ = start(*SERVED, port=port)  # back with its first weights, version 0
+        restarted = get_json(f"{root}/health")
         _, err = process.communicate(timeout=180)
+        final = get_json(f"{root}/health")
     finally:
         stop(server)
     assert process.returncode == 0, err
+    assert restarted["start_id"] != first_start and restarted["weight_version"] == 0
+    assert final["start_id"] == restarted["start_id"] and final["weight_version"] == 5  # one update per step
+    assert re.search(rf"{root}/v1 lost the policy's weights \(weight_version 0 where [2-5] was expected", err), err
     records = _records(tmp_path, "train")
     assert [r["step"] for r in records] == list(range(1, 6))
-    # steps sampled by the restarted server's old weights are counted, and the next sync brings it back
-    assert any(r["rollout/stale_steps"] > 0 for r in records) and records[-1]["rollout/stale_steps"] == 0
+    # no step sampled the restarted server's initial weights: every one carries the version trained, and its
+    # rollout log-probs are the trainer's own forward pass of the sampled ids
+    assert all(r["rollout/stale_steps"] == 0 and r["rollout/max_staleness"] == 0 for r in records), records
+    assert all(r["actor/rollout_logprob_diff"] <= 1e-5 for r in records), [
+        r["actor/rollout_logprob_diff"] for r in records
+    ]
 
 
 def test_a_server_refusing_the_weights_stops_the_run_before_any_step(tmp_path: Path) -> None:

@@ -13,11 +13,14 @@ A backend whose rollouts are sampled by servers (``rllm.rollout.openai.base_url`
 
 A server that refuses an update, does not answer, or reports another version is a
 :class:`~rllm.errors.WeightSyncError` naming it: the run stops before a step samples from,
-and trains on, the old weights.
+and trains on, the old weights. A server that restarts comes back with its initial weights: the
+OpenAI engine notices (its answers report another ``weight_version``) and the backend gives it
+the current ones with :meth:`WeightSync.push_to` before sampling from it again.
 """
 
 from __future__ import annotations
 
+import copy
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -58,6 +61,12 @@ class WeightSync:
     def push(self, update: PolicyUpdate) -> None:
         """Make every server sample from ``update``'s weights; raise :class:`WeightSyncError` when one refuses."""
         raise NotImplementedError(f"{type(self).__name__} must implement push(update)")
+
+    def push_to(self, update: PolicyUpdate, server: str) -> None:
+        """Push ``update`` to ``server`` alone: one that lost its weights (restarted) while the others kept them."""
+        alone = copy.copy(self)
+        alone.servers = [server.rstrip("/")]
+        alone.push(update)
 
     def root(self, server: str) -> str:
         """The server's address without OpenAI's ``/v1``: the weight routes are beside it, as in SGLang and vLLM."""

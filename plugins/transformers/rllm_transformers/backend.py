@@ -215,19 +215,37 @@ class TransformersBackend(BackendProtocol):
             return
         await asyncio.to_thread(self._push, self.engine.weight_version, None)
 
-    def _push(self, version: int, weights: dict[str, torch.Tensor] | None) -> None:
-        """Every server on ``weights`` (None: the model's) as ``version``, through the run's weight sync."""
-        if self.weight_sync is None:
-            return
+    def _update(self, version: int, weights: dict[str, torch.Tensor] | None) -> PolicyUpdate:
+        """``weights`` (None: the model's) as the update of ``version`` a weight sync sends."""
         state = weights if weights is not None else self.model.state_dict()
-        update = PolicyUpdate(
+        return PolicyUpdate(
             version=version,
             save=lambda directory: self.model.save_pretrained(directory, state_dict=state),
             state_bytes=lambda: state_dict_bytes(state),
             directory=Path(str(self.config.rllm.trainer.output_dir)) / "weight_sync",
         )
-        self.weight_sync.push(update)
+
+    def _push(self, version: int, weights: dict[str, torch.Tensor] | None) -> None:
+        """Every server on ``weights`` (None: the model's) as ``version``, through the run's weight sync."""
+        if self.weight_sync is None:
+            return
+        self.weight_sync.push(self._update(version, weights))
         self._rollout_version = version
+
+    def _resync(self, server: str) -> None:
+        """A server lost the policy's weights (restarted): it gets those of the engine's version again, before it
+        samples (an asynchronous run's are the published ones the batch samples, not the model's)."""
+        if self.weight_sync is None or self.engine is None:
+            return
+        version = self.engine.weight_version
+        with self._publishing:
+            weights = self._published.get(version)
+        if self.asynchronous and weights is None:
+            raise TrainerError(
+                f"{server} lost its weights and needs policy version {version} again, which is no longer kept "
+                f"(published: {sorted(self._published)})."
+            )
+        self.weight_sync.push_to(self._update(version, weights if self.asynchronous else None), server)
 
     @property
     def loss_description(self) -> str:
@@ -330,6 +348,7 @@ class TransformersBackend(BackendProtocol):
                 greedy_validation=bool(options.greedy_validation),
                 seed=int(options.seed),
             )
+            self.engine.resync = self._resync
             return self.engine
         self.engine = TransformersEngine(
             self.rollout_model,

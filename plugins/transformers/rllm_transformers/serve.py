@@ -12,6 +12,7 @@ import asyncio
 import errno
 import json
 import socket
+import uuid
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ class Server:
         self.policy = policy
         self.model_name = model_name
         self.weight_version = 0
+        self.start_id = uuid.uuid4().hex
+        """New at every start: a restarted server (back on its initial weights) is told apart by it on /health."""
         self.context_limit = int(getattr(policy.model.config, "max_position_embeddings", 2048))
         self.generator = torch.Generator().manual_seed(seed)
         self.generate_calls = 0
@@ -272,6 +275,7 @@ def build_app(server: Server) -> FastAPI:
         return {
             "status": "ok",
             "weight_version": server.weight_version,
+            "start_id": server.start_id,
             "requests": server.requests,
             "generate_calls": server.generate_calls,
         }

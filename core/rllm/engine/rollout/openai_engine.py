@@ -22,6 +22,12 @@ in-process engines do. On :meth:`OpenAIEngine.connect` the engine asks each serv
 model and context, and, when it has the trainer's tokenizer, compares the server's vocabulary
 and end-of-sequence token with it (vLLM's ``/tokenize`` and ``/detokenize``), refusing a
 server whose tokenizer differs.
+
+A server that lost the policy's weights (killed and restarted, it comes back with its initial
+ones) is given them again before the engine samples from it: when an answer reports another
+``weight_version`` than the engine's, or, from a server that reports none (vLLM), when a
+request got no answer before it got one, the engine calls its :attr:`OpenAIEngine.resync`
+(the backend sets it to push the current weights to that server) and sends the request again.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import time
 import uuid
 import warnings
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -108,6 +114,11 @@ class OpenAIEngine(RolloutEngine):
         self._connecting = threading.Lock()
         self._pool_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self.resync: Callable[[str], None] | None = None
+        """Given a server's base URL, brings it back to the weights of :attr:`weight_version` (None: never asked)."""
+        self.resyncs: dict[str, int] = {}
+        """How many times each server was given the weights again after losing them."""
+        self._resyncing = threading.Lock()
 
     @classmethod
     def from_config(
@@ -145,12 +156,12 @@ class OpenAIEngine(RolloutEngine):
     # -- pickling (the Ray executor sends the engine to its workers) ---------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_connecting"] = state["_pool_lock"] = state["_pool"] = None
+        state["_connecting"] = state["_pool_lock"] = state["_pool"] = state["_resyncing"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._connecting, self._pool_lock = threading.Lock(), threading.Lock()
+        self._connecting, self._pool_lock, self._resyncing = threading.Lock(), threading.Lock(), threading.Lock()
 
     def shutdown(self) -> None:
         """Stop the request threads (a later request starts new ones)."""
@@ -174,15 +185,20 @@ class OpenAIEngine(RolloutEngine):
 
     def call(self, url: str, body: dict[str, Any] | None, session: str | None = None) -> Answer:
         """One request with its retries (blocking): the answer, or one line naming the URL and what went wrong."""
-        delay, attempts = self.retry_backoff, self.api_retries + 1
+        return self._attempts(url, body, session)[0]
+
+    def _attempts(self, url: str, body: dict[str, Any] | None, session: str | None) -> tuple[Answer, bool]:
+        """:meth:`call`'s answer, and whether an attempt before it got no answer (the server may have restarted)."""
+        delay, attempts, unanswered = self.retry_backoff, self.api_retries + 1, False
         for attempt in range(1, attempts + 1):
             try:
                 answer = request_json(url, body, timeout=self.timeout, headers=self._headers(session))
             except (ServerUnreachable, ServerTimeout) as exc:
                 problem = str(exc).removeprefix(f"{url}: ")
+                unanswered = unanswered or isinstance(exc, ServerUnreachable)
             else:
                 if answer.ok:
-                    return answer
+                    return answer, unanswered
                 problem = f"HTTP {answer.status}: {answer.error_message()}"
                 if answer.status not in RETRIED_STATUSES:
                     raise InferenceServerError(f"{url} refused the request ({problem}).")
@@ -194,7 +210,7 @@ class OpenAIEngine(RolloutEngine):
             "rllm.rollout.openai.base_url."
         )
 
-    async def _call(self, url: str, body: dict[str, Any], session: str | None) -> Answer:
+    async def _call(self, server: str, url: str, body: dict[str, Any], session: str | None) -> Answer:
         if not self._connected:  # the first request of an engine built without from_config
             await asyncio.to_thread(self.connect)
         with self._pool_lock:
@@ -202,7 +218,32 @@ class OpenAIEngine(RolloutEngine):
                 self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="rllm-openai")
             pool = self._pool
         self.requests += 1
-        return await asyncio.get_running_loop().run_in_executor(pool, self.call, url, body, session)
+        return await asyncio.get_running_loop().run_in_executor(pool, self._sample, server, url, body, session)
+
+    def _sample(self, server: str, url: str, body: dict[str, Any], session: str | None) -> Answer:
+        """A sampling request, sent again after :attr:`resync` when the server had lost the policy's weights."""
+        for _ in range(2):
+            seen = self.resyncs.get(server, 0)
+            answer, unanswered = self._attempts(url, body, session)
+            reported = answer.body.get("weight_version")
+            lost = unanswered if reported is None else int(reported) != self.weight_version
+            if self.resync is None or not lost:
+                return answer
+            with self._resyncing:  # one push per loss, however many requests noticed it
+                if self.resyncs.get(server, 0) == seen:
+                    said = "no answer, then an answer" if reported is None else f"weight_version {reported}"
+                    warnings.warn(
+                        f"{server} lost the policy's weights ({said} where {self.weight_version} was expected: it "
+                        "restarted); sending them again before sampling from it.",
+                        RLLMWarning,
+                        stacklevel=2,
+                    )
+                    self.resync(server)
+                    self.resyncs[server] = seen + 1
+        raise InferenceServerError(
+            f"{url} answered with weight_version {reported} after it was given the policy's weights "
+            f"(version {self.weight_version}) again; it does not keep the weights it is sent."
+        )
 
     def connect(self) -> None:
         """Ask every server for its model and context limit, and check its tokenizer against the trainer's."""
@@ -328,7 +369,7 @@ class OpenAIEngine(RolloutEngine):
             **self._sampling(seed, options),
         }
         url = f"{server}/completions"
-        answer = await self._call(url, body, session)
+        answer = await self._call(server, url, body, session)
         choice = _first_choice(answer, url)
         ids = _token_ids(choice, url, "choices[0].token_ids")
         logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
@@ -379,7 +420,7 @@ class OpenAIEngine(RolloutEngine):
             **self._sampling(seed, options),
         }
         url = f"{server}/chat/completions"
-        answer = await self._call(url, body, session)
+        answer = await self._call(server, url, body, session)
         choice = _first_choice(answer, url)
         ids = _token_ids(choice, url, "choices[0].token_ids")
         prompt = answer.body.get("prompt_token_ids")
