@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 
 from rllm.engine import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine, completion_output
 from rllm.errors import DataError, EngineCallError
@@ -256,7 +257,7 @@ class TransformersEngine(RolloutEngine):
         logps = torch.zeros((len(requests), steps), device=self.device)
         alive = torch.ones(len(requests), dtype=torch.bool, device=self.device)
         stopped = torch.zeros(len(requests), dtype=torch.bool, device=self.device)
-        cache = None
+        cache = DynamicCache(config=model.config)  # transformers' Cache API, filled in place by each forward
         was_training = model.training
         model.eval()
         try:
@@ -264,7 +265,6 @@ class TransformersEngine(RolloutEngine):
                 out = model(
                     input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
                 )
-                cache = out.past_key_values
                 logits = out.logits[:, -1, :]
                 if greedy:
                     log_p = torch.log_softmax(logits.float(), dim=-1)
