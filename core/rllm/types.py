@@ -122,6 +122,11 @@ class Step:
                 "give one logprob per response token, or none."
             )
 
+    def attach(self, model_output: Any) -> None:
+        """Record the model call this step came from, filling the token fields the agent left empty."""
+        self.model_output = model_output
+        self._take_model_output()
+
     def _take_model_output(self) -> None:
         """Fill the token fields left empty from ``model_output`` (rLLM's backfill).
 

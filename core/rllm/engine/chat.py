@@ -24,6 +24,8 @@ __all__ = [
     "IM_START",
     "ChatParser",
     "Completion",
+    "ConversationPrompts",
+    "TemplateChatParser",
     "completion_output",
     "render_chatml",
     "split_completion",
@@ -43,6 +45,65 @@ class ChatParser(Protocol):
     ) -> str:
         """The prompt text of ``messages``, ending with the assistant's header when ``add_generation_prompt``."""
         ...
+
+
+def _ids(encoded: Any) -> list[int]:
+    if isinstance(encoded, dict) or hasattr(encoded, "input_ids"):
+        encoded = encoded["input_ids"]
+    return [int(token) for token in encoded]
+
+
+def template_ids(tokenizer: Any, messages: Sequence[Mapping[str, Any]], **variables: Any) -> list[int]:
+    """The prompt ids of ``messages`` under the tokenizer's chat template, ending with the assistant's header."""
+    return _ids(tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True, **variables))
+
+
+class TemplateChatParser:
+    """``rollout_engine.chat_parser`` over a tokenizer's own chat template (rLLM's cumulative workflow renders with it).
+
+    ``is_first_msg`` is accepted for rLLM's signature; other keywords (``accumulate_reasoning``)
+    reach the template as its variables.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def parse(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = False, is_first_msg: bool = False, **kw: Any
+    ) -> str:
+        text = self.tokenizer.apply_chat_template(
+            check_messages(messages), add_generation_prompt=add_generation_prompt, tokenize=False, **kw
+        )
+        return str(text)
+
+
+class ConversationPrompts:
+    """One episode's chat prompts as ids, each extending the ids an earlier call was given and sampled.
+
+    Re-encoding a conversation's text can give other ids than the model sampled (a BPE merge
+    across the reply's end, a special token spelled out), which would train the model on
+    tokens it never produced. So when the rendered prompt starts with the text of an earlier
+    call's prompt and completion, that call's ids are kept and only the rest is encoded. A
+    template that rewrites earlier turns (trims a reply, drops its reasoning) renders another
+    text: the prompt is then encoded whole, and the trainer sees that it does not extend the
+    previous turn.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self._sampled: list[tuple[str, list[int]]] = []
+
+    def prompt_ids(self, messages: Sequence[Mapping[str, Any]], **variables: Any) -> list[int]:
+        text = TemplateChatParser(self.tokenizer).parse(list(messages), add_generation_prompt=True, **variables)
+        for seen, ids in sorted(self._sampled, key=lambda pair: -len(pair[0])):
+            if text.startswith(seen):
+                return ids + _ids(self.tokenizer.encode(text[len(seen) :], add_special_tokens=False))
+        return template_ids(self.tokenizer, messages, **variables)
+
+    def sampled(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> None:
+        """Remember one call's tokens, so a later turn that repeats them keeps these ids."""
+        ids = [*prompt_ids, *completion_ids]
+        self._sampled.append((self.tokenizer.decode(ids, skip_special_tokens=False), ids))
 
 
 def _turn(role: str, text: str) -> str:

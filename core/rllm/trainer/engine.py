@@ -138,6 +138,21 @@ class EngineStats:
         }
 
 
+def _step_without_ids(episode: Episode) -> str | None:
+    """Why a step of ``episode`` cannot be trained on: a model output that carries no sampled ids."""
+    for trajectory in episode.trajectories:
+        for index, step in enumerate(trajectory.steps):
+            output = step.model_output
+            if output is None or step.response_ids:
+                continue
+            if not getattr(output, "completion_ids", None):
+                return (
+                    f"step {index} of trajectory {trajectory.name!r} has a ModelOutput without completion_ids; "
+                    "the engine must return the sampled token ids (and prompt_ids, logprobs) with every answer"
+                )
+    return None
+
+
 def _error_info(exc: BaseException) -> dict[str, str]:
     """What ``episode.info["error"]`` records; an executor's exception may carry it (a worker's error)."""
     carried = getattr(exc, "error_info", None)
@@ -400,6 +415,10 @@ class WorkflowEngine:
                     "type": "TypeError",
                     "traceback": "",
                 }
+        problem = _step_without_ids(episode)
+        if problem is not None and episode.termination_reason is not TerminationReason.ERROR:
+            episode.termination_reason = TerminationReason.ERROR
+            episode.info["error"] = {"message": problem, "type": "DataError", "traceback": ""}
         episode.id = call.uid
         if episode.task is None:
             episode.task = call.task

@@ -5,6 +5,12 @@ Workflow)``) and call the model through :meth:`~TimingTrackingMixin.timed_llm_ca
 environment through :meth:`~TimingTrackingMixin.timed_env_call`. Each model call opens a
 step; the totals land in ``episode.info["timing"]``, ``trajectory.info["timing"]`` and
 ``step.info["timing"]`` (rLLM's keys, timestamps in ISO 8601, UTC).
+
+An agent builds its steps from the reply's text (``update_from_model(response)``), so the
+ids and log-probs the model sampled would be lost; the mixin keeps each call's
+:class:`~rllm.engine.ModelOutput` and gives the k-th one to the k-th step of the episode's
+trajectory when there is one trajectory and one step per call (the steps then train on
+what was sampled, never on re-tokenised text).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ class TimingTrackingMixin:
         )
         self._step_timings: list[dict[str, Any]] = []
         self._current_step_timing: dict[str, Any] | None = None
+        self._model_outputs: list[ModelOutput] = []
 
     def start_timing(self) -> None:
         """Start the episode's clock (``reset`` calls it), clearing the last episode's times."""
@@ -80,9 +87,11 @@ class TimingTrackingMixin:
         self._open_step()
         start = time.monotonic()
         try:
-            return await self.rollout_engine.get_model_response(*args, **kwargs)
+            output = await self.rollout_engine.get_model_response(*args, **kwargs)
         finally:
             self._spent("llm_time", time.monotonic() - start)
+        self._model_outputs.append(output)
+        return output
 
     async def timed_env_call(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``func(*args, **kwargs)`` (an environment's ``reset`` or ``step``, which may block) in a thread, timed.
@@ -118,6 +127,7 @@ class TimingTrackingMixin:
         if parent is not None:
             episode = parent(episode, termination_reason, error)
         episode.info["timing"] = totals
+        self._attach_model_outputs(episode)
         steps = self._step_timings
         for trajectory in episode.trajectories:
             trajectory.info["num_steps"] = len(trajectory.steps)
@@ -136,6 +146,14 @@ class TimingTrackingMixin:
                     "env_time": record.get("env_time", 0.0),
                 }
         return episode
+
+    def _attach_model_outputs(self, episode: Episode) -> None:
+        with_steps = [trajectory for trajectory in episode.trajectories if trajectory.steps]
+        if len(with_steps) != 1 or len(with_steps[0].steps) != len(self._model_outputs):
+            return
+        for step, output in zip(with_steps[0].steps, self._model_outputs, strict=True):
+            if step.model_output is None and not step.response_ids:
+                step.attach(output)
 
     def reset(self, task: Any = None, uid: str | None = None) -> Any:
         """Start the clock, then the workflow's own ``reset`` (when it has one)."""

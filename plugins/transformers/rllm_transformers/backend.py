@@ -16,6 +16,7 @@ import asyncio
 import copy
 import math
 import threading
+import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -26,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rllm.config import unhonoured_keys
 from rllm.engine import OpenAIEngine, PolicyUpdate, WeightSync, weight_sync_for
-from rllm.errors import ConfigError, TrainerError
+from rllm.errors import ConfigError, RLLMWarning, TrainerError
 from rllm.losses import KLInReward, LossSettings, check_kl_coef, rejection_mask
 from rllm.tasks import VOCAB, ArithmeticWorkflow, build_tasks
 from rllm.toolkit import TOKEN_FIELDS, get_estimator
@@ -147,6 +148,7 @@ class TransformersBackend(BackendProtocol):
         self._rollout_version: int | None = None
         """The version of the weights the rollouts sample (the rollout copy's, or the servers'); None: not yet set."""
         self.workflow_name = "the workflow"
+        self.history_break_said = False
         """The workflow the last episodes came from, named by stage 4's errors about their token ids."""
         self.rollout_tokens, self.rollout_seconds = 0, 0.0
         """The step's response tokens and the wall-clock seconds its rollouts took: ``perf/rollout_tokens_per_s``."""
@@ -390,7 +392,21 @@ class TransformersBackend(BackendProtocol):
         groups = trainer_state.trajectory_groups
         loss_of = {group.group_role: self._settings(group.group_role).name for group in groups}
         vocab = int(self.model.get_input_embeddings().num_embeddings)
-        return pack_rows(groups, loss_of, int(self.tokenizer.pad_token_id), self.device, vocab, self.workflow_name)
+        batch = pack_rows(groups, loss_of, int(self.tokenizer.pad_token_id), self.device, vocab, self.workflow_name)
+        trainer_state.metrics["batch/steps_per_row"] = len(batch.steps) / batch.rows
+        trainer_state.metrics["batch/history_breaks"] = float(len(batch.history_breaks))
+        if batch.history_breaks and not self.history_break_said:
+            self.history_break_said = True
+            warnings.warn(
+                f"{self.workflow_name}: {len(batch.history_breaks)} step(s) of step {trainer_state.global_step} were "
+                f"not sampled from their trajectory's earlier turns as sampled (first: {batch.history_breaks[0]}); the "
+                "chat template or the workflow rewrote the history (e.g. trimmed a reply or dropped its reasoning), "
+                "so each such step trains alone on the prompt it was given. Keep earlier turns verbatim to train a "
+                "conversation as one sequence; metric batch/history_breaks counts them per step.",
+                RLLMWarning,
+                stacklevel=2,
+            )
+        return batch
 
     async def process_backend_batch(self, trainer_state: TrainerState) -> None:
         """The old policy's log-probs (PPO's denominator), the reference policy's, and the KL-in-reward penalty.
@@ -431,9 +447,7 @@ class TransformersBackend(BackendProtocol):
             trainer_state.metrics["actor/rollout_logprob_diff"] = float(gap.mean())
         if self.kl_in_reward is not None and batch.ref_logps is not None:
             penalty, metrics = self.kl_in_reward.penalty(batch.old_logps, batch.ref_logps, batch.mask)
-            metrics.update(
-                subtract_from_rewards(trainer_state.trajectory_groups, batch.steps, penalty.sum(-1).tolist())
-            )
+            metrics.update(subtract_from_rewards(trainer_state.trajectory_groups, batch.steps, batch.per_step(penalty)))
             trainer_state.metrics.update(metrics)
 
     def _statistics(self, model: Any, batch: RowBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -444,12 +458,12 @@ class TransformersBackend(BackendProtocol):
         group = self.distributed
         if group is None:
             return token_statistics(model, batch.ids, batch.attention)
-        rows = group.rows(len(batch.steps))
+        rows = group.rows(batch.rows)
         if len(rows):
             parts = token_statistics(model, batch.ids[rows.start : rows.stop], batch.attention[rows.start : rows.stop])
         else:
             parts = (batch.mask[:0].float(),) * 3
-        return tuple(group.gather_rows(part, len(batch.steps)) for part in parts)  # type: ignore[return-value]
+        return tuple(group.gather_rows(part, batch.rows) for part in parts)  # type: ignore[return-value]
 
     def _micro_batches(self, mini: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """This rank's micro-batches of a mini-batch.
@@ -481,7 +495,7 @@ class TransformersBackend(BackendProtocol):
         )
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        n = len(batch.steps)
+        n = batch.rows
         sums: dict[str, list[float]] = defaultdict(list)
         role_names = sorted(set(batch.roles))
         role_of = torch.tensor([role_names.index(role) for role in batch.roles], device=self.device)

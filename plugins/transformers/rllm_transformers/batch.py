@@ -1,4 +1,4 @@
-"""Stage 4 of the transformers backend: every step one right-padded row, and the log-probs of a row batch.
+"""Stage 4 of the transformers backend: the steps as right-padded rows, and the log-probs of a row batch.
 
 :func:`pack_rows` turns the trajectory groups into a :class:`RowBatch`; the backend's stages 5
 and 7 read it (``token_log_probs`` for the old, reference and current policies).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from numbers import Integral
 from typing import Any
 
@@ -16,7 +16,7 @@ import torch
 
 from rllm.errors import TrainerError, WorkflowError
 from rllm.losses import prompt_counts
-from rllm.types import Episode, Step, TrajectoryGroup
+from rllm.types import Episode, Step, Trajectory, TrajectoryGroup
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,25 @@ class MiniBatchTotals:
     prompts: torch.Tensor
 
 
+@dataclass(frozen=True)
+class Span:
+    """Where one step's response tokens sit: row ``row``, log-prob positions ``start`` to ``stop``."""
+
+    row: int
+    start: int
+    stop: int
+
+
 @dataclass
 class RowBatch:
-    """Stage 4's batch: one right-padded row per step, the response tokens marked in ``mask``.
+    """Stage 4's batch: right-padded rows, the response tokens marked in ``mask``.
 
-    ``mask[r, j]`` is 1 where token ``j + 1`` of row ``r`` is a response token, so it lines up
-    with the log-prob the model gives at position ``j``.
+    A row is one step, or the consecutive steps of a trajectory whose every prompt extends the
+    previous step's prompt and response token for token (a multi-turn conversation): the
+    observation tokens between the responses are in the row with mask 0, so the turns cost
+    one forward pass. ``mask[r, j]`` is 1 where token ``j + 1`` of row ``r`` is a response
+    token, so it lines up with the log-prob the model gives at position ``j``; ``spans[i]``
+    says where ``steps[i]``'s response is.
     """
 
     ids: torch.Tensor
@@ -43,42 +56,53 @@ class RowBatch:
     mask: torch.Tensor
     rollout_logps: torch.Tensor
     steps: list[Step]
+    spans: list[Span]
     roles: list[str]
+    """Per row, as are ``losses`` and ``prompts``."""
     losses: list[str]
     prompts: torch.Tensor
     """Each row's trajectory group (its prompt, for ``loss_agg_mode=prompt-mean``), an index."""
+    history_breaks: list[str] = field(default_factory=list)
+    """Each step whose prompt does not extend its trajectory's previous step (where, in words); it starts a row."""
     old_logps: torch.Tensor | None = None
     ref_logps: torch.Tensor | None = None
     counted: torch.Tensor | None = None
     """The response tokens the loss's normalisers count (rollout rejection removes some); None: all of ``mask``."""
 
+    @property
+    def rows(self) -> int:
+        return int(self.ids.shape[0])
+
     def put_on_steps(self, fields: Mapping[str, torch.Tensor]) -> None:
         """Each per-token tensor's values on its step's response tokens, as ``step.info[name]`` (stage 6 reads them)."""
         for name, tensor in fields.items():
-            for row, step in enumerate(self.steps):
-                step.info[name] = tensor[row][self.mask[row] > 0].tolist()
+            for step, span in zip(self.steps, self.spans, strict=True):
+                step.info[name] = tensor[span.row, span.start : span.stop].tolist()
+
+    def per_step(self, tensor: torch.Tensor) -> list[float]:
+        """Each step's sum of a per-token tensor over its response tokens."""
+        return [float(tensor[span.row, span.start : span.stop].sum()) for span in self.spans]
 
     def totals(self, mini: torch.Tensor) -> MiniBatchTotals:
         """The counts a mini-batch's loss divides by, over all its rows (every rank alike)."""
         counted = (self.mask if self.counted is None else self.counted)[mini]
-        of_prompt = torch.zeros(len(self.steps), device=counted.device)
+        of_prompt = torch.zeros(self.rows, device=counted.device)
         tokens, prompts = prompt_counts(counted, self.prompts[mini])
         of_prompt[mini] = tokens.to(of_prompt.dtype)
         return MiniBatchTotals(counted.sum().clamp(min=1), len(mini), of_prompt, prompts)
 
     def advantages(self) -> torch.Tensor:
         values = torch.zeros_like(self.mask)
-        for row, step in enumerate(self.steps):
+        for step, span in zip(self.steps, self.spans, strict=True):
             if step.advantage is None:
                 raise TrainerError("A step reached the policy update without an advantage; stage 6 did not run.")
-            positions = self.mask[row].nonzero().squeeze(-1)
             per_token = torch.as_tensor(step.advantage, dtype=values.dtype).reshape(-1)
-            if per_token.numel() not in (1, len(positions)):
+            if per_token.numel() not in (1, span.stop - span.start):
                 raise TrainerError(
-                    f"A step has {per_token.numel()} advantages for {len(positions)} response tokens; give one "
-                    "per token or a single one."
+                    f"A step has {per_token.numel()} advantages for {span.stop - span.start} response tokens; give "
+                    "one per token or a single one."
                 )
-            values[row, positions] = per_token.to(values.device)
+            values[span.row, span.start : span.stop] = per_token.to(values.device)
         return values
 
 
@@ -113,6 +137,47 @@ def token_statistics(
     return chosen, entropy, sum_squares
 
 
+def _check_ids(step: Step, group: TrajectoryGroup, trajectory: Trajectory, vocab_size: int, workflow: str) -> None:
+    if not step.prompt_ids:
+        raise WorkflowError(
+            f"{workflow} produced a step of group {group.group_id!r} (trajectory {trajectory.name!r}) with response "
+            "ids but no prompt_ids; keep the ids the model was given (ModelOutput.prompt_ids) on the step."
+        )
+    for part, ids in (("prompt", step.prompt_ids), ("response", step.response_ids)):
+        bad = next((i for i in ids if not (isinstance(i, Integral) and 0 <= i < vocab_size)), None)
+        if bad is not None:
+            raise WorkflowError(
+                f"{workflow} produced token id {bad!r} in the {part} of a step of group "
+                f"{group.group_id!r} (trajectory {trajectory.name!r}), outside the model's vocabulary "
+                f"(ids 0 to {vocab_size - 1}); encode with the run's tokenizer."
+            )
+
+
+@dataclass
+class _Row:
+    """A row being built: its tokens so far, which of them are responses, their sampling log-probs."""
+
+    ids: list[int]
+    response: list[bool]
+    logps: list[float]
+    group: int
+
+    def extends(self, step: Step) -> bool:
+        return len(step.prompt_ids) >= len(self.ids) and list(step.prompt_ids[: len(self.ids)]) == self.ids
+
+    def add(self, step: Step, row: int) -> Span:
+        """Append the step's new prompt tokens (no loss) and its response; where the response went."""
+        new = list(step.prompt_ids[len(self.ids) :])
+        self.ids += new
+        self.response += [False] * len(new)
+        start = len(self.ids) - 1
+        self.ids += list(step.response_ids)
+        self.response += [True] * len(step.response_ids)
+        self.logps += [0.0] * len(new)
+        self.logps += list(step.logprobs) if step.logprobs else [math.nan] * len(step.response_ids)
+        return Span(row, start, start + len(step.response_ids))
+
+
 def pack_rows(
     groups: Sequence[TrajectoryGroup],
     loss_of: Mapping[str, str],
@@ -121,53 +186,63 @@ def pack_rows(
     vocab_size: int,
     workflow: str = "the workflow",
 ) -> RowBatch:
-    """One row per step with a response (``pad`` after it), each row's role and the name of its role's loss.
+    """The steps with a response as rows (``pad`` after them): a trajectory's turns share a row while they extend it.
 
-    A token id outside ``0 .. vocab_size - 1`` is a :class:`WorkflowError` naming ``workflow``,
-    the id and its group, not an index error inside the model's embedding.
+    A step whose prompt is not its trajectory's previous prompt and response followed by new
+    tokens (the chat template rewrote the history, or the workflow rebuilt its prompt) starts
+    a row of its own and is listed in ``history_breaks``: it trains on what it was sampled
+    from, in a separate forward pass. A token id outside ``0 .. vocab_size - 1`` is a
+    :class:`WorkflowError` naming ``workflow``, the id and its group, not an index error
+    inside the model's embedding.
     """
-    rows: list[tuple[list[int], list[int], list[float]]] = []
-    steps, roles, losses, prompts = [], [], [], []
+    rows: list[_Row] = []
+    steps: list[Step] = []
+    spans: list[Span] = []
+    roles, losses, breaks = [], [], []
     for index, group in enumerate(groups):
-        loss = loss_of[group.group_role]
         for trajectory in group.trajectories:
-            for step in trajectory.steps:
+            current: _Row | None = None
+            for turn, step in enumerate(trajectory.steps):
                 if not step.response_ids:
-                    continue
-                for part, ids in (("prompt", step.prompt_ids), ("response", step.response_ids)):
-                    bad = next((i for i in ids if not (isinstance(i, Integral) and 0 <= i < vocab_size)), None)
-                    if bad is not None:
+                    if step.model_response:
                         raise WorkflowError(
-                            f"{workflow} produced token id {bad!r} in the {part} of a step of group "
-                            f"{group.group_id!r} (trajectory {trajectory.name!r}), outside the model's vocabulary "
-                            f"(ids 0 to {vocab_size - 1}); encode with the run's tokenizer."
+                            f"{workflow} produced step {turn} of group {group.group_id!r} (trajectory "
+                            f"{trajectory.name!r}) with a reply's text but no response_ids; give the step the "
+                            "engine's ModelOutput (Step(model_output=...), or call the model through "
+                            "TimingTrackingMixin.timed_llm_call, which attaches it)."
                         )
-                logps = list(step.logprobs) if step.logprobs else [math.nan] * len(step.response_ids)
-                rows.append((list(step.prompt_ids), list(step.response_ids), logps))
+                    continue
+                _check_ids(step, group, trajectory, vocab_size, workflow)
+                if current is None or not current.extends(step):
+                    if current is not None:
+                        breaks.append(f"group {group.group_id!r}, trajectory {trajectory.name!r}, step {turn}")
+                    current = _Row([], [], [], index)
+                    rows.append(current)
+                    roles.append(group.group_role)
+                    losses.append(loss_of[group.group_role])
+                spans.append(current.add(step, len(rows) - 1))
                 steps.append(step)
-                roles.append(group.group_role)
-                losses.append(loss)
-                prompts.append(index)
     if not rows:
         raise TrainerError("The trajectory groups hold no response tokens; the workflow produced empty steps.")
-    width = max(len(p) + len(r) for p, r, _ in rows)
+    width = max(len(row.ids) for row in rows)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     attention = torch.zeros((len(rows), width), dtype=torch.long)
     mask = torch.zeros((len(rows), width - 1))
     rollout = torch.zeros((len(rows), width - 1))
-    for row, (prompt, response, logps) in enumerate(rows):
-        ids[row, : len(prompt) + len(response)] = torch.tensor(prompt + response)
-        attention[row, : len(prompt) + len(response)] = 1
-        span = slice(len(prompt) - 1, len(prompt) - 1 + len(response))
-        mask[row, span] = 1.0
-        rollout[row, span] = torch.tensor(logps[: len(response)], dtype=torch.float32)
+    for r, row in enumerate(rows):
+        ids[r, : len(row.ids)] = torch.tensor(row.ids)
+        attention[r, : len(row.ids)] = 1
+        mask[r, : len(row.ids) - 1] = torch.tensor(row.response[1:], dtype=torch.float32)
+        rollout[r, : len(row.ids) - 1] = torch.tensor(row.logps[1:], dtype=torch.float32)
     return RowBatch(
         ids.to(device),
         attention.to(device),
         mask.to(device),
         rollout.to(device),
         steps,
+        spans,
         roles,
         losses,
-        torch.tensor(prompts, device=device),
+        torch.tensor([row.group for row in rows], device=device),
+        breaks,
     )

@@ -28,11 +28,18 @@ import torch
 from transformers import DynamicCache
 
 from rllm.engine import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine, completion_output
+from rllm.engine.chat import ConversationPrompts, TemplateChatParser, template_ids
 from rllm.errors import DataError, EngineCallError
 from rllm.types import TerminationEvent, TerminationReason
 from rllm_transformers.batch import token_log_probs
 
-CHAT_OPTIONS = ("max_tokens", "application_id", "skip_special_tokens")
+CHAT_OPTIONS = (
+    "max_tokens",
+    "application_id",
+    "skip_special_tokens",
+    "accumulate_reasoning",
+    "enforce_max_prompt_length",
+)
 """What ``get_model_response`` takes besides the messages (``application_id`` names the caller only)."""
 
 
@@ -115,8 +122,14 @@ class TransformersEngine(RolloutEngine):
         self.max_prompt_length = max_prompt_length
         self.greedy_validation = greedy_validation
         self.validating = False
+        self.chat_parser = TemplateChatParser(tokenizer)
         self._pending: list[SampleRequest] = []
         self._flush: asyncio.Task[None] | None = None
+
+    @property
+    def max_response_length(self) -> int:
+        """rLLM's name for the most tokens one call returns (``rllm.transformers.max_new_tokens``)."""
+        return self.max_new_tokens
 
     def for_episode(self, seed: int) -> EpisodeEngine:
         """A view for one episode: batched with the others, sampling from a generator seeded with ``seed``."""
@@ -142,21 +155,33 @@ class TransformersEngine(RolloutEngine):
             chosen, _ = token_log_probs(self.model, row, torch.ones_like(row))
         return [0.0, *chosen[0].tolist()] if len(ids) else []
 
-    def chat_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        """The prompt ids of ``messages`` under the tokenizer's chat template."""
+    def chat_ids(
+        self, messages: Sequence[dict[str, str]], conversation: ConversationPrompts | None = None, **variables: Any
+    ) -> list[int]:
+        """The prompt ids of ``messages`` under the tokenizer's chat template (extending ``conversation``'s turns)."""
         if getattr(self.tokenizer, "chat_template", None) is None:
             raise DataError(
                 "get_model_response() and chat() render messages with the tokenizer's chat template, and "
                 "rllm.transformers.model's tokenizer has none: use rllm.transformers.tokenizer=text (model=tiny), a "
                 "model directory whose tokenizer has a chat template, or call generate(prompt_ids) with ids you build."
             )
-        ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        return list(ids)
+        if conversation is None:
+            return template_ids(self.tokenizer, messages, **variables)
+        return conversation.prompt_ids(messages, **variables)
 
-    async def respond(self, messages: list[dict[str, Any]], generator: torch.Generator, **kwargs: Any) -> ModelOutput:
-        """rLLM's chat call: the chat template's prompt, sampled from ``generator``, as a :class:`ModelOutput`."""
+    async def respond(
+        self,
+        messages: list[dict[str, Any]],
+        generator: torch.Generator,
+        conversation: ConversationPrompts | None = None,
+        **kwargs: Any,
+    ) -> ModelOutput:
+        """rLLM's chat call: the chat template's prompt, sampled from ``generator``, as a :class:`ModelOutput`.
+
+        ``enforce_max_prompt_length=False`` (rLLM's cumulative workflow, which keeps its own
+        budget) lifts ``max_prompt_length`` for the call; ``accumulate_reasoning`` reaches the
+        chat template as its variable.
+        """
         unknown = sorted(set(kwargs) - set(CHAT_OPTIONS))
         if unknown:
             raise EngineCallError(
@@ -164,8 +189,12 @@ class TransformersEngine(RolloutEngine):
                 f"it takes {', '.join(CHAT_OPTIONS)} (temperature, top_p and top_k are the run's "
                 "rllm.transformers.* settings)."
             )
-        prompt = self.chat_ids(messages)
-        generation = await self.submit(prompt, kwargs.get("max_tokens"), generator)
+        variables = {key: bool(kwargs[key]) for key in ("accumulate_reasoning",) if key in kwargs}
+        prompt = self.chat_ids(messages, conversation, **variables)
+        enforce = bool(kwargs.get("enforce_max_prompt_length", True))
+        generation = await self.submit(prompt, kwargs.get("max_tokens"), generator, enforce_prompt_limit=enforce)
+        if conversation is not None and generation.finish_reason != PROMPT_TOO_LONG:
+            conversation.sampled(generation.prompt_ids, generation.response_ids)
         return self.model_output(generation, skip_special_tokens=bool(kwargs.get("skip_special_tokens", True)))
 
     def model_output(self, generation: Generation, skip_special_tokens: bool = True) -> ModelOutput:
@@ -206,10 +235,16 @@ class TransformersEngine(RolloutEngine):
     def supports_token_in_token_out(self) -> bool:
         return True
 
-    async def submit(self, prompt_ids: Sequence[int], max_tokens: int | None, generator: torch.Generator) -> Generation:
+    async def submit(
+        self,
+        prompt_ids: Sequence[int],
+        max_tokens: int | None,
+        generator: torch.Generator,
+        enforce_prompt_limit: bool = True,
+    ) -> Generation:
         """Queue one prompt for the next batch; its tokens are drawn from ``generator``."""
         prompt = [int(token) for token in prompt_ids]
-        if len(prompt) > self.max_prompt_length:
+        if enforce_prompt_limit and len(prompt) > self.max_prompt_length:
             return Generation([], [], "", PROMPT_TOO_LONG, prompt)
         if not prompt:
             raise DataError("engine.generate() got an empty prompt; give at least one token id.")
@@ -305,10 +340,16 @@ class EpisodeEngine(RolloutEngine):
     def __init__(self, engine: TransformersEngine, generator: torch.Generator) -> None:
         self.engine = engine
         self.generator = generator
+        self.conversation = ConversationPrompts(engine.tokenizer)
+        self.chat_parser = engine.chat_parser
 
     @property
     def tokenizer(self) -> Any:
         return self.engine.tokenizer
+
+    @property
+    def max_response_length(self) -> int:
+        return self.engine.max_response_length
 
     @property
     def weight_version(self) -> int:  # type: ignore[override]
@@ -319,7 +360,7 @@ class EpisodeEngine(RolloutEngine):
         return True
 
     async def _get_model_response(self, messages: list[dict[str, Any]], **kwargs: Any) -> ModelOutput:
-        return await self.engine.respond(messages, self.generator, **kwargs)
+        return await self.engine.respond(messages, self.generator, self.conversation, **kwargs)
 
     async def get_token_output_from_token_input(self, token_input: Sequence[int], **kwargs: Any) -> Generation:
         return await self.engine.token_output(token_input, self.generator, **kwargs)

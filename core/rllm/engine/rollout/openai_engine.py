@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rllm.engine.chat import completion_output
+from rllm.engine.chat import ConversationPrompts, completion_output, template_ids
 from rllm.engine.rollout.http import Answer, ServerTimeout, ServerUnreachable, request_json
 from rllm.engine.rollout.rollout_engine import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine
 from rllm.errors import DataError, EngineCallError, InferenceServerError, RLLMWarning
@@ -386,8 +386,15 @@ class OpenAIEngine(RolloutEngine):
             )
         return self._generation(answer, choice, url, prompt, ids, logprobs, limit)
 
-    async def respond(self, messages: list[dict[str, Any]], session: str, seed: int, **kwargs: Any) -> ModelOutput:
-        """rLLM's chat call: rendered here and sent as ids, or sent as messages to ``/v1/chat/completions``."""
+    async def respond(
+        self,
+        messages: list[dict[str, Any]],
+        session: str,
+        seed: int,
+        conversation: ConversationPrompts | None = None,
+        **kwargs: Any,
+    ) -> ModelOutput:
+        """rLLM's chat call: rendered here and sent as ids (extending ``conversation``'s turns), or sent as messages."""
         unknown = sorted(set(kwargs) - set(CHAT_OPTIONS))
         if unknown:
             raise EngineCallError(
@@ -396,10 +403,10 @@ class OpenAIEngine(RolloutEngine):
             )
         options = {k: v for k, v in kwargs.items() if k not in ("max_tokens", "application_id")}
         if self.endpoint == "completions" and getattr(self.tokenizer, "chat_template", None) is not None:
-            ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
-            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-                ids = ids["input_ids"]
-            generation = await self.sample_ids(list(ids), kwargs.get("max_tokens"), session, seed, **options)
+            ids = template_ids(self.tokenizer, messages) if conversation is None else conversation.prompt_ids(messages)
+            generation = await self.sample_ids(ids, kwargs.get("max_tokens"), session, seed, **options)
+            if conversation is not None and generation.finish_reason != PROMPT_TOO_LONG:
+                conversation.sampled(generation.prompt_ids, generation.response_ids)
             return self.model_output(generation)
         return await self._chat(messages, kwargs.get("max_tokens"), session, seed, options)
 
@@ -518,6 +525,7 @@ class _EpisodeView(RolloutEngine):
         self.session = session
         self.first: int | None = seed
         self.rng = random.Random(seed)
+        self.conversation = None if engine.tokenizer is None else ConversationPrompts(engine.tokenizer)
 
     def _seed(self) -> int:
         if self.first is not None:
@@ -541,7 +549,7 @@ class _EpisodeView(RolloutEngine):
         return await self.engine.sample_ids(prompt_ids, max_tokens, self.session, self._seed())
 
     async def _get_model_response(self, messages: list[dict[str, Any]], **kwargs: Any) -> ModelOutput:
-        return await self.engine.respond(messages, self.session, self._seed(), **kwargs)
+        return await self.engine.respond(messages, self.session, self._seed(), self.conversation, **kwargs)
 
     async def get_token_output_from_token_input(self, token_input: Sequence[int], **kwargs: Any) -> Generation:
         return await self.engine.token_output(token_input, self.session, self._seed(), **kwargs)
