@@ -1,26 +1,45 @@
-"""The transformers backend: the default run's learning curve, and a race against TRL's GRPOTrainer.
+"""The transformers backend: the default run's learning curve, and races against TRL's GRPOTrainer.
 
 ``python bench/transformers_backend.py`` (needs ``pip install 'rllm[transformers]'``; the TRL part
 also needs ``pip install trl``, which is installed for the benchmark only and skipped, saying so,
-when absent). ``--steps N`` sets the race's length (default 150), ``--skip-default`` leaves out the
+when absent). ``--steps N`` sets the digit race's length (default 150), ``--text-steps N`` the text
+race's (default 60), ``--tasks digit text`` which races run, ``--skip-default`` leaves out the
 first part.
 
 1. ``rllm train rllm.backend=transformers`` with every default, in a subprocess on this
    machine: wall time and validation pass@1 (greedy) before, after, and where it first reaches 0.9.
-2. The race, in this process, one after the other: the same tiny model config (Qwen2-style,
-   hidden 64, 2 layers, tied embeddings, the character tokenizer), task (max of two digits, the
-   100 prompts), 16 prompts x 8 generations of one token per step, lr 1e-3, AdamW, one update per
-   step (TRL's ``loss_type="dapo"``, ``beta=0``; rllm's ``ppo`` with token-mean, GRPO advantages).
-   Both run with one torch thread (the backend's default for the tiny model on the CPU; on this
-   2-core machine shared with other jobs, two threads ran these small ops up to 30x slower).
+2. The races, in this process, one after the other, the same settings on both sides: 16
+   prompts x 8 generations per step, lr 1e-3, AdamW, one update per step (TRL's
+   ``loss_type="dapo"``, ``beta=0``; rllm's default clipped loss with token-mean and GRPO
+   advantages, no reference), one torch thread (the backend's default for a model this small on
+   the CPU; on this 2-core machine shared with other jobs, two threads ran these small ops up to
+   10x slower).
+
+   - ``digit``: a randomly initialised tiny model (Qwen2-style, hidden 64, 2 layers, tied
+     embeddings, the character tokenizer), ``digit_max`` (max of two digits, the 100 prompts),
+     one token per generation.
+   - ``text``: the warm start (``rllm_transformers.warm_start``, made once, loaded by both sides
+     from its directory), ``text_digit_max`` as a chat prompt (the text tokenizer's chat
+     template), up to 10 tokens per generation (``Answer: D<|im_end|>`` is 10), scored by
+     :func:`rllm.tasks.text_reward`: rLLM's ``SimpleWorkflow`` on rllm's side, TRL's
+     conversational dataset and a reward function reading the completion's content on TRL's.
+
    Reported: seconds per step (the training loop's wall time / steps, first steps' warm-up
-   included, and the median step), and mean train reward over the last 10 steps; the ratio is
-   rllm's steps per second over TRL's.
+   included, and the median step), mean train reward over the last 10 steps, and where a step's
+   time goes, per side: generation, log-prob passes (old/reference policy), the update (forward,
+   backward and the optimizer), collection (rewards, grouping, advantages, packing the batch) and
+   Python overhead (the loop's rest). rllm's parts come from the trainer's ``time/*`` metrics and
+   timers this benchmark puts around the backend's stage-5 passes; TRL's from timers it wraps
+   around ``_generate``, ``_generate_and_score_completions``, ``_get_per_token_logps_and_entropies``
+   (a log-prob pass inside generate-and-score, the update's forward outside it) and
+   ``training_step``, and hooks on the optimizer's step. The ratio is rllm's steps per second
+   over TRL's.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -29,10 +48,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PROMPTS, GENERATIONS, LR = 16, 8, 1e-3
+PROMPTS, GENERATIONS, LR, TEXT_TOKENS = 16, 8, 1e-3, 10
 
 
 def default_run() -> None:
@@ -56,68 +79,210 @@ def default_run() -> None:
     print("   curve: " + ", ".join(f"{step}:{value:.2f}" for step, value in curve))
 
 
-def rllm_race(steps: int, out: Path) -> tuple[float, float, float]:
+@dataclass
+class Timers:
+    """Seconds spent in named parts of a training loop, summed over the run (the benchmark's own stopwatch)."""
+
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    inside: set[str] = field(default_factory=set)
+    """The wrapped methods running now (TRL's log-prob pass counts as scoring inside generate-and-score)."""
+
+    def wrap(self, owner: Any, name: str, part: Callable[[], str] | str) -> None:
+        """Time every call of ``owner.name`` into ``part`` (or into the part ``part()`` names at the call)."""
+        original = getattr(owner, name)
+
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            key = part if isinstance(part, str) else part()
+            self.inside.add(name)
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.inside.discard(name)
+                self.seconds[key] += time.perf_counter() - started
+
+        setattr(owner, name, timed)
+        self._restore.append((owner, name, original))
+
+    def restore(self) -> None:
+        for owner, name, original in reversed(self._restore):
+            setattr(owner, name, original)
+        self._restore.clear()
+
+    def __post_init__(self) -> None:
+        self._restore: list[tuple[Any, str, Any]] = []
+
+    @contextmanager
+    def optimizer_steps(self) -> Iterator[None]:
+        """Every ``torch.optim`` step inside the block, timed as ``optimizer`` (AdamW on both sides)."""
+        from torch.optim import optimizer
+
+        started: list[float] = []
+
+        def pre(*_: Any) -> None:
+            started.append(time.perf_counter())
+
+        def post(*_: Any) -> None:
+            self.seconds["optimizer"] += time.perf_counter() - started.pop()
+
+        hooks = (
+            optimizer.register_optimizer_step_pre_hook(pre),
+            optimizer.register_optimizer_step_post_hook(post),
+        )
+        try:
+            yield
+        finally:
+            for hook in hooks:
+                hook.remove()
+            self.restore()
+
+
+@dataclass
+class Result:
+    """One side of the race: the loop's wall time, its steps and where their time went."""
+
+    loop: float
+    steps: int
+    median_step: float
+    reward: float
+    parts: dict[str, float]
+    """Seconds over the loop of generation, log-prob passes, update, collection; the rest is overhead."""
+    within: dict[str, float]
+    """Seconds of some parts' pieces: the model's sampling in generation, the optimizer's steps in the update."""
+
+    @property
+    def per_step(self) -> float:
+        return self.loop / self.steps
+
+    def line(self) -> str:
+        return (
+            f"{self.per_step * 1000:.1f} ms/step over the loop ({1 / self.per_step:.1f} steps/s), median step "
+            f"{self.median_step * 1000:.1f} ms, reward {self.reward:.2f} (mean of the last 10 steps)"
+        )
+
+    def breakdown(self) -> str:
+        parts = {**self.parts, "Python overhead (the rest)": self.loop - sum(self.parts.values())}
+        ms = {name: seconds / self.steps * 1000 for name, seconds in {**parts, **self.within}.items()}
+        main = ", ".join(f"{name} {ms[name]:.1f}" for name in parts)
+        return f"ms per step: {main} (of which sampling {ms['sampling']:.1f}, optimizer step {ms['optimizer']:.1f})"
+
+
+def _text_data(tmp: Path) -> tuple[Path, list[dict[str, Any]]]:
+    """The warm start both sides load (made once per race) and the text tasks."""
+    from rllm.tasks import TEXT_TASKS
+    from rllm_transformers.warm_start import build_warm_start
+
+    warm = tmp / "warm"
+    if not warm.exists():
+        build_warm_start(warm)
+    return warm, TEXT_TASKS["text_digit_max"]()
+
+
+def rllm_race(task: str, steps: int, out: Path) -> Result:
+    from simple_workflow import text_reward_function, upstream_simple_workflow
+
     from rllm.config import load_config
     from rllm.trainer import UnifiedTrainer
     from rllm.trainer.logging import read_metrics
+    from rllm_transformers.backend import TransformersBackend
+    from rllm_transformers.engine import TransformersEngine
 
-    config = load_config(
-        overrides=[
-            "rllm.backend=transformers",
-            "rllm.transformers.device=cpu",
-            f"rllm.transformers.lr={LR}",
-            f"rllm.data.train_batch_size={PROMPTS}",
-            f"rllm.rollout.n={GENERATIONS}",
-            f"rllm.trainer.total_batches={steps}",
-            "rllm.trainer.total_epochs=1000",
-            "rllm.trainer.test_freq=0",
-            "rllm.trainer.val_before_train=false",
-            "rllm.trainer.save_freq=0",
-            "rllm.trainer.logger=[jsonl]",
-            f"rllm.trainer.output_dir={out}",
-        ]
-    )
-    trainer = UnifiedTrainer(None, config, progress=False)
-    started = time.perf_counter()
-    try:
-        trainer.fit()
-    finally:
-        trainer.shutdown()
-    elapsed = time.perf_counter() - started
+    overrides = [
+        "rllm.backend=transformers",
+        "rllm.transformers.device=cpu",
+        f"rllm.transformers.lr={LR}",
+        f"rllm.data.train_batch_size={PROMPTS}",
+        f"rllm.rollout.n={GENERATIONS}",
+        f"rllm.trainer.total_batches={steps}",
+        "rllm.trainer.total_epochs=1000",
+        "rllm.trainer.test_freq=0",
+        "rllm.trainer.val_before_train=false",
+        "rllm.trainer.save_freq=0",
+        "rllm.trainer.logger=[jsonl]",
+        f"rllm.trainer.output_dir={out}",
+    ]
+    workflow: tuple[Any, ...] = ()
+    if task == "text":  # rLLM's SimpleWorkflow: the chat prompt through get_model_response, text_reward
+        warm, tasks = _text_data(out.parent)
+        overrides += [f"rllm.transformers.model={warm}", f"rllm.transformers.max_new_tokens={TEXT_TOKENS}"]
+        workflow = (upstream_simple_workflow(), tasks, tasks, {"reward_function": text_reward_function})
+    timers = Timers()
+    timers.wrap(TransformersBackend, "_statistics", "log-prob passes")  # stage 5: the old (and reference) policy
+    timers.wrap(TransformersEngine, "sample", "sampling")  # the model's token loop, inside generation
+    with timers.optimizer_steps():
+        trainer = UnifiedTrainer(None, load_config(overrides=overrides), *workflow, progress=False)
+        started = time.perf_counter()
+        try:
+            trainer.fit()
+        finally:
+            trainer.shutdown()
+        elapsed = time.perf_counter() - started
     records = [r for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"]
-    rewards = [r["reward/solver/mean"] for r in records]
-    return elapsed / steps, statistics.median(r["time/step"] for r in records), sum(rewards[-10:]) / 10
+    rewards = [next(v for k, v in r.items() if k.startswith("reward/") and k.endswith("/mean")) for r in records]
+    stage: dict[str, float] = defaultdict(float)
+    for record in records:
+        for key, value in record.items():
+            if key.startswith("time/"):
+                stage[key[len("time/") :]] += value
+    logps = timers.seconds["log-prob passes"]
+    parts = {
+        "generation": stage["generate"],
+        "log-prob passes": logps,
+        "update": stage["update"],
+        "collection": stage["group"] + stage["dynamic_sampling"] + stage["backend_batch"] - logps + stage["advantage"],
+    }
+    within = {"sampling": timers.seconds["sampling"], "optimizer": timers.seconds["optimizer"]}
+    median = statistics.median(r["time/step"] for r in records)
+    return Result(elapsed, steps, median, sum(rewards[-10:]) / 10, parts, within)
 
 
-def trl_race(steps: int, out: Path) -> tuple[float, float, float]:
+def trl_race(task: str, steps: int, out: Path) -> Result:
     import torch
     from datasets import Dataset
     from omegaconf import OmegaConf
-    from transformers import PrinterCallback
+    from transformers import AutoModelForCausalLM, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from rllm.tasks import VOCAB, digit_max_tasks
-    from rllm_transformers.model import char_tokenizer, tiny_model
+    from rllm.tasks import VOCAB, digit_max_tasks, text_reward
+    from rllm_transformers.model import char_tokenizer, load_tokenizer, tiny_model
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    tokenizer = char_tokenizer()
+    if task == "digit":
+        tokenizer = char_tokenizer()
+        model = tiny_model(OmegaConf.create({"hidden_size": 64, "num_layers": 2}), len(tokenizer), 14, 13)
+        rows = [
+            {"prompt": "".join(VOCAB[t] for t in task["prompt"]), "answer": str(task["answers"][0])}
+            for task in digit_max_tasks()
+        ]
+        tokens = 1
+
+        def reward(completions: list[str], answer: list[str], **kwargs: Any) -> list[float]:
+            return [float(c.strip() == a) for c, a in zip(completions, answer, strict=True)]
+
+    else:  # conversational: TRL applies the tokenizer's chat template, as rllm's engine does
+        warm, tasks = _text_data(out.parent)
+        tokenizer = load_tokenizer(str(warm))
+        model = AutoModelForCausalLM.from_pretrained(warm)
+        rows = [
+            {"prompt": [{"role": "user", "content": t["question"]}], "ground_truth": t["ground_truth"]} for t in tasks
+        ]
+        tokens = TEXT_TOKENS
+
+        def reward(completions: list[Any], ground_truth: list[int], **kwargs: Any) -> list[float]:
+            return [
+                text_reward({"ground_truth": truth}, completion[-1]["content"])
+                for completion, truth in zip(completions, ground_truth, strict=True)
+            ]
+
     tokenizer.padding_side = "left"
-    model = tiny_model(OmegaConf.create({"hidden_size": 64, "num_layers": 2}), len(tokenizer), 14, 13)
-    tasks = digit_max_tasks()
-    data = Dataset.from_list(
-        [{"prompt": "".join(VOCAB[t] for t in task["prompt"]), "answer": str(task["answers"][0])} for task in tasks]
-    )
-
-    def reward(completions: list[str], answer: list[str], **kwargs: Any) -> list[float]:
-        return [float(c.strip() == a) for c, a in zip(completions, answer, strict=True)]
-
     args = GRPOConfig(
         output_dir=str(out),
         use_cpu=True,
         per_device_train_batch_size=PROMPTS * GENERATIONS,
         num_generations=GENERATIONS,
-        max_completion_length=1,
+        max_completion_length=tokens,
         learning_rate=LR,
         lr_scheduler_type="constant",
         weight_decay=0.0,
@@ -130,48 +295,80 @@ def trl_race(steps: int, out: Path) -> tuple[float, float, float]:
         seed=0,
         disable_tqdm=True,
     )
+    data = Dataset.from_list(rows)
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)  # one dict per step on stdout otherwise
-    started = time.perf_counter()
-    trainer.train()
-    elapsed = time.perf_counter() - started
+    timers = Timers()
+    scoring = "_generate_and_score_completions"
+    timers.wrap(trainer, "_generate", "generation")
+    timers.wrap(trainer, scoring, "generate and score")
+    # the old/ref passes run inside generate-and-score; the same method is the update's forward otherwise
+    timers.wrap(
+        trainer,
+        "_get_per_token_logps_and_entropies",
+        lambda: "log-prob passes" if scoring in timers.inside else "update forward",
+    )
+    timers.wrap(trainer, "training_step", "training step")
+    with timers.optimizer_steps():
+        started = time.perf_counter()
+        trainer.train()
+        elapsed = time.perf_counter() - started
+    seconds = timers.seconds
     logged = [entry for entry in trainer.state.log_history if "reward" in entry]
     rewards = [entry["reward"] for entry in logged]
-    return elapsed / steps, statistics.median(entry["step_time"] for entry in logged), sum(rewards[-10:]) / 10
+    parts = {
+        "generation": seconds["generation"],
+        "log-prob passes": seconds["log-prob passes"],
+        # forward and backward (the training step without its generate-and-score), and the optimizer step
+        "update": seconds["training step"] - seconds["generate and score"] + seconds["optimizer"],
+        # rewards, advantages, tokenising and padding: generate-and-score without generation and log-prob passes
+        "collection": seconds["generate and score"] - seconds["generation"] - seconds["log-prob passes"],
+    }
+    within = {"sampling": seconds["generation"], "optimizer": seconds["optimizer"]}
+    median = statistics.median(entry["step_time"] for entry in logged)
+    return Result(elapsed, steps, median, sum(rewards[-10:]) / 10, parts, within)
 
 
-def _line(result: tuple[float, float, float]) -> str:
-    total, median, reward = result
-    return (
-        f"{total * 1000:.1f} ms/step over the loop ({1 / total:.1f} steps/s), median step {median * 1000:.1f} ms, "
-        f"reward {reward:.2f} (mean of the last 10 steps)"
-    )
+RACES = {
+    "digit": "digit_max, {prompts} prompts x {generations} generations of 1 token (the digit tokenizer, prompt ids)",
+    "text": (
+        "text_digit_max, {prompts} prompts x {generations} generations of up to {tokens} tokens (the text "
+        "tokenizer's chat prompt, from the warm start; rLLM's SimpleWorkflow with text_reward on rllm's side)"
+    ),
+}
 
 
-def race(steps: int) -> None:
-    print(f"2. the race: digit_max, {PROMPTS} prompts x {GENERATIONS} generations of 1 token, lr {LR}, {steps} steps")
+def race(task: str, steps: int) -> None:
+    what = RACES[task].format(prompts=PROMPTS, generations=GENERATIONS, tokens=TEXT_TOKENS)
+    print(f"\n2. the race on {what}: lr {LR}, {steps} steps")
     with tempfile.TemporaryDirectory() as tmp:
-        ours = rllm_race(steps, Path(tmp, "rllm"))
-        print(f"   rllm transformers backend: {_line(ours)}")
+        ours = rllm_race(task, steps, Path(tmp, "rllm"))
+        print(f"   rllm transformers backend: {ours.line()}")
+        print(f"      {ours.breakdown()}")
         if importlib.util.find_spec("trl") is None:
             print("   TRL: not installed, skipped (pip install trl to race it; it is needed for this benchmark only)")
             return
-        theirs = trl_race(steps, Path(tmp, "trl"))
-        print(f"   TRL GRPOTrainer:           {_line(theirs)}")
+        theirs = trl_race(task, steps, Path(tmp, "trl"))
+        print(f"   TRL GRPOTrainer:           {theirs.line()}")
+        print(f"      {theirs.breakdown()}")
         print(
-            f"   steps/s rllm/TRL: {theirs[0] / ours[0]:.2f} over the loop, {theirs[1] / ours[1]:.2f} at the median "
-            f"step (goal >= 1.5); reward rllm - TRL: {ours[2] - theirs[2]:+.2f}"
+            f"   steps/s rllm/TRL: {theirs.per_step / ours.per_step:.2f} over the loop, "
+            f"{theirs.median_step / ours.median_step:.2f} at the median step (goal >= 1.5); "
+            f"reward rllm - TRL: {ours.reward - theirs.reward:+.2f}"
         )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--text-steps", type=int, default=60)
     parser.add_argument("--skip-default", action="store_true")
+    parser.add_argument("--tasks", nargs="+", choices=sorted(RACES), default=sorted(RACES))
     args = parser.parse_args()
     if not args.skip_default:
         default_run()
-    race(args.steps)
+    for task in args.tasks:
+        race(task, args.steps if task == "digit" else args.text_steps)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ try:  # the extra first: without it, selecting the backend is one line naming th
     from rllm_transformers.distributed import Distributed
     from rllm_transformers.distributed import start as start_distributed
     from rllm_transformers.engine import Sampling, TransformersEngine
-    from rllm_transformers.model import TINY, has_digit_ids, load_policy
+    from rllm_transformers.model import TINY, default_threads, has_digit_ids, load_policy
     from rllm_transformers.rewards import check_estimators_see_the_penalty, subtract_from_rewards
 except ImportError as exc:
     raise missing_extra_error(exc) from None
@@ -90,9 +90,7 @@ class TransformersBackend(BackendProtocol):
         self.distributed: Distributed | None = start_distributed(config)
         """Under torchrun with several ranks, this rank's process group (docs/scaling.md); else None."""
         self.policy = load_policy(options)
-        threads = int(options.num_threads)
-        if threads == 0 and str(options.model) == TINY and self.policy.device.type == "cpu":
-            threads = 1  # the tiny model's ops are too small to split: a second thread only adds contention
+        threads = int(options.num_threads) or default_threads(self.policy.model, self.policy.device)
         if threads > 0:
             torch.set_num_threads(threads)
         self.model = self.policy.model

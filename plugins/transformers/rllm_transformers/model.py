@@ -59,6 +59,21 @@ prompt extends the previous prompt and reply token for token.
 """
 
 
+ONE_THREAD_PARAMETERS = 1_000_000
+"""Under this many parameters a model's CPU ops are too small to split across threads."""
+
+
+def default_threads(model: PreTrainedModel, device: torch.device) -> int:
+    """What ``rllm.transformers.num_threads=0`` means: one thread for a small model on the CPU, else 0 (torch's).
+
+    Whether the model is ``tiny`` or a directory holding one (a warm start, a checkpoint)
+    does not matter, its size does: on a 2-core machine the text race's steps took 16 s
+    with torch's two threads and 3 s with one (bench/transformers_backend.py).
+    """
+    small = sum(parameter.numel() for parameter in model.parameters()) < ONE_THREAD_PARAMETERS
+    return 1 if small and device.type == "cpu" else 0
+
+
 @dataclass
 class Policy:
     model: PreTrainedModel

@@ -90,7 +90,7 @@ TRANSFORMERS_KEYS = (
         "num_threads",
         "int",
         0,
-        "torch CPU threads; 0: one for the tiny model on the CPU, else torch's default.",
+        "torch CPU threads; 0: one for a model under 1M parameters on the CPU, else torch's default.",
         minimum=0,
     ),
     ConfigKey(
