@@ -8,14 +8,11 @@ engine, which turns its ``TerminationEvent`` into the episode it committed.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from upstream import ConversingAgent, upstream
 
-from rllm.agents.agent import BaseAgent
 from rllm.engine import ModelOutput, RolloutEngine
 from rllm.engine.chat import render_chatml
 from rllm.environments.base.base_env import BaseEnv
@@ -24,16 +21,6 @@ from rllm.rewards.reward_types import RewardOutput
 from rllm.trainer.engine import WorkflowEngine
 from rllm.types import Action, Episode, Step, Trajectory
 from rllm.workflows.workflow import TerminationEvent, TerminationReason, Workflow
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rllm_upstream"
-
-
-def upstream(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"rllm_upstream_{name}", FIXTURES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(
@@ -49,35 +36,8 @@ def test_rllms_workflow_file_imports_and_its_class_is_a_workflow(name: str, cls:
     assert issubclass(getattr(upstream(name), cls), Workflow)
 
 
-class Guesser(BaseAgent):
+class Guesser(ConversingAgent):
     """Asks the model for a number; each answer is one step, the environment's hint the next message."""
-
-    def __init__(self, question: str = "Guess a number.") -> None:
-        self.question = question
-        self.reset()
-
-    def reset(self) -> None:
-        self._trajectory = Trajectory()
-        self.messages: list[dict[str, Any]] = []
-
-    @property
-    def trajectory(self) -> Trajectory:
-        return self._trajectory
-
-    @property
-    def chat_completions(self) -> list[dict[str, Any]]:
-        return list(self.messages)
-
-    def update_from_env(self, observation: Any, reward: float, done: bool, info: dict[str, Any], **kwargs: Any) -> None:
-        if self._trajectory.steps:
-            self._trajectory.steps[-1].reward, self._trajectory.steps[-1].done = reward, done
-        if observation:
-            self.messages.append({"role": "user", "content": str(observation)})
-
-    def update_from_model(self, response: str, **kwargs: Any) -> Action:
-        self.messages.append({"role": "assistant", "content": response})
-        self._trajectory.steps.append(Step(chat_completions=list(self.messages), model_response=response))
-        return Action(action=response)
 
 
 class Secret(BaseEnv):

@@ -30,3 +30,13 @@ def tiny_config(tmp_path: Path) -> Callable[..., DictConfig]:
         return load_config(overrides=[*base, *overrides])
 
     return make
+
+
+@pytest.fixture(scope="session")
+def warm_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short warm start (30 steps): it replies in the task's format and ends its turn, answers mostly wrong."""
+    from rllm_transformers.warm_start import build_warm_start
+
+    out = tmp_path_factory.mktemp("warm") / "model"
+    build_warm_start(out, steps=30)
+    return out

@@ -9,7 +9,6 @@ its log-probs those a fresh forward pass of the same weights gives (sampling at 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ skip_module_without("torch", "transformers", "safetensors", install="pip install
 
 import torch
 from omegaconf import DictConfig
+from upstream import upstream
 
 from rllm.engine import ModelOutput
 from rllm.errors import DataError, EngineCallError
@@ -32,15 +32,10 @@ from rllm.types import Episode, TerminationReason
 from rllm_transformers.warm_start import build_warm_start
 
 MakeConfig = Callable[..., DictConfig]
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rllm_upstream"
 
 
 def simple_workflow() -> type:
-    spec = importlib.util.spec_from_file_location("rllm_upstream_simple_workflow", FIXTURES / "simple_workflow.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.SimpleWorkflow  # type: ignore[no-any-return]
+    return upstream("simple_workflow").SimpleWorkflow  # type: ignore[no-any-return]
 
 
 def text_reward_fn(task: dict[str, Any], action: Any) -> RewardOutput:
@@ -72,13 +67,6 @@ def warm_start_100(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The warm start as ``python -m rllm_transformers.warm_start`` makes it (100 steps)."""
     out = tmp_path_factory.mktemp("warm100") / "model"
     build_warm_start(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def warm_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("warm") / "model"
-    build_warm_start(out, steps=30)
     return out
 
 

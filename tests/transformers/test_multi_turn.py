@@ -9,7 +9,6 @@ row: the replies carry the loss, the environment's words between them do not.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import itertools
 import warnings
 from collections.abc import Callable
@@ -23,63 +22,33 @@ skip_module_without("torch", "transformers", "safetensors", install="pip install
 
 import torch
 from omegaconf import DictConfig
+from upstream import ConversingAgent, upstream
 
-from rllm.agents.agent import BaseAgent
 from rllm.engine import ModelOutput
 from rllm.environments.base.base_env import BaseEnv
 from rllm.errors import RLLMWarning, WorkflowError
 from rllm.tasks import TEXT_TASKS, text_reward
 from rllm.trainer import AgentTrainer, TrainerState, UnifiedTrainer
 from rllm.trainer.logging import METRICS_FILE, read_metrics
-from rllm.types import Action, Episode, Step, Trajectory, TrajectoryGroup
+from rllm.types import Episode, Step, Trajectory, TrajectoryGroup
 from rllm.workflows.workflow import Workflow
-from rllm_transformers.warm_start import build_warm_start
 
 MakeConfig = Callable[..., DictConfig]
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rllm_upstream"
 TASKS = TEXT_TASKS["text_digit_max"]()[:6]
 AGAIN = "Wrong, answer again."
 
 
-def upstream(name: str, cls: str) -> type:
-    spec = importlib.util.spec_from_file_location(f"rllm_upstream_{name}", FIXTURES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, cls)  # type: ignore[no-any-return]
+class Answerer(ConversingAgent):
+    """Answers the task; ``edit_history`` keeps another text of each reply, as a template that rewrites turns does."""
 
-
-class Answerer(BaseAgent):
-    """Keeps the conversation; each reply is a step built from its text (ids come from the workflow's mixin)."""
+    trajectory_name = "solver"
 
     def __init__(self, edit_history: bool = False) -> None:
         self.edit_history = edit_history
-        self.reset()
+        super().__init__()
 
-    def reset(self) -> None:
-        self._trajectory = Trajectory(name="solver")
-        self.messages: list[dict[str, Any]] = []
-
-    @property
-    def trajectory(self) -> Trajectory:
-        return self._trajectory
-
-    @property
-    def chat_completions(self) -> list[dict[str, Any]]:
-        return list(self.messages)
-
-    def update_from_env(self, observation: Any, reward: float, done: bool, info: dict[str, Any], **kwargs: Any) -> None:
-        if self._trajectory.steps:
-            self._trajectory.steps[-1].reward, self._trajectory.steps[-1].done = reward, done
-        if observation:
-            self.messages.append({"role": "user", "content": str(observation)})
-
-    def update_from_model(self, response: str, **kwargs: Any) -> Action:
-        # edit_history stands for a template or agent that rewrites earlier turns
-        content = f"I said: {response}" if self.edit_history else response
-        self.messages.append({"role": "assistant", "content": content})
-        self._trajectory.steps.append(Step(chat_completions=list(self.messages), model_response=response))
-        return Action(action=response)
+    def reply_content(self, response: str) -> str:
+        return f"I said: {response}" if self.edit_history else response
 
 
 class AskAgain(BaseEnv):
@@ -106,6 +75,13 @@ WORKFLOWS = {
     "multi": ("multi_turn_workflow", "MultiTurnWorkflow"),
     "cumulative": ("cumulative_workflow", "CumulativeWorkflow"),
 }
+
+
+def _workflow(kind: str) -> type:
+    name, cls = WORKFLOWS[kind]
+    return getattr(upstream(name), cls)  # type: ignore[no-any-return]
+
+
 WORKFLOW_ARGS = {"agent_cls": Answerer, "env_cls": AskAgain, "max_steps": 3}
 
 
@@ -119,7 +95,7 @@ def _trainer(make: MakeConfig, workflow: str, model: Path | None, **agent_args: 
     chosen = "rllm.transformers.tokenizer=text" if model is None else f"rllm.transformers.model={model}"
     config = make(chosen, f"rllm.transformers.max_new_tokens={room}")
     args = {**WORKFLOW_ARGS, "agent_args": agent_args}
-    return UnifiedTrainer(None, config, upstream(*WORKFLOWS[workflow]), TASKS, TASKS, args, progress=False)
+    return UnifiedTrainer(None, config, _workflow(workflow), TASKS, TASKS, args, progress=False)
 
 
 def _episodes(trainer: UnifiedTrainer, tasks: list[dict[str, Any]]) -> list[Episode]:
@@ -134,13 +110,6 @@ def _groups(episodes: list[Episode]) -> list[TrajectoryGroup]:
 def _extends(step: Step, before: Step) -> bool:
     history = [*before.prompt_ids, *before.response_ids]
     return list(step.prompt_ids[: len(history)]) == history
-
-
-@pytest.fixture(scope="module")
-def warm_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("warm") / "model"
-    build_warm_start(out, steps=30)
-    return out
 
 
 @pytest.mark.parametrize("workflow", ["multi", "cumulative"])
@@ -227,7 +196,7 @@ def test_rllms_multi_turn_workflows_train_through_agent_trainer(
 ) -> None:
     run = tmp_path / "run"
     AgentTrainer(
-        workflow_class=upstream(*WORKFLOWS[workflow]),
+        workflow_class=_workflow(workflow),
         workflow_args=WORKFLOW_ARGS,
         train_dataset=TASKS,
         val_dataset=TASKS,
