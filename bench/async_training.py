@@ -11,6 +11,10 @@ staleness 1 (token-level TIS), each in its own process with one torch thread, al
 second and the last step (the first warms up); the ratio is the median of each round's
 asynchronous rate over the synchronous rate measured just before it, since a shared machine's
 speed drifts. Each run's last validation pass@1 says what it learned.
+
+With the ``serve`` extra (fastapi, uvicorn) the same pair runs again with rollouts from an
+``rllm serve`` subprocess on 127.0.0.1 (``rllm.rollout.openai.base_url``, one torch thread,
+the ``memory`` weight sync): there the server samples while the trainer's process updates.
 """
 
 from __future__ import annotations
@@ -20,10 +24,15 @@ import asyncio
 import importlib.util
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +97,44 @@ def train(run_dir: Path, *overrides: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def _child(run_dir: Path, steps: int, asynchronous: bool) -> dict[str, float]:
+def serving_available() -> bool:
+    return available() and all(importlib.util.find_spec(name) is not None for name in ("fastapi", "uvicorn"))
+
+
+@contextmanager
+def served() -> Iterator[tuple[str, ...]]:
+    """An ``rllm serve`` subprocess of the tiny model on a free port of 127.0.0.1: the overrides that sample from it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    words = ("rllm.transformers.model=tiny", "rllm.transformers.device=cpu", "rllm.transformers.num_threads=1")
+    command = [sys.executable, "-m", "rllm.cli.main", "serve", *words, "--host", "127.0.0.1", "--port", str(port)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    root = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{root}/health", timeout=5).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    sys.exit(f"rllm serve did not answer {root}/health")
+                time.sleep(0.3)
+        yield (f"rllm.rollout.openai.base_url=[{root}/v1]", "rllm.rollout.openai.weight_sync=memory")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _child(run_dir: Path, steps: int, asynchronous: bool, engine: tuple[str, ...] = ()) -> dict[str, float]:
     """A run in a fresh process (its own torch threads and caches): steps/s and the final validation pass@1."""
     code = (
         "import sys, json; sys.path.insert(0, sys.argv[1]); from async_training import train, rate; "
         "print(json.dumps(rate(train(__import__('pathlib').Path(sys.argv[2]), *sys.argv[3:]))))"
     )
-    overrides = [f"rllm.trainer.total_batches={steps}", f"rllm.trainer.test_freq={steps}"]
+    overrides = [f"rllm.trainer.total_batches={steps}", f"rllm.trainer.test_freq={steps}", *engine]
     if asynchronous:
         overrides += ASYNC
     env = {**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
@@ -113,19 +153,20 @@ def rate(records: list[dict[str, Any]]) -> dict[str, float]:
     return {"steps_per_s": (len(steps) - 2) / seconds, "pass_at_1": vals[-1]["val/digit_max/pass@1"]}
 
 
-def async_benchmark(quick: bool = False) -> None:
-    """Print the table: synchronous and asynchronous steps/s, their ratio, and what each run learned."""
-    steps, rounds = (16, 1) if quick else (50, 3)
+def _pairs(tmp: str, steps: int, rounds: int, engine: tuple[str, ...]) -> tuple[list[dict[str, float]], ...]:
+    """``rounds`` synchronous runs, each followed by its asynchronous twin, sampling through ``engine``'s overrides."""
     sync: list[dict[str, float]] = []
     overlapped: list[dict[str, float]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for round_ in range(rounds):
-            sync.append(_child(Path(tmp, f"sync{round_}"), steps, asynchronous=False))
-            overlapped.append(_child(Path(tmp, f"async{round_}"), steps, asynchronous=True))
+    for round_ in range(rounds):
+        sync.append(_child(Path(tmp, f"sync{len(engine)}_{round_}"), steps, False, engine))
+        overlapped.append(_child(Path(tmp, f"async{len(engine)}_{round_}"), steps, True, engine))
+    return sync, overlapped
+
+
+def _rows(sync: list[dict[str, float]], overlapped: list[dict[str, float]]) -> float:
+    """Print each mode's median steps/s and what it learned, and the ratio line; the median ratio."""
     ratios = [o["steps_per_s"] / s["steps_per_s"] for s, o in zip(sync, overlapped, strict=True)]
     ratio = statistics.median(ratios)
-    print(f"\n## Asynchronous training, environment waiting {WAIT * 1000:.0f} ms a turn ({steps} steps x {rounds})")
-    print("transformers backend, tiny model, digit_max: 10 tasks x 8 rollouts per step, 4 PPO epochs, 1 torch thread")
     for name, runs in (("synchronous:           ", sync), ("async, staleness 1 TIS:", overlapped)):
         rate_ = statistics.median(r["steps_per_s"] for r in runs)
         learned = ", ".join(f"{r['pass_at_1']:.2f}" for r in runs)
@@ -135,6 +176,24 @@ def async_benchmark(quick: bool = False) -> None:
     print(
         f"ratio (async / sync): {ratio:.2f}x median of {shown} ({verdict} the {TARGET}x target); {os.cpu_count()} cores"
     )
+    return ratio
+
+
+def async_benchmark(quick: bool = False) -> None:
+    """Print the tables: synchronous and asynchronous steps/s, their ratio, and what each run learned, per engine."""
+    steps, rounds = (16, 1) if quick else (50, 3)
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"\n## Asynchronous training, environment waiting {WAIT * 1000:.0f} ms a turn ({steps} steps x {rounds})")
+        print(
+            "transformers backend, tiny model, digit_max: 10 tasks x 8 rollouts per step, 4 PPO epochs, 1 torch thread"
+        )
+        _rows(*_pairs(tmp, steps, rounds, ()))
+        if not serving_available():
+            print("rollouts from rllm serve: fastapi/uvicorn not installed (pip install 'rllm[serve]'): no rows")
+            return
+        print("\nthe same, rollouts from an rllm serve subprocess (memory weight sync)")
+        with served() as engine:
+            _rows(*_pairs(tmp, steps, rounds, engine))
 
 
 def main() -> None:
