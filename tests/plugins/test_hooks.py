@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -227,6 +228,23 @@ def test_hook_rllm_register_trackers(env: Env, tmp_path: Path) -> None:
     )
     assert again.returncode == 0, again.stderr
     assert len((out / "tracked" / "tracked.csv").read_text().splitlines()) == len(rows)
+    # A run killed after logging steps 3 and 4 but before checkpointing step 4 resumes from step 2: the tracker's
+    # rewind drops its rows of steps 3 and 4, so each step is there once, with the resumed run's metrics.jsonl values.
+    killed, four = tmp_path / "killed", ("rllm.trainer.total_batches=4", "rllm.trainer.save_freq=2")
+    assert env.train(killed, "rllm.trainer.logger=[jsonl,csv]", *four, RLLM_PLUGINS="csv_tracker").returncode == 0
+    shutil.rmtree(killed / "checkpoints" / "step_4")
+    five = ("rllm.trainer.total_batches=5", "rllm.trainer.save_freq=2")
+    resumed = env.train(killed, "rllm.trainer.logger=[jsonl,csv]", *five, RLLM_PLUGINS="csv_tracker")
+    assert resumed.returncode == 0 and "resumed from" in resumed.stderr, resumed.stderr
+    rows = (killed / "tracked" / "tracked.csv").read_text().splitlines()
+    tracked = [(kind, int(step), key, float(value)) for kind, step, key, value in (row.split(",") for row in rows)]
+    expected = [
+        (record["kind"], record["step"], key, float(value))
+        for record in (json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines())
+        for key, value in record.items()
+        if key not in ("kind", "step") and isinstance(value, int | float)
+    ]
+    assert tracked == expected and [step for _, step, key, _ in tracked if key == "wall_time"] == [1, 2, 3, 4, 5]
     unknown = env.train(tmp_path / "bad", "rllm.trainer.logger=[jsonl,cvs]", RLLM_PLUGINS="csv_tracker")
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
     assert "got ['jsonl', 'cvs']. Did you mean 'csv'?" in unknown.stderr

@@ -8,6 +8,7 @@ the config as hyper-parameters and the learning curve. wandb, offline, writes it
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -143,10 +144,99 @@ def test_wandb_offline_writes_its_run_directory(tmp_path: Path) -> None:
         assert key in data, (key, len(data))
     media = sorted(str(p.relative_to(runs[0])) for p in runs[0].rglob("*.png"))
     assert any("learning_curve" in path for path in media), media
-    # A second run into the directory resumes: wandb's own links in its folder are no reason to refuse it.
+    # A second run into the directory resumes: wandb's own links in its folder are no reason to refuse it, and its
+    # wandb run, which logs the earlier steps again, replaces the first.
     more = [w.replace("total_batches=3", "total_batches=4") for w in RUN]
     assert main(["train", *more, f"rllm.trainer.output_dir={out}", "rllm.trainer.logger=[jsonl,wandb]"]) == 0
-    assert len(list((out / "wandb").glob("offline-run-*"))) == 2
+    assert len(list((out / "wandb").glob("offline-run-*"))) == 1
+
+
+def wandb_history(run: Path) -> list[tuple[int, dict[str, float]]]:
+    """The history rows of a wandb offline run, read from its transaction log with wandb's own record schema.
+
+    The log is LevelDB's log format behind a 7-byte ``:W&B`` header: 32 KiB blocks of chunks (checksum 4 bytes,
+    length 2, type 1: full, first, middle, last), each record a ``wandb_internal_pb2.Record``.
+    """
+    from wandb.proto import wandb_internal_pb2
+
+    (log,) = run.glob("run-*.wandb")
+    data, block = log.read_bytes(), 32768
+    assert data[:4] == b":W&B"
+    position, pending, rows = 7, b"", []
+    while position + 7 <= len(data):
+        room = block - position % block
+        if room < 7:  # a block's tail too short for a chunk header is padding
+            position += room
+            continue
+        length, kind = int.from_bytes(data[position + 4 : position + 6], "little"), data[position + 6]
+        chunk = data[position + 7 : position + 7 + length]
+        position += 7 + length
+        if kind == 0 and length == 0:
+            continue
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record.FromString(pending)
+            if record.WhichOneof("record_type") == "history":
+                items = {
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item
+                }
+                step = int(items.pop("_step"))
+                rows.append((step, {k: v for k, v in items.items() if not k.startswith("_")}))
+    return rows
+
+
+def test_a_resumed_run_gives_every_tracker_each_step_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run killed after logging steps 3 and 4 but before checkpointing step 4 (its newest checkpoint is step 2)
+    resumes and trains on to step 5: each library's reader finds every step once, with metrics.jsonl's values."""
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    logger = "rllm.trainer.logger=[jsonl,tensorboard,mlflow,wandb]"
+    first = [w.replace("total_batches=3", "total_batches=4") for w in RUN]
+    assert main(["train", *first, "rllm.trainer.save_freq=2", f"rllm.trainer.output_dir={out}", logger]) == 0
+    before = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in before if r["kind"] == "train"] == [1, 2, 3, 4]
+    shutil.rmtree(out / "checkpoints" / "step_4")  # what a SIGKILL between logging step 4 and its checkpoint leaves
+    again = [w.replace("total_batches=3", "total_batches=5") for w in RUN]
+    assert main(["train", *again, "rllm.trainer.save_freq=2", f"rllm.trainer.output_dir={out}", logger]) == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["step"]) for r in records] == [
+        ("val", 0), ("train", 1), ("train", 2), ("val", 2), ("train", 3), ("train", 4), ("val", 4), ("train", 5),
+        ("val", 5),
+    ]  # fmt: skip
+    assert records[4]["wall_time"] != before[4]["wall_time"]  # step 3 was trained and logged again
+    logged = series(records)
+
+    events = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert len(list((out / "tensorboard").glob("events.out.tfevents.*"))) == 2
+    for key, expected in logged.items():
+        read = [(event.step, np.float32(event.value)) for event in events.Scalars(key)]
+        assert read == [(step, np.float32(value)) for step, value in expected], key
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri=(out / "mlruns").as_uri())
+    (run,) = client.search_runs([client.get_experiment_by_name("trackers").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.params["rllm.trainer.total_batches"] == "4"
+    for key, expected in logged.items():
+        history = client.get_metric_history(run.info.run_id, mlflow_name(key))
+        assert sorted((m.step, m.value) for m in history) == sorted(expected), key
+
+    # wandb's history has one row per step: the train and val records of a step are one row (the later wall_time)
+    (offline,) = (out / "wandb").glob("offline-run-*")
+    rows = wandb_history(offline)
+    assert [step for step, _ in rows] == [0, 1, 2, 3, 4, 5]
+    by_step: dict[int, dict[str, float]] = {}
+    for record in records:
+        numbers = {k: float(v) for k, v in record.items() if k not in ("kind", "step") and isinstance(v, int | float)}
+        by_step.setdefault(record["step"], {}).update(numbers)
+    image = ("learning_curve", "learning_curve/")  # the image: a wandb media entry and its sizes
+    read = [
+        (step, {k: float(v) for k, v in row.items() if isinstance(v, int | float) and not k.startswith(image)})
+        for step, row in rows
+    ]
+    assert read == sorted(by_step.items())
 
 
 @pytest.mark.parametrize(

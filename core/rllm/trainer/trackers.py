@@ -88,6 +88,15 @@ class Tracker:
     def start(self, total_steps: int) -> None:
         """The run begins (after resuming, if it resumes): open files, connect."""
 
+    def rewind(self, step: int, kept: Sequence[Mapping[str, Any]]) -> None:
+        """The run resumed from its checkpoint of ``step`` (called right after :meth:`start`): drop what this tracker
+        holds of later steps, which a killed run logged and the resumed run logs again, so each step is there once.
+
+        ``kept`` are the records of ``metrics.jsonl`` up to ``step`` (``kind``, ``step`` and the metrics; empty
+        without the ``jsonl`` tracker), for a library that cannot take records back and starts its run over with
+        them instead. The default keeps everything: a tracker that appends only holds those steps twice.
+        """
+
     def log_config(self, config: Mapping[str, Any]) -> None:
         """The resolved config (nested dicts), once at the start: log it as hyper-parameters."""
 
@@ -189,11 +198,20 @@ class Trackers:
         """What every tracker writes (files or folders)."""
         return [Path(path) for chosen in self.chosen for path in chosen.tracker.outputs()]
 
-    def start(self, total_steps: int, config: Mapping[str, Any]) -> None:
-        """Open every tracker, then give each the resolved config; one that cannot start stops the run."""
+    def start(
+        self,
+        total_steps: int,
+        config: Mapping[str, Any],
+        resumed_at: int | None = None,
+        kept: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        """Open every tracker (rewound to ``resumed_at`` when the run resumed, :meth:`Tracker.rewind`), then give each
+        the resolved config; one that cannot start or rewind stops the run."""
         self.started = time.time()
         for chosen in self.chosen:
             self._guarded(chosen.name, chosen.who, "start", lambda c=chosen: c.tracker.start(total_steps))
+            if resumed_at is not None:
+                self._guarded(chosen.name, chosen.who, "rewind", lambda c=chosen: c.tracker.rewind(resumed_at, kept))
             self.active.append(chosen)
         self._each("log_config", config)
 

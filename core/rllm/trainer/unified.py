@@ -291,7 +291,12 @@ class UnifiedTrainer:
         state = TrainerState(rs_state=RejectionSamplingState())
         resumed = self._resume(state)
         state.total_steps = self._total_steps(state)
-        self.logger.start(state.total_steps, OmegaConf.to_container(self.config, resolve=True))  # type: ignore[arg-type]
+        self.logger.start(
+            state.total_steps,
+            OmegaConf.to_container(self.config, resolve=True),  # type: ignore[arg-type]
+            resumed_at=state.global_step if resumed else None,
+            kept=read_metrics(self.output_dir / METRICS_FILE) if resumed else (),
+        )
         await self.backend.on_train_start(state)
         trainer_cfg = self.rllm_config.trainer
         if trainer_cfg.val_only:

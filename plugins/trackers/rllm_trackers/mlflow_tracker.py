@@ -4,7 +4,8 @@ By default the store is a local file store in ``{output_dir}/mlruns``: nothing t
 starts over deletes it with the rest of the run directory. MLflow 3 keeps that store in maintenance
 mode behind ``MLFLOW_ALLOW_FILE_STORE``, which this tracker sets for its own store only when unset.
 The MLflow experiment is ``rllm.trainer.project_name``, the run ``experiment_name``; a resumed run
-continues the MLflow run it started in that local store. MLflow allows letters, digits and ``_-. :/`` in
+continues the MLflow run it started in that local store (replaced by a copy up to the checkpoint's step when a
+killed run logged later steps: MLflow cannot delete a logged value). MLflow allows letters, digits and ``_-. :/`` in
 names, so ``@`` becomes ``_at_`` (``val/digit_sum/pass_at_1``) and any other character ``_``.
 """
 
@@ -14,7 +15,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,28 @@ class MlflowTracker(Tracker):
             self.client.update_run(self.run_id, status="RUNNING")
         else:
             self.run_id = self.client.create_run(experiment_id, run_name=self.run.experiment).info.run_id
+
+    def rewind(self, step: int, kept: Sequence[Mapping[str, Any]]) -> None:
+        """When the continued run holds values of steps after ``step`` (MLflow keeps every value logged at a step, and
+        has no call deleting one), it is replaced: a new run with its params and the values up to ``step``, the old
+        one deleted (MLflow's searches no longer list it)."""
+        if not self.local:  # a remote store's runs are not this directory's: this attempt has a run of its own
+            return
+        from mlflow.entities import Metric, Param
+
+        old = self.client.get_run(self.run_id)
+        history = {key: self.client.get_metric_history(self.run_id, key) for key in old.data.metrics}
+        if not any(m.step > step for values in history.values() for m in values):
+            return
+        new = self.client.create_run(old.info.experiment_id, run_name=self.run.experiment).info.run_id
+        params = [Param(key, value) for key, value in old.data.params.items()]
+        for start in range(0, len(params), _PARAMS_BATCH):
+            self.client.log_batch(new, params=params[start : start + _PARAMS_BATCH])
+        metrics = [Metric(k, m.value, m.timestamp, m.step) for k, v in history.items() for m in v if m.step <= step]
+        for start in range(0, len(metrics), BATCH):
+            self.client.log_batch(new, metrics=metrics[start : start + BATCH])
+        self.client.delete_run(self.run_id)
+        self.run_id = new
 
     def log_config(self, config: Mapping[str, Any]) -> None:
         from mlflow.entities import Param

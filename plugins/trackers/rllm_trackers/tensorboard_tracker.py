@@ -3,14 +3,15 @@
 tensorboardX is the lightest writer of the format (numpy and protobuf; TensorBoard itself is needed
 only to view the files). Metric names are kept as rllm logs them (``val/digit_sum/pass@1``): each record
 is one ``Summary`` of scalars, which TensorBoard stores as 32-bit floats. The resolved config goes to
-TensorBoard's hyper-parameters tab, the learning curve to its images tab.
+TensorBoard's hyper-parameters tab, the learning curve to its images tab. A resumed run writes a new event
+file opening with TensorBoard's restart marker, so the reader shows each step once.
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,13 @@ class TensorBoardTracker(Tracker):
         from tensorboardX import FileWriter
 
         self.writer = FileWriter(str(self.run.folder(LOG_DIR)), flush_secs=10)
+
+    def rewind(self, step: int, kept: Sequence[Mapping[str, Any]]) -> None:
+        """TensorBoard's restart marker (tensorboardX's ``purge_step``): its reader drops the events of the earlier
+        files from ``step + 1`` on, those a killed run wrote after the checkpoint."""
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+        self.writer.add_event(Event(step=step + 1, session_log=SessionLog(status=SessionLog.START)))
 
     def log_config(self, config: Mapping[str, Any]) -> None:
         from tensorboardX.summary import hparams
