@@ -17,6 +17,7 @@ from rllm.engine.messages import check_messages
 from rllm.engine.rollout import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine, engine_problem
 from rllm.engine.rollout.openai_engine import OpenAIEngine
 from rllm.engine.tool_calls import ToolCall
+from rllm.engine.vocabulary import same_vocabulary
 from rllm.engine.weight_sync import DiskWeightSync, MemoryWeightSync, PolicyUpdate, WeightSync, weight_sync_for
 
 __all__ = [
@@ -34,5 +35,6 @@ __all__ = [
     "completion_output",
     "engine_problem",
     "openai_api",
+    "same_vocabulary",
     "weight_sync_for",
 ]

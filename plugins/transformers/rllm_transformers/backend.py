@@ -26,7 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rllm.config import unhonoured_keys
-from rllm.engine import OpenAIEngine, PolicyUpdate, WeightSync, weight_sync_for
+from rllm.engine import OpenAIEngine, PolicyUpdate, WeightSync, same_vocabulary, weight_sync_for
 from rllm.errors import ConfigError, RLLMWarning, TrainerError
 from rllm.losses import KLInReward, LossSettings, check_kl_coef, rejection_mask
 from rllm.tasks import VOCAB, ArithmeticWorkflow, build_tasks
@@ -176,13 +176,12 @@ class TransformersBackend(BackendProtocol):
         if str(name) != TINY:
             options.tokenizer = TOKENIZERS[0]  # a model directory or hub id brings its own tokenizer
         teacher = load_policy(options)
-        ours, theirs = self.tokenizer.get_vocab(), teacher.tokenizer.get_vocab()
-        if ours != theirs or self.tokenizer.eos_token_id != teacher.tokenizer.eos_token_id:
+        if not same_vocabulary(self.tokenizer, teacher.tokenizer):
             student = str(self.options.model)
             raise ConfigError(
-                f"rllm.transformers.teacher={name!r} has another tokenizer ({len(theirs)} tokens, EOS "
+                f"rllm.transformers.teacher={name!r} has another tokenizer ({len(teacher.tokenizer)} tokens, EOS "
                 f"{teacher.tokenizer.eos_token!r}) than the student rllm.transformers.model={student!r} "
-                f"({len(ours)} tokens, EOS {self.tokenizer.eos_token!r}); distillation needs one vocabulary."
+                f"({len(self.tokenizer)} tokens, EOS {self.tokenizer.eos_token!r}); distillation needs one vocabulary."
             )
         return teacher.model.to(self.device).eval().requires_grad_(False)
 

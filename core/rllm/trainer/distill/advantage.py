@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rllm.engine.vocabulary import same_vocabulary
 from rllm.errors import EngineCallError, EstimatorOptionError, WorkflowError
 from rllm.estimators.distillation import reverse_kl_advantages
 from rllm.estimators.ragged import Ragged
@@ -60,16 +61,6 @@ def _tokenizer_name(tokenizer: Any) -> str:
     return str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
 
 
-def _same_vocabulary(student: Any, teacher: Any) -> bool:
-    if student is None or teacher is None or student is teacher:
-        return True
-    vocab = getattr(student, "get_vocab", None)
-    other = getattr(teacher, "get_vocab", None)
-    if vocab is None or other is None:
-        return False
-    return bool(vocab() == other() and getattr(student, "eos_token_id", None) == getattr(teacher, "eos_token_id", None))
-
-
 async def compute_step_distill_advantage(
     step: Step,
     teacher_engine: Any,
@@ -101,7 +92,8 @@ async def compute_step_distill_advantage(
             "Distillation needs the step's response_ids and logprobs (the sampled tokens and their log-probs); "
             "build the step from the engine's ModelOutput."
         )
-    if not shared_tokenizer and not _same_vocabulary(student_tokenizer, teacher_tokenizer):
+    unknown = student_tokenizer is None or teacher_tokenizer is None
+    if not (shared_tokenizer or unknown or same_vocabulary(student_tokenizer, teacher_tokenizer)):
         raise WorkflowError(
             f"The teacher's tokenizer {_tokenizer_name(teacher_tokenizer)!r} differs from the student's "
             f"{_tokenizer_name(student_tokenizer)!r}; distillation here needs one vocabulary (a teacher with the "
