@@ -115,7 +115,7 @@ class OpenAIEngine(RolloutEngine):
         self._pool_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self.resync: Callable[[str], None] | None = None
-        """Given a server's base URL, brings it back to the weights of :attr:`weight_version` (None: never asked)."""
+        """Given a server's base URL, brings it back to the weights of ``weight_version`` (None: never asked)."""
         self.resyncs: dict[str, int] = {}
         """How many times each server was given the weights again after losing them."""
         self._resyncing = threading.Lock()
