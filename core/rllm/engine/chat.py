@@ -94,6 +94,8 @@ class ConversationPrompts:
         self._sampled: list[tuple[str, list[int]]] = []
 
     def prompt_ids(self, messages: Sequence[Mapping[str, Any]], **variables: Any) -> list[int]:
+        if not self._sampled:  # the first call: nothing to extend, one rendering
+            return template_ids(self.tokenizer, check_messages(list(messages)), **variables)
         text = TemplateChatParser(self.tokenizer).parse(list(messages), add_generation_prompt=True, **variables)
         for seen, ids in sorted(self._sampled, key=lambda pair: -len(pair[0])):
             if text.startswith(seen):

@@ -418,7 +418,7 @@ class TransformersBackend(BackendProtocol):
                 batch.old_logps = batch.rollout_logps
                 if {"entropy", "sum_pi_squared"} & self.token_fields:
                     _, entropy, squares = self._statistics(self.model, batch)
-            else:
+            elif not self._old_policy_is_the_updates():
                 batch.old_logps, entropy, squares = self._statistics(self.model, batch)
             if self.reference is not None:
                 batch.ref_logps = self._statistics(self.reference, batch)[0]
@@ -438,14 +438,39 @@ class TransformersBackend(BackendProtocol):
             )
             batch.counted = batch.mask * keep
             trainer_state.metrics.update({f"actor/{k}": v for k, v in metrics.items()})
-        known = (batch.mask > 0) & ~torch.isnan(batch.rollout_logps)
-        if bool(known.any()):
-            gap = (batch.old_logps - batch.rollout_logps).abs()[known]
-            trainer_state.metrics["actor/rollout_logprob_diff"] = float(gap.mean())
+        if batch.old_logps is not None:
+            trainer_state.metrics.update(self._rollout_gap(batch))
         if self.kl_in_reward is not None and batch.ref_logps is not None:
             penalty, metrics = self.kl_in_reward.penalty(batch.old_logps, batch.ref_logps, batch.mask)
             metrics.update(subtract_from_rewards(trainer_state.trajectory_groups, batch.steps, batch.per_step(penalty)))
             trainer_state.metrics.update(metrics)
+
+    def _old_policy_is_the_updates(self) -> bool:
+        """Whether the old log-probs are those the update's one forward pass computes, so stage 5 skips its pass.
+
+        So it is with one optimizer step per batch (``ppo_epochs`` and ``mini_batches`` 1) in one
+        process, when nothing before the update reads them: no estimator's per-token field, no
+        KL in the reward, no rollout rejection. The update's forward runs on the weights stage 5
+        would have scored with; its log-probs, detached, are the old policy's (as TRL skips the
+        pass when generation and optimisation are aligned).
+        """
+        options = self.options
+        return (
+            self.distributed is None
+            and int(options.ppo_epochs) == 1
+            and int(options.mini_batches) == 1
+            and not self.token_fields
+            and self.kl_in_reward is None
+            and not self.default_settings.checked.rejection
+        )
+
+    @staticmethod
+    def _rollout_gap(batch: RowBatch) -> dict[str, float]:
+        """``actor/rollout_logprob_diff``: how far the sampler's log-probs are from the old policy's."""
+        known = (batch.mask > 0) & ~torch.isnan(batch.rollout_logps)
+        if batch.old_logps is None or not bool(known.any()):
+            return {}
+        return {"actor/rollout_logprob_diff": float((batch.old_logps - batch.rollout_logps).abs()[known].mean())}
 
     def _statistics(self, model: Any, batch: RowBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The batch's token log-probs, entropies and sums of squared probabilities under ``model``.
@@ -480,6 +505,9 @@ class TransformersBackend(BackendProtocol):
 
     async def update_policy(self, trainer_state: TrainerState) -> None:
         batch: RowBatch = trainer_state.backend_batch
+        from_update = batch.old_logps is None and self._old_policy_is_the_updates()
+        if from_update:  # filled by the forward pass below, before the loss reads them
+            batch.old_logps = torch.zeros_like(batch.mask)
         if batch.old_logps is None:
             raise TrainerError("The policy update ran before stage 5 computed the old log-probs.")
         import time
@@ -519,6 +547,8 @@ class TransformersBackend(BackendProtocol):
                         logp, entropy = token_log_probs(
                             self.trained, batch.ids[rows], batch.attention[rows], entropy_grad=self.entropy_bonus
                         )
+                        if from_update:
+                            batch.old_logps[rows] = logp.detach()
                         loss = self._micro_loss(
                             batch, rows, logp, entropy, advantages, role_of, role_names, totals, sums
                         )
@@ -553,6 +583,8 @@ class TransformersBackend(BackendProtocol):
                 for key, values in part.items():
                     merged[key].extend(values)
             sums = merged
+        if from_update:
+            trainer_state.metrics.update(self._rollout_gap(batch))
         if self.engine is not None and not self.asynchronous:  # what is sampled from now on has the new version
             self.engine.weight_version += 1
         tokens = float(batch.mask.sum())
