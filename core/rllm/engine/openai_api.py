@@ -2,7 +2,7 @@
 
 ``rllm serve`` (the transformers plugin's server) and the trainer's gateway
 (:mod:`rllm.gateway.server`) both read requests with :func:`parse` and the helpers below, and
-answer with :func:`completion_body` and :func:`chat_body`, so a client sees one dialect:
+answer with :func:`answer_body`, so a client sees one dialect:
 OpenAI's fields, token ids and log-probs under vLLM's names (``return_token_ids``,
 ``prompt_token_ids``, ``token_ids``), errors as OpenAI's ``{"error": {...}}`` body.
 Pure Python: the servers bring their own HTTP layer.
@@ -22,9 +22,8 @@ __all__ = [
     "Choice",
     "Params",
     "RequestError",
-    "chat_body",
+    "answer_body",
     "check_fields",
-    "completion_body",
     "logprobs_of",
     "max_tokens_of",
     "number",
@@ -173,7 +172,8 @@ Decode = Callable[[list[int]], str]
 """One token id's text (the tokenizer's ``decode``)."""
 
 
-def completion_body(
+def answer_body(
+    chat: bool,
     model: str,
     prompt_ids: list[int],
     choices: Sequence[Choice],
@@ -182,45 +182,29 @@ def completion_body(
     return_token_ids: bool,
     weight_version: int | None,
 ) -> dict[str, Any]:
-    """``/v1/completions``' answer: each choice's text, and its ids and log-probs when asked for."""
+    """The answer of ``/v1/chat/completions`` (``chat``: an assistant message per choice) or ``/v1/completions``.
+
+    Each choice's ids and the prompt's are added when asked for (``return_token_ids``), where
+    vLLM puts them: on each choice for completions, on the answer for chat.
+    """
     shaped = []
     for index, choice in enumerate(choices):
-        item: dict[str, Any] = {
-            "index": index,
-            "text": choice.text,
-            "logprobs": _completion_logprobs(choice, decode) if logprobs else None,
-            "finish_reason": choice.finish_reason,
-        }
+        item: dict[str, Any] = {"index": index}
+        if chat:
+            item["message"] = {"role": "assistant", "content": choice.text}
+            item["logprobs"] = _chat_logprobs(choice, decode) if logprobs else None
+        else:
+            item["text"] = choice.text
+            item["logprobs"] = _completion_logprobs(choice, decode) if logprobs else None
+        item["finish_reason"] = choice.finish_reason
         if return_token_ids:
-            item["prompt_token_ids"] = prompt_ids
+            if not chat:
+                item["prompt_token_ids"] = prompt_ids
             item["token_ids"] = choice.token_ids
         shaped.append(item)
-    return _envelope("cmpl", "text_completion", model, prompt_ids, shaped, choices, weight_version)
-
-
-def chat_body(
-    model: str,
-    prompt_ids: list[int],
-    choices: Sequence[Choice],
-    decode: Decode,
-    logprobs: bool,
-    return_token_ids: bool,
-    weight_version: int | None,
-) -> dict[str, Any]:
-    """``/v1/chat/completions``' answer: an assistant message per choice; vLLM's ids when asked for."""
-    shaped = []
-    for index, choice in enumerate(choices):
-        item: dict[str, Any] = {
-            "index": index,
-            "message": {"role": "assistant", "content": choice.text},
-            "logprobs": _chat_logprobs(choice, decode) if logprobs else None,
-            "finish_reason": choice.finish_reason,
-        }
-        if return_token_ids:
-            item["token_ids"] = choice.token_ids
-        shaped.append(item)
-    body = _envelope("chatcmpl", "chat.completion", model, prompt_ids, shaped, choices, weight_version)
-    if return_token_ids:
+    kind = ("chatcmpl", "chat.completion") if chat else ("cmpl", "text_completion")
+    body = _envelope(*kind, model, prompt_ids, shaped, choices, weight_version)
+    if chat and return_token_ids:
         body["prompt_token_ids"] = prompt_ids
     return body
 

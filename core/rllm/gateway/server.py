@@ -28,9 +28,8 @@ from rllm.engine import ModelOutput, RolloutEngine
 from rllm.engine.openai_api import (
     Choice,
     RequestError,
-    chat_body,
+    answer_body,
     check_fields,
-    completion_body,
     logprobs_of,
     max_tokens_of,
     number,
@@ -188,7 +187,8 @@ class Gateway:
         step = Step.from_model_output(output, messages=[dict(m) for m in messages])
         session.record(step)
         text = output.content if output.content is not None else output.text or ""
-        answer = chat_body(
+        answer = answer_body(
+            True,
             self.model,
             list(output.prompt_ids or []),
             [_choice(output, text)],
@@ -236,7 +236,8 @@ class Gateway:
         text = output.text or ""
         step = Step(observation=prompt, model_response=text, model_output=output)
         session.record(step)
-        return completion_body(
+        return answer_body(
+            False,
             self.model,
             ids,
             [_choice(output, text)],

@@ -208,19 +208,9 @@ class Server:
             raise RequestError(f"token id {bad[0]} is outside the vocabulary (0..{vocab - 1}).", "tokens")
         return {"prompt": self.policy.tokenizer.decode(tokens, skip_special_tokens=False)}
 
-    def completion_body(self, params: Params, generations: list[Generation]) -> dict[str, Any]:
-        return openai_api.completion_body(
-            self.model_name,
-            params.prompt_ids,
-            _choices(generations),
-            self._decode,
-            params.logprobs,
-            params.return_token_ids,
-            self.weight_version,
-        )
-
-    def chat_body(self, params: Params, generations: list[Generation]) -> dict[str, Any]:
-        return openai_api.chat_body(
+    def answer_body(self, params: Params, generations: list[Generation], chat: bool) -> dict[str, Any]:
+        return openai_api.answer_body(
+            chat,
             self.model_name,
             params.prompt_ids,
             _choices(generations),
@@ -290,14 +280,14 @@ def build_app(server: Server) -> FastAPI:
         body = await read(request)
         server.check_model(body)
         params = openai_api.parse(body, server.completion_prompt(body), False, server.context_limit)
-        return server.completion_body(params, await server.generate(params))
+        return server.answer_body(params, await server.generate(params), chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> dict[str, Any]:
         body = await read(request)
         server.check_model(body)
         params = openai_api.parse(body, server.chat_prompt(body), True, server.context_limit)
-        return server.chat_body(params, await server.generate(params))
+        return server.answer_body(params, await server.generate(params), chat=True)
 
     @app.post("/update_weights_from_disk")
     async def update_weights(request: Request) -> dict[str, Any]:
