@@ -163,7 +163,11 @@ def _replace(path: Path, name: str, mode: int | None) -> Iterator[Output]:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` as :func:`open_output` does (a regular file is replaced atomically)."""
+    """Write ``text`` to ``path`` as :func:`open_output` does (a regular file is replaced atomically).
+
+    rllm's own rather than the atomicwrites package (archived by its author, and no dependency): a temporary
+    file and ``os.replace`` are the whole technique, and :func:`open_output` adds FIFOs, links and signals.
+    """
     with open_output(path) as out:
         out.write(text.encode("utf-8"))
 

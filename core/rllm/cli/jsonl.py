@@ -4,6 +4,8 @@
 needs, as compact arrays (:class:`Columns`), so memory grows with the number of rollouts and
 not with the size of the lines. ``_write`` then copies each line as read, splicing the
 advantage in before its closing brace (a line that already has the field is re-serialised).
+``json`` per line rather than a JSON Lines package (none is a dependency, and none keeps a few fields as
+arrays or writes a line back as it was read).
 """
 
 from __future__ import annotations

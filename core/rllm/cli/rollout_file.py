@@ -22,7 +22,11 @@ SAMPLE = "sample_rollouts.jsonl"
 
 
 class Progress:
-    """A one-line progress report on stderr, only when stderr is a terminal."""
+    """A one-line progress report on stderr, only when stderr is a terminal.
+
+    Hand-written (tqdm is not a dependency); it reports bytes by pass, which the trainer's step-counting
+    ``rllm.trainer.logging.ProgressBar`` does not.
+    """
 
     def __init__(self, total: int | None, stream: IO[str] | None = None) -> None:
         self.total, self.stream = total, stream or sys.stderr

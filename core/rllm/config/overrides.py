@@ -10,6 +10,9 @@
 ``~key`` or ``~key=value``
     remove a key (with a value: only if it currently has that value); a key of the schema
     goes back to its default.
+
+Parsed here rather than by Hydra (hydra-core is not a dependency, and its parser brings ANTLR's runtime);
+OmegaConf's ``from_dotlist`` knows only ``key=value``, so the prefixes are read here and the values by YAML.
 """
 
 from __future__ import annotations

@@ -357,7 +357,11 @@ class WorkflowEngine:
         stats: EngineStats,
         failed_groups: set[str],
     ) -> Episode:
-        """One rollout, with the retries its policy allows; a rollout still failing marks its group."""
+        """One rollout, with the retries its policy allows; a rollout still failing marks its group.
+
+        The retry loop is rllm's own (no retry library): each attempt is a fresh workflow instance with the same
+        seed, counted in the step's stats, which is the failure policy's meaning rather than a generic back-off.
+        """
         attempts = self.retry_limit + 1 if self.failure_policy == "retry" else 1
         async with limit:
             for attempt in range(attempts):

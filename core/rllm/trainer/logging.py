@@ -53,7 +53,11 @@ def _number(value: Any) -> float | None:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The records of a metrics file; a torn last line (a killed writer) is ignored."""
+    """The records of a metrics file; a torn last line (a killed writer) is ignored.
+
+    ``json`` per line rather than the jsonlines package (not a dependency): the reading rllm needs is that
+    loop plus skipping a torn line and naming any other bad one.
+    """
     if not path.is_file():
         return []
     records = []

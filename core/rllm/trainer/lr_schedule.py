@@ -1,7 +1,8 @@
 """The learning-rate schedule of rLLM's ``lr_schedule`` and warm-up keys, one for every backend.
 
 A backend multiplies its own base learning rate (``rllm.embedded.lr``, ``rllm.transformers.lr``)
-by it each step, so the same keys mean the same curve whatever the backend.
+by it each step, so the same keys mean the same curve whatever the backend. A formula of its own, not
+torch's schedulers: the core does not depend on torch, and the embedded backend trains without it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 ``rllm.trainer.output_dir`` is locked with ``fcntl.flock`` on ``.rllm.lock`` for the whole
 run, so a second process training into it stops at once, naming the holder's pid, instead of
 deleting the first one's metrics and checkpoints. The lock goes with the process, so a
-killed run never leaves a stale lock behind.
+killed run never leaves a stale lock behind. ``fcntl.flock`` itself rather than the filelock
+package: that is not among the core's dependencies, and one non-blocking ``flock`` is all it would do here.
 
 ``.rllm-run.json`` records the names rllm writes in the directory (``metrics.jsonl``,
 ``checkpoints``, ...). A run refuses a directory where one of those names exists without

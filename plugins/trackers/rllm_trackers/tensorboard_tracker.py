@@ -72,7 +72,7 @@ class TensorBoardTracker(Tracker):
         from tensorboardX.proto.summary_pb2 import Summary
 
         png = path.read_bytes()
-        width, height = struct.unpack(">II", png[16:24])  # the PNG header's IHDR chunk
+        width, height = struct.unpack(">II", png[16:24])  # the PNG header's IHDR chunk (no Pillow in the extra)
         image = Summary.Image(height=height, width=width, colorspace=_RGBA, encoded_image_string=png)
         self.writer.add_summary(Summary(value=[Summary.Value(tag=name, image=image)]), step)
 

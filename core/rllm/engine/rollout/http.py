@@ -6,6 +6,9 @@ reopened once. Failures are one :class:`~rllm.errors.InferenceServerError` namin
 no answer (:class:`ServerUnreachable`, worth retrying), no answer in time
 (:class:`ServerTimeout`), or an answer that is not JSON. An HTTP error status is returned, not
 raised, so callers decide what a 4xx or 5xx means.
+
+Hand-written on ``http.client`` rather than httpx or requests: the core's dependencies are pluggy,
+numpy, omegaconf and importlib-metadata, and a few JSON POSTs on kept-alive connections are all it sends.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ Each episode's view (:meth:`OpenAIEngine.for_episode`) sticks to one server (its
 picks it, and is sent as the request's ``user``) and seeds each request from the episode's
 seed, so a server that honours ``seed`` samples the same episode whatever else it serves. A
 request that gets no answer, a timeout, a 5xx or a 429 is retried ``api_retries`` times with
-doubling back-off, then fails with one line naming the URL; the workflow engine's
+doubling back-off (a loop of its own, not tenacity: that is no dependency of the core, and the loop also
+notes whether an attempt went unanswered, which :attr:`OpenAIEngine.resync` needs), then fails with one
+line naming the URL; the workflow engine's
 ``rllm.workflow.failure_policy`` decides what the failure does. Requests run in a pool of
 ``max_concurrency`` threads (the standard library's ``http.client``, no extra dependency),
 which bounds how many are in flight. The context limit (the server's ``max_model_len``) is
