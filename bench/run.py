@@ -29,6 +29,8 @@ from distributed import distributed_benchmark
 from jsonl import jsonl_benchmark
 from openai_engine import available as serve_available
 from openai_engine import openai_engine_benchmark
+from simple_workflow import available as simple_workflow_available
+from simple_workflow import simple_workflow_benchmark
 from verl_bridge import available as verl_available
 from verl_bridge import verl_rows
 
@@ -364,6 +366,11 @@ def run(quick: bool) -> None:
         print(
             "\n## asynchronous training: torch/transformers not installed (pip install 'rllm[transformers]'): no rows"
         )
+    if simple_workflow_available():
+        print("\n## rLLM's SimpleWorkflow learning text_digit_max (AgentTrainer, transformers backend)")
+        simple_workflow_benchmark(*((30, 10) if quick else ()))
+    else:
+        print("\n## SimpleWorkflow: torch/transformers not installed (pip install 'rllm[transformers]'): no rows")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "rllm_upstream" / "simple_workflow.py"
-BATCH, ROLLOUTS, LR, STEPS, EVERY = 16, 8, 6e-3, 300, 25
+BATCH, ROLLOUTS, LR, STEPS, EVERY = 16, 8, 3e-3, 300, 25
 
 
 def upstream_simple_workflow() -> type:
