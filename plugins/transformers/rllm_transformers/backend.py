@@ -479,10 +479,11 @@ class TransformersBackend(BackendProtocol):
         """
         group = self.distributed
         if group is None:
-            return token_statistics(model, batch.ids, batch.attention)
+            return token_statistics(model, batch.ids, batch.attention, start=batch.start)
         rows = group.rows(batch.rows)
         if len(rows):
-            parts = token_statistics(model, batch.ids[rows.start : rows.stop], batch.attention[rows.start : rows.stop])
+            ids, attention = batch.ids[rows.start : rows.stop], batch.attention[rows.start : rows.stop]
+            parts = token_statistics(model, ids, attention, start=batch.start)
         else:
             parts = (batch.mask[:0].float(),) * 3
         return tuple(group.gather_rows(part, batch.rows) for part in parts)  # type: ignore[return-value]
@@ -520,7 +521,7 @@ class TransformersBackend(BackendProtocol):
         )
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        n = batch.rows
+        n, start = batch.rows, batch.start
         sums: dict[str, list[float]] = defaultdict(list)
         role_names = sorted(set(batch.roles))
         role_of = torch.tensor([role_names.index(role) for role in batch.roles], device=self.device)
@@ -545,7 +546,7 @@ class TransformersBackend(BackendProtocol):
                             self._backward(logp.sum() * 0.0, group)
                             continue
                         logp, entropy = token_log_probs(
-                            self.trained, batch.ids[rows], batch.attention[rows], entropy_grad=self.entropy_bonus
+                            self.trained, batch.ids[rows], batch.attention[rows], self.entropy_bonus, start
                         )
                         if from_update:
                             batch.old_logps[rows] = logp.detach()
