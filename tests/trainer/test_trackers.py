@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,6 +35,9 @@ class Recording(Tracker):
 
     def start(self, total_steps: int) -> None:
         self.calls.append(("start", total_steps))
+
+    def rewind(self, step: int, kept: Sequence[Mapping[str, Any]]) -> None:
+        self.calls.append(("rewind", (step, [(r["kind"], r["step"]) for r in kept])))
 
     def log_config(self, config: Mapping[str, Any]) -> None:
         self.calls.append(("config", config))
@@ -115,6 +118,26 @@ def test_a_plugins_tracker_gets_the_config_every_record_and_the_curve(
     assert [(r.pop("kind"), r.pop("step"), r) for r in records] == logged
     assert [(kind, step) for kind, step, _ in logged] == STEPS
     assert Recording.calls[-2][1] == ("learning_curve", b"\x89PNG", 3)
+
+
+def test_a_resumed_run_rewinds_every_tracker_to_its_checkpoint_before_logging(
+    acme: PluginManager, make_config: MakeConfig, train: Train
+) -> None:
+    """Steps 3's records were logged, its checkpoint lost (a kill): the resumed run rewinds to step 2, then logs 3."""
+    import shutil
+
+    first = make_config(*SHORT, "rllm.trainer.save_freq=2", "rllm.trainer.logger=[jsonl,recording]")
+    trainer, _ = train(first)
+    shutil.rmtree(trainer.output_dir / "checkpoints" / "step_3")
+    Recording.calls = []
+    more = [word.replace("total_batches=3", "total_batches=4") for word in SHORT]
+    _, records = train(make_config(*more, "rllm.trainer.save_freq=2", "rllm.trainer.logger=[jsonl,recording]"))
+    kinds = [kind for kind, _ in Recording.calls]
+    assert kinds[:3] == ["start", "rewind", "config"]
+    assert Recording.calls[1][1] == (2, [("val", 0), ("train", 1), ("train", 2), ("val", 2)])  # metrics.jsonl, cut
+    logged = [(value[0], value[1]) for kind, value in Recording.calls if kind == "metrics"]
+    assert logged == [("train", 3), ("train", 4), ("val", 4)]
+    assert [(r["kind"], r["step"]) for r in records] == [*STEPS[:4], *logged]
 
 
 def test_a_tracker_that_raises_mid_run_is_switched_off_with_one_warning(
