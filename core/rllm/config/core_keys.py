@@ -553,7 +553,8 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "str",
         "disk",
         "How new weights reach the servers after each update, by the name a plugin registered: disk (SGLang's "
-        "/update_weights_from_disk) or memory (rllm serve's /update_weights_from_safetensors).",
+        "/update_weights_from_disk), memory (rllm serve's /update_weights_from_safetensors) or vllm (vLLM's "
+        "/collective_rpc reload_weights, with VLLM_SERVER_DEV_MODE=1).",
         **_registered("weight_syncs"),
     ),
     ConfigKey(

@@ -18,7 +18,14 @@ from rllm.engine.rollout import PROMPT_TOO_LONG, Generation, ModelOutput, Rollou
 from rllm.engine.rollout.openai_engine import OpenAIEngine
 from rllm.engine.tool_calls import ToolCall
 from rllm.engine.vocabulary import same_vocabulary
-from rllm.engine.weight_sync import DiskWeightSync, MemoryWeightSync, PolicyUpdate, WeightSync, weight_sync_for
+from rllm.engine.weight_sync import (
+    DiskWeightSync,
+    MemoryWeightSync,
+    PolicyUpdate,
+    VLLMWeightSync,
+    WeightSync,
+    weight_sync_for,
+)
 
 __all__ = [
     "PROMPT_TOO_LONG",
@@ -30,6 +37,7 @@ __all__ = [
     "PolicyUpdate",
     "RolloutEngine",
     "ToolCall",
+    "VLLMWeightSync",
     "WeightSync",
     "check_messages",
     "completion_output",

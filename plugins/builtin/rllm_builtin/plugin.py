@@ -158,10 +158,11 @@ def rllm_register_backends(register: BackendRegistrar) -> None:
 
 @hookimpl
 def rllm_register_weight_syncs(register: WeightSyncRegistrar) -> None:
-    from rllm.engine import DiskWeightSync, MemoryWeightSync
+    from rllm.engine import DiskWeightSync, MemoryWeightSync, VLLMWeightSync
 
     register("disk", DiskWeightSync)
     register("memory", MemoryWeightSync)
+    register("vllm", VLLMWeightSync)
 
 
 def _task_names() -> list[str]:
