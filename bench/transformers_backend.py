@@ -34,6 +34,10 @@ first part.
    (a log-prob pass inside generate-and-score, the update's forward outside it) and
    ``training_step``, and hooks on the optimizer's step. The ratio is rllm's steps per second
    over TRL's.
+
+   One run on 2 shared cores (docs/transformers.md has the breakdown): digit 55.9 ms/step
+   against TRL's 58.7 (1.05x over the loop, 1.07x at the median step, reward 0.93 vs 0.94);
+   text 666.5 ms/step against 1099.4 (1.65x, 1.71x at the median, reward 0.15 both).
 """
 
 from __future__ import annotations
