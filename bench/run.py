@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
+from agent_flow import agent_flow_benchmark
+from agent_flow import available as agent_flow_available
 from async_training import async_benchmark
 from distributed import available as distributed_available
 from distributed import distributed_benchmark
@@ -371,6 +373,11 @@ def run(quick: bool) -> None:
         simple_workflow_benchmark(*((30, 10) if quick else ()))
     else:
         print("\n## SimpleWorkflow: torch/transformers not installed (pip install 'rllm[transformers]'): no rows")
+    if agent_flow_available():
+        print("\n## An agent flow trained through the gateway")
+        agent_flow_benchmark(quick=quick)
+    else:
+        print("\n## agent flow: torch, transformers or openai not installed (pip install 'rllm[transformers,test]')")
 
 
 if __name__ == "__main__":
