@@ -22,10 +22,11 @@ from step 75: no setting tried clears 0.9 on both seeds, so the defaults are kep
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from curve import report_curve
 
 SETTINGS = (
     "rllm.transformers.device=cpu",
@@ -70,15 +71,8 @@ def agent_flow_benchmark(quick: bool = False, steps: int | None = None, seed: in
         ).train()
         wall = time.perf_counter() - started
         records = read_metrics(run / METRICS_FILE)
-    curve = [(r["step"], r["val/text_digit_max/pass@1"]) for r in records if r["kind"] == "val"]
-    step_times = [r["time/step"] for r in records if r["kind"] == "train" and r["step"] > 1]
-    first = next((step for step, value in curve if value >= 0.9), None)
-    print(f"agent flow through the gateway (AnswerAgent, openai client; text_digit_max, {steps} steps, seed {seed})")
-    print(f"   wall time {wall:.1f} s, {statistics.median(step_times):.2f} s per step (median)")
-    last = curve[-1]
-    print(f"   val pass@1 {curve[0][1]:.2f} at step 0 -> {last[1]:.2f} at step {last[0]}; first >= 0.9 at {first}")
-    print("   curve: " + ", ".join(f"{step}:{value:.2f}" for step, value in curve))
-    return curve
+    title = f"agent flow through the gateway (AnswerAgent, openai client; text_digit_max, {steps} steps, seed {seed})"
+    return report_curve(title, wall, records, "val/text_digit_max/pass@1")
 
 
 def available() -> bool:

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from curve import report_curve
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "rllm_upstream" / "simple_workflow.py"
 BATCH, ROLLOUTS, LR, STEPS, EVERY = 20, 16, 3e-3, 300, 25
@@ -83,18 +84,11 @@ def simple_workflow_benchmark(steps: int = STEPS, every: int = EVERY, lr: float 
         ).train()
         wall = time.perf_counter() - started
         records = read_metrics(run / METRICS_FILE)
-    curve = [(r["step"], r["val/text_digit_max/pass@1"]) for r in records if r["kind"] == "val"]
-    step_times = [r["time/step"] for r in records if r["kind"] == "train" and r["step"] > 1]
-    first = next((step for step, value in curve if value >= 0.9), None)
-    print(
+    title = (
         f"rLLM's SimpleWorkflow through AgentTrainer (text_digit_max from the warm start, {steps} steps of "
-        f"{BATCH} x {ROLLOUTS}, lr {lr})"
+        f"{BATCH} x {ROLLOUTS}, lr {lr}; the wall time includes building the warm start)"
     )
-    print(f"   wall time {wall:.1f} s (warm start included), {statistics.median(step_times):.2f} s per step (median)")
-    last = curve[-1]
-    print(f"   val pass@1 {curve[0][1]:.2f} at step 0 -> {last[1]:.2f} at step {last[0]}; first >= 0.9 at {first}")
-    print("   curve: " + ", ".join(f"{step}:{value:.2f}" for step, value in curve))
-    return curve
+    return report_curve(title, wall, records, "val/text_digit_max/pass@1")
 
 
 def available() -> bool:

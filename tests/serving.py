@@ -17,6 +17,17 @@ import pytest
 
 TINY_TEXT = ("rllm.transformers.model=tiny", "rllm.transformers.tokenizer=text", "rllm.transformers.device=cpu")
 STARTUP_SECONDS = 60
+SERVED = ("rllm.transformers.model=tiny", "rllm.transformers.device=cpu")
+"""The trainer's model (tiny, the digit tokenizer, seed 0): a server started with it has the same weights."""
+SERVED_RUN = (
+    "rllm.backend=transformers",
+    *SERVED,
+    "rllm.transformers.lr=0.01",
+    "rllm.data.train_batch_size=16",
+    "rllm.rollout.n=8",
+    "rllm.trainer.logger=[jsonl]",
+)
+"""A training run whose rollouts a server of :data:`SERVED` can give (add its base URL)."""
 
 
 def free_port() -> int:

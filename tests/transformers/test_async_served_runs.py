@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from extras import skip_module_without
-from serving import get_json, running
+from serving import SERVED, SERVED_RUN, get_json, running
 
 skip_module_without("torch", "transformers", "safetensors", "fastapi", "uvicorn", install="pip install 'rllm[serve]'")
 
@@ -18,16 +18,6 @@ from rllm.trainer.logging import METRICS_FILE, read_metrics
 
 pytestmark = pytest.mark.slow
 
-SERVED = ("rllm.transformers.model=tiny", "rllm.transformers.device=cpu")
-"""The trainer's model (tiny, the digit tokenizer, seed 0): the server starts from the same weights."""
-RUN = (
-    "rllm.backend=transformers",
-    *SERVED,
-    "rllm.transformers.lr=0.01",
-    "rllm.data.train_batch_size=16",
-    "rllm.rollout.n=8",
-    "rllm.trainer.logger=[jsonl]",
-)
 STALE = (
     "rllm.async_training.enable=true",
     "rllm.async_training.staleness_threshold=1",
@@ -47,7 +37,7 @@ def server() -> Iterator[str]:
 def _fit(run_dir: Path, *overrides: str) -> list[dict]:
     from rllm.config import load_config
 
-    config = load_config(overrides=[*RUN, *overrides, f"rllm.trainer.output_dir={run_dir}"])
+    config = load_config(overrides=[*SERVED_RUN, *overrides, f"rllm.trainer.output_dir={run_dir}"])
     trainer = UnifiedTrainer(None, config, progress=False)
     try:
         trainer.fit()

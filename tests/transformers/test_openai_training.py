@@ -19,22 +19,11 @@ from typing import Any
 
 import pytest
 from extras import skip_module_without
-from serving import free_port, get_json, running, start, stop
+from serving import SERVED, SERVED_RUN, free_port, get_json, running, start, stop
 
 skip_module_without("torch", "transformers", "safetensors", "fastapi", "uvicorn", install="pip install 'rllm[serve]'")
 
 pytestmark = pytest.mark.slow
-
-SERVED = ("rllm.transformers.model=tiny", "rllm.transformers.device=cpu")
-"""The trainer's model (tiny, the digit tokenizer, seed 0): the server starts from the same weights."""
-RUN = (
-    "rllm.backend=transformers",
-    *SERVED,
-    "rllm.transformers.lr=0.01",
-    "rllm.data.train_batch_size=16",
-    "rllm.rollout.n=8",
-    "rllm.trainer.logger=[jsonl]",
-)
 
 
 def _command(run_dir: Path, *overrides: str) -> list[str]:
@@ -44,7 +33,7 @@ def _command(run_dir: Path, *overrides: str) -> list[str]:
         "rllm.cli.main",
         "train",
         "--no-progress",
-        *RUN,
+        *SERVED_RUN,
         f"rllm.trainer.output_dir={run_dir}",
         *overrides,
     ]
