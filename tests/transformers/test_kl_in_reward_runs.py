@@ -44,7 +44,8 @@ def test_a_short_run_logs_the_coefficient_and_a_finite_kl_and_adapts_by_the_rule
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
     kls = [r["kl_in_reward/kl"] for r in steps]
     coefs = [r["kl_in_reward/coef"] for r in steps]
-    assert all(math.isfinite(kl) for kl in kls) and kls[0] == 0.0  # step 1 samples with the reference itself
+    # step 1 samples with the reference itself: 0 up to float rounding (the passes run in train and eval mode)
+    assert all(math.isfinite(kl) for kl in kls) and abs(kls[0]) < 1e-6
     assert max(kls[1:]) > 0  # the policy moved away from the reference
     assert coefs[0] == 0.05
     for before, after, kl in zip(coefs, coefs[1:], kls, strict=False):
@@ -115,7 +116,7 @@ def test_a_horizon_below_the_batch_keeps_the_coefficient_positive_and_the_run_re
     out = f"rllm.trainer.output_dir={tmp_path / 'run'}"
     _, first = _fit(tiny_config(*run, out, "rllm.trainer.total_batches=2", "rllm.trainer.save_freq=1"))
     coefs = [r["kl_in_reward/coef"] for r in first]
-    assert coefs[0] == 0.001 and first[0]["kl_in_reward/kl"] == 0.0
+    assert coefs[0] == 0.001 and abs(first[0]["kl_in_reward/kl"]) < 1e-6
     assert coefs[1] == pytest.approx(0.001 * 0.8, rel=1e-12)  # below target by the clip's 20%, one horizon at most
     _, resumed = _fit(tiny_config(*run, out, "rllm.trainer.total_batches=3", "rllm.trainer.save_freq=1"))
     assert [r["step"] for r in resumed] == [1, 2, 3]  # resumed from its own step-2 checkpoint

@@ -12,7 +12,7 @@ OpenAI's completion API as rllm's servers speak it.
 from __future__ import annotations
 
 from rllm.engine import openai_api
-from rllm.engine.chat import completion_output
+from rllm.engine.chat import ConversationPrompts, TemplateChatParser, completion_output, template_ids
 from rllm.engine.messages import check_messages
 from rllm.engine.rollout import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine, engine_problem
 from rllm.engine.rollout.openai_engine import OpenAIEngine
@@ -29,6 +29,7 @@ from rllm.engine.weight_sync import (
 
 __all__ = [
     "PROMPT_TOO_LONG",
+    "ConversationPrompts",
     "DiskWeightSync",
     "Generation",
     "MemoryWeightSync",
@@ -36,6 +37,7 @@ __all__ = [
     "OpenAIEngine",
     "PolicyUpdate",
     "RolloutEngine",
+    "TemplateChatParser",
     "ToolCall",
     "VLLMWeightSync",
     "WeightSync",
@@ -44,5 +46,6 @@ __all__ = [
     "engine_problem",
     "openai_api",
     "same_vocabulary",
+    "template_ids",
     "weight_sync_for",
 ]

@@ -27,8 +27,16 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from rllm.engine import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine, completion_output
-from rllm.engine.chat import ConversationPrompts, TemplateChatParser, template_ids
+from rllm.engine import (
+    PROMPT_TOO_LONG,
+    ConversationPrompts,
+    Generation,
+    ModelOutput,
+    RolloutEngine,
+    TemplateChatParser,
+    completion_output,
+    template_ids,
+)
 from rllm.errors import DataError, EngineCallError
 from rllm.types import TerminationEvent, TerminationReason
 from rllm_transformers.batch import token_log_probs
