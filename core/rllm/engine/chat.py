@@ -94,13 +94,11 @@ class ConversationPrompts:
         self._sampled: list[tuple[str, list[int]]] = []
 
     def prompt_ids(self, messages: Sequence[Mapping[str, Any]], **variables: Any) -> list[int]:
-        if not self._sampled:  # the first call: nothing to extend, one rendering
-            return template_ids(self.tokenizer, check_messages(list(messages)), **variables)
         text = TemplateChatParser(self.tokenizer).parse(list(messages), add_generation_prompt=True, **variables)
         for seen, ids in sorted(self._sampled, key=lambda pair: -len(pair[0])):
             if text.startswith(seen):
                 return ids + _ids(self.tokenizer.encode(text[len(seen) :], add_special_tokens=False))
-        return template_ids(self.tokenizer, messages, **variables)
+        return _ids(self.tokenizer.encode(text, add_special_tokens=False))  # what the template gives, encoded once
 
     def sampled(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> None:
         """Remember one call's tokens, so a later turn that repeats them keeps these ids."""
