@@ -7,12 +7,14 @@ and 7 read it (``token_log_probs`` for the old, reference and current policies).
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Integral
 from typing import Any
 
+import numpy as np
 import torch
 
 from rllm.errors import TrainerError, WorkflowError
@@ -98,18 +100,33 @@ class RowBatch:
         return MiniBatchTotals(counted.sum().clamp(min=1), len(mini), of_prompt, prompts)
 
     def advantages(self) -> torch.Tensor:
-        values = torch.zeros_like(self.mask)
+        """Each response token's advantage (a step's single one on all its tokens), filled in one indexed write."""
+        rows: list[int] = []
+        columns: list[int] = []
+        given: list[Any] = []
         for step, span in zip(self.steps, self.spans, strict=True):
-            if step.advantage is None:
+            advantage, count = step.advantage, span.stop - span.start
+            if advantage is None:
                 raise TrainerError("A step reached the policy update without an advantage; stage 6 did not run.")
-            per_token = torch.as_tensor(step.advantage, dtype=values.dtype).reshape(-1)
-            if per_token.numel() not in (1, span.stop - span.start):
-                raise TrainerError(
-                    f"A step has {per_token.numel()} advantages for {span.stop - span.start} response tokens; give "
-                    "one per token or a single one."
-                )
-            values[span.row, span.start : span.stop] = per_token.to(values.device)
-        return values
+            if not isinstance(advantage, float | int):
+                advantage = np.asarray(advantage, dtype=np.float64).reshape(-1).tolist()
+                if len(advantage) not in (1, count):
+                    raise TrainerError(
+                        f"A step has {len(advantage)} advantages for {count} response tokens; give one per token or "
+                        "a single one."
+                    )
+                if len(advantage) == count:
+                    given += advantage
+                    advantage = None
+                else:
+                    advantage = advantage[0]
+            if advantage is not None:
+                given += [advantage] * count
+            rows += [span.row] * count
+            columns += range(span.start, span.stop)
+        values = np.zeros(tuple(self.mask.shape), dtype=np.float32)
+        values[rows, columns] = given
+        return torch.from_numpy(values).to(device=self.mask.device, dtype=self.mask.dtype)
 
 
 def response_tokens(episodes: Sequence[Episode]) -> int:
@@ -169,6 +186,8 @@ def _check_ids(step: Step, group: TrajectoryGroup, trajectory: Trajectory, vocab
             "ids but no prompt_ids; keep the ids the model was given (ModelOutput.prompt_ids) on the step."
         )
     for part, ids in (("prompt", step.prompt_ids), ("response", step.response_ids)):
+        if _plain_ids(ids, vocab_size):
+            continue
         bad = next((i for i in ids if not (isinstance(i, Integral) and 0 <= i < vocab_size)), None)
         if bad is not None:
             raise WorkflowError(
@@ -176,6 +195,11 @@ def _check_ids(step: Step, group: TrajectoryGroup, trajectory: Trajectory, vocab
                 f"{group.group_id!r} (trajectory {trajectory.name!r}), outside the model's vocabulary "
                 f"(ids 0 to {vocab_size - 1}); encode with the run's tokenizer."
             )
+
+
+def _plain_ids(ids: Sequence[Any], vocab_size: int) -> bool:
+    """Whether ``ids`` are Python ints in the vocabulary: the common case, checked without per-id ``Integral`` tests."""
+    return all(type(i) is int for i in ids) and (not ids or (min(ids) >= 0 and max(ids) < vocab_size))
 
 
 @dataclass
@@ -249,21 +273,22 @@ def pack_rows(
                 steps.append(step)
     if not rows:
         raise TrainerError("The trajectory groups hold no response tokens; the workflow produced empty steps.")
-    width = max(len(row.ids) for row in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
-    mask = torch.zeros((len(rows), width - 1))
-    rollout = torch.zeros((len(rows), width - 1))
-    for r, row in enumerate(rows):
-        ids[r, : len(row.ids)] = torch.tensor(row.ids)
-        attention[r, : len(row.ids)] = 1
-        mask[r, : len(row.ids) - 1] = torch.tensor(row.response[1:], dtype=torch.float32)
-        rollout[r, : len(row.ids) - 1] = torch.tensor(row.logps[1:], dtype=torch.float32)
+    # every row's values at once: a row-major boolean fill takes the rows' concatenation in order
+    lengths = np.array([len(row.ids) for row in rows])
+    width = int(lengths.max())
+    attention = np.arange(width) < lengths[:, None]
+    ids = np.full((len(rows), width), pad, dtype=np.int64)
+    ids[attention] = list(itertools.chain.from_iterable(row.ids for row in rows))
+    after_first = attention[:, 1:]  # position j holds token j + 1's values
+    mask = np.zeros((len(rows), width - 1), dtype=np.float32)
+    mask[after_first] = list(itertools.chain.from_iterable(row.response[1:] for row in rows))
+    rollout = np.zeros((len(rows), width - 1), dtype=np.float32)
+    rollout[after_first] = list(itertools.chain.from_iterable(row.logps[1:] for row in rows))
     return RowBatch(
-        ids.to(device),
-        attention.to(device),
-        mask.to(device),
-        rollout.to(device),
+        torch.from_numpy(ids).to(device),
+        torch.from_numpy(attention.astype(np.int64)).to(device),
+        torch.from_numpy(mask).to(device),
+        torch.from_numpy(rollout).to(device),
         steps,
         spans,
         roles,
