@@ -24,16 +24,17 @@ first part.
      :func:`rllm.tasks.text_reward`: rLLM's ``SimpleWorkflow`` on rllm's side, TRL's
      conversational dataset and a reward function reading the completion's content on TRL's.
 
-   Reported: seconds per step (the training loop's wall time / steps, first steps' warm-up
-   included, and the median step), mean train reward over the last 10 steps, and where a step's
-   time goes, per side: generation, log-prob passes (old/reference policy), the update (forward,
-   backward and the optimizer), collection (rewards, grouping, advantages, packing the batch) and
-   Python overhead (the loop's rest). rllm's parts come from the trainer's ``time/*`` metrics and
-   timers this benchmark puts around the backend's stage-5 passes; TRL's from timers it wraps
-   around ``_generate``, ``_generate_and_score_completions``, ``_get_per_token_logps_and_entropies``
-   (a log-prob pass inside generate-and-score, the update's forward outside it) and
-   ``training_step``, and hooks on the optimizer's step. The ratio is rllm's steps per second
-   over TRL's.
+   Each side first runs 3 untimed steps (its own short run): the process's one-off imports and
+   compilations would otherwise land in the loop of the side that runs first. Reported: seconds
+   per step (the training loop's wall time / steps, and the median step), mean train reward over
+   the last 10 steps, and where a step's time goes, per side: generation, log-prob passes
+   (old/reference policy), the update (forward, backward and the optimizer), collection (rewards,
+   grouping, advantages, packing the batch) and Python overhead (the loop's rest). rllm's parts
+   come from the trainer's ``time/*`` metrics and timers this benchmark puts around the backend's
+   stage-5 passes; TRL's from timers it wraps around ``_generate``,
+   ``_generate_and_score_completions``, ``_get_per_token_logps_and_entropies`` (a log-prob pass
+   inside generate-and-score, the update's forward outside it) and ``training_step``, and hooks on
+   the optimizer's step. The ratio is rllm's steps per second over TRL's.
 
    One run on 2 shared cores (docs/transformers.md has the breakdown): digit 55.9 ms/step
    against TRL's 58.7 (1.05x over the loop, 1.07x at the median step, reward 0.93 vs 0.94);
@@ -60,6 +61,8 @@ from pathlib import Path
 from typing import Any
 
 PROMPTS, GENERATIONS, LR, TEXT_TOKENS = 16, 8, 1e-3, 10
+WARM_UP = 3
+"""Untimed steps each side runs first, in this process, so neither side's loop pays the one-off costs."""
 
 
 def default_run() -> None:
@@ -345,11 +348,17 @@ RACES = {
 def race(task: str, steps: int) -> None:
     what = RACES[task].format(prompts=PROMPTS, generations=GENERATIONS, tokens=TEXT_TOKENS)
     print(f"\n2. the race on {what}: lr {LR}, {steps} steps")
+    trl = importlib.util.find_spec("trl") is not None
     with tempfile.TemporaryDirectory() as tmp:
+        # untimed warm-ups: the process's one-off imports and compilations (transformers' masking code, torch's
+        # kernels, numba's loops) would otherwise land in whichever side's loop runs first
+        rllm_race(task, WARM_UP, Path(tmp, "rllm-warm-up"))
+        if trl:
+            trl_race(task, WARM_UP, Path(tmp, "trl-warm-up"))
         ours = rllm_race(task, steps, Path(tmp, "rllm"))
         print(f"   rllm transformers backend: {ours.line()}")
         print(f"      {ours.breakdown()}")
-        if importlib.util.find_spec("trl") is None:
+        if not trl:
             print("   TRL: not installed, skipped (pip install trl to race it; it is needed for this benchmark only)")
             return
         theirs = trl_race(task, steps, Path(tmp, "trl"))

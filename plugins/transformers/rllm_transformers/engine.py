@@ -20,10 +20,12 @@ prompt over ``max_prompt_length`` ends the episode (``MAX_PROMPT_LENGTH_EXCEEDED
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import DynamicCache
 
@@ -286,13 +288,14 @@ class TransformersEngine(RolloutEngine):
     def sample(self, requests: Sequence[SampleRequest]) -> list[Generation]:
         model, pad, eos = self.model, int(self.tokenizer.pad_token_id), self.tokenizer.eos_token_id
         greedy = self.validating and self.greedy_validation
-        width = max(len(r.prompt_ids) for r in requests)
-        ids = torch.full((len(requests), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(requests), width), dtype=torch.long)
-        for row, request in enumerate(requests):  # left padding: every prompt ends in the last column
-            ids[row, width - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids)
-            mask[row, width - len(request.prompt_ids) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
+        lengths = np.array([len(r.prompt_ids) for r in requests])
+        width = int(lengths.max())
+        # left padding: every prompt ends in the last column; a row-major fill takes the prompts in order
+        filled = np.arange(width) >= width - lengths[:, None]
+        rows = np.full((len(requests), width), pad, dtype=np.int64)
+        rows[filled] = list(itertools.chain.from_iterable(r.prompt_ids for r in requests))
+        ids = torch.from_numpy(rows).to(self.device)
+        mask = torch.from_numpy(filled.astype(np.int64)).to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         limits = torch.tensor([r.max_tokens for r in requests], device=self.device)
         steps = int(limits.max())
@@ -300,13 +303,18 @@ class TransformersEngine(RolloutEngine):
         logps = torch.zeros((len(requests), steps), device=self.device)
         alive = torch.ones(len(requests), dtype=torch.bool, device=self.device)
         stopped = torch.zeros(len(requests), dtype=torch.bool, device=self.device)
-        cache = DynamicCache(config=model.config)  # transformers' Cache API, filled in place by each forward
+        # transformers' Cache API, filled in place by each forward; one token per row needs one forward and no cache
+        cache = DynamicCache(config=model.config) if steps > 1 else None
         was_training = model.training
         model.eval()
         try:
             for t in range(steps):
                 out = model(
-                    input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+                    input_ids=ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    past_key_values=cache,
+                    use_cache=cache is not None,
                 )
                 logits = out.logits[:, -1, :]
                 if greedy:
@@ -327,18 +335,20 @@ class TransformersEngine(RolloutEngine):
                 positions = positions[:, -1:] + 1
         finally:
             model.train(was_training)
-        tokens_cpu, logps_cpu, stopped_cpu = tokens.cpu(), logps.cpu(), stopped.cpu()
         generations = []
-        for row, request in enumerate(requests):
+        for request, row_tokens, row_logps, row_stopped in zip(
+            requests, tokens.tolist(), logps.tolist(), stopped.tolist(), strict=True
+        ):
             length = request.max_tokens
-            row_tokens = tokens_cpu[row, :length].tolist()
-            if eos is not None and eos in row_tokens:
-                length = row_tokens.index(eos) + 1
             response = row_tokens[:length]
+            if eos is not None and eos in response:
+                length = response.index(eos) + 1
+                response = response[:length]
             text = self.tokenizer.decode(response, skip_special_tokens=True)
-            reason = "stop" if bool(stopped_cpu[row]) else "length"
-            logprobs = logps_cpu[row, :length].tolist()
-            generations.append(Generation(response, logprobs, text, reason, request.prompt_ids, self.weight_version))
+            reason = "stop" if row_stopped else "length"
+            generations.append(
+                Generation(response, row_logps[:length], text, reason, request.prompt_ids, self.weight_version)
+            )
         return generations
 
 
