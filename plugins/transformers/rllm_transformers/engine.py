@@ -135,6 +135,8 @@ class TransformersEngine(RolloutEngine):
         self.chat_parser = TemplateChatParser(tokenizer)
         self._pending: list[SampleRequest] = []
         self._flush: asyncio.Task[None] | None = None
+        self._token_texts: dict[int, str] = {}
+        """Each single token's decoded text, once: a one-token reply is decoded by lookup (the tokenizer is fixed)."""
 
     @property
     def max_response_length(self) -> int:
@@ -344,12 +346,23 @@ class TransformersEngine(RolloutEngine):
             if eos is not None and eos in response:
                 length = response.index(eos) + 1
                 response = response[:length]
-            text = self.tokenizer.decode(response, skip_special_tokens=True)
+            text = self._text(response)
             reason = "stop" if row_stopped else "length"
             generations.append(
                 Generation(response, row_logps[:length], text, reason, request.prompt_ids, self.weight_version)
             )
         return generations
+
+    def _text(self, response: list[int]) -> str:
+        """The reply's text without special tokens; a one-token reply's from the memo (``decode`` converts its ids
+        through several type checks per call, and a batch of one-token replies made that a per-row cost)."""
+        if len(response) != 1:
+            return self.tokenizer.decode(response, skip_special_tokens=True)
+        token = response[0]
+        text = self._token_texts.get(token)
+        if text is None:
+            text = self._token_texts[token] = self.tokenizer.decode(response, skip_special_tokens=True)
+        return text
 
 
 class EpisodeEngine(RolloutEngine):
