@@ -30,7 +30,7 @@ from distributed import available as distributed_available
 from distributed import distributed_benchmark
 from jsonl import jsonl_benchmark
 from openai_engine import available as serve_available
-from openai_engine import openai_engine_benchmark
+from openai_engine import default_vllm_python, openai_engine_benchmark
 from simple_workflow import available as simple_workflow_available
 from simple_workflow import simple_workflow_benchmark
 from verl_bridge import available as verl_available
@@ -330,19 +330,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     parser.add_argument("--docs", action="store_true", help=f"also write the figures to {DOCS_PAGE.name} in docs/")
+    parser.add_argument(
+        "--vllm-python",
+        default=default_vllm_python(),
+        metavar="PATH",
+        help="a python with vLLM, for the HTTP engine table's vLLM row (default: $RLLM_VLLM_PYTHON, or this python)",
+    )
     args = parser.parse_args()
     if args.docs:
         tee = _Tee(sys.stdout)
         with redirect_stdout(tee):
-            run(args.quick)
+            run(args.quick, args.vllm_python)
         DOCS_PAGE.write_text(_page(tee.copy.getvalue(), args.quick), encoding="utf-8")
         print(f"wrote {DOCS_PAGE}")
     else:
-        run(args.quick)
+        run(args.quick, args.vllm_python)
 
 
-def run(quick: bool) -> None:
-    """Every table, printed as it is measured."""
+def run(quick: bool, vllm_python: str | None = None) -> None:
+    """Every table, printed as it is measured; ``vllm_python`` (a python with vLLM) adds vLLM's row."""
     n, repeat, n_groups = (65_536, 5, 5_000) if quick else (1_048_576, 15, 100_000)
     kernels(n, repeat, np.random.default_rng(0))
     rng = np.random.default_rng(0)
@@ -359,7 +365,7 @@ def run(quick: bool) -> None:
     else:
         print("\n## torchrun ranks: torch/transformers not installed (pip install 'rllm[transformers]'): no rows")
     if serve_available():
-        openai_engine_benchmark(quick=quick)
+        openai_engine_benchmark(quick=quick, vllm_python=vllm_python)
     else:
         print("\n## HTTP rollout engine: the serve extra is not installed (pip install 'rllm[serve]'): no rows")
     if distributed_available():  # the same extra

@@ -22,7 +22,10 @@ autodoc_default_options = {"members": True, "undoc-members": True}
 html_theme = "alabaster"
 # No network in CI, so no intersphinx: names from numpy, omegaconf, pluggy and the standard library stay unlinked.
 nitpick_ignore_regex = [
-    ("py:.*", r"(numpy|np|omegaconf|pluggy|collections\.abc|typing|pathlib|argparse|asyncio|concurrent)(\..*)?"),
+    (
+        "py:.*",
+        r"(numpy|np|omegaconf|pluggy|collections\.abc|typing|pathlib|argparse|asyncio|concurrent|subprocess|os)(\..*)?",
+    ),
     ("py:.*", r"(Any|Callable|Sequence|Mapping|Iterable|Iterator|NDArray|ArrayLike|DictConfig|Path|Literal|TypeVar)"),
     (
         "py:.*",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+
+from rllm.testing.servers import free_port
 
 TINY_TEXT = ("rllm.transformers.model=tiny", "rllm.transformers.tokenizer=text", "rllm.transformers.device=cpu")
 STARTUP_SECONDS = 60
@@ -28,12 +29,6 @@ SERVED_RUN = (
     "rllm.trainer.logger=[jsonl]",
 )
 """A training run whose rollouts a server of :data:`SERVED` can give (add its base URL)."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def get_json(url: str) -> dict[str, Any]:

@@ -15,14 +15,15 @@ import math
 import os
 import subprocess
 import sys
-import time
-import urllib.error
 from pathlib import Path
 from typing import Any
 
 import pytest
 from extras import missing, skip_module_without
-from serving import free_port, get_json
+from serving import get_json
+
+from rllm.errors import InferenceServerError
+from rllm.testing.servers import start_vllm
 
 skip_module_without("torch", "transformers", "safetensors", install="pip install 'rllm[serve]'")
 
@@ -36,7 +37,6 @@ if VLLM_PYTHON is None:
 
 pytestmark = pytest.mark.slow
 
-STARTUP_SECONDS = 900
 MODEL = (
     "rllm.transformers.model=tiny",
     "rllm.transformers.tokenizer=text",
@@ -65,41 +65,6 @@ def _save_tiny(directory: Path) -> None:
     untied.load_state_dict(state)
     untied.save_pretrained(directory)
     policy.tokenizer.save_pretrained(directory)
-
-
-def _start_vllm(directory: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    command = [
-        str(VLLM_PYTHON),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(directory),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--dtype",
-        "float32",
-        "--gpu-memory-utilization",  # on CPU: the share of the machine's memory vLLM reserves
-        "0.1",
-        "--enforce-eager",  # no compilation: minutes less to start
-    ]
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}  # the weight routes
-    env.pop("PYTHONPATH", None)
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    root = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while True:
-        try:
-            get_json(f"{root}/v1/models")
-            return process, root
-        except (OSError, urllib.error.URLError):
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                pytest.fail(f"vLLM did not start:\n{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(2)
 
 
 def _records(run_dir: Path) -> list[dict[str, Any]]:
@@ -132,7 +97,11 @@ def test_two_steps_with_rollouts_from_vllm_and_its_log_probs_equal_a_forward_pas
 
     model_dir, run_dir = tmp_path / "model", tmp_path / "run"
     _save_tiny(model_dir)
-    server, root = _start_vllm(model_dir, tmp_path / "vllm.log")
+    try:  # VLLM_SERVER_DEV_MODE: the weight routes
+        server = start_vllm(VLLM_PYTHON, model_dir, tmp_path / "vllm.log", env={"VLLM_SERVER_DEV_MODE": "1"})
+    except InferenceServerError as error:
+        pytest.fail(str(error))
+    root = server.root
     try:
         train = [
             sys.executable,
@@ -164,8 +133,7 @@ def test_two_steps_with_rollouts_from_vllm_and_its_log_probs_equal_a_forward_pas
         generation = asyncio.run(engine.generate(prompt, max_tokens=8))
         engine.shutdown()
     finally:
-        server.terminate()
-        server.wait(timeout=60)
+        server.stop()
     records = _records(run_dir)
     assert [r["step"] for r in records] == [1, 2]
     # stage 5's forward pass of the ids vLLM sampled gives vLLM's log-probs: the first weights and step 1's
