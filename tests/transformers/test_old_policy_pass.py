@@ -35,7 +35,7 @@ def _run(config: DictConfig) -> tuple[list[str], list[dict]]:
     forward = backend.model.forward
 
     def counted(*args: object, **kwargs: object) -> object:
-        if kwargs.get("past_key_values") is None:  # not the engine's sampling, which passes its cache
+        if kwargs.get("position_ids") is None:  # not the engine's sampling, which passes the left-padded positions
             stages.append("forward")
         return forward(*args, **kwargs)
 
