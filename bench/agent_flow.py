@@ -42,7 +42,9 @@ STEPS, EVERY = 250, 25
 QUICK_STEPS, QUICK_EVERY = 30, 10
 
 
-def agent_flow_benchmark(quick: bool = False, steps: int | None = None, seed: int = 0) -> list[tuple[int, float]]:
+def agent_flow_benchmark(
+    quick: bool = False, steps: int | None = None, seed: int = 0, overrides: tuple[str, ...] = ()
+) -> list[tuple[int, float]]:
     """Train the flow ``steps`` steps (``--quick``: QUICK_STEPS); print and return the curve ``[(step, pass@1)]``."""
     steps = steps or (QUICK_STEPS if quick else STEPS)
     every = QUICK_EVERY if quick else EVERY
@@ -67,6 +69,7 @@ def agent_flow_benchmark(quick: bool = False, steps: int | None = None, seed: in
                 f"rllm.trainer.total_batches={steps}",
                 f"rllm.trainer.test_freq={every}",
                 f"rllm.trainer.output_dir={run}",
+                *overrides,
             ],
         ).train()
         wall = time.perf_counter() - started
@@ -86,8 +89,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help=f"training steps (default {STEPS})")
     parser.add_argument("--seed", type=int, default=0, help="rllm.transformers.seed (default 0)")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps, validation every {QUICK_EVERY}")
+    parser.add_argument("overrides", nargs="*", help="more config overrides (key=value), applied last")
     args = parser.parse_args()
-    agent_flow_benchmark(args.quick, args.steps, args.seed)
+    agent_flow_benchmark(args.quick, args.steps, args.seed, tuple(args.overrides))
 
 
 if __name__ == "__main__":

@@ -172,6 +172,17 @@ def test_a_tiny_text_model_directory_loads_with_its_tokenizer_as_saved(tiny_conf
         loaded.shutdown()
 
 
+@pytest.mark.parametrize("std", [0.02, 0.1])
+def test_init_std_is_the_std_of_tinys_initial_weights(tiny_config: MakeConfig, std: float) -> None:
+    trainer = UnifiedTrainer(None, tiny_config(f"rllm.transformers.init_std={std}"), progress=False)
+    try:
+        weight = trainer.backend.model.model.layers[0].mlp.up_proj.weight.detach()  # 128 x 64 normal draws
+        assert weight.std().item() == pytest.approx(std, rel=0.05)
+        assert abs(weight.mean().item()) < std / 10  # the mean of 8192 draws is within std / 90 of 0 per sigma
+    finally:
+        trainer.shutdown()
+
+
 # -- selecting it ------------------------------------------------------------------------------------
 def test_tokenizer_text_builds_tiny_with_it_and_trains_the_digit_tasks(tiny_config: MakeConfig) -> None:
     """The digit tasks are re-encoded through the text tokenizer, as for any model without the digit ids."""

@@ -23,6 +23,9 @@ EOS = "<eos>"
 CHARACTERS = [token for token in VOCAB if token != EOS]
 """The tiny tokenizer's ids 0-12 are the digit tasks' token ids, ``<eos>`` is 13 as there, ``<pad>`` 14."""
 
+INIT_STD = 0.02
+"""``tiny``'s default std of its initial weights, transformers' own."""
+
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 """ChatML's turn delimiters, as in rllm.engine.chat (tests/transformers/test_text_model.py checks the two agree)."""
 TEXT_SPECIALS = ("<|pad|>", "<|bos|>", IM_END, "<|unk|>", IM_START)
@@ -129,7 +132,10 @@ def has_digit_ids(options: DictConfig) -> bool:
 def tiny_model(
     options: DictConfig, vocab_size: int, pad_id: int, eos_id: int, bos_id: int | None = None
 ) -> PreTrainedModel:
-    """A Qwen2-style causal LM from a config: about 75k parameters at the defaults."""
+    """A Qwen2-style causal LM from a config: about 75k parameters at the defaults.
+
+    ``options`` holds ``hidden_size``, ``num_layers`` and optionally ``init_std`` (default :data:`INIT_STD`).
+    """
     from transformers import Qwen2Config
 
     config = Qwen2Config(
@@ -140,6 +146,7 @@ def tiny_model(
         num_attention_heads=TINY_HEADS,
         num_key_value_heads=2,
         max_position_embeddings=256,
+        initializer_range=float(options.get("init_std", INIT_STD)),
         tie_word_embeddings=True,
         pad_token_id=pad_id,
         eos_token_id=eos_id,

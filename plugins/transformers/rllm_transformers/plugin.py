@@ -104,6 +104,14 @@ TRANSFORMERS_KEYS = (
     ),
     ConfigKey("num_layers", "int", 2, "tiny: transformer layers.", minimum=1),
     ConfigKey(
+        "init_std",
+        "float",
+        0.02,
+        "tiny: std of the random initial weights (transformers' initializer_range); the warm start uses 0.1.",
+        minimum=0,
+        above=True,
+    ),
+    ConfigKey(
         "lr", "float", 0.003, "AdamW learning rate (scaled by rllm.algorithm.lr_schedule).", minimum=0, above=True
     ),
     ConfigKey("weight_decay", "float", 0.0, "AdamW weight decay.", minimum=0),
