@@ -32,8 +32,9 @@ INIT_STD = 0.1
 """The warm start's initial weights are wider than ``tiny``'s default (0.02): at 0.02 the attention
 starts almost uniform over the ~60 tokens of a chat prompt and takes hundreds of steps to find the
 two digits a question is about (supervised on ``text_digit_max``: 250-350 steps of 32 examples, or
-none in 500 for some seeds); at 0.1, about 75 steps on three seeds. On the 4-token digit prompts it
-does not help (``digit_max`` from random weights learns slower), so it is the warm start's alone."""
+none in 500 for some seeds); at 0.1, about 75 steps on three seeds. From random weights on short
+prompts it hurts (``digit_max`` and the agent-flow bench learn slower, docs/transformers.md), so it
+is the warm start's alone."""
 
 
 def _tiny_options() -> dict[str, object]:
