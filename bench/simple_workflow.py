@@ -7,8 +7,9 @@
 ``[{"role": "user", "content": question}]`` to ``get_model_response`` and scores the reply's
 content with a reward function, here :func:`rllm.tasks.text_reward` (the reply's
 ``Answer: N`` against the task's answer). The model starts from the warm start
-(``python -m rllm_transformers.warm_start``: the tiny text model taught the reply's format
-with random digits, so it knows how to answer but not what), on the 100 ``text_digit_max``
+(``python -m rllm_transformers.warm_start --init-std 0.1``: the tiny text model, from initial
+weights wider than tiny's default, taught the reply's format with random digits, so it knows
+how to answer but not what), on the 100 ``text_digit_max``
 tasks (train and validation), ``BATCH`` tasks x ``ROLLOUTS`` rollouts per step, greedy
 validation on all 100 tasks every ``--every`` steps. Reported: wall time (the warm start's
 seconds included), seconds per step (the trainer's ``time/step``, median), the validation
@@ -58,13 +59,13 @@ def simple_workflow_benchmark(
     from rllm.tasks import TEXT_TASKS
     from rllm.trainer import AgentTrainer
     from rllm.trainer.logging import METRICS_FILE, read_metrics
-    from rllm_transformers.warm_start import build_warm_start
+    from rllm_transformers.warm_start import WIDE_INIT_STD, build_warm_start
 
     tasks = TEXT_TASKS["text_digit_max"]()
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
         started = time.perf_counter()
-        build_warm_start(Path(tmp) / "warm")
+        build_warm_start(Path(tmp) / "warm", init_std=WIDE_INIT_STD)
         AgentTrainer(
             workflow_class=upstream_simple_workflow(),
             workflow_args={"reward_function": text_reward_function},

@@ -278,6 +278,17 @@ def test_the_warm_start_is_the_same_bytes_for_a_seed(tmp_path: Path) -> None:
     assert weights[0] != weights[2]
 
 
+def test_the_warm_start_takes_an_initial_std(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from transformers import AutoModelForCausalLM
+
+    assert warm_start_main([str(tmp_path / "wide"), "--steps", "1", "--init-std", "0.1"]) == 0
+    weight = AutoModelForCausalLM.from_pretrained(tmp_path / "wide").model.layers[0].mlp.up_proj.weight.detach()
+    assert weight.std().item() == pytest.approx(0.1, rel=0.1)  # one AdamW step of lr 0.01 moves each weight <= 0.01
+    assert warm_start_main([str(tmp_path / "zero"), "--init-std", "0"]) == 2
+    assert "init_std=0.0: the std of the initial weights must be a number > 0" in capsys.readouterr().err
+    assert not (tmp_path / "zero").exists()
+
+
 def test_the_warm_start_refuses_a_directory_in_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "notes.txt").write_text("mine")

@@ -107,7 +107,7 @@ TRANSFORMERS_KEYS = (
         "init_std",
         "float",
         0.02,
-        "tiny: std of the random initial weights (transformers' initializer_range); the warm start uses 0.1.",
+        "tiny: std of the random initial weights (transformers' initializer_range).",
         minimum=0,
         above=True,
     ),
