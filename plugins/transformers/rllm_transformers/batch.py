@@ -108,20 +108,18 @@ class RowBatch:
             advantage, count = step.advantage, span.stop - span.start
             if advantage is None:
                 raise TrainerError("A step reached the policy update without an advantage; stage 6 did not run.")
-            if not isinstance(advantage, float | int):
-                advantage = np.asarray(advantage, dtype=np.float64).reshape(-1).tolist()
-                if len(advantage) not in (1, count):
+            if isinstance(advantage, float | int):
+                per_token = [advantage] * count
+            else:
+                per_token = np.asarray(advantage, dtype=np.float64).reshape(-1).tolist()
+                if len(per_token) == 1:
+                    per_token *= count
+                elif len(per_token) != count:
                     raise TrainerError(
-                        f"A step has {len(advantage)} advantages for {count} response tokens; give one per token or "
+                        f"A step has {len(per_token)} advantages for {count} response tokens; give one per token or "
                         "a single one."
                     )
-                if len(advantage) == count:
-                    given += advantage
-                    advantage = None
-                else:
-                    advantage = advantage[0]
-            if advantage is not None:
-                given += [advantage] * count
+            given += per_token
             rows += [span.row] * count
             columns += range(span.start, span.stop)
         values = np.zeros(tuple(self.mask.shape), dtype=np.float32)

@@ -15,16 +15,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from rllm.errors import ConfigError, RLLMWarning
 from rllm.tasks import VOCAB
-from rllm_transformers.plugin import TINY_HEADS, TOKENIZERS
+from rllm_transformers.plugin import INIT_STD, TINY_HEADS, TOKENIZERS
 
 TINY = "tiny"
 PAD = "<pad>"
 EOS = "<eos>"
 CHARACTERS = [token for token in VOCAB if token != EOS]
 """The tiny tokenizer's ids 0-12 are the digit tasks' token ids, ``<eos>`` is 13 as there, ``<pad>`` 14."""
-
-INIT_STD = 0.02
-"""``tiny``'s default std of its initial weights, transformers' own."""
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 """ChatML's turn delimiters, as in rllm.engine.chat (tests/transformers/test_text_model.py checks the two agree)."""
@@ -134,7 +131,7 @@ def tiny_model(
 ) -> PreTrainedModel:
     """A Qwen2-style causal LM from a config: about 75k parameters at the defaults.
 
-    ``options`` holds ``hidden_size``, ``num_layers`` and optionally ``init_std`` (default :data:`INIT_STD`).
+    ``options`` holds ``hidden_size``, ``num_layers`` and optionally ``init_std`` (default 0.02, the key's).
     """
     from transformers import Qwen2Config
 

@@ -20,6 +20,8 @@ TOKENIZERS = ("digits", "text")
 STRATEGIES = ("ddp", "fsdp")
 """``rllm.transformers.distributed.strategy`` under torchrun (the first is the default)."""
 TINY_HEADS = 4
+INIT_STD = 0.02
+"""``tiny``'s default std of its initial weights (``rllm.transformers.init_std``), transformers' own."""
 """Attention heads of the tiny model (2 key-value heads): its width must divide among them."""
 
 
@@ -106,7 +108,7 @@ TRANSFORMERS_KEYS = (
     ConfigKey(
         "init_std",
         "float",
-        0.02,
+        INIT_STD,
         "tiny: std of the random initial weights (transformers' initializer_range).",
         minimum=0,
         above=True,
