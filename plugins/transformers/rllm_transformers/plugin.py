@@ -20,9 +20,9 @@ TOKENIZERS = ("digits", "text")
 STRATEGIES = ("ddp", "fsdp")
 """``rllm.transformers.distributed.strategy`` under torchrun (the first is the default)."""
 TINY_HEADS = 4
+"""Attention heads of the tiny model (2 key-value heads): its width must divide among them."""
 INIT_STD = 0.02
 """``tiny``'s default std of its initial weights (``rllm.transformers.init_std``), transformers' own."""
-"""Attention heads of the tiny model (2 key-value heads): its width must divide among them."""
 
 
 def _installed(name: str) -> bool:
