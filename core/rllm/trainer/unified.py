@@ -54,6 +54,7 @@ from rllm.trainer.grouping import (
     transform_episodes_to_trajectory_groups,
 )
 from rllm.trainer.logging import METRICS_FILE, EpisodeLogger, read_metrics
+from rllm.trainer.long_lived import long_lived_objects_frozen
 from rllm.trainer.refill import apply_dynamic_sampling
 from rllm.trainer.rejection import (
     RejectionSamplingState,
@@ -299,16 +300,17 @@ class UnifiedTrainer:
         )
         await self.backend.on_train_start(state)
         trainer_cfg = self.rllm_config.trainer
-        if trainer_cfg.val_only:
-            await self._validate_async(state)
-            return state.global_step
-        if trainer_cfg.val_before_train and not resumed:
-            await self._validate_async(state)
-        if state.global_step >= state.total_steps:
-            if self.writes:
-                print(f"rllm: training already complete ({state.global_step} steps).", file=sys.stderr)
-        else:
-            await self._fit_async(state)
+        with long_lived_objects_frozen():
+            if trainer_cfg.val_only:
+                await self._validate_async(state)
+                return state.global_step
+            if trainer_cfg.val_before_train and not resumed:
+                await self._validate_async(state)
+            if state.global_step >= state.total_steps:
+                if self.writes:
+                    print(f"rllm: training already complete ({state.global_step} steps).", file=sys.stderr)
+            else:
+                await self._fit_async(state)
         await self.backend.on_train_end(state)
         self.report.finish(bool(trainer_cfg.require_update))
         return state.global_step
