@@ -36,12 +36,12 @@ first part.
    inside generate-and-score, the update's forward outside it) and ``training_step``, and hooks on
    the optimizer's step. The ratio is rllm's steps per second over TRL's.
 
-   On 2 cores shared with other jobs (docs/transformers.md has the breakdown), ``python
-   bench/transformers_backend.py --skip-default --tasks digit``: digit 47.5 and 48.1 ms/step
-   against TRL's 69.5 and 54.3 at a load of 2-3 (1.46x and 1.13x over the loop, 1.51x and 1.08x
-   at the median step), 1.18-2.07x in five runs under heavier load, reward 0.93 vs 0.94 in
-   every run. Text (one run, before the warm-ups): 666.5 ms/step against 1099.4 (1.65x, 1.71x
-   at the median, reward 0.15 both).
+   On 2 quiet cores (docs/transformers.md has the breakdown), ``python
+   bench/transformers_backend.py --skip-default --tasks digit``: digit 25.1, 29.5 and 29.0
+   ms/step against TRL's 38.0, 42.2 and 48.3 (1.52x, 1.43x and 1.66x over the loop, 1.35x,
+   1.29x and 1.51x at the median step), reward 0.93 vs 0.94 in every run. Text (one earlier
+   run on busier cores, before the warm-ups): 666.5 ms/step against 1099.4 (1.65x, 1.71x at the
+   median, reward 0.15 both).
 """
 
 from __future__ import annotations
