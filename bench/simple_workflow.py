@@ -17,8 +17,10 @@ curve and the first step at or above 0.9.
 
 The goal, 0.9 within 5 minutes on 2 cores, is not reached yet: at these settings one run went
 0.17 -> 0.64 (step 75) -> 0.79 (step 150), then 0.73 to step 300, at 1.85 s per step on a
-machine with a load of 4-7. The tasks it misses have collapsed onto one wrong answer (groups
-that score all 0 carry no advantage); docs/transformers.md lists the settings tried against that.
+machine with a load of 4-7; on quieter cores (two runs side by side, 0.71 s per step) 0.17 ->
+0.64 (step 75) -> 0.79 (step 150), so time is not what it lacks. The tasks it misses have
+collapsed onto one wrong answer (groups that score all 0 carry no advantage);
+docs/transformers.md lists the settings tried against that.
 """
 
 from __future__ import annotations
