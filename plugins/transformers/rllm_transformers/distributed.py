@@ -100,7 +100,11 @@ def start(config: DictConfig) -> Distributed | None:
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     strategy = str(config.rllm.transformers.distributed.strategy)
     group = Distributed(rank, world, device, address, port, strategy)
-    group.check_same_config(config)
+    try:
+        group.check_same_config(config)
+    except BaseException:
+        group.close()  # the process exits next: its heartbeat must not be mid-call when the store goes
+        raise
     return group
 
 
@@ -318,7 +322,8 @@ class Distributed:
                 return  # the store is gone: the run is ending
 
     def close(self) -> None:
-        """Stop beating and leave the process group."""
+        """Stop beating (waiting for a beat under way) and leave the process group."""
         self._stop.set()
+        self._beater.join(timeout=STILL_BEATS * BEAT_SECONDS)
         if dist.is_initialized():
             dist.destroy_process_group()
