@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 
 import pytest
+from extras import missing
 from omegaconf import DictConfig
 
 from rllm.errors import ConfigError
@@ -14,6 +15,8 @@ from rllm.trainer import UnifiedTrainer
 from rllm.trainer.logging import METRICS_FILE, read_metrics
 
 MakeConfig = Callable[..., DictConfig]
+ABSENT = missing("torch", "transformers", "safetensors")
+"""What the training test needs and this environment lacks (the refusal test needs none of it)."""
 
 
 def _train(config: DictConfig) -> list[dict]:
@@ -25,6 +28,7 @@ def _train(config: DictConfig) -> list[dict]:
     return [r for r in read_metrics(trainer.output_dir / METRICS_FILE) if r["kind"] == "train"]
 
 
+@pytest.mark.skipif(bool(ABSENT), reason=f"{', '.join(ABSENT)} not installed: pip install 'rllm[transformers]'")
 def test_optimal_token_baseline_trains_on_the_fields_stage_5_fills(tiny_config: MakeConfig) -> None:
     steps = _train(
         tiny_config(
