@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -136,6 +137,19 @@ class EngineStats:
             "workflow/dropped_groups": float(self.dropped_groups),
             "workflow/dropped_rollouts": float(self.dropped_rollouts),
         }
+
+
+async def _within(awaitable: Awaitable[Any], seconds: float | None) -> Any:
+    """``await awaitable``, cancelled with :class:`TimeoutError` after ``seconds`` (None: unbounded).
+
+    On Python 3.11+ the deadline is ``asyncio.timeout`` on the caller's task, which is what
+    ``asyncio.wait_for`` itself became in 3.12: 3.11's ``wait_for`` wraps the awaitable in a task of
+    its own, an extra task and its callbacks per episode.
+    """
+    if seconds is None or sys.version_info < (3, 11):
+        return await asyncio.wait_for(awaitable, seconds)
+    async with asyncio.timeout(seconds):
+        return await awaitable
 
 
 def _step_without_ids(episode: Episode) -> str | None:
@@ -398,7 +412,7 @@ class WorkflowEngine:
     async def _attempt(self, call: WorkflowCall) -> Episode:
         started = time.perf_counter()
         try:
-            result = await asyncio.wait_for(self.executor.run(call), self.timeout)
+            result = await _within(self.executor.run(call), self.timeout)
         except asyncio.TimeoutError:
             episode = Episode(termination_reason=TerminationReason.TIMEOUT)
             episode.info["error"] = {"message": f"no result within {self.timeout} s", "type": "TimeoutError"}

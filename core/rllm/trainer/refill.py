@@ -55,7 +55,9 @@ async def apply_dynamic_sampling(
         groups, replaced = substitute(groups, keep, state.global_step)
     metrics = state.metrics
     metrics["sampling/target_groups"] = float(target)
-    metrics["sampling/effective_groups"] = float(sum(informative(groups, config)))
+    # disabled, the groups are the ones flagged above: their spreads (a numpy call per group) are not taken twice
+    effective = keep if not config.enabled else informative(groups, config)
+    metrics["sampling/effective_groups"] = float(sum(effective))
     metrics["sampling/groups_uniform"] = float(dropped)
     if config.enabled:
         metrics["sampling/rounds"] = float(rounds)

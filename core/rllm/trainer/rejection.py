@@ -52,13 +52,19 @@ def solve_counts(episodes: Sequence[Episode]) -> dict[str, str]:
 
 
 def episodes_of(groups: Sequence[TrajectoryGroup], episodes: Sequence[Episode]) -> list[Episode]:
-    """The episodes restricted to the trajectories that survived; episodes left empty are dropped."""
+    """The episodes restricted to the trajectories that survived; episodes left empty are dropped.
+
+    An episode that lost none is returned as it is: only a restricted one needs a copy (copying
+    every episode of every batch cost more than the filter itself).
+    """
     kept = {id(traj) for group in groups for traj in group.trajectories}
     out = []
     for episode in episodes:
         trajectories = [t for t in episode.trajectories if id(t) in kept]
-        if trajectories:
-            out.append(dataclasses.replace(episode, trajectories=trajectories))
+        if not trajectories:
+            continue
+        whole = len(trajectories) == len(episode.trajectories)
+        out.append(episode if whole else dataclasses.replace(episode, trajectories=trajectories))
     return out
 
 

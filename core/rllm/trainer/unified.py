@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import sys
 import threading
 import time
@@ -71,6 +72,13 @@ from rllm.workflows.workflow import Workflow
 
 TRAINER_OPTIONS = ("executor", "progress", "learning_curve")
 """Keyword arguments accepted beyond the documented ones."""
+
+
+def _finite_floats(groups: Sequence[TrajectoryGroup]) -> bool:
+    """Whether every reward of ``groups`` is a finite float, which the reward check of stage 6 accepts: only a batch
+    with another reward needs the check run before the filters (it costs about what the estimator does)."""
+    rewards = [trajectory.reward for group in groups for trajectory in group.trajectories]
+    return all(type(reward) is float for reward in rewards) and math.isfinite(sum(rewards))
 
 
 class UnifiedTrainer:
@@ -601,7 +609,7 @@ class UnifiedTrainer:
         uniform, or too small) and the run would train on without the RewardError naming it.
         """
         groups, metrics = transform_episodes_to_trajectory_groups(episodes, self.traj_grouping_hook, self.cf_config)
-        if self.algorithm_config.nonfinite_rewards == "error":
+        if self.algorithm_config.nonfinite_rewards == "error" and not _finite_floats(groups):
             collect_advantages(groups, self.algorithm_config, write_steps=False, collect_advantage=False)
         return groups, metrics
 
