@@ -59,7 +59,7 @@ try:  # the extra first: without it, selecting the backend is one line naming th
     from rllm_transformers.distributed import Distributed
     from rllm_transformers.distributed import start as start_distributed
     from rllm_transformers.engine import Sampling, TransformersEngine
-    from rllm_transformers.model import TINY, default_threads, has_digit_ids, load_policy
+    from rllm_transformers.model import TINY, default_threads, has_digit_ids, load_policy, set_training
     from rllm_transformers.rewards import check_estimators_see_the_penalty, subtract_from_rewards
 except ImportError as exc:
     raise missing_extra_error(exc) from None
@@ -527,7 +527,7 @@ class TransformersBackend(BackendProtocol):
         role_of = torch.tensor([role_names.index(role) for role in batch.roles], device=self.device)
         losses = ", ".join(sorted({self._settings(role).name for role in role_names}))
         self._load_sharded()
-        self.trained.train()
+        set_training(self.trained, True)
         group = self.distributed
         scale = 1.0 if group is None else float(group.world_size)  # DDP averages the ranks' gradients: undo it
         for _epoch in range(int(options.ppo_epochs)):

@@ -42,6 +42,7 @@ from rllm.engine import (
 from rllm.errors import DataError, EngineCallError
 from rllm.types import TerminationEvent, TerminationReason
 from rllm_transformers.batch import token_log_probs
+from rllm_transformers.model import set_training
 
 CHAT_OPTIONS = (
     "max_tokens",
@@ -308,7 +309,7 @@ class TransformersEngine(RolloutEngine):
         # transformers' Cache API, filled in place by each forward; one token per row needs one forward and no cache
         cache = DynamicCache(config=model.config) if steps > 1 else None
         was_training = model.training
-        model.eval()
+        set_training(model, False)
         try:
             for t in range(steps):
                 out = model(
@@ -336,7 +337,7 @@ class TransformersEngine(RolloutEngine):
                 mask = torch.cat([mask, alive[:, None].long()], dim=-1)
                 positions = positions[:, -1:] + 1
         finally:
-            model.train(was_training)
+            set_training(model, was_training)
         generations = []
         for request, row_tokens, row_logps, row_stopped in zip(
             requests, tokens.tolist(), logps.tolist(), stopped.tolist(), strict=True

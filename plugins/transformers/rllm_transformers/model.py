@@ -251,5 +251,13 @@ def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(source)
 
 
+def set_training(model: torch.nn.Module, mode: bool) -> None:
+    """``model.train(mode)``, left out when every module is in ``mode`` already: ``train`` walks the module tree
+    setting each module's flag through ``nn.Module.__setattr__``'s type checks, a cost paid every step for nothing
+    when the update finds the model in training mode (sampling restored it)."""
+    if any(module.training != mode for module in model.modules()):
+        model.train(mode)
+
+
 def parameter_count(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
