@@ -19,7 +19,7 @@ give JSON-safe dicts (no pickle) with rLLM's keys, and read the dicts rLLM write
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
@@ -34,6 +34,17 @@ from rllm.records import take_metadata as _take_metadata
 
 if TYPE_CHECKING:
     from rllm.eval.types import EvalOutput
+
+
+def _new_id() -> str:
+    """A random version-4 UUID's string, as ``str(uuid.uuid4())`` gives it, at under half the cost.
+
+    Every step and trajectory gets one when made, and ``uuid.UUID``'s checks were a measurable
+    share of an episode of one token.
+    """
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+
 
 DEFAULT_ROLE = "all_groups"
 """Role of a group whose id names no role."""
@@ -104,7 +115,7 @@ class Step:
     mc_return: float = 0.0
     advantage: float | list[float] | None = None
     """A scalar (broadcast to every token) or one value per response token."""
-    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    id: str = field(default_factory=_new_id)
     input: Any = None
     output: Any = None
     model_output: Any = None
@@ -180,7 +191,7 @@ class Step:
     def from_dict(cls, data: Mapping[str, Any]) -> Step:
         """The step of :meth:`to_dict` (missing keys take their defaults; ``metadata`` is read as ``info``)."""
         return cls(
-            id=_read(data, "id", lambda: str(uuid.uuid4())),
+            id=_read(data, "id", _new_id),
             input=data.get("input"),
             output=data.get("output"),
             prompt_ids=list(_read(data, "prompt_ids", list)),
@@ -211,7 +222,7 @@ class Trajectory:
     ``signals`` named evaluation scores.
     """
 
-    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    uid: str = field(default_factory=_new_id)
     name: str = DEFAULT_TRAJ_NAME
     task: Any = None
     steps: list[Step] = field(default_factory=list)
@@ -242,7 +253,7 @@ class Trajectory:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Trajectory:
         return cls(
-            uid=_read(data, "uid", lambda: str(uuid.uuid4())),
+            uid=_read(data, "uid", _new_id),
             name=_read(data, "name", lambda: DEFAULT_TRAJ_NAME),
             task=data.get("task"),
             steps=[Step.from_dict(step) for step in data.get("steps") or []],
