@@ -103,9 +103,10 @@ def draw_rows(
     probs = log_p.exp().cpu()
     race = torch.ones_like(probs)
     live = alive.cpu().tolist()
-    for row, generator in enumerate(generators):
-        if live[row]:
-            race[row].exponential_(generator=generator)
+    # the rows' views made in one call (indexing ``race[row]`` made each through Python)
+    for draws, generator, drawing in zip(race.unbind(), generators, live, strict=True):
+        if drawing:
+            draws.exponential_(generator=generator)
     token = (probs / race).argmax(dim=-1)
     return torch.where(torch.tensor(live), token, pad).to(log_p.device)
 
