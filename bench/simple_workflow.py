@@ -55,19 +55,19 @@ def text_reward_function(task: dict[str, Any], action: Any) -> Any:
 
 
 def simple_workflow_benchmark(
-    steps: int = STEPS, every: int = EVERY, lr: float = LR, overrides: tuple[str, ...] = ()
+    steps: int = STEPS, every: int = EVERY, lr: float = LR, seed: int = 0, overrides: tuple[str, ...] = ()
 ) -> list[tuple[int, float]]:
     """Train ``steps`` steps; print and return the validation curve ``[(step, pass@1)]``."""
     from rllm.tasks import TEXT_TASKS
     from rllm.trainer import AgentTrainer
     from rllm.trainer.logging import METRICS_FILE, read_metrics
-    from rllm_transformers.warm_start import WIDE_INIT_STD, build_warm_start
+    from rllm_transformers.warm_start import build_warm_start
 
     tasks = TEXT_TASKS["text_digit_max"]()
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
         started = time.perf_counter()
-        build_warm_start(Path(tmp) / "warm", init_std=WIDE_INIT_STD)
+        build_warm_start(Path(tmp) / "warm", seed=seed)
         AgentTrainer(
             workflow_class=upstream_simple_workflow(),
             workflow_args={"reward_function": text_reward_function},
@@ -79,6 +79,7 @@ def simple_workflow_benchmark(
                 f"rllm.transformers.model={Path(tmp) / 'warm'}",
                 "rllm.transformers.max_new_tokens=10",
                 f"rllm.transformers.lr={lr}",
+                f"rllm.transformers.seed={seed}",
                 f"rllm.data.train_batch_size={BATCH}",
                 f"rllm.rollout.n={ROLLOUTS}",
                 "rllm.trainer.total_epochs=1000",
@@ -94,7 +95,7 @@ def simple_workflow_benchmark(
         records = read_metrics(run / METRICS_FILE)
     title = (
         f"rLLM's SimpleWorkflow through AgentTrainer (text_digit_max from the warm start, {steps} steps of "
-        f"{BATCH} x {ROLLOUTS}, lr {lr}; the wall time includes building the warm start)"
+        f"{BATCH} x {ROLLOUTS}, lr {lr}, seed {seed}; the wall time includes building the warm start)"
     )
     return report_curve(title, wall, records, "val/text_digit_max/pass@1")
 
@@ -108,13 +109,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=STEPS, help=f"training steps (default {STEPS})")
     parser.add_argument("--every", type=int, default=EVERY, help=f"validate every N steps (default {EVERY})")
     parser.add_argument("--lr", type=float, default=LR, help=f"learning rate (default {LR})")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the warm start and of the run (default 0)")
     parser.add_argument("--quick", action="store_true", help="30 steps, validation every 10")
     parser.add_argument("overrides", nargs="*", help="more config overrides (key=value), applied last")
     args = parser.parse_args()
-    if args.quick:
-        simple_workflow_benchmark(30, 10, args.lr, tuple(args.overrides))
-    else:
-        simple_workflow_benchmark(args.steps, args.every, args.lr, tuple(args.overrides))
+    steps, every = (30, 10) if args.quick else (args.steps, args.every)
+    simple_workflow_benchmark(steps, every, args.lr, args.seed, tuple(args.overrides))
 
 
 if __name__ == "__main__":

@@ -57,15 +57,13 @@ def _episodes(trainer: UnifiedTrainer, tasks: list[dict[str, Any]]) -> list[Epis
     return asyncio.run(engine.execute_tasks(tasks, [task["uid"] for task in tasks]))
 
 
-RISE_STEPS = 24
-RISE = 0.07
-"""About 3.5 standard errors of a 400-sample pass@1 near 0.15 (this seed gives 0.06 to 0.17)."""
+RISE_STEPS = 40
 
 
 @pytest.fixture(scope="module")
-def warm_start_100(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The warm start as ``python -m rllm_transformers.warm_start`` makes it (100 steps)."""
-    out = tmp_path_factory.mktemp("warm100") / "model"
+def default_warm_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The warm start as ``python -m rllm_transformers.warm_start`` makes it."""
+    out = tmp_path_factory.mktemp("warm") / "model"
     build_warm_start(out)
     return out
 
@@ -162,15 +160,13 @@ def test_each_policy_update_raises_the_weight_version_the_engine_stamps(tiny_con
 
 @pytest.mark.slow
 def test_rllms_simple_workflow_raises_validation_pass_at_1_on_the_text_digit_task(
-    warm_start_100: Path, tmp_path: Path
+    default_warm_start: Path, tmp_path: Path
 ) -> None:
-    """The unmodified SimpleWorkflow through AgentTrainer, from the warm start (the format known, the answers not).
+    """The unmodified SimpleWorkflow through AgentTrainer, from the warm start (it reads digits and knows the format).
 
-    Validation samples (greedy_validation=false, 4 rollouts per task on all 100 tasks), so
-    pass@1 is the policy's chance of the right answer, which moves before its argmax does.
-    The warm start answers a uniformly drawn digit (about 0.1). At this budget the rise is
-    the policy learning which answers are likely (the larger of two digits is mostly high;
-    always answering 9 scores 0.19), not yet each question's answer.
+    bench/simple_workflow.py's settings (10 tasks x 32 rollouts, lr 1e-3, greedy validation on
+    all 100 tasks), a shorter run: the warm start's greedy answers are right on about 0.2 of the
+    tasks (a random digit would be on 0.1), and 0.9 comes at step 25-50 in the bench's runs.
     """
     tasks = TEXT_TASKS["text_digit_max"]()
     run = tmp_path / "run"
@@ -182,20 +178,18 @@ def test_rllms_simple_workflow_raises_validation_pass_at_1_on_the_text_digit_tas
         backend="transformers",
         config=[
             "rllm.transformers.device=cpu",
-            f"rllm.transformers.model={warm_start_100}",
+            f"rllm.transformers.model={default_warm_start}",
             f"rllm.trainer.output_dir={run}",
             "rllm.trainer.logger=[jsonl]",
-            "rllm.data.train_batch_size=50",
-            "rllm.rollout.n=16",
+            "rllm.data.train_batch_size=10",
+            "rllm.rollout.n=32",
             "rllm.trainer.total_epochs=100",
             f"rllm.trainer.total_batches={RISE_STEPS}",
             f"rllm.trainer.test_freq={RISE_STEPS}",
             "rllm.transformers.max_new_tokens=10",
-            "rllm.transformers.lr=0.004",
-            "rllm.transformers.greedy_validation=false",
-            "rllm.rollout.n_val=4",
+            "rllm.transformers.lr=0.001",
         ],
     ).train()
     records = read_metrics(run / METRICS_FILE)
     curve = [r["val/text_digit_max/pass@1"] for r in records if r["kind"] == "val"]
-    assert len(curve) == 2 and curve[0] <= 0.15 and curve[1] >= curve[0] + RISE, curve
+    assert len(curve) == 2 and curve[0] <= 0.3 and curve[1] >= 0.7, curve

@@ -25,7 +25,7 @@ from rllm.tasks import TEXT_TASKS, parse_answer, text_reward
 from rllm.trainer import AgentTrainer, UnifiedTrainer
 from rllm.trainer.logging import METRICS_FILE, read_metrics
 from rllm_transformers.model import text_tokenizer
-from rllm_transformers.warm_start import build_warm_start
+from rllm_transformers.warm_start import LESSONS, build_warm_start
 from rllm_transformers.warm_start import main as warm_start_main
 
 MakeConfig = Callable[..., DictConfig]
@@ -224,16 +224,15 @@ def test_tokenizer_text_with_a_model_directory_is_refused_at_every_door(
 
 
 # -- the warm start ----------------------------------------------------------------------------------
-def _replies(config: DictConfig) -> list[str]:
-    """Each text task's greedy reply from the backend's own engine, as its validation would sample."""
+def _replies(config: DictConfig, questions: list[str]) -> list[str]:
+    """The greedy reply to each question from the backend's own engine, as its validation would sample."""
     trainer = UnifiedTrainer(None, config, progress=False)
     try:
         engine = trainer.backend.init_rollout_engine()
         engine.validating = True
-        tasks = [task for build in TEXT_TASKS.values() for task in build()]
 
         async def ask() -> list:
-            return await asyncio.gather(*(engine.chat([{"role": "user", "content": t["question"]}]) for t in tasks))
+            return await asyncio.gather(*(engine.chat([{"role": "user", "content": q}]) for q in questions))
 
         return [generation.text for generation in asyncio.run(ask())]
     finally:
@@ -249,15 +248,20 @@ def test_the_warm_start_answers_in_the_format_where_untrained_tiny_does_not(
     assert "model.safetensors" in files and "tokenizer.json" in files and "chat_template.jinja" in files
     assert sum(path.stat().st_size for path in out.iterdir()) < 2_000_000
 
-    warm = _replies(tiny_config(f"rllm.transformers.model={out}"))
-    untrained = _replies(tiny_config("rllm.transformers.tokenizer=text"))
     tasks = [task for build in TEXT_TASKS.values() for task in build()]
+    questions = [task["question"] for task in tasks]
+    warm = _replies(tiny_config(f"rllm.transformers.model={out}"), questions)
+    untrained = _replies(tiny_config("rllm.transformers.tokenizer=text"), questions)
     parsed = [sum(parse_answer(reply) is not None for reply in replies) / len(tasks) for replies in (warm, untrained)]
     assert parsed[0] >= 0.95 and parsed[1] <= 0.05, parsed
     assert all(reply.startswith("Answer: ") for reply in warm if parse_answer(reply) is not None)
     # it learned the grammar, not the answers (they were drawn at random): RL has them all to learn
     accuracy = sum(text_reward(task, reply) for task, reply in zip(tasks, warm, strict=True)) / len(tasks)
     assert accuracy <= 0.3
+    # but it reads digits: the reading lessons' questions, for each digit, get that digit back
+    lessons = [(lesson.format(digit=digit), digit) for lesson in LESSONS for digit in range(10)]
+    read = _replies(tiny_config(f"rllm.transformers.model={out}"), [question for question, _ in lessons])
+    assert [parse_answer(reply) for reply in read] == [digit for _, digit in lessons], read
 
     # and the directory trains through the backend's model-directory path
     trainer = UnifiedTrainer(None, tiny_config(f"rllm.transformers.model={out}"), progress=False)
@@ -281,9 +285,15 @@ def test_the_warm_start_is_the_same_bytes_for_a_seed(tmp_path: Path) -> None:
 def test_the_warm_start_takes_an_initial_std(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from transformers import AutoModelForCausalLM
 
-    assert warm_start_main([str(tmp_path / "wide"), "--steps", "1", "--init-std", "0.1"]) == 0
-    weight = AutoModelForCausalLM.from_pretrained(tmp_path / "wide").model.layers[0].mlp.up_proj.weight.detach()
-    assert weight.std().item() == pytest.approx(0.1, rel=0.1)  # one AdamW step of lr 0.01 moves each weight <= 0.01
+    def std(name: str) -> float:
+        model = AutoModelForCausalLM.from_pretrained(tmp_path / name)
+        return float(model.model.layers[0].mlp.up_proj.weight.detach().std())
+
+    # one AdamW step of lr 0.003 moves each weight by at most 0.003
+    assert warm_start_main([str(tmp_path / "default"), "--steps", "1"]) == 0
+    assert std("default") == pytest.approx(0.1, rel=0.05)
+    assert warm_start_main([str(tmp_path / "narrow"), "--steps", "1", "--init-std", "0.04"]) == 0
+    assert std("narrow") == pytest.approx(0.04, rel=0.1)
     assert warm_start_main([str(tmp_path / "zero"), "--init-std", "0"]) == 2
     assert "init_std=0.0: the std of the initial weights must be a number > 0" in capsys.readouterr().err
     assert not (tmp_path / "zero").exists()
@@ -300,4 +310,7 @@ def test_the_warm_start_refuses_a_directory_in_use(tmp_path: Path, capsys: pytes
     assert sorted(p.name for p in (tmp_path / "used").iterdir()) == ["notes.txt"]
     assert warm_start_main([str(tmp_path / "new"), "--steps", "0"]) == 2
     assert "steps=0: the warm start needs at least one training step" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    assert warm_start_main([str(tmp_path / "new"), "--lr", "0"]) == 2
+    assert "lr=0.0: the learning rate must be a number > 0" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()

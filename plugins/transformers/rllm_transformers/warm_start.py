@@ -1,10 +1,17 @@
-"""A warm start: a tiny text model that already speaks the text tasks' reply grammar, made here in seconds.
+"""A warm start: a tiny text model that speaks the text tasks' reply grammar and reads digits, made in seconds.
 
 ``python -m rllm_transformers.warm_start OUT_DIR`` trains ``tiny`` with the text tokenizer by
-supervised learning on chats of the text tasks (:data:`rllm.tasks.TEXT_TASKS`): the user asks
-a task's question, the assistant replies ``Answer: D<|im_end|>``. ``D`` is a digit drawn at
-random, not the right one, so the model learns the format and the turn's end but not the
-tasks: what RL from it then has to learn is the answers alone. ``OUT_DIR`` gets the model
+supervised learning on two kinds of chat, half of each batch each:
+
+- the text tasks' questions (:data:`rllm.tasks.TEXT_TASKS`), answered ``Answer: D<|im_end|>``
+  with ``D`` a digit drawn at random, not the right one: the model learns the format and the
+  turn's end but not the tasks;
+- the reading lessons (:data:`LESSONS`), ``Repeat the digit 7.`` or ``7 7 7 7 7 7 7 7``
+  answered ``Answer: 7``: the model learns to tell the ten digits apart where it reads them
+  and where it writes them, which a pretrained model brings along and random answers alone
+  never teach (they pull the digits' tied embeddings together).
+
+What RL from it then has to learn is the tasks' answers alone. ``OUT_DIR`` gets the model
 and the tokenizer (with its chat template) as ``save_pretrained`` writes them, about 0.4 MB,
 which ``rllm.transformers.model=OUT_DIR`` loads. The same seed gives the same bytes.
 """
@@ -19,56 +26,71 @@ from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
+from transformers import PreTrainedTokenizerBase
 
 from rllm.errors import ConfigError, OutputFileError, RLLMError
 from rllm.tasks import TEXT_TASKS, format_answer
 from rllm_transformers.model import text_tokenizer, tiny_model
 from rllm_transformers.plugin import TRANSFORMERS_KEYS
 
-DEFAULT_STEPS = 100
+DEFAULT_STEPS = 150
 BATCH_SIZE = 32
-LR = 0.01
+LR = 0.003
+"""At 0.003 (initial std 0.1) the model answers ``Repeat the digit D.`` right for all ten digits by
+step 75-100 on each of eight seeds; at 0.01 by step 75-200 on seven of them and not in 400 on one."""
+LESSONS = ("Repeat the digit {digit}.", " ".join(["{digit}"] * 8))
+"""The reading lessons' questions, each asked of the ten digits and answered ``format_answer(digit)``.
+The digit written eight times is found by any attention head, so the digits' embeddings part early;
+the single digit then has to be found among the words: with it alone, learning took 100-250 steps."""
 WIDE_INIT_STD = 0.1
-"""An initial std that helps RL on the text tasks (``--init-std``; the default is ``tiny``'s 0.02).
+"""The warm start's initial std (``--init-std``), wider than ``tiny``'s 0.02 (``rllm.transformers.init_std``).
 At 0.02 the attention starts almost uniform over the ~60 tokens of a chat prompt and takes
-hundreds of steps to find the two digits a question is about (supervised on
-``text_digit_max``: 250-350 steps of 32 examples, or none in 500 for some seeds); at 0.1, about
-75 steps on three seeds. It is not the default: a student distilled from a warm start built at
-0.1 moves away from it (reverse KL 7.0 -> 8.7 nats in tests/transformers/test_distillation.py's
-run, which brings it from 5.6 to 3.1 at 0.02)."""
+hundreds of steps to find a digit in it: the reading lessons were not learned in 400 steps on
+any of four seeds, and supervised ``text_digit_max`` took 250-350 steps of 32 examples, or
+none in 500 for some seeds; at 0.1, 75-100 steps."""
 
 
-def _tiny_options(init_std: float | None) -> dict[str, object]:
-    """The tiny model as ``rllm.transformers`` gives it by default, at ``init_std`` when one is given."""
+def _tiny_options(init_std: float) -> dict[str, object]:
+    """The tiny model as ``rllm.transformers`` gives it by default, at ``init_std``."""
     defaults = {key.path: key.default for key in TRANSFORMERS_KEYS}
-    std = defaults["init_std"] if init_std is None else init_std
-    return {"hidden_size": defaults["hidden_size"], "num_layers": defaults["num_layers"], "init_std": std}
+    return {"hidden_size": defaults["hidden_size"], "num_layers": defaults["num_layers"], "init_std": init_std}
 
 
 def build_warm_start(
-    out_dir: Path | str, seed: int = 0, steps: int = DEFAULT_STEPS, init_std: float | None = None
+    out_dir: Path | str,
+    seed: int = 0,
+    steps: int = DEFAULT_STEPS,
+    init_std: float = WIDE_INIT_STD,
+    lessons: bool = True,
+    lr: float = LR,
 ) -> float:
-    """Train the warm start and save it into ``out_dir`` (new or empty); returns the last step's loss."""
+    """Train the warm start and save it into ``out_dir`` (new or empty); returns the last step's loss.
+
+    ``lessons=False`` leaves the reading lessons out: every row is a task's question with a
+    random answer, so the model learns the format alone.
+    """
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise OutputFileError(f"{out}: exists and is not an empty directory; give a new directory for the warm start.")
     if steps < 1:
         raise ConfigError(f"steps={steps}: the warm start needs at least one training step.")
-    if init_std is not None and not init_std > 0:
+    if not init_std > 0:
         raise ConfigError(f"init_std={init_std}: the std of the initial weights must be a number > 0.")
+    if not lr > 0:
+        raise ConfigError(f"lr={lr}: the learning rate must be a number > 0.")
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # saving draws one otherwise
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: the same float sums, so the same bytes, for a seed
     try:
-        loss = _train(out, seed, steps, init_std)
+        loss = _train(out, seed, steps, init_std, lessons, lr)
     finally:
         torch.set_num_threads(threads)
     return loss
 
 
-def _train(out: Path, seed: int, steps: int, init_std: float | None) -> float:
+def _train(out: Path, seed: int, steps: int, init_std: float, lessons: bool, lr: float) -> float:
     tokenizer = text_tokenizer()
     torch.manual_seed(seed)
     model = tiny_model(
@@ -78,20 +100,22 @@ def _train(out: Path, seed: int, steps: int, init_std: float | None) -> float:
         tokenizer.eos_token_id,
         tokenizer.bos_token_id,
     )
-    prompts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": task["question"]}], add_generation_prompt=True, return_dict=False
-        )
-        for family in TEXT_TASKS.values()
-        for task in family()
-    ]
+    prompts = [_chat_prompt(tokenizer, task["question"]) for family in TEXT_TASKS.values() for task in family()]
     replies = [tokenizer.encode(format_answer(digit), add_special_tokens=False) for digit in range(10)]
+    readings = [
+        (_chat_prompt(tokenizer, lesson.format(digit=digit)), reply)
+        for lesson in LESSONS
+        for digit, reply in enumerate(replies)
+    ]
     draw = random.Random(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     loss = torch.tensor(float("nan"))
     for _ in range(steps):
-        rows = [(draw.choice(prompts), draw.choice(replies)) for _ in range(BATCH_SIZE)]
+        rows = [
+            draw.choice(readings) if lessons and row % 2 == 0 else (draw.choice(prompts), draw.choice(replies))
+            for row in range(BATCH_SIZE)
+        ]
         ids, attention, labels = _batch(rows, int(tokenizer.pad_token_id), int(tokenizer.eos_token_id))
         loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
         optimizer.zero_grad()
@@ -103,6 +127,15 @@ def _train(out: Path, seed: int, steps: int, init_std: float | None) -> float:
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return float(loss.detach())
+
+
+def _chat_prompt(tokenizer: PreTrainedTokenizerBase, question: str) -> list[int]:
+    """The ids of ``question`` as the user's turn, up to where the assistant's reply begins."""
+    return list(
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": question}], add_generation_prompt=True, return_dict=False
+        )
+    )
 
 
 def _batch(rows: Sequence[tuple[list[int], list[int]]], pad: int, eos: int) -> tuple[torch.Tensor, ...]:
@@ -122,17 +155,28 @@ def _batch(rows: Sequence[tuple[list[int], list[int]]], pad: int, eos: int) -> t
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m rllm_transformers.warm_start",
-        description="Make a tiny text model that answers the text tasks in their format (not correctly).",
+        description="Make a tiny text model that reads digits and replies in the text tasks' format, at random.",
     )
     parser.add_argument("out_dir", type=Path, help="a new (or empty) directory for the model and tokenizer")
     parser.add_argument("--seed", type=int, default=0, help="initialisation and data order (default 0)")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"training steps (default {DEFAULT_STEPS})")
     parser.add_argument(
-        "--init-std", type=float, default=None, help=f"initial weights' std (default tiny's; {WIDE_INIT_STD} helps RL)"
+        "--init-std", type=float, default=WIDE_INIT_STD, help=f"initial weights' std (default {WIDE_INIT_STD})"
+    )
+    parser.add_argument("--lr", type=float, default=LR, help=f"AdamW learning rate (default {LR})")
+    parser.add_argument(
+        "--no-lessons", action="store_true", help="leave out the reading lessons: the reply format alone"
     )
     args = parser.parse_args(argv)
     try:
-        loss = build_warm_start(args.out_dir, seed=args.seed, steps=args.steps, init_std=args.init_std)
+        loss = build_warm_start(
+            args.out_dir,
+            seed=args.seed,
+            steps=args.steps,
+            init_std=args.init_std,
+            lessons=not args.no_lessons,
+            lr=args.lr,
+        )
     except RLLMError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
