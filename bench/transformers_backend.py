@@ -39,9 +39,12 @@ first part.
    On 2 quiet cores (docs/transformers.md has the breakdown), ``python
    bench/transformers_backend.py --skip-default --tasks digit``: digit 25.1, 29.5 and 29.0
    ms/step against TRL's 38.0, 42.2 and 48.3 (1.52x, 1.43x and 1.66x over the loop, 1.35x,
-   1.29x and 1.51x at the median step), reward 0.93 vs 0.94 in every run. Text (one earlier
-   run on busier cores, before the warm-ups): 666.5 ms/step against 1099.4 (1.65x, 1.71x at the
-   median, reward 0.15 both).
+   1.29x and 1.51x at the median step), reward 0.93 vs 0.94 in every run. After the changes of
+   2026-12-05 (docs/transformers.md), at a load of 1.3-2.8: 1.56x-2.09x over the loop,
+   1.33x-2.18x at the median step in seven runs (e.g. 32.8 ms/step against 66.2), reward 0.93 vs
+   0.94; the code before them gave 1.79x and 1.88x at that load, where TRL slows down more. Text
+   (one earlier run on busier cores, before the warm-ups): 666.5 ms/step against 1099.4 (1.65x,
+   1.71x at the median, reward 0.15 both).
 """
 
 from __future__ import annotations
