@@ -42,7 +42,9 @@ first part.
    1.29x and 1.51x at the median step), reward 0.93 vs 0.94 in every run. After the changes of
    2026-12-05 (docs/transformers.md), at a load of 1.3-2.8: 1.56x-2.09x over the loop,
    1.33x-2.18x at the median step in seven runs (e.g. 32.8 ms/step against 66.2), reward 0.93 vs
-   0.94; the code before them gave 1.79x and 1.88x at that load, where TRL slows down more. Text
+   0.94; the code before them gave 1.79x and 1.88x at that load, where TRL slows down more. On
+   quiet cores that day: 1.78x, 1.81x and 1.55x over the loop (1.62x, 1.58x, 1.42x at the median
+   step), 34.8-44.1 ms/step against 62.1-68.3. Text
    (one earlier run on busier cores, before the warm-ups): 666.5 ms/step against 1099.4 (1.65x,
    1.71x at the median, reward 0.15 both).
 """
