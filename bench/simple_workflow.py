@@ -12,7 +12,8 @@ random digits, and to read digits with lessons such as ``Repeat the digit 7.``, 
 to answer but not what), on the 100 ``text_digit_max`` tasks (train and validation), ``BATCH``
 tasks x ``ROLLOUTS`` rollouts per step, greedy validation on all 100 tasks every ``--every``
 steps. Reported: wall time (the warm start's seconds included), seconds per step (the
-trainer's ``time/step``, median), the validation curve and the first step at or above 0.9.
+trainer's ``time/step``, median), the validation curve and the first step at or above 0.9, with
+an upper bound on its seconds from the start (the warm start's included).
 
 The goal is 0.9 within 5 minutes on 2 cores. Two runs side by side on 2 cores with other jobs
 (2026-12-05, 1.4-1.7 s per step): seed 0 went 0.18 -> 0.67 (step 25) -> 0.94 (step 50) -> 1.00
