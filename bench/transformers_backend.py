@@ -3,8 +3,8 @@
 ``python bench/transformers_backend.py`` (needs ``pip install 'rllm[transformers]'``; the TRL part
 also needs ``pip install trl``, which is installed for the benchmark only and skipped, saying so,
 when absent). ``--steps N`` sets the digit race's length (default 150), ``--text-steps N`` the text
-race's (default 60), ``--tasks digit text`` which races run, ``--skip-default`` leaves out the
-first part.
+race's (default 60), ``--tasks digit text`` which races run, ``--seed N`` both sides' seed in the
+races (default 0), ``--skip-default`` leaves out the first part.
 
 1. ``rllm train rllm.backend=transformers`` with every default, in a subprocess on this
    machine: wall time and validation pass@1 (greedy) before, after, and where it first reaches 0.9.
@@ -36,17 +36,12 @@ first part.
    inside generate-and-score, the update's forward outside it) and ``training_step``, and hooks on
    the optimizer's step. The ratio is rllm's steps per second over TRL's.
 
-   On 2 quiet cores (docs/transformers.md has the breakdown), ``python
-   bench/transformers_backend.py --skip-default --tasks digit``: digit 25.1, 29.5 and 29.0
-   ms/step against TRL's 38.0, 42.2 and 48.3 (1.52x, 1.43x and 1.66x over the loop, 1.35x,
-   1.29x and 1.51x at the median step), reward 0.93 vs 0.94 in every run. After the changes of
-   2026-12-05 (docs/transformers.md), at a load of 1.3-2.8: 1.56x-2.09x over the loop,
-   1.33x-2.18x at the median step in seven runs (e.g. 32.8 ms/step against 66.2), reward 0.93 vs
-   0.94; the code before them gave 1.79x and 1.88x at that load, where TRL slows down more. On
-   quiet cores that day: 1.78x, 1.81x and 1.55x over the loop (1.62x, 1.58x, 1.42x at the median
-   step), 34.8-44.1 ms/step against 62.1-68.3. Text
-   (one earlier run on busier cores, before the warm-ups): 666.5 ms/step against 1099.4 (1.65x,
-   1.71x at the median, reward 0.15 both).
+   On quiet cores (2026-12-05; docs/transformers.md has the breakdown), ``python
+   bench/transformers_backend.py --skip-default --tasks digit``: 1.55x-1.81x TRL's steps/s over
+   the loop in five runs at seed 0 (1.42x-1.62x at the median step, e.g. 34.8 ms/step against
+   62.1), reward 0.93 vs 0.94; ``--seed 1``, ``2``, ``3``: 2.01x, 1.68x and 1.90x, reward 0.96 vs
+   0.97, 0.95 vs 0.92 and 0.96 vs 0.96. Text: 1.96x and 1.88x (338.9 ms/step against 662.7),
+   reward 0.86 vs 0.83.
 """
 
 from __future__ import annotations
@@ -194,7 +189,7 @@ def _text_data(tmp: Path) -> tuple[Path, list[dict[str, Any]]]:
     return warm, TEXT_TASKS["text_digit_max"]()
 
 
-def rllm_race(task: str, steps: int, out: Path) -> Result:
+def rllm_race(task: str, steps: int, out: Path, seed: int = 0) -> Result:
     from simple_workflow import text_reward_function, upstream_simple_workflow
 
     from rllm.config import load_config
@@ -207,6 +202,7 @@ def rllm_race(task: str, steps: int, out: Path) -> Result:
         "rllm.backend=transformers",
         "rllm.transformers.device=cpu",
         f"rllm.transformers.lr={LR}",
+        f"rllm.transformers.seed={seed}",
         f"rllm.data.train_batch_size={PROMPTS}",
         f"rllm.rollout.n={GENERATIONS}",
         f"rllm.trainer.total_batches={steps}",
@@ -252,7 +248,7 @@ def rllm_race(task: str, steps: int, out: Path) -> Result:
     return Result(elapsed, steps, median, sum(rewards[-10:]) / 10, parts, within)
 
 
-def trl_race(task: str, steps: int, out: Path) -> Result:
+def trl_race(task: str, steps: int, out: Path, seed: int = 0) -> Result:
     import torch
     from datasets import Dataset
     from omegaconf import OmegaConf
@@ -263,7 +259,7 @@ def trl_race(task: str, steps: int, out: Path) -> Result:
     from rllm_transformers.model import char_tokenizer, load_tokenizer, tiny_model
 
     torch.set_num_threads(1)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     if task == "digit":
         tokenizer = char_tokenizer()
         model = tiny_model(OmegaConf.create({"hidden_size": 64, "num_layers": 2}), len(tokenizer), 14, 13)
@@ -307,7 +303,7 @@ def trl_race(task: str, steps: int, out: Path) -> Result:
         logging_steps=1,
         save_strategy="no",
         report_to=[],
-        seed=0,
+        seed=seed,
         disable_tqdm=True,
     )
     data = Dataset.from_list(rows)
@@ -353,9 +349,9 @@ RACES = {
 }
 
 
-def race(task: str, steps: int) -> None:
+def race(task: str, steps: int, seed: int = 0) -> None:
     what = RACES[task].format(prompts=PROMPTS, generations=GENERATIONS, tokens=TEXT_TOKENS)
-    print(f"\n2. the race on {what}: lr {LR}, {steps} steps")
+    print(f"\n2. the race on {what}: lr {LR}, {steps} steps, seed {seed}")
     trl = importlib.util.find_spec("trl") is not None
     with tempfile.TemporaryDirectory() as tmp:
         # untimed warm-ups: the process's one-off imports and compilations (transformers' masking code, torch's
@@ -363,13 +359,13 @@ def race(task: str, steps: int) -> None:
         rllm_race(task, WARM_UP, Path(tmp, "rllm-warm-up"))
         if trl:
             trl_race(task, WARM_UP, Path(tmp, "trl-warm-up"))
-        ours = rllm_race(task, steps, Path(tmp, "rllm"))
+        ours = rllm_race(task, steps, Path(tmp, "rllm"), seed)
         print(f"   rllm transformers backend: {ours.line()}")
         print(f"      {ours.breakdown()}")
         if not trl:
             print("   TRL: not installed, skipped (pip install trl to race it; it is needed for this benchmark only)")
             return
-        theirs = trl_race(task, steps, Path(tmp, "trl"))
+        theirs = trl_race(task, steps, Path(tmp, "trl"), seed)
         print(f"   TRL GRPOTrainer:           {theirs.line()}")
         print(f"      {theirs.breakdown()}")
         print(
@@ -385,11 +381,12 @@ def main() -> None:
     parser.add_argument("--text-steps", type=int, default=60)
     parser.add_argument("--skip-default", action="store_true")
     parser.add_argument("--tasks", nargs="+", choices=sorted(RACES), default=sorted(RACES))
+    parser.add_argument("--seed", type=int, default=0, help="both sides' seed in the races (default 0)")
     args = parser.parse_args()
     if not args.skip_default:
         default_run()
     for task in args.tasks:
-        race(task, args.steps if task == "digit" else args.text_steps)
+        race(task, args.steps if task == "digit" else args.text_steps, args.seed)
 
 
 if __name__ == "__main__":
