@@ -12,7 +12,7 @@ supervised learning on two kinds of chat, half of each batch each:
   never teach (they pull the digits' tied embeddings together).
 
 What RL from it then has to learn is the tasks' answers alone. ``OUT_DIR`` gets the model
-and the tokenizer (with its chat template) as ``save_pretrained`` writes them, about 0.4 MB,
+and the tokenizer (with its chat template) as ``save_pretrained`` writes them, about 0.33 MB,
 which ``rllm.transformers.model=OUT_DIR`` loads. The same seed gives the same bytes.
 """
 
