@@ -8,6 +8,8 @@ untrained tiny model does not, and it still trains.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -314,3 +316,19 @@ def test_the_warm_start_refuses_a_directory_in_use(tmp_path: Path, capsys: pytes
     assert warm_start_main([str(tmp_path / "new"), "--lr", "0"]) == 2
     assert "lr=0.0: the learning rate must be a number > 0" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+def test_without_the_extra_the_warm_start_command_is_one_line_naming_it(tmp_path: Path) -> None:
+    """torch made unimportable in a fresh process, as where the extra is not installed."""
+    code = (
+        "import runpy, sys; sys.modules['torch'] = None; "
+        f"sys.argv = ['warm_start', {str(tmp_path / 'warm')!r}]; "
+        "runpy.run_module('rllm_transformers.warm_start', run_name='__main__')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "python -m rllm_transformers.warm_start: error: the warm start needs torch: pip install "
+        "'rllm[transformers]' (on a machine without a GPU, install torch's CPU build first)."
+    )
+    assert not (tmp_path / "warm").exists()

@@ -36,13 +36,16 @@ def missing_extra() -> list[str]:
     return [name for name in EXTRA if not _installed(name)]
 
 
-def missing_extra_error(exc: ImportError) -> Exception:
-    """What importing the backend without the extra raises: a one-line error naming it (else ``exc`` itself)."""
+def missing_extra_error(exc: ImportError, needed_by: str = "rllm.backend=transformers") -> Exception:
+    """What importing a module of this plugin without the extra raises: one line naming what ``needed_by`` needs.
+
+    ``exc`` itself when the extra is installed (the import failed for another reason, reported as it is).
+    """
     missing = missing_extra()
     if not missing:
-        return exc  # the extra is installed: the import failed for another reason, reported as it is
+        return exc
     return ConfigError(
-        f"rllm.backend=transformers needs {', '.join(missing)}: pip install 'rllm[transformers]' "
+        f"{needed_by} needs {', '.join(missing)}: pip install 'rllm[transformers]' "
         "(on a machine without a GPU, install torch's CPU build first)."
     )
 

@@ -24,14 +24,25 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
 from omegaconf import OmegaConf
-from transformers import PreTrainedTokenizerBase
 
 from rllm.errors import ConfigError, OutputFileError, RLLMError
 from rllm.tasks import TEXT_TASKS, format_answer
-from rllm_transformers.model import text_tokenizer, tiny_model
-from rllm_transformers.plugin import TRANSFORMERS_KEYS
+from rllm_transformers.plugin import TRANSFORMERS_KEYS, missing_extra_error
+
+PROG = "python -m rllm_transformers.warm_start"
+
+try:  # the extra first: without it, one line naming the extra, not an ImportError's traceback
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+    from rllm_transformers.model import text_tokenizer, tiny_model
+except ImportError as _missing:
+    _error = missing_extra_error(_missing, "the warm start")
+    if __name__ == "__main__" and isinstance(_error, RLLMError):
+        print(f"{PROG}: error: {_error}", file=sys.stderr)
+        sys.exit(2)
+    raise _error from None
 
 DEFAULT_STEPS = 150
 BATCH_SIZE = 32
@@ -154,7 +165,7 @@ def _batch(rows: Sequence[tuple[list[int], list[int]]], pad: int, eos: int) -> t
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m rllm_transformers.warm_start",
+        prog=PROG,
         description="Make a tiny text model that reads digits and replies in the text tasks' format, at random.",
     )
     parser.add_argument("out_dir", type=Path, help="a new (or empty) directory for the model and tokenizer")
