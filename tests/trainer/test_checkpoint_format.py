@@ -278,3 +278,14 @@ def test_a_tampered_checkpoint_with_a_consistent_manifest_falls_back_with_one_wa
     assert message in err[0] and "step_4" in err[0]
     assert err[1].endswith("step_3 (step 3).")
     assert _steps(run_dir) == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("save_freq, saved", [(0, []), (3, ["step_3", "step_4"])])
+def test_save_freq_zero_writes_no_checkpoint_and_the_last_step_is_saved_otherwise(
+    make_config, save_freq: int, saved: list[str]
+) -> None:
+    config = make_config(
+        "rllm.trainer.total_batches=4", f"rllm.trainer.save_freq={save_freq}", "rllm.trainer.test_freq=0"
+    )
+    checkpoints = _fit(config).output_dir / "checkpoints"
+    assert sorted(p.name for p in checkpoints.glob("step_*")) == saved

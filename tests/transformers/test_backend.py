@@ -280,7 +280,7 @@ def test_final_model_loads_with_from_pretrained_and_answers_as_validation(tiny_c
     assert accuracy == pytest.approx(val["val/digit_max/pass@1"])
     # and the same per task as the trainer's own validation engine
     engine = trainer.backend.engine
-    engine.validating = True
+    engine.is_validation = True
 
     async def greedy() -> list:
         return await asyncio.gather(*(engine.generate(t["prompt"], max_tokens=1) for t in tasks))

@@ -177,6 +177,51 @@ def test_rllms_distillation_workflow_runs_with_a_teacher_engine(tiny_config: Mak
         assert step.advantage == pytest.approx([t - s for t, s in zip(expected, step.logprobs, strict=True)], abs=1e-5)
 
 
+def test_rllms_distillation_workflow_leaves_its_teacher_alone_while_validating(
+    tiny_config: MakeConfig, teacher_dir: Path
+) -> None:
+    """rLLM's workflow reads ``rollout_engine.is_validation``: the workflow engine sets it for validation episodes."""
+    from transformers import AutoModelForCausalLM
+
+    teacher = TransformersEngine(
+        AutoModelForCausalLM.from_pretrained(str(teacher_dir)).eval(),
+        load_tokenizer(str(teacher_dir)),
+        torch.device("cpu"),
+        torch.Generator().manual_seed(0),
+        Sampling(1.0, 1.0, 0),
+        max_new_tokens=10,
+        max_prompt_length=512,
+        greedy_validation=False,
+    )
+    asked: list[int] = []
+    scored_by_teacher = teacher.compute_logprobs
+
+    async def counted(ids: Any) -> list[float]:
+        asked.append(len(ids))
+        return await scored_by_teacher(ids)
+
+    teacher.compute_logprobs = counted  # type: ignore[method-assign]
+    trainer = UnifiedTrainer(
+        None,
+        tiny_config("rllm.transformers.tokenizer=text", "rllm.transformers.max_new_tokens=10"),
+        upstream("distillation_workflow", "DistillationWorkflow"),
+        TASKS,
+        TASKS,
+        {"reward_function": text_reward_fn, "teacher_engine": teacher, "shared_tokenizer": True},
+        progress=False,
+    )
+    ids = [task["uid"] for task in TASKS[:2]]
+    try:
+        engine = trainer.agent_workflow_engine
+        validated = asyncio.run(engine.execute_tasks(TASKS[:2], ids, is_validation=True))
+        assert asked == [] and engine.rollout_engine.is_validation is False  # reset after validation
+        trained = asyncio.run(engine.execute_tasks(TASKS[:2], ids))
+    finally:
+        trainer.shutdown()
+    assert [s.advantage for ep in validated for t in ep.trajectories for s in t.steps] == [None, None]
+    assert len(asked) == 2 and all(s.advantage for ep in trained for t in ep.trajectories for s in t.steps)
+
+
 def test_the_teacher_key_and_the_estimator_need_each_other(tiny_config: MakeConfig, teacher_dir: Path) -> None:
     workflow_class = upstream("simple_workflow", "SimpleWorkflow")
     args = {"reward_function": text_reward_fn}

@@ -119,7 +119,7 @@ def test_rollouts_of_one_prompt_differ_by_seed_and_repeat_for_the_same_seed() ->
 
 def test_greedy_validation_ignores_the_episode_seed() -> None:
     engine = _engine()
-    engine.validating = True
+    engine.is_validation = True
     answers = {str(_ids(_alone(engine, seed, [7, 3, EQUALS], 2))) for seed in range(5)}
     assert len(answers) == 1
 
@@ -163,7 +163,7 @@ def test_a_worker_snapshot_samples_the_engines_episodes_and_batches_them() -> No
 
 def test_a_snapshot_taken_while_validating_answers_greedily_in_the_worker() -> None:
     engine = _engine()
-    engine.validating = True
+    engine.is_validation = True
     worker = pickle.loads(pickle.dumps(engine.for_workers()))
     expected = _ids(_alone(engine, 0, [8, 1, EQUALS], 2))
     assert {str(_ids(asyncio.run(_episode(worker, seed, [8, 1, EQUALS], 2)))) for seed in range(4)} == {str(expected)}

@@ -231,7 +231,7 @@ def _replies(config: DictConfig, questions: list[str]) -> list[str]:
     trainer = UnifiedTrainer(None, config, progress=False)
     try:
         engine = trainer.backend.init_rollout_engine()
-        engine.validating = True
+        engine.is_validation = True
 
         async def ask() -> list:
             return await asyncio.gather(*(engine.chat([{"role": "user", "content": q}]) for q in questions))

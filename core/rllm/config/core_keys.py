@@ -578,7 +578,9 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("rllm.trainer.project_name", "str", "rllm", "Folder under runs/ holding the experiments."),
     ConfigKey("rllm.trainer.experiment_name", "str", "default", "Folder of this run under the project."),
     _count("rllm.trainer.test_freq", 5, "Validate every N steps; 0: only at the end (if val_before_train).", 0),
-    _count("rllm.trainer.save_freq", 20, "Checkpoint every N steps; 0: never.", 0),
+    _count(
+        "rllm.trainer.save_freq", 20, "Checkpoint every N steps and after the last; 0: never, not at the end either.", 0
+    ),
     _bool_key("rllm.trainer.val_before_train", True, "Validate once before the first step."),
     ConfigKey(
         "rllm.trainer.val_pass_at_k",

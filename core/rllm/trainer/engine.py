@@ -310,6 +310,18 @@ class WorkflowEngine:
             mine = share_of(len(ordinal), share.rank, share.world_size)
             chosen = [i for i, task_id in enumerate(task_ids) if ordinal[task_id] in mine]
             calls, task_ids = [calls[i] for i in chosen], [task_ids[i] for i in chosen]
+        engine = self.rollout_engine
+        if engine is not None:  # before the executor snapshots it for workers: rLLM's workflows read the flag
+            engine.is_validation = is_validation
+        try:
+            return await self._execute(calls, task_ids, share, mode)
+        finally:
+            if engine is not None:
+                engine.is_validation = False
+
+    async def _execute(
+        self, calls: list[WorkflowCall], task_ids: Sequence[str], share: ProcessGroup | None, mode: str
+    ) -> list[Episode]:
         if calls:
             await self.executor.prepare(calls[0])
         stats = EngineStats() if share is not None else self.stats

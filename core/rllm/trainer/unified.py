@@ -417,7 +417,7 @@ class UnifiedTrainer:
             await self.backend.on_epoch_end(state)
         if test_freq > 0 and validated_at != state.global_step:
             await self._validate_async(state)
-        if saved_at != state.global_step:
+        if save_freq > 0 and saved_at != state.global_step:
             self._save(state)
 
     async def _fit_overlapped(self, state: TrainerState) -> None:
@@ -486,7 +486,7 @@ class UnifiedTrainer:
             async with sampler.paused():
                 if test_freq > 0 and validated_at != state.global_step:
                     await self._validate_newest(state, sampler, first)
-                if saved_at != state.global_step:
+                if save_freq > 0 and saved_at != state.global_step:
                     state.pending = [batch.to_json() for batch in sampler.pending()]
                     self._save(state)
         finally:

@@ -370,15 +370,8 @@ class TransformersBackend(BackendProtocol):
         import time
 
         self.workflow_name = f"Workflow {agent_workflow_engine.workflow_cls.__name__}"
-        engine = self.engine
-        if engine is not None:
-            engine.validating = is_validation
         started = time.perf_counter()
-        try:
-            episodes = await super().generate_episodes(batch, agent_workflow_engine, is_validation)
-        finally:
-            if engine is not None:
-                engine.validating = False
+        episodes = await super().generate_episodes(batch, agent_workflow_engine, is_validation)
         if not is_validation:  # this step's rollouts, wherever the executor ran them (several rounds: summed)
             self.rollout_tokens += response_tokens(episodes)
             self.rollout_seconds += time.perf_counter() - started

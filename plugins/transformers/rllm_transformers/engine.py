@@ -133,7 +133,7 @@ class TransformersEngine(RolloutEngine):
         self.max_new_tokens = max_new_tokens
         self.max_prompt_length = max_prompt_length
         self.greedy_validation = greedy_validation
-        self.validating = False
+        self.is_validation = False
         self.chat_parser = TemplateChatParser(tokenizer)
         self._pending: list[SampleRequest] = []
         self._flush: asyncio.Task[None] | None = None
@@ -291,7 +291,7 @@ class TransformersEngine(RolloutEngine):
     @torch.no_grad()
     def sample(self, requests: Sequence[SampleRequest]) -> list[Generation]:
         model, pad, eos = self.model, int(self.tokenizer.pad_token_id), self.tokenizer.eos_token_id
-        greedy = self.validating and self.greedy_validation
+        greedy = self.is_validation and self.greedy_validation
         lengths = np.array([len(r.prompt_ids) for r in requests])
         width = int(lengths.max())
         # left padding: every prompt ends in the last column; a row-major fill takes the prompts in order
@@ -387,6 +387,10 @@ class EpisodeEngine(RolloutEngine):
     @property
     def weight_version(self) -> int:  # type: ignore[override]
         return self.engine.weight_version
+
+    @property
+    def is_validation(self) -> bool:  # type: ignore[override]
+        return self.engine.is_validation
 
     @property
     def supports_token_in_token_out(self) -> bool:

@@ -119,8 +119,8 @@ class Server:
                 groups[(Sampling(params.temperature, params.top_p, params.top_k), params.greedy)].append(request)
             async with self._model_lock:
                 for (sampling, greedy), requests in groups.items():
-                    # the engine's greedy path (validating): argmax, log-probs of the untempered distribution
-                    self.engine.sampling, self.engine.validating = sampling, greedy
+                    # the engine's greedy path (is_validation): argmax, log-probs of the untempered distribution
+                    self.engine.sampling, self.engine.is_validation = sampling, greedy
                     self.generate_calls += 1
                     try:
                         generations = await asyncio.to_thread(self.engine.sample, requests)

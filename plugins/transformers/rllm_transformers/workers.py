@@ -35,7 +35,7 @@ class WorkerEngine(RolloutEngine):
     max_new_tokens: int
     max_prompt_length: int
     greedy_validation: bool
-    validating: bool
+    is_validation: bool
     _engine: TransformersEngine | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -54,7 +54,7 @@ class WorkerEngine(RolloutEngine):
             engine.max_new_tokens,
             engine.max_prompt_length,
             engine.greedy_validation,
-            engine.validating,
+            engine.is_validation,
         )
 
     def __getstate__(self) -> dict[str, Any]:
@@ -82,7 +82,7 @@ class WorkerEngine(RolloutEngine):
                 self.max_prompt_length,
                 self.greedy_validation,
             )
-            self._engine.validating = self.validating
+            self._engine.is_validation = self.is_validation
         return self._engine
 
     def for_episode(self, seed: int) -> EpisodeEngine:

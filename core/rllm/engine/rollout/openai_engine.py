@@ -108,7 +108,7 @@ class OpenAIEngine(RolloutEngine):
         has_template = getattr(tokenizer, "chat_template", None) is not None
         self.endpoint = endpoint or ("completions" if has_template else "chat")
         self.greedy_validation = greedy_validation
-        self.validating = False
+        self.is_validation = False
         self.weight_version = 0
         self.rng = random.Random(seed)
         self.requests = 0
@@ -334,7 +334,7 @@ class OpenAIEngine(RolloutEngine):
     # -- the requests ----------------------------------------------------------------------------
     def _sampling(self, seed: int, overrides: dict[str, Any]) -> dict[str, Any]:
         params = {**self.sampling_params, "seed": seed, **overrides}
-        if self.validating and self.greedy_validation:
+        if self.is_validation and self.greedy_validation:
             params["temperature"] = 0.0
         return params
 
@@ -542,6 +542,10 @@ class _EpisodeView(RolloutEngine):
     @property
     def weight_version(self) -> int:  # type: ignore[override]
         return self.engine.weight_version
+
+    @property
+    def is_validation(self) -> bool:  # type: ignore[override]
+        return self.engine.is_validation
 
     @property
     def supports_token_in_token_out(self) -> bool:

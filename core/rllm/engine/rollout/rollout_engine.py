@@ -129,9 +129,10 @@ class RolloutEngine(Protocol):
     tokenizer: Tokenizer | None = None
     """The model's tokenizer (``encode``/``decode``), when the engine has one."""
     is_validation: bool = False
-    """Set while validation episodes sample, so an engine can use its validation settings."""
+    """True while validation episodes sample (set by the workflow engine), so an engine and a workflow can
+    use their validation settings; an episode's view (:meth:`for_episode`) reads it from its engine."""
     weight_version: int = 0
-    """The version of the policy weights sampled from; the trainer raises it after each update."""
+    """The version of the policy weights sampled from; whoever loads new weights into the engine raises it."""
 
     async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
         """Sample a response to ``prompt_ids`` (at most ``max_tokens`` tokens; None: the engine's limit)."""
