@@ -28,6 +28,7 @@ from rllm.losses.correction import (
 )
 from rllm.losses.kl import check_kl_kind, kl_penalty
 from rllm.losses.registry import resolve_loss_options
+from rllm.losses.settings import LossSettings
 from rllm.plugins.registry import LossEntry
 
 
@@ -44,62 +45,29 @@ def _neutral(tensor: Any, selected: Any) -> Any:
 
 @dataclass(frozen=True)
 class CheckedLoss:
-    """A loss with its settings checked, so a backend checks them once per run, not per micro-batch."""
+    """Loss settings checked, with what checking resolved: a backend checks once per run, not per micro-batch."""
 
+    settings: LossSettings
     entry: LossEntry
-    name: str
     options: Mapping[str, Any]
     agg_mode: str
-    kl_coef: float = 0.0
-    kl_kind: str = "low_var_kl"
-    tis_mode: str | None = None
-    tis_cap: float = 2.0
-    tis_lower: float | None = None
     rejection: tuple[Rejection, ...] = ()
-    off_policy_mask_threshold: float | None = None
-    entropy_coeff: float = 0.0
 
     @property
     def needs_rollout(self) -> bool:
         """Whether these settings read the sampler's log-probs (importance weights or rejection)."""
-        return self.tis_mode is not None or bool(self.rejection)
+        return self.settings.tis_mode is not None or bool(self.rejection)
 
 
-def check_loss(
-    name: str,
-    *,
-    options: Mapping[str, Any] | None = None,
-    agg_mode: str | None = None,
-    kl_coef: float = 0.0,
-    kl_kind: str = "low_var_kl",
-    tis_mode: str | None = None,
-    tis_cap: float = 2.0,
-    tis_lower: float | None = None,
-    rollout_rs: str | None = None,
-    rollout_rs_threshold: str | float | None = None,
-    off_policy_mask_threshold: float | None = None,
-    entropy_coeff: float = 0.0,
-) -> CheckedLoss:
-    """The settings of :func:`compute_policy_loss` checked (named one-line errors), for :func:`run_checked_loss`."""
-    entry, resolved, mode = resolve_loss_options(name, options, agg_mode, "agg_mode")
-    check_arguments(kl_coef=kl_coef, tis_cap=tis_cap, entropy_coeff=entropy_coeff)
-    if kl_coef:
-        check_kl_kind(kl_kind)
-    check_correction(tis_mode, tis_cap, tis_lower, off_policy_mask_threshold)
-    return CheckedLoss(
-        entry,
-        name,
-        resolved,
-        mode,
-        kl_coef,
-        kl_kind,
-        tis_mode,
-        tis_cap,
-        tis_lower,
-        parse_rejection(rollout_rs, rollout_rs_threshold),
-        off_policy_mask_threshold,
-        float(entropy_coeff),
-    )
+def check_loss(settings: LossSettings) -> CheckedLoss:
+    """``settings`` checked (named one-line errors), for :func:`run_checked_loss`."""
+    entry, resolved, mode = resolve_loss_options(settings.name, settings.options, settings.agg_mode, "agg_mode")
+    check_arguments(kl_coef=settings.kl_coef, tis_cap=settings.tis_cap, entropy_coeff=settings.entropy_coeff)
+    if settings.kl_coef:
+        check_kl_kind(settings.kl_kind)
+    check_correction(settings.tis_mode, settings.tis_cap, settings.tis_lower, settings.off_policy_mask_threshold)
+    rejection = parse_rejection(settings.rollout_rs, settings.rollout_rs_threshold)
+    return CheckedLoss(settings, entry, resolved, mode, rejection)
 
 
 def compute_policy_loss(
@@ -153,22 +121,22 @@ def compute_policy_loss(
     ``num_prompts`` too (:func:`rllm.losses.prompt_counts`). A batch without a
     response token has loss 0 and the metric ``no_response_tokens`` 1.
     """
-    checked = check_loss(
+    settings = LossSettings(
         name,
-        options=options,
-        agg_mode=agg_mode,
-        kl_coef=kl_coef,
-        kl_kind=kl_kind,
-        tis_mode=tis_mode,
-        tis_cap=tis_cap,
-        tis_lower=tis_lower,
-        rollout_rs=rollout_rs,
-        rollout_rs_threshold=rollout_rs_threshold,
-        off_policy_mask_threshold=off_policy_mask_threshold,
-        entropy_coeff=entropy_coeff,
+        options,
+        agg_mode,
+        kl_coef,
+        kl_kind,
+        tis_mode,
+        tis_cap,
+        tis_lower,
+        rollout_rs,
+        rollout_rs_threshold,
+        off_policy_mask_threshold,
+        entropy_coeff,
     )
     return run_checked_loss(
-        checked,
+        check_loss(settings),
         log_probs=log_probs,
         old_log_probs=old_log_probs,
         advantages=advantages,
@@ -227,28 +195,28 @@ def run_checked_loss(
         "entropy": entropy,
     }
     check_shapes(log_probs, **given)
-    if checked.kl_coef and ref_log_probs is None:
+    if checked.settings.kl_coef and ref_log_probs is None:
         raise LossOptionError("kl_coef > 0 needs ref_log_probs (the reference policy's log-probs).")
     if checked.needs_rollout and rollout_log_probs is None:
-        which = "tis_mode" if checked.tis_mode is not None else "rollout_rs"
+        which = "tis_mode" if checked.settings.tis_mode is not None else "rollout_rs"
         raise LossOptionError(
             f"rllm.algorithm.rollout_correction.{which} needs rollout_log_probs (the sampler's log-probs)."
         )
-    if checked.entropy_coeff and entropy is None:
+    if checked.settings.entropy_coeff and entropy is None:
         raise LossOptionError("entropy_coeff > 0 needs entropy (the policy's per-token entropy, with its gradient).")
     selected = response_mask != 0
     clean = {key: _neutral(value, selected) for key, value in given.items() if key != "response_mask"}
     entropy = clean["entropy"]  # also in the context: losses may select tokens by it (TRL)
     log_probs = _neutral(log_probs, selected)
     weights = clean["rollout_is_weights"]
-    if checked.tis_mode is not None:
+    if checked.settings.tis_mode is not None:
         weights = truncated_is_weights(
             clean["old_log_probs"],
             clean["rollout_log_probs"],
             response_mask,
-            checked.tis_mode,
-            checked.tis_cap,
-            checked.tis_lower,
+            checked.settings.tis_mode,
+            checked.settings.tis_cap,
+            checked.settings.tis_lower,
         )
     clean["rollout_is_weights"] = weights
     metrics_before: dict[str, float] = {}
@@ -257,7 +225,7 @@ def run_checked_loss(
             clean["old_log_probs"], clean["rollout_log_probs"], response_mask, checked.rejection
         )
         response_mask = response_mask * keep
-    if checked.off_policy_mask_threshold is not None:  # TRL's mask: the dropped sequences still count
+    if checked.settings.off_policy_mask_threshold is not None:  # TRL's mask: the dropped sequences still count
         if batch_num_tokens is None:
             batch_num_tokens = response_mask.sum()
         if global_batch_size is None:
@@ -266,7 +234,7 @@ def run_checked_loss(
             prompt_num_tokens, num_prompts = prompt_counts(response_mask, prompt_ids)
         sampler = clean["rollout_log_probs"] if rollout_log_probs is not None else clean["old_log_probs"]
         kept = off_policy_sequence_mask(
-            clean["advantages"], log_probs, sampler, response_mask, checked.off_policy_mask_threshold
+            clean["advantages"], log_probs, sampler, response_mask, checked.settings.off_policy_mask_threshold
         )
         metrics_before["off_policy_masked_fraction"] = float(1.0 - kept.float().mean()) if len(kept) else 0.0
         response_mask = response_mask * kept
@@ -281,22 +249,22 @@ def run_checked_loss(
         response_mask=response_mask,
         options=dict(checked.options),
         agg_mode=checked.agg_mode,
-        name=checked.name,
+        name=checked.settings.name,
         prompt_ids=prompt_ids,
         **clean,
         **counts,
     )
-    loss, metrics = _run(checked.entry, checked.name, ctx)
+    loss, metrics = _run(checked.entry, checked.settings.name, ctx)
     metrics.update(metrics_before)
-    if checked.entropy_coeff:
+    if checked.settings.entropy_coeff:
         bonus = ctx.aggregate(entropy)
-        loss = loss - checked.entropy_coeff * bonus
+        loss = loss - checked.settings.entropy_coeff * bonus
         metrics["entropy_bonus"] = float(bonus.detach())
-    if checked.kl_coef:
-        kl = ctx.aggregate(kl_penalty(log_probs, ctx.ref_log_probs, checked.kl_kind))
-        loss = loss + checked.kl_coef * kl
+    if checked.settings.kl_coef:
+        kl = ctx.aggregate(kl_penalty(log_probs, ctx.ref_log_probs, checked.settings.kl_kind))
+        loss = loss + checked.settings.kl_coef * kl
         metrics["kl_loss"] = float(kl.detach())
-        metrics["kl_coef"] = float(checked.kl_coef)
+        metrics["kl_coef"] = float(checked.settings.kl_coef)
     if not bool(selected.any()):
         metrics["no_response_tokens"] = 1.0
     return loss, metrics

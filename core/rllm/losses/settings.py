@@ -1,14 +1,20 @@
-"""A role's loss settings from a run's ``rllm.algorithm`` section, checked before the run starts."""
+"""The settings of a policy loss, declared once: what :func:`compute_policy_loss` takes besides the batch.
+
+A role's settings come from a run's ``rllm.algorithm`` section (:meth:`LossSettings.from_algorithm`)
+and are checked before the run starts; :mod:`rllm.losses.compute` checks and runs them.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rllm.losses.compute import CheckedLoss, check_loss, run_checked_loss
 from rllm.losses.kl import check_kl_kind
 from rllm.losses.registry import loss_entry, resolve_loss_options
+
+if TYPE_CHECKING:
+    from rllm.losses.compute import CheckedLoss
 
 
 @dataclass(frozen=True)
@@ -25,15 +31,15 @@ class LossSettings:
     """
 
     name: str
-    options: dict[str, Any]
-    agg_mode: str
+    options: dict[str, Any] | None = None
+    agg_mode: str | None = None
     kl_coef: float = 0.0
     kl_kind: str = "low_var_kl"
     tis_mode: str | None = None
     tis_cap: float = 2.0
     tis_lower: float | None = None
     rollout_rs: str | None = None
-    rollout_rs_threshold: str | None = None
+    rollout_rs_threshold: str | float | None = None
     off_policy_mask_threshold: float | None = None
     entropy_coeff: float = 0.0
 
@@ -68,8 +74,9 @@ class LossSettings:
 
     def describe(self) -> str:
         """The loss as the start of a run names it: ``ppo (clip_ratio=0.2, clip_ratio_high=0.28; token-mean)``."""
-        extras = [", ".join(f"{k}={v!r}" for k, v in self.options.items())] if self.options else []
-        extras.append(self.agg_mode)
+        checked = self.checked
+        extras = [", ".join(f"{k}={v!r}" for k, v in checked.options.items())] if checked.options else []
+        extras.append(checked.agg_mode)
         if self.kl_coef:
             extras.append(f"KL {self.kl_kind} x {self.kl_coef:g}")
         if self.tis_mode is not None:
@@ -86,21 +93,12 @@ class LossSettings:
     @cached_property
     def checked(self) -> CheckedLoss:
         """These settings checked once (the first micro-batch), not on every call of :meth:`compute`."""
-        return check_loss(
-            self.name,
-            options=self.options,
-            agg_mode=self.agg_mode,
-            kl_coef=self.kl_coef,
-            kl_kind=self.kl_kind,
-            tis_mode=self.tis_mode,
-            tis_cap=self.tis_cap,
-            tis_lower=self.tis_lower,
-            rollout_rs=self.rollout_rs,
-            rollout_rs_threshold=self.rollout_rs_threshold,
-            off_policy_mask_threshold=self.off_policy_mask_threshold,
-            entropy_coeff=self.entropy_coeff,
-        )
+        from rllm.losses.compute import check_loss
+
+        return check_loss(self)
 
     def compute(self, **tensors: Any) -> tuple[Any, dict[str, float]]:
         """:func:`compute_policy_loss` with these settings on ``log_probs=..., old_log_probs=..., ...``."""
+        from rllm.losses.compute import run_checked_loss
+
         return run_checked_loss(self.checked, **tensors)
