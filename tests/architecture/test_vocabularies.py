@@ -137,3 +137,28 @@ def test_the_config_keys_offer_the_floors_tuples() -> None:
     hints = typing.get_type_hints(AlgorithmConfig)
     assert hints["lr_schedule"] == names.LrSchedule and hints["nonfinite_rewards"] == names.NonFinitePolicy
     assert typing.get_type_hints(RolloutCorrectionConfig)["tis_mode"] == names.TisMode | None
+
+
+@pytest.mark.parametrize(
+    "key, table",
+    [
+        ("rllm.rejection_sample.mode", names.REJECTION_SAMPLING_MODES),
+        ("rllm.workflow.failure_policy", names.FAILURE_POLICIES),
+        ("rllm.workflow.executor", names.EXECUTOR_NAMES),
+    ],
+)
+def test_a_config_keys_choices_are_the_floors_word_list(key: str, table: tuple[str, ...]) -> None:
+    from rllm.config.schema import CORE_KEYS
+
+    (entry,) = [k for k in CORE_KEYS if k.name == key]
+    assert entry.choices is table
+
+
+def test_the_method_lists_are_what_the_protocols_define() -> None:
+    from rllm.engine import RolloutEngine
+    from rllm.trainer.engine import Executor
+
+    assert typing.get_args(names.RejectionSamplingMode) == names.REJECTION_SAMPLING_MODES
+    assert all(callable(getattr(RolloutEngine, name, None)) for name in names.ENGINE_METHODS)
+    protocol = {name for name, value in vars(Executor).items() if callable(value) and not name.startswith("_")}
+    assert protocol == set(names.EXECUTOR_METHODS)

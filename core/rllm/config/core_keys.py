@@ -13,11 +13,14 @@ from typing import Any
 
 from rllm.contract.keys import ConfigKey
 from rllm.contract.names import (
+    EXECUTOR_NAMES,
+    FAILURE_POLICIES,
     KL_CONTROLLERS,
     KL_KIND_CHOICES,
     LOSS_AGG_MODES,
     LR_SCHEDULES,
     NONFINITE_POLICIES,
+    REJECTION_SAMPLING_MODES,
     TIS_MODES,
     TerminationReason,
 )
@@ -335,7 +338,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         None,
         "batch: keep each batch's partly solved groups; episode: accumulate until enough are solved; "
         "none/group: drop only groups below min_trajs_per_group; null: episode when enabled (rLLM's default).",
-        choices=("none", "batch", "episode", "group"),
+        choices=REJECTION_SAMPLING_MODES,
         nullable=True,
     ),
     _count("rllm.rejection_sample.multiplier", 1, "Tasks sampled per batch slot, to make up for rejected ones."),
@@ -421,7 +424,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "retry",
         "What a workflow error does: retry (re-run it up to retry_limit times, then raise_on_error decides), "
         "drop_group (leave its task's group out of the step, counted), fail (stop the run naming the task).",
-        choices=("retry", "drop_group", "fail"),
+        choices=FAILURE_POLICIES,
     ),
     _count(
         "rllm.workflow.seed",
@@ -434,7 +437,7 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "str",
         "local",
         "Where workflows run: local (the trainer's event loop) or ray (Ray actors; pip install 'rllm[ray]').",
-        choices=("local", "ray"),
+        choices=EXECUTOR_NAMES,
     ),
     ConfigKey(
         "rllm.workflow.ray.address",

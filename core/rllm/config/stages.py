@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Any
 
+from rllm.contract.names import REJECTION_SAMPLING_MODES, RejectionSamplingMode
 from rllm.errors import ConfigError
 from rllm.types import DEFAULT_TRAJ_NAME, TerminationReason
 
@@ -52,10 +53,6 @@ class CompactFilteringConfig:
         return bool(getattr(self, f"mask_{reason.value}", False))
 
 
-RejectionMode = Literal["none", "episode", "group", "batch"]
-REJECTION_MODES: tuple[str, ...] = ("none", "episode", "group", "batch")
-
-
 @dataclass
 class RejectionSamplingConfig:
     """Which trajectory groups reach the update.
@@ -69,15 +66,16 @@ class RejectionSamplingConfig:
     strategy (docs/trainer.md, "Dynamic sampling").
     """
 
-    mode: RejectionMode = "none"
+    mode: RejectionSamplingMode = "none"
     min_trajs_per_group: int = 2
     min_partial_solve_tasks: int = 1
     filter_uniform_groups: bool = False
 
     def __post_init__(self) -> None:
-        if self.mode not in REJECTION_MODES:
+        if self.mode not in REJECTION_SAMPLING_MODES:
             raise ConfigError(
-                f"rllm.rejection_sample.mode={self.mode!r} is unknown; use one of {', '.join(REJECTION_MODES)}."
+                f"rllm.rejection_sample.mode={self.mode!r} is unknown; "
+                f"use one of {', '.join(REJECTION_SAMPLING_MODES)}."
             )
         if self.min_trajs_per_group < 1:
             raise ConfigError(

@@ -142,3 +142,20 @@ REJECTION_MODES: tuple[str, ...] = (
 A level (token, or the sum, mean or max over a sequence) of a divergence estimate of the
 trained policy from the sampler (k1 = -log ratio, bounded on both sides; k2, k3 bounded above).
 """
+
+
+RejectionSamplingMode = Literal["none", "episode", "group", "batch"]
+REJECTION_SAMPLING_MODES: tuple[str, ...] = ("none", "episode", "group", "batch")
+"""``rllm.rejection_sample.mode``: which groups a step keeps (not rollout correction's :data:`REJECTION_MODES`)."""
+
+FAILURE_POLICIES: tuple[str, ...] = ("retry", "drop_group", "fail")
+"""``rllm.workflow.failure_policy``: what a workflow that raised does to its group and the run."""
+
+EXECUTOR_NAMES: tuple[str, ...] = ("local", "ray")
+"""``rllm.workflow.executor``: where workflows run."""
+
+EXECUTOR_METHODS: tuple[str, ...] = ("start", "prepare", "run", "shutdown")
+"""The methods of the workflow engine's ``Executor``, each of which an executor must have."""
+
+ENGINE_METHODS: tuple[str, ...] = ("generate", "for_episode", "for_workers")
+"""The methods of ``RolloutEngine``, each of which an engine must have."""

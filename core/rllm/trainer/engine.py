@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rllm.contract.names import EXECUTOR_METHODS, FAILURE_POLICIES
 from rllm.engine import RolloutEngine, engine_problem
 from rllm.errors import ConfigError, DataError, PluginContractError, WorkflowError
 from rllm.trainer.logging import EpisodeLogger
@@ -40,11 +41,6 @@ class WorkflowCall:
     uid: str
     seed: int | None = None
     """The episode's seed (see :func:`episode_seed`); the same on every attempt and every executor."""
-
-
-FAILURE_POLICIES = ("retry", "drop_group", "fail")
-EXECUTOR_METHODS = ("start", "prepare", "run", "shutdown")
-"""The methods of :class:`Executor`, each of which an executor must have."""
 
 
 class Executor(Protocol):

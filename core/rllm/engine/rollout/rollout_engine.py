@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from rllm.contract.names import ENGINE_METHODS
 from rllm.engine.messages import check_messages
 from rllm.engine.rollout.types import TokenInput, Tokenizer, TokenOutput
 from rllm.engine.tool_calls import ToolCall
@@ -118,7 +119,7 @@ class RolloutEngine(Protocol):
     """What workflows sample from. Subclass it: :meth:`for_episode` and :meth:`for_workers` default to the engine.
 
     An engine that is not a subclass is accepted if it has the methods of
-    :data:`~rllm.engine.rollout.rollout_engine.ENGINE_METHODS`
+    :data:`~rllm.contract.names.ENGINE_METHODS`
     (checked when the workflow engine gets it, see :func:`engine_problem`). rLLM's text
     interface (:meth:`get_model_response` and the token-in/token-out pair) is here too; each
     part defaults to "not supported", so an engine implements what its model can do.
@@ -211,10 +212,6 @@ class RolloutEngine(Protocol):
 
     async def sleep(self) -> None:
         """Free what sampling holds while the trainer updates (a server's KV cache, weights); default nothing."""
-
-
-ENGINE_METHODS = ("generate", "for_episode", "for_workers")
-"""The methods of :class:`RolloutEngine`, each of which an engine must have."""
 
 
 def engine_problem(engine: object) -> str | None:
