@@ -56,7 +56,9 @@ from pathlib import Path
 from typing import Any
 
 from rllm.errors import InferenceServerError
-from rllm.testing.servers import free_port, start_vllm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' vLLM launcher
+from vllm_launcher import free_port, start_vllm
 
 MODEL = (
     "rllm.transformers.model=tiny",

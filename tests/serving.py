@@ -13,8 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-
-from rllm.testing.servers import free_port
+from vllm_launcher import free_port
 
 TINY_TEXT = ("rllm.transformers.model=tiny", "rllm.transformers.tokenizer=text", "rllm.transformers.device=cpu")
 STARTUP_SECONDS = 60

@@ -1,4 +1,4 @@
-"""rllm.testing.servers against stand-ins for vLLM's python: a server that exits, one that never answers."""
+"""tests/vllm_launcher.py against stand-ins for vLLM's python: a server that exits, one that never answers."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
+from vllm_launcher import start_vllm
 
 from rllm.errors import InferenceServerError
-from rllm.testing.servers import start_vllm
 
 pytestmark = pytest.mark.slow  # subprocesses
 

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from extras import missing, skip_module_without
 from serving import get_json
+from vllm_launcher import start_vllm
 
 from rllm.errors import InferenceServerError
-from rllm.testing.servers import start_vllm
 
 skip_module_without("torch", "transformers", "safetensors", install="pip install 'rllm[serve]'")
 
