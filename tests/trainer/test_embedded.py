@@ -79,6 +79,17 @@ def test_learning_rate_schedules() -> None:
         lr_factor("step", 0.0, 1, 10)
 
 
+def test_scheduled_lr_reads_the_runs_algorithm_config() -> None:
+    from rllm import AlgorithmConfig
+    from rllm.trainer import scheduled_lr
+
+    # warmup_steps=2 of 10 wins over the ratio: 1/2, 1, then linear decay over the 8 steps left (1 - 1/8)
+    steps = AlgorithmConfig(lr_schedule="linear", warmup_steps=2, warmup_steps_ratio=0.5)
+    assert [scheduled_lr(0.1, steps, s, 10) for s in (1, 2, 3)] == pytest.approx([0.05, 0.1, 0.0875])
+    ratio = AlgorithmConfig(lr_schedule="cosine", warmup_steps_ratio=0.0)
+    assert scheduled_lr(2.0, ratio, 5, 10) == pytest.approx(1.0)  # halfway down the cosine
+
+
 def test_task_loader_order_depends_only_on_the_seed() -> None:
     tasks = list(range(23))
     first = list(TaskLoader(tasks, 5, shuffle=True, seed=3))

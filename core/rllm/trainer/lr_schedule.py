@@ -8,10 +8,13 @@ torch's schedulers: the core does not depend on torch, and the embedded backend 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rllm.contract.names import LR_SCHEDULES
 from rllm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rllm.config.algorithm import AlgorithmConfig
 
 __all__ = ["lr_factor", "scheduled_lr"]
 
@@ -32,8 +35,12 @@ def lr_factor(schedule: str, warmup_ratio: float, step: int, total: int) -> floa
     raise ConfigError(f"rllm.algorithm.lr_schedule={schedule!r} is unknown; use one of {', '.join(LR_SCHEDULES)}.")
 
 
-def scheduled_lr(base: float, algorithm: Any, step: int, total: int) -> float:
-    """``base`` under rLLM's ``lr_schedule`` and warm-up keys; ``warmup_steps``, when set, wins over the ratio."""
-    warmup_steps = int(algorithm.get("warmup_steps", -1))
+def scheduled_lr(base: float, algorithm: AlgorithmConfig, step: int, total: int) -> float:
+    """``base`` under the run's ``lr_schedule`` and warm-up settings; ``warmup_steps``, when set, wins over the ratio.
+
+    ``algorithm`` is the run's :class:`~rllm.AlgorithmConfig` (its keys checked when it was built),
+    the one a backend receives; a backend never reads the raw config for these keys.
+    """
+    warmup_steps = int(algorithm.warmup_steps)
     warmup_ratio = warmup_steps / max(total, 1) if warmup_steps >= 0 else float(algorithm.warmup_steps_ratio)
     return base * lr_factor(str(algorithm.lr_schedule), warmup_ratio, step, total)

@@ -286,7 +286,6 @@ class TransformersBackend(BackendProtocol):
         engine.weight_version = version
 
     def validate_config(self) -> None:
-        algorithm = self.config.rllm.algorithm
         for key, value in unhonoured_keys(self.config, _REFUSED).items():
             raise ConfigError(f"{key}={value!r} is not supported by the transformers backend: {_REFUSED[key]}.")
         sampling = self.sampling()
@@ -300,7 +299,6 @@ class TransformersBackend(BackendProtocol):
             )
         if int(self.options.mini_batches) < 1 or int(self.options.micro_batches) < 1:
             raise ConfigError("rllm.transformers.mini_batches and micro_batches must be at least 1.")
-        scheduled_lr(1.0, algorithm, 1, 1)  # an unknown schedule fails now
         check_estimators_see_the_penalty(self.algorithm)
 
     def sampling(self) -> Sampling:
@@ -509,9 +507,7 @@ class TransformersBackend(BackendProtocol):
         started = time.perf_counter()
         options = self.options
         advantages = batch.advantages()
-        lr = scheduled_lr(
-            float(options.lr), self.config.rllm.algorithm, trainer_state.global_step, trainer_state.total_steps
-        )
+        lr = scheduled_lr(float(options.lr), self.algorithm, trainer_state.global_step, trainer_state.total_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         n, start = batch.rows, batch.start

@@ -22,7 +22,7 @@ from rllm.engine import Generation, RolloutEngine
 from rllm.errors import CheckpointError, ConfigError, RLLMWarning, TrainerError
 from rllm.losses import loss_entry
 from rllm.tasks import EOS, VOCAB, ArithmeticWorkflow, build_tasks, decode
-from rllm.trainer import BackendProtocol, TaskLoader, TaskSetup, TrainerState, lr_factor, scheduled_lr, task_loader
+from rllm.trainer import BackendProtocol, TaskLoader, TaskSetup, TrainerState, scheduled_lr, task_loader
 from rllm.types import Step
 from rllm_builtin.embedded.policy import REGISTRY_LOSSES, LossTerms, SoftmaxPolicy, policy_loss
 
@@ -173,7 +173,6 @@ class EmbeddedBackend(BackendProtocol):
             size = self.data[key]
             if size is not None and int(size) < 1:
                 raise ConfigError(f"rllm.data.{key} must be at least 1 (or null for val_batch_size), got {size}.")
-        lr_factor(str(self.config.rllm.algorithm.lr_schedule), 0.0, 1, 1)
         if self.algorithm.use_kl_in_reward:
             raise ConfigError(
                 "rllm.algorithm.use_kl_in_reward=true is not supported by the embedded backend: it keeps no "
@@ -243,9 +242,7 @@ class EmbeddedBackend(BackendProtocol):
         batch: TokenBatch = trainer_state.backend_batch
         advantages = batch.advantages()
         n = len(batch.tokens)
-        lr = scheduled_lr(
-            float(self.options.lr), self.config.rllm.algorithm, trainer_state.global_step, trainer_state.total_steps
-        )
+        lr = scheduled_lr(float(self.options.lr), self.algorithm, trainer_state.global_step, trainer_state.total_steps)
         clip_low, clip_high = float(self.options.clip_ratio_low), float(self.options.clip_ratio_high)
         losses, clipped, entropies, kls, norms = [], [], [], [], []
         for _ in range(int(self.options.ppo_epochs)):
