@@ -21,7 +21,7 @@ SEED = {
     ],
     "rllm.experimental.common.config": ["rLLMAdvantageEstimator", "AlgorithmConfig"],
     "rllm.experimental.common.rl_algo": ["calculate_grpo_advantages_per_group", "calculate_rloo_advantages_per_group"],
-    "rllm.experimental.unified_trainer": ["UnifiedTrainer"],
+    "rllm.experimental.unified_trainer": ["UnifiedTrainer", "AgentTrainer"],
 }
 
 TODAY = {
@@ -98,6 +98,7 @@ SAME = [
     ("rllm.experimental.common.rl_algo", "rllm.trainer.algorithms.rl_algo", "calculate_rloo_advantages_per_group"),
     ("rllm.experimental.unified_trainer", "rllm.trainer.unified_trainer", "UnifiedTrainer"),
     ("rllm.experimental.unified_trainer", "rllm.trainer.backend_protocol", "BackendProtocol"),
+    ("rllm.experimental.unified_trainer", "rllm.trainer", "AgentTrainer"),
     ("rllm.agents.agent", "rllm.types", "TrajectoryGroup"),
     ("rllm.trainer.algorithms.config", "rllm.trainer.algorithms.rejection_sampling", "RejectionSamplingConfig"),
     ("rllm.trainer.algorithms.config", "rllm.trainer.algorithms.transform", "TransformConfig"),

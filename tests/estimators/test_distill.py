@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import rllm
-from rllm.errors import EngineCallError, EstimatorOptionError, WorkflowError
+from rllm.errors import EngineCallError, EstimatorOptionError, InputFieldError, WorkflowError
 from rllm.trainer.distill import compute_distill_reverse_kl, compute_step_distill_advantage, discounted_future_sum
 from rllm.types import Step
 
@@ -155,6 +155,16 @@ def test_bad_options_are_one_line(options: dict, message: str) -> None:
         )
 
 
-def test_log_prob_lists_of_different_lengths_are_refused_not_cut() -> None:
-    with pytest.raises(EstimatorOptionError, match=r"got 2 teacher and 1 student log-probs"):
-        compute_distill_reverse_kl([-1.0, -2.0], [-1.0], -5.0, 5.0)
+def test_rllm_path_cuts_log_prob_lists_of_different_lengths_like_rllm() -> None:
+    # rLLM's function at this path cuts the longer list; code written for rLLM runs unchanged.
+    assert compute_distill_reverse_kl([-1.0, -2.0], [-1.5], -5.0, 5.0) == [0.5]
+    assert compute_distill_reverse_kl([-1.0], [-3.0, -2.0, -0.5], -5.0, 5.0, 2.0) == [4.0]
+    assert compute_distill_reverse_kl([], [-1.0], -5.0, 5.0) == []
+    theirs = upstream()
+    for args in (([-1.0, -2.0, -0.2], [-1.5, -0.1], -1.0, 1.0, 1.0, 0.5), ([-0.3], [-1.0, -2.0], -9.0, 9.0)):
+        assert compute_distill_reverse_kl(*args) == pytest.approx(theirs.compute_distill_reverse_kl(*args))
+
+
+def test_distill_estimator_still_refuses_log_prob_lists_of_different_lengths() -> None:
+    with pytest.raises(InputFieldError, match=r"different token counts"):
+        rllm.compute_advantages("distill", [0.0], [0], teacher_log_probs=[[-1.0, -2.0]], rollout_log_probs=[[-1.0]])

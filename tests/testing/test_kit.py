@@ -151,6 +151,10 @@ def tensor_metrics(ctx):  # type: ignore[no-untyped-def]
     return ctx.aggregate(per_token), {"mean": per_token.mean()}  # the bug: a tensor, not a number
 
 
+def flipped_sign(ctx):  # type: ignore[no-untyped-def]
+    return ctx.aggregate(-_pg(ctx)), {}  # the bug: +A * ratio, a descent step lowers the good tokens' log-probs
+
+
 def float32_pg(ctx):  # type: ignore[no-untyped-def]
     return ctx.aggregate(_pg(ctx).float()), {"ratio": 1.0}  # correct, in float32
 
@@ -171,6 +175,14 @@ def float32_pg(ctx):  # type: ignore[no-untyped-def]
             {"agg_modes": ["token-mean"]},
             "micro_batches",
             r"breaks 'micro-batches add up \(token-mean\)': micro-batches of sequences \[\[0, 3\], \[1\], \[2, 4\]\]",
+        ),
+        (
+            flipped_sign,
+            {},
+            "direction",
+            # +A / 20 tokens: the largest advantage, 2 (sequence 3), gives the worst token, gradient 2 / 20
+            r"breaks 'gradient follows the advantage \(token-mean\)': a descent step moves the log-prob of token 0 "
+            r"of sequence 3 \(advantage 2\) against its advantage \(gradient 0\.1\)",
         ),
         (
             tensor_metrics,
@@ -225,3 +237,35 @@ def test_an_estimator_that_hands_back_its_input_does_not_own_its_output(plugin_m
     ):
         owned()
     rllm.compute_advantages("handed_back", [1.0, 0.0], [0, 0])  # the door itself copies it: only the kit says so
+
+
+def test_an_estimator_with_a_flipped_sign_fails_the_direction_check_and_only_it() -> None:
+    from rllm.experimental.common.advantage import register_rllm_adv_estimator
+
+    @register_rllm_adv_estimator("flipped_grpo")
+    def flipped_grpo(rewards, **kwargs):  # type: ignore[no-untyped-def]
+        out = [(g.mean() - g) / (g.std() + 1e-6) for g in rewards]  # the bug: mean - reward
+        return out, out
+
+    checks = estimator_checks("flipped_grpo", properties=["zero_mean", "shift_invariant", "group_independent"])
+    failing = [c for c in checks if "reward_direction" in c.id]
+    assert len(failing) == 2  # one per input of the kit
+    for check in checks:
+        if check not in failing:
+            check()  # centred, order-preserving, finite: every other check passes
+    for check in failing:
+        with pytest.raises(
+            ConformanceError,
+            match=r"estimator 'flipped_grpo' breaks 'higher reward, higher advantage': in group .* trajectory \d+ "
+            r"\(reward [\d.]+\) got advantage -?[\d.]+, below trajectory \d+'s",
+        ):
+            check()
+
+
+def test_an_estimator_that_ignores_the_rewards_has_no_direction_to_keep(plugin_manager) -> None:  # type: ignore[no-untyped-def]
+    import rllm
+
+    rllm.register_rllm_adv_estimator("constant", style="batch", options=())(lambda batch: batch.rewards * 0 + 1.0)
+    for check in estimator_checks("constant"):
+        if "reward_direction" in check.id:
+            check()

@@ -152,6 +152,30 @@ def test_inside_verl_under_rllms_name(name: str) -> None:
     assert torch.allclose(advantages, verl(name, data), atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_inside_verl_returns_are_verls_reward_to_go_not_the_advantages(name: str) -> None:
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    from rllm_verl.inside_verl import register_in_verl
+
+    register_in_verl()
+    data = batch(5, holes=True)
+    kwargs = {
+        "token_level_rewards": data["rewards"],
+        "response_mask": data["mask"],
+        "index": data["uids"],
+        "old_log_probs": data["old"],
+        "sum_pi_squared": data["squares"],
+    }
+    advantages, returns = get_adv_estimator_fn("rllm." + name)(**kwargs)
+    _, their_returns = get_adv_estimator_fn(name)(**kwargs)
+    assert torch.equal(returns, their_returns)
+    assert not torch.allclose(returns, advantages)
+    # by hand: the masked rewards summed from each token to the row's end (row 0's reward sits on its last token)
+    row = data["rewards"][0] * data["mask"][0]
+    assert returns[0].tolist() == [float(row[t:].sum()) for t in range(row.shape[0])]
+
+
 def test_inside_verl_without_the_fields_names_them() -> None:
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 

@@ -231,6 +231,49 @@ def _groupwise(name: str, options: Mapping[str, Any], case: Case, prop: str) -> 
             )
 
 
+def _levelled(case: Case) -> Case:
+    """``case`` with rewards rescaled into [0, 1] (order kept) and each group's other fields set to its first member's.
+
+    Within a group only the rewards then differ, so only they can order the advantages.
+    """
+    rewards = np.asarray(case.rewards, dtype=float)
+    low, span = float(rewards.min()), float(np.ptp(rewards)) or 1.0
+    fields = {}
+    for key, value in case.fields.items():
+        levelled = np.array(value, copy=True)
+        for positions in _members(case).values():
+            levelled[positions] = levelled[positions[0]]
+        fields[key] = levelled
+    return Case(((rewards - low) / span).tolist(), list(case.group_ids), fields)
+
+
+def check_reward_direction(name: str, options: Mapping[str, Any], case: Case) -> None:
+    """Within a group, a higher reward never gets a lower advantage (rewards in [0, 1], other fields alike).
+
+    An estimator whose advantages do not move with the rewards (one reading other fields only,
+    such as ``distill``) has no direction to keep.
+    """
+    prop = "higher reward, higher advantage"
+    levelled = _levelled(case)
+    base = _compute(name, levelled, options, prop)
+    reversed_rewards = Case([1.0 - r for r in levelled.rewards], levelled.group_ids, levelled.fields)
+    if np.allclose(_compute(name, reversed_rewards, options, prop), base, rtol=_TOLERANCE, atol=_TOLERANCE):
+        return
+    tolerance = _TOLERANCE * max(1.0, float(np.abs(base).max()))
+    for positions in _members(levelled).values():
+        for i in positions:
+            for j in positions:
+                if levelled.rewards[i] > levelled.rewards[j] and base[i] < base[j] - tolerance:
+                    raise _fail(
+                        name,
+                        prop,
+                        levelled,
+                        f"in group {levelled.group_ids[i]!r}, trajectory {i} (reward {levelled.rewards[i]:.4g}) got "
+                        f"advantage {base[i]:.6g}, below trajectory {j}'s {base[j]:.6g} (reward "
+                        f"{levelled.rewards[j]:.4g}): training would favour the worse answer; check the sign",
+                    )
+
+
 @dataclass(frozen=True)
 class Check:
     """One named check of one plugin part; call it to run it. ``id`` names it in test reports."""
@@ -249,6 +292,7 @@ _ALWAYS: dict[str, Callable[[str, Mapping[str, Any], Case], None]] = {
     "order_preserved": check_order_preserved,
     "labels_any_type": check_labels_any_type,
     "finite_output": check_finite_output,
+    "reward_direction": check_reward_direction,
 }
 
 

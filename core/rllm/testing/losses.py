@@ -227,7 +227,48 @@ def check_micro_batches(name: str, options: Mapping[str, Any]) -> None:
             raise _fail(name, prop, f"the gradients of micro-batches {parts} do not add up to the batch's")
 
 
+SEQUENCE_ADVANTAGES = (1.0, -0.5, -1.5, 2.0, 0.75)
+"""One advantage per sequence (as outcome estimators give), both signs, for the direction check."""
+
+
+def check_direction(name: str, options: Mapping[str, Any]) -> None:
+    """On-policy, a gradient step raises the log-probs of positive-advantage tokens and lowers the negatives'.
+
+    The batch's log-probs equal the old ones (ratio 1, inside every clip) and each sequence has one
+    advantage: every masked token's gradient must have the opposite sign of its advantage (or be 0).
+    A loss whose gradient does not depend on the advantages (cross-entropy) has no direction to keep.
+    """
+    import torch
+
+    inputs = _inputs()
+    inputs["log_probs"] = inputs["old_log_probs"].clone()
+    per_sequence = torch.tensor(SEQUENCE_ADVANTAGES, dtype=torch.float64)[:, None]
+    inputs["advantages"] = per_sequence.expand_as(inputs["log_probs"]).clone()
+    on = inputs["response_mask"] != 0
+    what = f"{_INPUT}, log_probs equal to old_log_probs, advantages {list(SEQUENCE_ADVANTAGES)} per sequence"
+    for mode in _modes(name):
+        prop = f"gradient follows the advantage ({mode})"
+        _, grad, _ = _run(name, inputs, options, mode, prop)
+        _, flipped, _ = _run(name, dict(inputs, advantages=-inputs["advantages"]), options, mode, prop)
+        if torch.allclose(grad, flipped, rtol=_RTOL, atol=0.0):
+            return  # the advantages do not enter its gradient
+        along = grad * inputs["advantages"]
+        worst = float(along[on].max())
+        if worst > _RTOL * float(along[on].abs().max()) or float(along[on].sum()) >= 0:
+            flat = int(torch.where(on, along, -math.inf).argmax())
+            row, col = divmod(flat, along.shape[1])
+            raise _fail(
+                name,
+                prop,
+                f"a descent step moves the log-prob of token {col} of sequence {row} (advantage "
+                f"{SEQUENCE_ADVANTAGES[row]:g}) against its advantage (gradient {float(grad[row, col]):.6g}); "
+                "the loss must fall as the log-probs of positive-advantage tokens rise, e.g. -advantage * ratio",
+                what,
+            )
+
+
 LOSS_CHECKS: dict[str, Callable[[str, Mapping[str, Any]], None]] = {
+    "direction": check_direction,
     "scalar_gradient": check_scalar_gradient,
     "masked_positions": check_masked_positions,
     "modes": check_modes,

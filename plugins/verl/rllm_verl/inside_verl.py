@@ -8,7 +8,8 @@ ignored), takes response lengths from the mask (its non-zero entries), runs the 
 invocation pipeline (options, rewards and outputs are checked exactly as in rllm), and returns
 the advantages broadcast over the mask, in verl's dtype and on verl's device, as both advantages
 and returns (the outcome estimators of verl do the same; for ``reinforce_plus_plus`` and ``remax``
-``returns`` is the reward-to-go, as verl's namesakes give).
+``returns`` is the reward-to-go, and for the optimal token baselines the masked rewards summed to
+the row's end, as verl's namesakes give).
 
 Estimator options come from the algorithm config under :data:`OPTIONS_KEY`
 (``algorithm.rllm_options``); verl's own ``norm_adv_by_std_in_grpo``, ``gamma`` and ``lam``
@@ -66,8 +67,26 @@ FROM_VERL = {
 }
 """The rllm batch fields an adapter can fill, and what of verl's input fills them."""
 
+NEVER_PASSED = "verl does not pass it to advantage estimators; run this estimator with rllm's trainer"
+NOT_PASSED = {
+    "baseline_rewards": "verl's trainer fills reward_baselines only for its own algorithm.adv_estimator=remax",
+    "step_values": (
+        "verl's trainer passes the critic's values only to its own algorithm.adv_estimator=gae, so use gae there "
+        "(rllm.gae takes values= when called as verl's gae is)"
+    ),
+    "old_log_probs": (
+        "verl's trainer passes old_log_probs and sum_pi_squared only to its own optimal_token_baseline and "
+        "tir_optimal_token_baseline (with actor.calculate_sum_pi_squared=True), so use those names there"
+    ),
+}
+NOT_PASSED["sum_pi_squared"] = NOT_PASSED["old_log_probs"]
+"""Why a field an rllm estimator needs is missing from verl's call, and what to do instead."""
+
 RETURNS_TO_GO = ("reinforce_plus_plus", "remax")
 """Estimators whose verl namesakes return the (discounted) reward-to-go as ``returns``, not the advantages."""
+
+SUMMED_TO_END = ("optimal_token_baseline", "tir_optimal_token_baseline")
+"""Estimators whose verl namesakes return each token's masked rewards summed to the row's end as ``returns``."""
 
 RAW_GAE = {"normalize": False}
 """rllm gae's options for the advantages before whitening, of which verl's gae makes the critic's returns."""
@@ -136,6 +155,8 @@ def make_adapter(name: str) -> VerlEstimatorFn:
                 name, token_level_rewards, response_mask, index, config, reward_baselines, values, direct, RAW_GAE
             )
             return advantages, (raw + values) * (response_mask != 0)
+        if name in SUMMED_TO_END:  # as verl's own optimal token baselines return
+            return advantages, summed_to_end(token_level_rewards, response_mask)
         if name in RETURNS_TO_GO:  # as verl's own reinforce_plus_plus and remax return
             discount = float(direct.get("gamma", _setting(config, "gamma") or 1.0))
             return advantages, reward_to_go(
@@ -180,10 +201,10 @@ def run_for_verl(
     tokens = dict(tokens or {})
     missing += [field for field in entry.requires if field in TOKEN_FIELDS and field not in tokens]
     if missing:
+        reasons = sorted({NOT_PASSED.get(field, NEVER_PASSED) for field in missing})
         raise MissingInputError(
-            f"rllm estimator {name!r} needs {', '.join(map(repr, missing))}, which verl does not pass to "
-            f"advantage estimators. Inside verl an rllm estimator gets: "
-            f"{'; '.join(f'{k} from {v}' for k, v in FROM_VERL.items())}."
+            f"rllm estimator {name!r} needs {', '.join(map(repr, missing))}, which this call from verl did not "
+            f"pass: {'; '.join(reasons)}."
         )
     if index is None and values is not None:
         index = np.arange(token_level_rewards.shape[0])
@@ -294,6 +315,18 @@ def reward_to_go(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
         running = torch.where(on, token_level_rewards[:, t] + gamma * running, running)
         out[:, t] = torch.where(on, running, torch.zeros_like(running))
     return out
+
+
+def summed_to_end(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Each token's sum of the masked rewards from it to the row's end (verl's optimal-token-baseline returns).
+
+    Unlike :func:`reward_to_go`, a token outside the mask inside a response gets the sum too, as in verl;
+    a NaN or inf outside the mask is padding and counts 0.
+    """
+    import torch
+
+    masked = torch.where(response_mask != 0, token_level_rewards * response_mask, 0.0)
+    return masked.flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
 
 
 def broadcast(advantages: FloatArray | Ragged, like: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

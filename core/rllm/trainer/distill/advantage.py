@@ -1,10 +1,11 @@
 """rLLM's distillation functions (``rllm.trainer.distill.advantage``), on rllm's distillation kernel.
 
 The numbers are rLLM's: ``kl_penalty_coef * (teacher - student)`` per token, summed over later
-tokens with ``kl_discount_factor`` when it is above 0, then clipped. Two things differ on
-purpose: log-prob lists of different lengths are refused (rLLM cuts the longer one), and a
-teacher whose tokenizer differs from the student's is refused by name, since aligning tokens
-across vocabularies is not built here.
+tokens with ``kl_discount_factor`` when it is above 0, then clipped; log-prob lists of different
+lengths are cut to the shorter one, as rLLM does, so code written for rLLM runs unchanged (the
+``distill`` estimator refuses them). One thing differs on purpose: a teacher whose tokenizer
+differs from the student's is refused by name, since aligning tokens across vocabularies is not
+built here.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from rllm.engine.vocabulary import same_vocabulary
-from rllm.errors import EngineCallError, EstimatorOptionError, WorkflowError
+from rllm.errors import EngineCallError, WorkflowError
 from rllm.estimators.distillation import reverse_kl_advantages
 from rllm.estimators.ragged import Ragged
 from rllm.estimators.statistics import suffix_discounted
@@ -41,15 +42,14 @@ def compute_distill_reverse_kl(
     kl_penalty_coef: float = 1.0,
     kl_discount_factor: float = 0.0,
 ) -> list[float]:
-    """Per-token advantages ``clip(kl_penalty_coef * (teacher - student))``, discounted first when asked."""
-    if len(teacher_logprobs) != len(student_logprobs):
-        raise EstimatorOptionError(
-            f"compute_distill_reverse_kl got {len(teacher_logprobs)} teacher and {len(student_logprobs)} student "
-            "log-probs; give one of each per response token."
-        )
+    """Per-token advantages ``clip(kl_penalty_coef * (teacher - student))``, discounted first when asked.
+
+    Lists of different lengths are cut to the shorter one (rLLM's behaviour at this path).
+    """
+    length = min(len(teacher_logprobs), len(student_logprobs))
     return reverse_kl_advantages(
-        _row(teacher_logprobs),
-        _row(student_logprobs),
+        _row(list(teacher_logprobs)[:length]),
+        _row(list(student_logprobs)[:length]),
         coef=kl_penalty_coef,
         discount=kl_discount_factor,
         clip_min=clip_min,
