@@ -198,3 +198,99 @@ def test_a_server_that_does_not_keep_the_weights_it_is_sent_is_one_line(stub: St
 def test_without_a_resync_another_version_is_the_servers_to_report(stub: Stub) -> None:
     engine = _engine(stub, lambda path, body: (200, completion([7], [-0.5])))  # version 5, the engine's 0
     assert asyncio.run(engine.generate([1])).weight_version == 5
+
+
+LOGPROBS = "choices[0].logprobs.token_logprobs"
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (completion([4], [float("nan")]), f"{LOGPROBS}[0] = nan; a log-prob must be a finite number <= 0"),
+        (completion([4, 5], [-0.1, float("-inf")]), f"{LOGPROBS}[1] = -inf"),
+        (completion([4], [float("inf")]), f"{LOGPROBS}[0] = inf"),
+        (completion([4], [0.5]), f"{LOGPROBS}[0] = 0.5"),
+        (completion([4], [True]), f"{LOGPROBS}[0] = True"),
+        (completion([4], [None]), f"{LOGPROBS}[0] = None"),
+        (completion([4], ["-0.1"]), f"{LOGPROBS}[0] = '-0.1'"),
+        (completion([True], [-0.1]), "choices[0].token_ids[0] = True, which is not a token id"),
+        (completion([4, -1], [-0.1, -0.1]), "choices[0].token_ids[1] = -1, which is not a token id"),
+        (completion([4.0], [-0.1]), "choices[0].token_ids[0] = 4.0, which is not a token id"),
+        ({**completion([4], [-0.1]), "weight_version": "five"}, "weight_version = 'five'; it must be an integer"),
+        ({**completion([4], [-0.1]), "weight_version": True}, "weight_version = True; it must be an integer"),
+        ({**completion([4], [-0.1]), "weight_version": float("nan")}, "weight_version = nan"),
+    ],
+)
+def test_a_number_the_server_answers_is_checked_where_it_is_read(stub: Stub, answer: dict[str, Any], said: str) -> None:
+    engine = _engine(stub, lambda path, body: (200, answer))
+    with pytest.raises(InferenceServerError) as caught:
+        asyncio.run(engine.generate([1, 2], max_tokens=2))
+    message = _one_line(caught)
+    assert said in message and f"{stub.root}/v1/completions" in message, message
+
+
+def test_rounding_above_zero_is_read_as_zero_and_more_is_refused(stub: Stub) -> None:
+    engine = _engine(stub, lambda path, body: (200, completion([4, 5], [6e-8, -0.25])))
+    assert asyncio.run(engine.generate([1, 2], max_tokens=2)).logprobs == [0.0, -0.25]
+    engine = _engine(stub, lambda path, body: (200, completion([4], [0.002])))
+    with pytest.raises(InferenceServerError, match=r"token_logprobs\[0\] = 0.002"):
+        asyncio.run(engine.generate([1, 2], max_tokens=2))
+
+
+def test_token_ids_beyond_the_trainers_vocabulary_are_refused(stub: Stub) -> None:
+    class Tokenizer:  # only its size is read on this path
+        def __len__(self) -> int:
+            return 10
+
+    engine = _engine(stub, lambda path, body: (200, completion([9, 10], [-0.1, -0.1])))
+    engine.tokenizer, engine._connected = Tokenizer(), True
+    engine.model = "stub"
+    with pytest.raises(InferenceServerError) as caught:
+        asyncio.run(engine.generate([1, 2], max_tokens=2))
+    assert "choices[0].token_ids[1] = 10, which is not a token id (0..9" in _one_line(caught)
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ([{"logprob": float("nan")}], "choices[0].logprobs.content[0].logprob = nan"),
+        ([{"logprob": 3.0}], "choices[0].logprobs.content[0].logprob = 3.0"),
+        (["x"], "choices[0].logprobs.content[0].logprob = None"),
+    ],
+)
+def test_chat_log_probs_are_checked_too(stub: Stub, content: list[Any], said: str) -> None:
+    def reply(path: str, body: Any) -> Reply:
+        choice = {"index": 0, "message": {"content": "Hi"}, "token_ids": [3], "logprobs": {"content": content}}
+        return 200, {"choices": [choice], "prompt_token_ids": [1, 2]}
+
+    engine = _engine(stub, reply)
+    with pytest.raises(InferenceServerError) as caught:
+        asyncio.run(engine.get_model_response([{"role": "user", "content": "hello"}]))
+    assert said in _one_line(caught)
+
+
+def test_chat_prompt_ids_are_checked(stub: Stub) -> None:
+    def reply(path: str, body: Any) -> Reply:
+        choice = {
+            "index": 0,
+            "message": {"content": "Hi"},
+            "token_ids": [3],
+            "logprobs": {"content": [{"logprob": -1}]},
+        }
+        return 200, {"choices": [choice], "prompt_token_ids": [1, False]}
+
+    engine = _engine(stub, reply)
+    with pytest.raises(InferenceServerError) as caught:
+        asyncio.run(engine.get_model_response([{"role": "user", "content": "hello"}]))
+    assert "prompt_token_ids[1] = False, which is not a token id" in _one_line(caught)
+
+
+@pytest.mark.parametrize(("limit", "said"), [(1, "max_model_len = 1; it must be an integer >= 2"), ("4k", "'4k'")])
+def test_an_unusable_max_model_len_is_one_line_naming_it(stub: Stub, limit: Any, said: str) -> None:
+    models = {"data": [{"id": "stub", "max_model_len": limit}]}
+    stub.reply = lambda path, body: (200, models)
+    engine = OpenAIEngine(base_url=f"{stub.root}/v1", api_retries=0, timeout=5.0)
+    with pytest.raises(InferenceServerError) as caught:
+        asyncio.run(engine.generate([1]))
+    message = _one_line(caught)
+    assert f"{stub.root}/v1/models answered max_model_len" in message and said in message

@@ -69,6 +69,8 @@ def test_memory_posts_the_bytes_with_the_version(stub: Stub, tmp_path: Path) -> 
         (500, {"detail": "boom"}, "HTTP 500: boom"),
         (200, {"success": False, "message": "shape mismatch"}, "shape mismatch"),
         (200, {"success": True, "weight_version": 9}, "now reports weight_version 9"),
+        (200, {"success": True, "weight_version": "v1"}, "answered weight_version = 'v1'; it must be an integer"),
+        (200, {"success": True, "weight_version": True}, "answered weight_version = True"),
     ],
 )
 def test_a_refused_update_is_one_line_naming_the_server(

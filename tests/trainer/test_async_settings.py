@@ -57,8 +57,29 @@ def _build(make_config, backend: Any, *overrides: str) -> UnifiedTrainer:
 
 
 def test_a_negative_threshold_is_refused_naming_the_key(make_config) -> None:
-    with pytest.raises(ConfigError, match=r"rllm.async_training.staleness_threshold must be an integer >= 0; got -1"):
+    with pytest.raises(
+        ConfigError, match=r"rllm.async_training.staleness_threshold must be an integer >= 0 and <= 32; got -1"
+    ):
         make_config(*ASYNC, "rllm.async_training.staleness_threshold=-1")
+
+
+@pytest.mark.parametrize("key", ["staleness_threshold", "max_batches_ahead"])
+def test_a_threshold_above_its_bound_is_refused_in_one_line(make_config, key: str) -> None:
+    with pytest.raises(
+        ConfigError, match=rf"rllm.async_training.{key} must be an integer >= \d+ and <= 32; got 100000"
+    ):
+        make_config(*ASYNC, f"rllm.async_training.{key}=100000")
+    make_config(*ASYNC, f"rllm.async_training.{key}=32")  # the bound itself is allowed
+
+
+def test_the_lag_counts_stay_a_bounded_family_of_keys() -> None:
+    episodes = [_episode(f"e{lag}:0", 100 - lag) for lag in range(0, 100, 3)]  # lags 0, 3, ..., 99
+    metrics = lag_metrics(episodes, 100, 100_000)
+    counts = {key for key in metrics if key.startswith("async/staleness/count_")}
+    assert len(counts) == 32 + 2  # count_0 .. count_32, and count_over
+    assert metrics["async/staleness/count_over"] == float(len(range(33, 100, 3)))  # lags 33..99
+    assert metrics["async/staleness/count_3"] == 1.0 and metrics["async/staleness/count_4"] == 0.0
+    assert "async/staleness/count_over" not in lag_metrics(episodes[:2], 100, 3)  # lags 0 and 3: none above
 
 
 def test_a_backend_that_cannot_overlap_is_named(make_config) -> None:

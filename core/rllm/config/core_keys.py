@@ -55,6 +55,11 @@ def _count(path: str, default: int | None, doc: str, minimum: int = 1, **extra: 
 
 _MASKS = tuple(reason.value for reason in TerminationReason)
 
+MAX_STALENESS = 32
+"""``rllm.async_training.staleness_threshold``'s upper bound: each version a sample may lag is a batch sampled
+ahead (held in memory, with the weights that sample it) and one ``async/staleness/count_K`` metric; 32 is far past
+where off-policy corrections still hold."""
+
 CORE_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey(
         "rllm.backend",
@@ -387,13 +392,15 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "rllm.async_training.staleness_threshold",
         0,
         "Policy versions a sample may lag behind the policy it trains (0: on-policy, as a synchronous run); "
-        "sampling pauses rather than exceed it.",
+        f"sampling pauses rather than exceed it; at most {MAX_STALENESS}.",
         0,
+        maximum=MAX_STALENESS,
     ),
     _count(
         "rllm.async_training.max_batches_ahead",
         1,
-        "Batches sampled ahead of the one training, at most (also bounded by staleness_threshold).",
+        f"Batches sampled ahead of the one training, at most {MAX_STALENESS} (also bounded by staleness_threshold).",
+        maximum=MAX_STALENESS,
     ),
     _bool_key(
         "rllm.async_training.allow_uncorrected",

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rllm.engine.rollout import answers
 from rllm.engine.rollout.http import Answer, request_json
 from rllm.errors import InferenceServerError, WeightSyncError
 
@@ -87,7 +88,13 @@ class WeightSync:
                 "the run stops before training on stale weights."
             )
         reported = answer.body.get("weight_version")
-        if reported is not None and int(reported) != version:
+        try:
+            reported = None if reported is None else answers.integer(reported, where, "weight_version", 0)
+        except InferenceServerError as exc:
+            raise WeightSyncError(
+                f"Weight update {version}: {exc} The run stops before training on stale weights."
+            ) from None
+        if reported is not None and reported != version:
             raise WeightSyncError(
                 f"Weight update {version} sent to {where}, which now reports weight_version {reported}; "
                 "the run stops before training on stale weights."

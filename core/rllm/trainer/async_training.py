@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
+from rllm.config.core_keys import MAX_STALENESS
 from rllm.errors import ConfigError, TrainerError
 from rllm.trainer.engine import EngineStats
 from rllm.types import Episode
@@ -161,7 +162,10 @@ def check_batch_version(episodes: Sequence[Episode], version: int) -> None:
 
 
 def lag_metrics(episodes: Sequence[Episode], policy_version: int, staleness: int) -> dict[str, float]:
-    """How many versions each episode lags the policy training on it (its oldest step): min, mean, max and counts."""
+    """How many versions each episode lags the policy training on it (its oldest step): min, mean, max and counts.
+
+    The counts are one key per lag ``0..staleness`` (at most :data:`MAX_STALENESS` + 1 keys, the threshold's
+    bound), lags beyond it (which the sampler does not admit) under ``count_over``: the family of keys is bounded."""
     lags = []
     for episode in episodes:
         versions = [s.weight_version for t in episode.trajectories for s in t.steps if s.weight_version is not None]
@@ -175,7 +179,11 @@ def lag_metrics(episodes: Sequence[Episode], policy_version: int, staleness: int
         "async/staleness/mean": sum(lags) / len(lags),
         "async/staleness/max": float(max(lags)),
     }
-    metrics.update({f"async/staleness/count_{lag}": float(counts[lag]) for lag in range(staleness + 1)})
+    top = min(staleness, MAX_STALENESS)
+    metrics.update({f"async/staleness/count_{lag}": float(counts[lag]) for lag in range(top + 1)})
+    over = sum(count for lag, count in counts.items() if lag > top)
+    if over:
+        metrics["async/staleness/count_over"] = float(over)
     return metrics
 
 

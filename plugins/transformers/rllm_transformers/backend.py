@@ -61,6 +61,7 @@ try:  # the extra first: without it, selecting the backend is one line naming th
     from rllm_transformers.engine import Sampling, TransformersEngine
     from rllm_transformers.model import TINY, default_threads, has_digit_ids, load_policy, set_training
     from rllm_transformers.rewards import check_estimators_see_the_penalty, subtract_from_rewards
+    from rllm_transformers.weights import load_checked
 except ImportError as exc:
     raise missing_extra_error(exc) from None
 
@@ -68,6 +69,10 @@ DEFAULT_LOSS = "vanilla"
 
 _REFUSED = {"rllm.algorithm.router_replay": "its models are trained without router replay; set it to disabled"}
 """rLLM's keys this backend cannot honour when set (key: what to do). Every other key is honoured."""
+
+
+def _unfit(version: int, problem: str) -> TrainerError:
+    return TrainerError(f"The published weights of policy version {version} do not fit the rollout model ({problem}).")
 
 
 class TransformersBackend(BackendProtocol):
@@ -281,7 +286,7 @@ class TransformersBackend(BackendProtocol):
             if self.weight_sync is not None:
                 self._push(version, weights)  # outside the lock: the update thread may publish meanwhile
             else:
-                self.rollout_model.load_state_dict(weights)
+                load_checked(self.rollout_model, weights, lambda problem: _unfit(version, problem))
                 self._rollout_version = version
         engine.weight_version = version
 

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from rllm.errors import CheckpointError
+from rllm_transformers.weights import load_checked
 
 MODEL_DIR = "model"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -73,13 +74,14 @@ def load_training_state(
         raise CheckpointError(
             f"Transformers checkpoint in {str(directory)!r} is unreadable ({exc}); delete it to start over."
         ) from exc
-    try:
-        model.load_state_dict(loaded.state_dict())
-    except RuntimeError as exc:
-        raise CheckpointError(
-            f"Checkpoint {str(directory)!r} holds a model of another shape than rllm.transformers.model gives "
-            f"({str(exc).splitlines()[0]}); resume with the same model settings."
-        ) from None
+    load_checked(
+        model,
+        loaded.state_dict(),
+        lambda problem: CheckpointError(
+            f"Checkpoint {str(directory)!r} holds a model that does not fit the one rllm.transformers.model gives "
+            f"({problem}); resume with the same model settings."
+        ),
+    )
     state: dict[int, dict[str, torch.Tensor]] = defaultdict(dict)
     for key, value in tensors.items():
         index, name = key.split(".", 1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import json
 import socket
 import uuid
@@ -26,6 +27,7 @@ from rllm_transformers.checkpoint import MODEL_DIR
 from rllm_transformers.engine import SampleRequest, Sampling, TransformersEngine
 from rllm_transformers.model import Policy, load_policy
 from rllm_transformers.plugin import _installed
+from rllm_transformers.weights import load_checked
 
 Choice, Params, RequestError = openai_api.Choice, openai_api.Params, openai_api.RequestError
 
@@ -141,14 +143,16 @@ class Server:
             directory = directory / MODEL_DIR  # an rllm train checkpoint: its model part
         if not directory.is_dir():
             raise RequestError(f"model_path {path!r}: no such directory.", "model_path")
-        return await self._swap(lambda: self._from_disk(directory, path), body.get("weight_version"), f"loaded {path}")
+        load = functools.partial(self._from_disk, directory, path)
+        return await self._swap(load, body.get("weight_version"), f"loaded {path}", "model_path")
 
     async def update_weights_in_memory(self, data: bytes, version: str | None) -> dict[str, Any]:
         """``/update_weights_from_safetensors``: the state dict in the body, as ``safetensors.torch.save`` wrote it."""
-        return await self._swap(lambda: self._from_bytes(data), version, f"loaded {len(data)} bytes")
+        return await self._swap(functools.partial(self._from_bytes, data), version, f"loaded {len(data)} bytes", "body")
 
-    async def _swap(self, load: Any, version: Any, message: str) -> dict[str, Any]:
-        """Load new weights between batches (no request samples from half-loaded ones) and set the version."""
+    async def _swap(self, load: Any, version: Any, message: str, field: str) -> dict[str, Any]:
+        """Load new weights between batches (no request samples from half-loaded ones) and set the version; weights
+        that do not fit the served model are refused whole (:func:`load_checked`), the served ones kept."""
         if version is not None:
             try:
                 version = int(version)
@@ -156,16 +160,16 @@ class Server:
                 raise RequestError(f"weight_version must be an integer, got {version!r}.", "weight_version") from None
         async with self._model_lock:
             state = await asyncio.to_thread(load)
-            await asyncio.to_thread(self._load_state, state)
+            await asyncio.to_thread(load_checked, self.policy.model, state, lambda problem: _refused(field, problem))
             self.weight_version = self.weight_version + 1 if version is None else version
         return {"success": True, "message": message, "weight_version": self.weight_version}
 
     def _from_disk(self, directory: Path, path: str) -> dict[str, torch.Tensor]:
         from transformers import AutoModelForCausalLM
 
-        try:
+        try:  # safetensors, or a pickle torch refuses to unpickle (weights_only): a 400 either way
             return AutoModelForCausalLM.from_pretrained(str(directory)).state_dict()  # type: ignore[no-any-return]
-        except (OSError, ValueError) as exc:
+        except Exception as exc:  # whatever the directory holds, it is the request's directory that is unusable
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise RequestError(
                 f"model_path {path!r}: no model could be loaded there ({first}).", "model_path"
@@ -180,13 +184,6 @@ class Server:
             return load(data)  # type: ignore[no-any-return]
         except (SafetensorError, ValueError) as exc:
             raise RequestError(f"the body is not a safetensors state dict ({exc}).", "body") from None
-
-    def _load_state(self, state: dict[str, torch.Tensor]) -> None:
-        try:
-            self.policy.model.load_state_dict(state)
-        except RuntimeError as exc:
-            first = str(exc).strip().splitlines()[0]
-            raise RequestError(f"the new weights are of another shape than the served model's ({first}).") from None
 
     def tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
         """vLLM's ``/tokenize``: the prompt's ids (``add_special_tokens`` as vLLM, default true) and the context."""
@@ -222,6 +219,12 @@ class Server:
 
     def _decode(self, ids: list[int]) -> str:
         return str(self.policy.tokenizer.decode(ids))
+
+
+def _refused(field: str, problem: str) -> RequestError:
+    return RequestError(
+        f"the new weights do not fit the served model: {problem}; the served weights stay as they were.", field
+    )
 
 
 def _choices(generations: list[Generation]) -> list[Choice]:

@@ -46,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rllm.engine.chat import ConversationPrompts, completion_output, template_ids
+from rllm.engine.rollout import answers
 from rllm.engine.rollout.http import Answer, ServerTimeout, ServerUnreachable, request_json
 from rllm.engine.rollout.rollout_engine import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine
 from rllm.errors import DataError, EngineCallError, InferenceServerError, RLLMWarning
@@ -228,7 +229,9 @@ class OpenAIEngine(RolloutEngine):
             seen = self.resyncs.get(server, 0)
             answer, unanswered = self._attempts(url, body, session)
             reported = answer.body.get("weight_version")
-            lost = unanswered if reported is None else int(reported) != self.weight_version
+            if reported is not None:
+                reported = answers.integer(reported, url, "weight_version", 0)
+            lost = unanswered if reported is None else reported != self.weight_version
             if self.resync is None or not lost:
                 return answer
             with self._resyncing:  # one push per loss, however many requests noticed it
@@ -268,8 +271,8 @@ class OpenAIEngine(RolloutEngine):
                         "fix rllm.rollout.openai.model."
                     )
                 card = next((c for c in cards if isinstance(c, dict) and c.get("id") == self.model), {})
-                if card.get("max_model_len"):
-                    limits.append(int(card["max_model_len"]))
+                if card.get("max_model_len") is not None:  # a context must hold a prompt token and a sampled one
+                    limits.append(answers.integer(card["max_model_len"], f"{server}/models", "max_model_len", 2))
                 if self.tokenizer is not None:
                     self._check_tokenizer(server)
             if limits and self.max_model_length is None:
@@ -373,7 +376,7 @@ class OpenAIEngine(RolloutEngine):
         url = f"{server}/completions"
         answer = await self._call(server, url, body, session)
         choice = _first_choice(answer, url)
-        ids = _token_ids(choice, url, "choices[0].token_ids")
+        ids = self._token_ids(choice.get("token_ids"), url, "choices[0].token_ids")
         logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
         if logprobs is None:
             raise InferenceServerError(
@@ -386,6 +389,7 @@ class OpenAIEngine(RolloutEngine):
                 f"{url} sampled from other prompt ids than it was sent ({len(echoed)} ids for {len(prompt)}); it "
                 "re-tokenised the prompt: serve the trained model's tokenizer."
             )
+        logprobs = answers.log_probs(logprobs, url, "choices[0].logprobs.token_logprobs")
         return self._generation(answer, choice, url, prompt, ids, logprobs, limit)
 
     async def respond(
@@ -431,17 +435,16 @@ class OpenAIEngine(RolloutEngine):
         url = f"{server}/chat/completions"
         answer = await self._call(server, url, body, session)
         choice = _first_choice(answer, url)
-        ids = _token_ids(choice, url, "choices[0].token_ids")
-        prompt = answer.body.get("prompt_token_ids")
-        if prompt is None:
-            raise InferenceServerError(f"{url} answered without prompt_token_ids; {ENABLE_IDS}.")
+        ids = self._token_ids(choice.get("token_ids"), url, "choices[0].token_ids")
+        prompt = self._token_ids(answer.body.get("prompt_token_ids"), url, "prompt_token_ids")
         content = (choice.get("logprobs") or {}).get("content")
         if content is None:
             raise InferenceServerError(
                 f"{url} answered without choices[0].logprobs.content; it must return the sampled tokens' log-probs "
                 "when asked with logprobs=true."
             )
-        logprobs = [item.get("logprob") if isinstance(item, dict) else None for item in content]
+        values = [item.get("logprob") if isinstance(item, dict) else None for item in content]
+        logprobs = answers.log_probs(values, url, "choices[0].logprobs.content", ".logprob")
         generation = self._generation(answer, choice, url, list(prompt), ids, logprobs, limit)
         text = (choice.get("message") or {}).get("content") or ""
         return completion_output(
@@ -468,14 +471,14 @@ class OpenAIEngine(RolloutEngine):
         url: str,
         prompt: list[int],
         ids: list[int],
-        logprobs: list[Any],
+        logprobs: list[float],
         limit: int,
     ) -> Generation:
-        """The checked answer: one finite log-prob per id, no more ids than asked for, the server's version."""
-        if len(logprobs) != len(ids) or not all(isinstance(x, int | float) for x in logprobs):
+        """The checked answer (log-probs checked where read): one per id, no more ids than asked for, the version."""
+        if len(logprobs) != len(ids):
             raise InferenceServerError(
-                f"{url} answered {len(ids)} token ids with {len(logprobs)} log-probs (or some null); it must give "
-                "one log-prob per sampled token."
+                f"{url} answered {len(ids)} token ids with {len(logprobs)} log-probs; it must give one log-prob per "
+                "sampled token."
             )
         if len(ids) > limit:
             raise InferenceServerError(
@@ -487,8 +490,14 @@ class OpenAIEngine(RolloutEngine):
             text = (choice.get("message") or {}).get("content") or ""
         reason = str(choice.get("finish_reason") or "stop")
         version = answer.body.get("weight_version")
-        sampled_by = self.weight_version if version is None else int(version)
-        return Generation(ids, [float(x) for x in logprobs], text, reason, prompt, sampled_by)
+        sampled_by = self.weight_version if version is None else answers.integer(version, url, "weight_version", 0)
+        return Generation(ids, logprobs, text, reason, prompt, sampled_by)
+
+    def _token_ids(self, ids: Any, url: str, field: str) -> list[int]:
+        """The answer's ``field``: token ids within the trainer's vocabulary (when the engine has its tokenizer)."""
+        if ids is None:
+            raise InferenceServerError(f"{url} answered without {field}; {ENABLE_IDS}.")
+        return answers.token_ids(ids, url, field, None if self.tokenizer is None else len(self.tokenizer))
 
     def model_output(self, generation: Generation) -> ModelOutput:
         """The :class:`ModelOutput` of one generation; a prompt that was too long ends the episode."""
@@ -508,15 +517,6 @@ def _first_choice(answer: Answer, url: str) -> dict[str, Any]:
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise InferenceServerError(f"{url} answered without choices; it is not an OpenAI-compatible completion.")
     return choices[0]
-
-
-def _token_ids(choice: dict[str, Any], url: str, field: str) -> list[int]:
-    ids = choice.get("token_ids")
-    if ids is None:
-        raise InferenceServerError(f"{url} answered without {field}; {ENABLE_IDS}.")
-    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-        raise InferenceServerError(f"{url} answered {field} that are not a list of token ids.")
-    return ids
 
 
 class _EpisodeView(RolloutEngine):
