@@ -340,9 +340,9 @@ def serve(config: DictConfig, host: str, port: int, model_name: str | None = Non
     """Load the model ``rllm.transformers`` names and answer HTTP requests until interrupted."""
     import uvicorn
 
+    lora_settings(config)  # the lora keys checked as training checks them; servers hold merged weights
     sock = listen(host, port)
     options = config.rllm.transformers
-    lora_settings(config)  # the lora keys checked as training checks them; servers hold merged weights
     policy = load_policy(options)
     name = model_name or str(options.model)
     server = Server(policy, name, int(options.seed))
