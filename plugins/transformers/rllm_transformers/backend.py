@@ -7,7 +7,7 @@ and with ``use_kl_in_reward`` subtracts the KL penalty from the rewards (:mod:`r
 stage 7 runs ``ppo_epochs`` passes over shuffled mini-batches, each accumulated over
 micro-batches, with gradient-norm clipping and AdamW. Checkpoints are safetensors and JSON;
 the model part is a ``save_pretrained`` directory, so any checkpoint loads with
-``AutoModelForCausalLM.from_pretrained``.
+``AutoModelForCausalLM.from_pretrained`` (with LoRA, :mod:`rllm_transformers.lora`, it holds the adapter alone).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ try:  # the extra first: without it, selecting the backend is one line naming th
     from rllm_transformers.distributed import Distributed
     from rllm_transformers.distributed import start as start_distributed
     from rllm_transformers.engine import Sampling, TransformersEngine
+    from rllm_transformers.lora import AdaptersOff, add_adapters, load_adapter, lora_settings, merged_weights, trainable
     from rllm_transformers.model import TINY, default_threads, has_digit_ids, load_policy, set_training
     from rllm_transformers.rewards import check_estimators_see_the_penalty, subtract_from_rewards
     from rllm_transformers.weights import load_checked
@@ -92,9 +93,20 @@ class TransformersBackend(BackendProtocol):
         super().__init__(config, **kwargs)
         self.options = config.rllm.transformers
         options = self.options
+        self.lora = lora_settings(config)
+        """``rllm.transformers.lora.*``: None, or the adapters that train while the base model stays frozen."""
         self.distributed: Distributed | None = start_distributed(config)
         """Under torchrun with several ranks, this rank's process group (docs/scaling.md); else None."""
+        if self.lora is not None and self.distributed is not None:
+            self.distributed.close()
+            raise ConfigError(
+                "rllm.transformers.lora.rank > 0 under torchrun with several ranks is not supported yet; run one "
+                "process, or set rllm.transformers.lora.rank=0."
+            )
         self.policy = load_policy(options)
+        self.adapted = None if self.lora is None else add_adapters(self.policy.model, self.lora)
+        """With LoRA, the peft model around ``self.model`` (which holds its adapters): it saves and loads the adapter
+        and turns the adapters off for the reference policy."""
         threads = int(options.num_threads) or default_threads(self.policy.model, self.policy.device)
         if threads > 0:
             torch.set_num_threads(threads)
@@ -114,7 +126,7 @@ class TransformersBackend(BackendProtocol):
         self.sample_rng = torch.Generator().manual_seed(seed)
         self.update_rng = torch.Generator().manual_seed(seed + 1)
         self.optimizer = torch.optim.AdamW(
-            self.trained.parameters(),
+            trainable(self.trained),  # with LoRA the adapters only
             lr=float(options.lr),
             betas=(float(options.adam_beta1), float(options.adam_beta2)),
             weight_decay=float(options.weight_decay),
@@ -131,10 +143,14 @@ class TransformersBackend(BackendProtocol):
         self.entropy_bonus = any(s.entropy_coeff > 0 for s in [self.default_settings, *self.role_settings.values()])
         self.teacher = self._teacher()
         """The frozen teacher whose log-probs stage 5 writes as ``teacher_log_probs`` (distillation); else None."""
-        self.reference = None
+        self.reference: torch.nn.Module | AdaptersOff | None = None
         in_loss = any(s.kl_coef > 0 for s in [self.default_settings, *self.role_settings.values()])
         if in_loss or self.kl_in_reward is not None:
-            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)  # the frozen initial policy
+            self.reference = (  # the frozen initial policy; with LoRA the base model, the adapters off
+                copy.deepcopy(self.model).eval().requires_grad_(False)
+                if self.adapted is None
+                else AdaptersOff(self.adapted)
+            )
         self.engine: TransformersEngine | OpenAIEngine | None = None
         self.weight_sync: WeightSync | None = None
         """With ``rllm.rollout.openai.base_url``: what takes each update's weights to the servers."""
@@ -220,8 +236,8 @@ class TransformersBackend(BackendProtocol):
         await asyncio.to_thread(self._push, self.engine.weight_version, None)
 
     def _update(self, version: int, weights: dict[str, torch.Tensor] | None) -> PolicyUpdate:
-        """``weights`` (None: the model's) as the update of ``version`` a weight sync sends."""
-        state = weights if weights is not None else self.model.state_dict()
+        """``weights`` (None: the model's) as the update of ``version`` a weight sync sends (LoRA: merged)."""
+        state = merged_weights(self.model, weights)
         return PolicyUpdate(
             version=version,
             save=lambda directory: self.model.save_pretrained(directory, state_dict=state),
@@ -408,6 +424,7 @@ class TransformersBackend(BackendProtocol):
         reference and reaches the rewards here, before stage 6 computes advantages.
         """
         batch: RowBatch = trainer_state.backend_batch
+        set_training(self.model, False)  # LoRA's dropout: the old policy's log-probs are the model's, not a draw
         with torch.no_grad():
             entropy = squares = None
             if self.algorithm.rollout_correction.bypass_mode:
@@ -713,14 +730,24 @@ class TransformersBackend(BackendProtocol):
         extra: dict[str, Any] = {}
         if self.kl_in_reward is not None:
             extra["kl_in_reward_coef"] = check_kl_coef(self.kl_in_reward.coef, "The KL-in-reward coefficient")
-        save_training_state(directory, self.model, self.tokenizer, self._optimizer_state(), self._generators(), extra)
+        if self.lora is not None:
+            extra["lora"] = self.lora.as_json()
+        model = self.model if self.adapted is None else self.adapted  # peft's save_pretrained: the adapter alone
+        save_training_state(directory, model, self.tokenizer, self._optimizer_state(), self._generators(), extra)
 
     def load_checkpoint(self, directory: Path) -> None:
         sharded = self.distributed is not None and self.distributed.sharded
         apply = self._keep_for_sharded if sharded else self.optimizer.load_state_dict
-        saved = load_training_state(directory, self.model, self.optimizer, self._generators(), apply)
+        saved = load_training_state(directory, self.model, self.optimizer, self._generators(), apply, self._adapter())
         if self.kl_in_reward is not None and "kl_in_reward_coef" in saved:  # else: a checkpoint of a run without it
             self.kl_in_reward.coef = saved["kl_in_reward_coef"]
+
+    def _adapter(self) -> Any:
+        """With LoRA, what loads a checkpoint's model part: the adapter onto this run's base model."""
+        adapted, settings = self.adapted, self.lora
+        if adapted is None or settings is None:
+            return None
+        return lambda model_dir, saved: load_adapter(adapted, model_dir, settings, saved.get("lora"))
 
     def _keep_for_sharded(self, state: dict[str, Any]) -> None:
         self._pending_optimizer = state

@@ -1,7 +1,8 @@
 """The transformers backend's checkpoint files: safetensors and JSON, never pickle.
 
 The model part is a ``save_pretrained`` directory, so any checkpoint loads with
-``AutoModelForCausalLM.from_pretrained``; the optimizer's tensors and the random generators'
+``AutoModelForCausalLM.from_pretrained`` (with LoRA it holds the adapter, which peft loads onto the base
+model); the optimizer's tensors and the random generators'
 states are safetensors files, everything else one JSON file.
 """
 
@@ -23,6 +24,8 @@ MODEL_DIR = "model"
 OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
 STATE_FILE = "transformers.json"
+ADAPTER_CONFIG = "adapter_config.json"
+"""What peft's ``save_pretrained`` writes beside a LoRA adapter: a checkpoint's model part holds the adapter only."""
 
 
 def save_training_state(
@@ -57,14 +60,23 @@ def load_training_state(
     optimizer: torch.optim.Optimizer,
     generators: Mapping[str, torch.Generator],
     apply_optimizer: Callable[[dict[str, Any]], Any] | None = None,
+    load_model: Callable[[Path, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Restore what :func:`save_training_state` wrote into ``model``, ``optimizer`` (checked against it, then given
     to ``apply_optimizer``, default its ``load_state_dict``) and ``generators``; returns the JSON state (``extra``'s
-    keys among it). An unreadable checkpoint or a model of another shape is a named error."""
+    keys among it). An unreadable checkpoint or a model of another shape is a named error.
+
+    ``load_model`` (the model directory, the JSON state) loads the model part instead (LoRA: the adapter alone);
+    without it a directory holding a LoRA adapter is refused."""
     from transformers import AutoModelForCausalLM
 
+    if load_model is None and (directory / MODEL_DIR / ADAPTER_CONFIG).is_file():
+        raise CheckpointError(
+            f"Checkpoint {str(directory)!r} holds a LoRA adapter, not a whole model; resume it with the "
+            "rllm.transformers.lora.* settings it was written with."
+        )
     try:
-        loaded = AutoModelForCausalLM.from_pretrained(str(directory / MODEL_DIR))
+        loaded = None if load_model is not None else AutoModelForCausalLM.from_pretrained(str(directory / MODEL_DIR))
         tensors = load_file(str(directory / OPTIMIZER_FILE))
         rng = load_file(str(directory / RNG_FILE))
         saved: dict[str, Any] = json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))
@@ -74,14 +86,24 @@ def load_training_state(
         raise CheckpointError(
             f"Transformers checkpoint in {str(directory)!r} is unreadable ({exc}); delete it to start over."
         ) from exc
-    load_checked(
-        model,
-        loaded.state_dict(),
-        lambda problem: CheckpointError(
-            f"Checkpoint {str(directory)!r} holds a model that does not fit the one rllm.transformers.model gives "
-            f"({problem}); resume with the same model settings."
-        ),
-    )
+    if load_model is not None:  # LoRA: the adapter alone, loaded by the caller
+        try:
+            load_model(directory / MODEL_DIR, saved)
+        except RuntimeError as exc:
+            raise CheckpointError(
+                f"Checkpoint {str(directory)!r} holds a model of another shape than rllm.transformers.model gives "
+                f"({str(exc).splitlines()[0]}); resume with the same model settings."
+            ) from None
+    else:
+        assert loaded is not None  # set above whenever load_model is None
+        load_checked(
+            model,
+            loaded.state_dict(),
+            lambda problem: CheckpointError(
+                f"Checkpoint {str(directory)!r} holds a model that does not fit the one rllm.transformers.model "
+                f"gives ({problem}); resume with the same model settings."
+            ),
+        )
     state: dict[int, dict[str, torch.Tensor]] = defaultdict(dict)
     for key, value in tensors.items():
         index, name = key.split(".", 1)

@@ -23,6 +23,11 @@ TINY_HEADS = 4
 """Attention heads of the tiny model (2 key-value heads): its width must divide among them."""
 INIT_STD = 0.02
 """``tiny``'s default std of its initial weights (``rllm.transformers.init_std``), transformers' own."""
+LORA_EXTRA = ("peft",)
+"""What ``rllm.transformers.lora.rank`` > 0 needs besides :data:`EXTRA` (also in the ``transformers`` extra)."""
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""``rllm.transformers.lora.target_modules``' default: every linear layer of attention and the MLP in
+Qwen2/Llama/Mistral-style models (``tiny`` among them); the output head and the embeddings stay frozen."""
 
 
 def _installed(name: str) -> bool:
@@ -32,16 +37,19 @@ def _installed(name: str) -> bool:
         return False
 
 
-def missing_extra() -> list[str]:
-    return [name for name in EXTRA if not _installed(name)]
+def missing_extra(names: tuple[str, ...] = EXTRA) -> list[str]:
+    return [name for name in names if not _installed(name)]
 
 
-def missing_extra_error(exc: ImportError, needed_by: str = "rllm.backend=transformers") -> Exception:
+def missing_extra_error(
+    exc: ImportError, needed_by: str = "rllm.backend=transformers", names: tuple[str, ...] = EXTRA
+) -> Exception:
     """What importing a module of this plugin without the extra raises: one line naming what ``needed_by`` needs.
 
-    ``exc`` itself when the extra is installed (the import failed for another reason, reported as it is).
+    ``names``: the packages of the extra that ``needed_by`` imports. ``exc`` itself when they are installed (the
+    import failed for another reason, reported as it is).
     """
-    missing = missing_extra()
+    missing = missing_extra(names)
     if not missing:
         return exc
     return ConfigError(
@@ -138,6 +146,27 @@ TRANSFORMERS_KEYS = (
         minimum=1,
     ),
     ConfigKey("greedy_validation", "bool", True, "Validation answers greedily (argmax) instead of sampling."),
+    ConfigKey(
+        "lora.rank",
+        "int",
+        0,
+        "LoRA (through peft): the adapters' rank; 0: off, the whole model trains. With a rank only the adapters "
+        "train, checkpoints hold them, servers get merged weights (docs/transformers.md, LoRA).",
+        minimum=0,
+    ),
+    ConfigKey(
+        "lora.alpha", "float", 16.0, "LoRA: the adapters' output is scaled by alpha / rank.", minimum=0, above=True
+    ),
+    ConfigKey(
+        "lora.target_modules",
+        "list[str]",
+        list(LORA_TARGETS),
+        "LoRA: the linear layers that get adapters, by name (each must name a linear layer of the model); the "
+        "default is attention's and the MLP's in Qwen2/Llama-style models.",
+    ),
+    ConfigKey(
+        "lora.dropout", "float", 0.0, "LoRA: dropout on the adapters' input while training.", minimum=0, maximum=0.9
+    ),
     ConfigKey(
         "distributed.strategy",
         "str",

@@ -23,8 +23,9 @@ from omegaconf import DictConfig
 
 from rllm.engine import Generation, openai_api
 from rllm.errors import ConfigError
-from rllm_transformers.checkpoint import MODEL_DIR
+from rllm_transformers.checkpoint import ADAPTER_CONFIG, MODEL_DIR
 from rllm_transformers.engine import SampleRequest, Sampling, TransformersEngine
+from rllm_transformers.lora import lora_settings
 from rllm_transformers.model import Policy, load_policy
 from rllm_transformers.plugin import _installed
 from rllm_transformers.weights import load_checked
@@ -167,6 +168,12 @@ class Server:
     def _from_disk(self, directory: Path, path: str) -> dict[str, torch.Tensor]:
         from transformers import AutoModelForCausalLM
 
+        if (directory / ADAPTER_CONFIG).is_file():
+            raise RequestError(
+                f"model_path {path!r} holds a LoRA adapter (a LoRA run's checkpoint), not whole weights; a server "
+                "takes merged weights, which the run's weight sync sends (docs/transformers.md, LoRA).",
+                "model_path",
+            )
         try:  # safetensors, or a pickle torch refuses to unpickle (weights_only): a 400 either way
             return AutoModelForCausalLM.from_pretrained(str(directory)).state_dict()  # type: ignore[no-any-return]
         except Exception as exc:  # whatever the directory holds, it is the request's directory that is unusable
@@ -336,6 +343,7 @@ def serve(config: DictConfig, host: str, port: int, model_name: str | None = Non
     """Load the model ``rllm.transformers`` names and answer HTTP requests until interrupted."""
     import uvicorn
 
+    lora_settings(config)  # the lora keys checked as training checks them; servers hold merged weights
     sock = listen(host, port)
     options = config.rllm.transformers
     policy = load_policy(options)

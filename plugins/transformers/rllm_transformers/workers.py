@@ -19,6 +19,7 @@ import torch
 
 from rllm.engine import Generation, RolloutEngine
 from rllm_transformers.engine import EpisodeEngine, Sampling, TransformersEngine
+from rllm_transformers.lora import merged_weights
 
 
 @dataclass
@@ -42,7 +43,8 @@ class WorkerEngine(RolloutEngine):
     def snapshot(cls, engine: TransformersEngine) -> WorkerEngine:
         """A copy of the engine's weights now: later updates in the trainer do not reach this snapshot."""
         model = engine.model
-        weights = {name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()}
+        plain = merged_weights(model)  # LoRA: the adapters merged, so the model class loads them without peft
+        weights = {name: value.detach().to("cpu", copy=True) for name, value in plain.items()}
         return cls(
             type(model),
             model.config,
