@@ -1,7 +1,7 @@
 """The transformers engine's per-episode random streams and its snapshot for Ray workers.
 
-An episode's view draws each token with the episode's own generator, so what it samples does
-not depend on the other rows of its batches; the snapshot a worker unpickles samples the same
+An episode's view draws its random numbers from the episode's own generator, so what it samples
+does not depend on the other rows of its batches; the snapshot a worker unpickles samples the same
 episodes as the engine it was taken from.
 """
 
@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from rllm.engine import Generation, RolloutEngine
 from rllm.tasks import EQUALS, ArithmeticWorkflow
 from rllm.trainer.engine import WorkflowCall, instantiate
-from rllm_transformers.engine import Sampling, TransformersEngine, draw_rows, sampling_log_probs
+from rllm_transformers.engine import Sampling, TransformersEngine, draw_rows, row_uniforms, sampling_log_probs
 from rllm_transformers.model import char_tokenizer, tiny_model
 from rllm_transformers.workers import WorkerEngine
 
@@ -80,17 +80,30 @@ def test_a_rows_draws_do_not_depend_on_its_batch_neighbours() -> None:
         assert b.logprobs == pytest.approx(a.logprobs, abs=1e-5)
 
 
-def test_the_first_token_is_the_race_drawn_with_a_generator_seeded_with_the_episode_seed() -> None:
-    """The independent formula: one unpadded forward pass, the sampling distribution, argmax(p / Exp(1))."""
+def _inverse_cdf(probs: Sequence[float], u: float) -> int:
+    """The first token whose running total of probability exceeds ``u`` times the whole (plain Python floats)."""
+    target, running = u * sum(probs), 0.0
+    for token, p in enumerate(probs):
+        running += p
+        if running > target:
+            return token
+    return len(probs) - 1
+
+
+def test_the_first_token_is_the_inverse_cdf_at_the_first_uniform_of_the_episode_seed() -> None:
+    """The independent formula: one unpadded forward pass, the sampling distribution, the seed's first torch.rand."""
     engine = _engine(sampling=Sampling(temperature=0.7, top_k=5))
     prompt = [5, 1, EQUALS]
     with torch.no_grad():
         logits = engine.model(input_ids=torch.tensor([prompt])).logits[:, -1, :]
-    probs = sampling_log_probs(logits, engine.sampling).exp()[0]
-    for seed in range(6):
-        race = torch.empty_like(probs).exponential_(generator=torch.Generator().manual_seed(seed))
-        expected = int((probs / race).argmax())
+    probs = sampling_log_probs(logits, engine.sampling).exp()[0].tolist()
+    firsts = set()
+    for seed in range(12):
+        u = float(torch.rand(3, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))[0])
+        expected = _inverse_cdf(probs, u)
+        firsts.add(expected)
         assert _alone(engine, seed, prompt, turns=1)[0].response_ids[0] == expected
+    assert len(firsts) > 1  # the seeds really drew different tokens
 
 
 def test_a_rows_draw_follows_its_distribution() -> None:
@@ -98,11 +111,34 @@ def test_a_rows_draw_follows_its_distribution() -> None:
     p = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
     n = 8000
     generators = [torch.Generator().manual_seed(seed) for seed in range(n)]
-    tokens = draw_rows(torch.log(p).expand(n, -1), torch.ones(n, dtype=torch.bool), generators, pad=9)
+    uniforms = row_uniforms(generators, [1] * n, torch.device("cpu"))[:, 0]
+    tokens = draw_rows(torch.log(p).expand(n, -1), uniforms)
     counts = torch.bincount(tokens, minlength=5).double()
     sigma = (n * p * (1 - p)).double().sqrt()
     assert counts[4] == 0
     assert bool(((counts - n * p).abs()[:4] <= 4.5 * sigma[:4]).all()), counts.tolist()
+
+
+def test_the_edges_of_the_unit_interval_never_pick_a_token_cut_away() -> None:
+    """u = 0 takes the first kept token, u just below 1 the last kept one, past any zeros on either side."""
+    p = torch.tensor([[0.0, 0.25, 0.0, 0.75, 0.0, 0.0]] * 2)
+    uniforms = torch.tensor([0.0, 1.0 - 2.0**-53], dtype=torch.float64)
+    assert draw_rows(torch.log(p), uniforms).tolist() == [1, 3]
+
+
+def test_a_call_advances_each_rows_generator_by_its_own_max_tokens_whenever_it_stops() -> None:
+    """Two rows of one batch, 2 and 5 tokens at most: each stream moved by exactly that many float64 uniforms."""
+    engine = _engine(max_new_tokens=8)
+    rows = [(torch.Generator().manual_seed(11), 2), (torch.Generator().manual_seed(12), 5)]
+
+    async def both() -> list[Generation]:
+        return list(await asyncio.gather(*(engine.submit([3, 4, EQUALS], n, g) for g, n in rows)))
+
+    asyncio.run(both())
+    for (generator, count), seed in zip(rows, (11, 12), strict=True):
+        expected = torch.Generator().manual_seed(seed)
+        torch.rand(count, dtype=torch.float64, generator=expected)
+        assert torch.equal(generator.get_state(), expected.get_state())
 
 
 def test_rollouts_of_one_prompt_differ_by_seed_and_repeat_for_the_same_seed() -> None:
@@ -122,16 +158,6 @@ def test_greedy_validation_ignores_the_episode_seed() -> None:
     engine.is_validation = True
     answers = {str(_ids(_alone(engine, seed, [7, 3, EQUALS], 2))) for seed in range(5)}
     assert len(answers) == 1
-
-
-def test_a_finished_row_draws_nothing_from_its_generator() -> None:
-    log_p = torch.log(torch.full((2, 4), 0.25))
-    gens = [torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)]
-    before = gens[1].get_state()
-    token = draw_rows(log_p, torch.tensor([True, False]), gens, pad=9)
-    assert int(token[1]) == 9 and torch.equal(gens[1].get_state(), before)
-    race = torch.empty(4).exponential_(generator=torch.Generator().manual_seed(1))
-    assert int(token[0]) == int((log_p[0].exp() / race).argmax())
 
 
 def test_a_worker_snapshot_samples_the_engines_episodes_and_batches_them() -> None:

@@ -3,10 +3,13 @@
 Every call waits on the event loop until the concurrent workflows have all submitted theirs,
 then one left-padded batch is sampled token by token with the model's KV cache. The
 log-probability of each sampled token under the distribution it was drawn from (after
-temperature, top-k and top-p) is returned with it. Each row draws its tokens from its own
-request's generator: an episode's view (:meth:`TransformersEngine.for_episode`) seeds one
-from the episode's seed, so what an episode samples does not depend on which episodes shared
-its batches, nor on the executor that ran it. The engines here implement core's
+temperature, top-k and top-p) is returned with it. Each row's random numbers come from its own
+request's generator, ``max_tokens`` uniforms drawn once per batch (:func:`row_uniforms`); an
+episode's view (:meth:`TransformersEngine.for_episode`) seeds one from the episode's seed, so
+what an episode samples does not depend on which episodes shared its batches, nor on the
+executor that ran it. The draw itself (:func:`draw_rows`) runs on the model's device for the
+whole batch: per token only the ``rows`` chosen ids leave it, and the first forward computes
+the logits of each prompt's last position only. The engines here implement core's
 :class:`rllm.engine.RolloutEngine`, as a server engine (an OpenAI-compatible vLLM or SGLang
 endpoint) would; ``chat`` is this engine's own addition.
 
@@ -20,6 +23,7 @@ prompt over ``max_prompt_length`` ends the episode (``MAX_PROMPT_LENGTH_EXCEEDED
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -88,27 +92,42 @@ def sampling_log_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor
     return torch.log_softmax(logits, dim=-1)
 
 
-def draw_rows(
-    log_p: torch.Tensor, alive: torch.Tensor, generators: Sequence[torch.Generator], pad: int
-) -> torch.Tensor:
-    """One token per live row, drawn with that row's own generator; finished rows get ``pad`` and draw nothing.
+def row_uniforms(generators: Sequence[torch.Generator], counts: Sequence[int], device: torch.device) -> torch.Tensor:
+    """``[rows, max(counts)]`` uniforms on ``device``: row r's first ``counts[r]`` drawn from its own generator.
 
-    The draw is the exponential race ``argmax(p / e)`` with ``e ~ Exp(1)`` per token, which
-    picks token ``i`` with probability ``p_i`` (it is how ``torch.multinomial`` draws one
-    sample): the random numbers come per row, the division and argmax for the batch at once,
-    about ten times cheaper than one ``torch.multinomial`` call per row. Drawing nothing for
-    a finished row keeps its generator where the episode left it, so the episode's next call
-    continues its stream whatever its batch neighbours still generate.
+    Each row takes ``torch.rand(counts[r], dtype=float64, generator=...)`` once per batch,
+    before its first token: how far a row's stream advances is its own request's
+    ``max_tokens``, whatever its neighbours generate and whenever it stops, so an episode's
+    next call continues where this one left it. One small host tensor crosses to the device;
+    nothing is drawn per token.
     """
-    probs = log_p.exp().cpu()
-    race = torch.ones_like(probs)
-    live = alive.cpu().tolist()
-    # the rows' views made in one call (indexing ``race[row]`` made each through Python)
-    for draws, generator, drawing in zip(race.unbind(), generators, live, strict=True):
-        if drawing:
-            draws.exponential_(generator=generator)
-    token = (probs / race).argmax(dim=-1)
-    return torch.where(torch.tensor(live), token, pad).to(log_p.device)
+    width = max(counts)
+    noise = torch.zeros((len(counts), width), dtype=torch.float64)
+    for row, (generator, count) in enumerate(zip(generators, counts, strict=True)):
+        noise[row, :count] = torch.rand(count, dtype=torch.float64, generator=generator)
+    return torch.as_tensor(noise, device=device)
+
+
+def draw_rows(log_p: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row by inverse CDF: the first token whose cumulative probability exceeds the row's uniform.
+
+    ``log_p`` is ``[rows, vocab]``, ``uniforms`` ``[rows]`` in ``[0, 1)``; all of it stays on
+    ``log_p``'s device (a cumulative sum in float64, one batched binary search), so per token
+    only the ``rows`` chosen ids exist as a result. Token ``i`` is picked with probability
+    ``p_i / sum(p)``; a token of probability 0 (cut by top-k or top-p) never is, as the search
+    lands on the first position where the sum has grown past the target.
+    """
+    cdf = log_p.exp().cumsum(dim=-1, dtype=torch.float64)
+    total = cdf[:, -1:]
+    below_total = torch.nextafter(total, torch.zeros_like(total))  # a uniform near 1 can round up to the total
+    target = torch.minimum(uniforms.to(torch.float64)[:, None] * total, below_total)
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1)
+
+
+def keeps_last_logits(model: Any) -> bool:
+    """Whether ``model``'s forward takes ``logits_to_keep`` (transformers' causal LMs; a PEFT wrapper passes it on)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
 
 
 class TransformersEngine(RolloutEngine):
@@ -298,11 +317,15 @@ class TransformersEngine(RolloutEngine):
         filled = np.arange(width) >= width - lengths[:, None]
         rows = np.full((len(requests), width), pad, dtype=np.int64)
         rows[filled] = list(itertools.chain.from_iterable(r.prompt_ids for r in requests))
-        ids = torch.from_numpy(rows).to(self.device)
-        mask = torch.from_numpy(filled.astype(np.int64)).to(self.device)
+        ids = torch.as_tensor(rows, device=self.device)
+        mask = torch.as_tensor(filled.astype(np.int64), device=self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        limits = torch.tensor([r.max_tokens for r in requests], device=self.device)
-        steps = int(limits.max())
+        counts = [r.max_tokens for r in requests]
+        limits = torch.tensor(counts, device=self.device)
+        steps = max(counts)
+        noise = None if greedy else row_uniforms([r.generator for r in requests], counts, self.device)
+        # prefill: the LM head over each prompt's last position only ([rows, 1, vocab], not [rows, width, vocab])
+        last_only = {"logits_to_keep": 1} if keeps_last_logits(model) else {}
         tokens = torch.full((len(requests), steps), pad, dtype=torch.long, device=self.device)
         logps = torch.zeros((len(requests), steps), device=self.device)
         alive = torch.ones(len(requests), dtype=torch.bool, device=self.device)
@@ -319,14 +342,15 @@ class TransformersEngine(RolloutEngine):
                     position_ids=positions,
                     past_key_values=cache,
                     use_cache=cache is not None,
+                    **last_only,
                 )
                 logits = out.logits[:, -1, :]
-                if greedy:
+                if noise is None:  # greedy validation
                     log_p = torch.log_softmax(logits.float(), dim=-1)
                     token = log_p.argmax(dim=-1)
                 else:
                     log_p = sampling_log_probs(logits, self.sampling)
-                    token = draw_rows(log_p, alive, [r.generator for r in requests], pad)
+                    token = draw_rows(log_p, noise[:, t])
                 tokens[:, t] = torch.where(alive, token, pad)
                 logps[:, t] = log_p.gather(-1, token[:, None]).squeeze(-1)
                 if eos is not None:
