@@ -1,4 +1,5 @@
-"""The log-prob passes compute no logits before the batch's first response token, and give the same numbers after it."""
+"""The log-prob passes project no hidden state before the batch's first response token, and give the same numbers
+after it."""
 
 from __future__ import annotations
 
@@ -20,10 +21,13 @@ def test_a_start_skips_the_prompt_logits_and_keeps_every_later_value() -> None:
     attention = torch.ones_like(ids)
     attention[2, 7:] = 0  # a right-padded row
     shapes: list[tuple[int, ...]] = []
-    model.register_forward_hook(lambda _m, _i, out: shapes.append(tuple(out.logits.shape)))
+    logits: list[tuple[int, ...]] = []
+    model.lm_head.register_forward_pre_hook(lambda _m, args: shapes.append(tuple(args[0].shape)))
+    model.register_forward_hook(lambda _m, _i, out: logits.append(tuple(out.logits.shape)))
     full = token_statistics(model, ids, attention)
     cut = token_statistics(model, ids, attention, start=4)
-    assert shapes == [(3, 9, 15), (3, 5, 15)]  # positions 4..8 only
+    assert shapes == [(3, 8, 32), (3, 4, 32)]  # the hidden states of positions 4..7 only reach the output layer
+    assert logits == [(3, 0, 15)] * 2  # which projects them in chunks outside the model: it returns no logits
     for whole, part in zip(full, cut, strict=True):
         assert part.shape == whole.shape == (3, 8)
         torch.testing.assert_close(part[:, 4:], whole[:, 4:], rtol=0, atol=1e-6)

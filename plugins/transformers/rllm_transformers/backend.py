@@ -47,18 +47,12 @@ from rllm_transformers.plugin import TOKENIZERS, missing_extra_error
 try:  # the extra first: without it, selecting the backend is one line naming the extra, not an ImportError
     import torch
 
-    from rllm_transformers.batch import (
-        MiniBatchTotals,
-        RowBatch,
-        pack_rows,
-        response_tokens,
-        token_log_probs,
-        token_statistics,
-    )
+    from rllm_transformers.batch import MiniBatchTotals, RowBatch, pack_rows, response_tokens
     from rllm_transformers.checkpoint import load_training_state, save_training_state, state_dict_bytes
     from rllm_transformers.distributed import Distributed
     from rllm_transformers.distributed import start as start_distributed
     from rllm_transformers.engine import Sampling, TransformersEngine
+    from rllm_transformers.logprobs import TokenScores, score_tokens
     from rllm_transformers.lora import AdaptersOff, add_adapters, load_adapter, lora_settings, merged_weights, trainable
     from rllm_transformers.model import TINY, default_threads, has_digit_ids, load_policy, set_training
     from rllm_transformers.rewards import check_estimators_see_the_penalty, subtract_from_rewards
@@ -113,6 +107,11 @@ class TransformersBackend(BackendProtocol):
         self.model = self.policy.model
         self.tokenizer = self.policy.tokenizer
         self.device = self.policy.device
+        self.precision = self.policy.precision
+        if bool(options.gradient_checkpointing):
+            self._checkpoint_activations()
+        self.grad_scaler = self.precision.grad_scaler(self.device)
+        """fp16-mixed: the loss scale (a step whose scaled gradient overflows is skipped and the scale lowered)."""
         seed = int(options.seed)
         self.trained: torch.nn.Module = self.model
         """What the update runs forward and backward: the model, the model under DDP, or under FSDP a sharded copy
@@ -173,6 +172,17 @@ class TransformersBackend(BackendProtocol):
         """The step's response tokens and the wall-clock seconds its rollouts took: ``perf/rollout_tokens_per_s``."""
 
     # -- setup ------------------------------------------------------------------------------
+    def _checkpoint_activations(self) -> None:
+        """``rllm.transformers.gradient_checkpointing``: transformers' own, non-reentrant (it takes keyword arguments
+        and leaves the inputs' ``requires_grad`` alone); it acts in training mode only, so sampling is unchanged."""
+        model = self.model
+        if not getattr(model, "supports_gradient_checkpointing", False):
+            raise ConfigError(
+                f"rllm.transformers.gradient_checkpointing=true, but {type(model).__name__} does not support it "
+                "(supports_gradient_checkpointing is false); set it to false."
+            )
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
     def _teacher(self) -> torch.nn.Module | None:
         """``rllm.transformers.teacher`` loaded and frozen, when the run's estimators read its log-probs.
 
@@ -427,12 +437,13 @@ class TransformersBackend(BackendProtocol):
         set_training(self.model, False)  # LoRA's dropout: the old policy's log-probs are the model's, not a draw
         with torch.no_grad():
             entropy = squares = None
+            wanted = {"entropy", "sum_pi_squared"} & self.token_fields
             if self.algorithm.rollout_correction.bypass_mode:
                 batch.old_logps = batch.rollout_logps
-                if {"entropy", "sum_pi_squared"} & self.token_fields:
-                    _, entropy, squares = self._statistics(self.model, batch)
+                if wanted:
+                    _, entropy, squares = self._statistics(self.model, batch, wanted)
             elif not self._old_policy_is_the_updates():
-                batch.old_logps, entropy, squares = self._statistics(self.model, batch)
+                batch.old_logps, entropy, squares = self._statistics(self.model, batch, wanted)
             if self.reference is not None:
                 batch.ref_logps = self._statistics(self.reference, batch)[0]
             teacher = None if self.teacher is None else self._statistics(self.teacher, batch)[0]
@@ -485,37 +496,77 @@ class TransformersBackend(BackendProtocol):
             return {}
         return {"actor/rollout_logprob_diff": float((batch.old_logps - batch.rollout_logps).abs()[known].mean())}
 
-    def _statistics(self, model: Any, batch: RowBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The batch's token log-probs, entropies and sums of squared probabilities under ``model``.
+    def _statistics(
+        self,
+        model: Any,
+        batch: RowBatch,
+        wanted: set[str] = frozenset(),  # type: ignore[assignment]
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """The batch's token log-probs under ``model``, and the ``wanted`` ones of its entropies and sums of squared
+        probabilities (None when not wanted: at a real vocabulary each is a pass over every position's logits).
 
         With several ranks each computes its share of the rows, then all hold all.
         """
+        entropy, squares = "entropy" in wanted, "sum_pi_squared" in wanted
         group = self.distributed
         if group is None:
-            return token_statistics(model, batch.ids, batch.attention, start=batch.start)
+            scores = score_tokens(model, batch.ids, batch.attention, batch.start, entropy=entropy, squares=squares)
+            return scores.log_probs, scores.entropy, scores.sum_pi_squared
         rows = group.rows(batch.rows)
         if len(rows):
             ids, attention = batch.ids[rows.start : rows.stop], batch.attention[rows.start : rows.stop]
-            parts = token_statistics(model, ids, attention, start=batch.start)
+            scores = score_tokens(model, ids, attention, batch.start, entropy=entropy, squares=squares)
+            parts = (scores.log_probs, scores.entropy, scores.sum_pi_squared)
         else:
-            parts = (batch.mask[:0].float(),) * 3
-        return tuple(group.gather_rows(part, batch.rows) for part in parts)  # type: ignore[return-value]
+            empty = batch.mask[:0].float()
+            parts = (empty, empty if entropy else None, empty if squares else None)
+        gathered = [None if part is None else group.gather_rows(part, batch.rows) for part in parts]
+        return gathered[0], gathered[1], gathered[2]  # type: ignore[return-value]
 
-    def _micro_batches(self, mini: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """This rank's micro-batches of a mini-batch.
+    def _micro_batches(self, mini: torch.Tensor, lengths: torch.Tensor) -> list[torch.Tensor]:
+        """This rank's micro-batches of a mini-batch (``lengths``: every row's tokens).
 
         With several ranks the mini-batch is cut into ``micro_batches`` pieces rounded up to a
         multiple of the world size, and each rank takes as many consecutive pieces: the cut is
         the one process's at that count, so the gradient sums the same pieces in the same order
         (2 ranks give 1 process's gradient bit for bit). A piece may be empty (fewer rows than
-        pieces); its rank still joins the all-reduce.
+        pieces); its rank still joins the all-reduce. With ``max_tokens_per_micro_batch`` each
+        piece is cut further (:func:`within_budget`).
         """
         group, wanted = self.distributed, int(self.options.micro_batches)
         if group is None:
-            return torch.tensor_split(mini, min(wanted, len(mini)))
-        count = group.world_size * math.ceil(wanted / group.world_size)
-        mine = group.rows(count)
-        return torch.tensor_split(mini, count)[mine.start : mine.stop]
+            pieces = list(torch.tensor_split(mini, min(wanted, len(mini))))
+        else:
+            count = group.world_size * math.ceil(wanted / group.world_size)
+            mine = group.rows(count)
+            pieces = list(torch.tensor_split(mini, count)[mine.start : mine.stop])
+        budget = int(self.options.max_tokens_per_micro_batch)
+        if budget <= 0:
+            return pieces
+        return [part for piece in pieces for part in (within_budget(piece, lengths, budget) if len(piece) else [piece])]
+
+    def _micro_scores(self, batch: RowBatch, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows' log-probs and entropies under the trained model, as ``[rows, batch width - 1]``.
+
+        The forward runs on the rows cut to their longest (the padding after it changes nothing
+        before it) from their first response token; the entropy has a gradient with an entropy
+        bonus, else it is computed without one for ``actor/entropy`` and the losses that read it.
+        """
+        mask = batch.mask[rows]
+        width = int(batch.attention[rows].sum(1).max())
+        responses = mask[:, : max(width - 1, 0)].any(0).nonzero()
+        start = int(responses[0]) if len(responses) else 0
+        scores: TokenScores = score_tokens(
+            self.trained,
+            batch.ids[rows, :width],
+            batch.attention[rows, :width],
+            start,
+            entropy=True,
+            entropy_grad=self.entropy_bonus,
+        )
+        after = (0, mask.shape[1] - scores.log_probs.shape[1])
+        entropy = scores.entropy if scores.entropy is not None else torch.zeros_like(scores.log_probs)
+        return torch.nn.functional.pad(scores.log_probs, after), torch.nn.functional.pad(entropy, after)
 
     async def update_policy(self, trainer_state: TrainerState) -> None:
         batch: RowBatch = trainer_state.backend_batch
@@ -532,7 +583,7 @@ class TransformersBackend(BackendProtocol):
         lr = scheduled_lr(float(options.lr), self.algorithm, trainer_state.global_step, trainer_state.total_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        n, start = batch.rows, batch.start
+        n = batch.rows
         sums: dict[str, list[float]] = defaultdict(list)
         role_names = sorted(set(batch.roles))
         role_of = torch.tensor([role_names.index(role) for role in batch.roles], device=self.device)
@@ -541,6 +592,7 @@ class TransformersBackend(BackendProtocol):
         set_training(self.trained, True)
         group = self.distributed
         scale = 1.0 if group is None else float(group.world_size)  # DDP averages the ranks' gradients: undo it
+        lengths = batch.attention.sum(1)
         for _epoch in range(int(options.ppo_epochs)):
             order = torch.randperm(n, generator=self.update_rng).to(self.device)
             for mini in torch.tensor_split(order, min(int(options.mini_batches), n)):
@@ -548,17 +600,15 @@ class TransformersBackend(BackendProtocol):
                 totals = batch.totals(mini)
                 self.optimizer.zero_grad(set_to_none=True)
                 mini_loss = 0.0
-                pieces = self._micro_batches(mini)
+                pieces = self._micro_batches(mini, lengths)
                 for index, rows in enumerate(pieces):
                     sync = group is None or index == len(pieces) - 1
                     with nullcontext() if group is None else group.no_sync(self.trained, sync):
                         if not len(rows):  # a rank without rows here still joins the gradient all-reduce
-                            logp, _ = token_log_probs(self.trained, batch.ids[mini[:1]], batch.attention[mini[:1]])
-                            self._backward(logp.sum() * 0.0, group)
+                            idle = score_tokens(self.trained, batch.ids[mini[:1]], batch.attention[mini[:1]])
+                            self._backward(idle.log_probs.sum() * 0.0, group)
                             continue
-                        logp, entropy = token_log_probs(
-                            self.trained, batch.ids[rows], batch.attention[rows], self.entropy_bonus, start
-                        )
+                        logp, entropy = self._micro_scores(batch, rows)
                         if from_update:
                             batch.old_logps[rows] = logp.detach()
                         loss = self._micro_loss(
@@ -576,17 +626,28 @@ class TransformersBackend(BackendProtocol):
                         f"{mini_loss} (not finite); the model was not updated and no checkpoint of this "
                         "step is written. Lower rllm.transformers.lr or check the advantages and rewards."
                     )
+                scaler = self.grad_scaler
+                if scaler is not None:  # the gradient as the loss's own, before clipping (overflows are recorded)
+                    scaler.unscale_(self.optimizer)
                 norm = torch.nn.utils.clip_grad_norm_(self.trained.parameters(), float(options.max_grad_norm))
                 norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP: a DTensor
-                if not torch.isfinite(norm):
+                finite = bool(torch.isfinite(norm))
+                if not finite and scaler is None:
                     self.optimizer.zero_grad(set_to_none=True)
                     raise TrainerError(
                         f"Step {trainer_state.global_step}: the gradient of the policy loss {losses} "
                         "is not finite; the model was not updated and no checkpoint of this step is written."
                     )
-                self.optimizer.step()
+                if scaler is None:
+                    self.optimizer.step()
+                else:  # an overflow skips the step and lowers the scale, as torch.amp does
+                    scaler.step(self.optimizer)
+                    scaler.update()
+                    sums["actor/loss_scale"].append(float(scaler.get_scale()))
+                    sums["actor/skipped_steps"].append(0.0 if finite else 1.0)
                 sums["actor/loss"].append(mini_loss)
-                sums["actor/grad_norm"].append(float(norm))
+                if finite:
+                    sums["actor/grad_norm"].append(float(norm))
         if group is not None and group.sharded:  # rollouts and stage 5 sample and score with the whole weights
             self.model.load_state_dict(group.full_weights(self.trained))
         if group is not None:  # the micro-batch metrics of every rank (the loss and norm are the same on all)
@@ -616,9 +677,11 @@ class TransformersBackend(BackendProtocol):
         needed = {f for n in names for f in get_estimator(str(getattr(n, "value", n))).requires}
         return needed & set(TOKEN_FIELDS)
 
-    @staticmethod
-    def _backward(loss: torch.Tensor, group: Distributed | None) -> None:
-        """``loss.backward()``; under DDP a lost rank there is the one-line error, not a traceback."""
+    def _backward(self, loss: torch.Tensor, group: Distributed | None) -> None:
+        """``loss.backward()`` (fp16-mixed: of the scaled loss); under DDP a lost rank there is the one-line error,
+        not a traceback."""
+        if self.grad_scaler is not None:
+            loss = self.grad_scaler.scale(loss)
         if group is None:
             loss.backward()
             return
@@ -728,6 +791,8 @@ class TransformersBackend(BackendProtocol):
         written, so a value the loader would refuse fails the save instead of the resume.
         """
         extra: dict[str, Any] = {}
+        if self.grad_scaler is not None:
+            extra["grad_scaler"] = self.grad_scaler.state_dict()
         if self.kl_in_reward is not None:
             extra["kl_in_reward_coef"] = check_kl_coef(self.kl_in_reward.coef, "The KL-in-reward coefficient")
         if self.lora is not None:
@@ -739,6 +804,8 @@ class TransformersBackend(BackendProtocol):
         sharded = self.distributed is not None and self.distributed.sharded
         apply = self._keep_for_sharded if sharded else self.optimizer.load_state_dict
         saved = load_training_state(directory, self.model, self.optimizer, self._generators(), apply, self._adapter())
+        if self.grad_scaler is not None and "grad_scaler" in saved:
+            self.grad_scaler.load_state_dict(saved["grad_scaler"])
         if self.kl_in_reward is not None and "kl_in_reward_coef" in saved:  # else: a checkpoint of a run without it
             self.kl_in_reward.coef = saved["kl_in_reward_coef"]
 
@@ -754,3 +821,21 @@ class TransformersBackend(BackendProtocol):
 
     def _generators(self) -> dict[str, torch.Generator]:
         return {"sample": self.sample_rng, "update": self.update_rng}
+
+
+def within_budget(rows: torch.Tensor, lengths: torch.Tensor, budget: int) -> list[torch.Tensor]:
+    """``rows`` cut into consecutive pieces whose rows x longest row's tokens is at most ``budget``.
+
+    The rows are taken longest first, so each piece's padding is small; a row longer than the
+    budget is a piece of its own. The loss of every piece uses the mini-batch's normalisers,
+    so the gradient is the same sum in another grouping.
+    """
+    order = rows[torch.argsort(lengths[rows], descending=True, stable=True)]
+    sizes = lengths[order].tolist()
+    pieces: list[torch.Tensor] = []
+    begin = 0
+    for index in range(1, len(sizes) + 1):
+        if index == len(sizes) or (index - begin + 1) * sizes[begin] > budget:
+            pieces.append(order[begin:index])
+            begin = index
+    return pieces

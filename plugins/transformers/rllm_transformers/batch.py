@@ -1,12 +1,11 @@
 """Stage 4 of the transformers backend: the steps as right-padded rows, and the log-probs of a row batch.
 
 :func:`pack_rows` turns the trajectory groups into a :class:`RowBatch`; the backend's stages 5
-and 7 read it (``token_log_probs`` for the old, reference and current policies).
+and 7 read it (:func:`rllm_transformers.logprobs.score_tokens` for the old, reference and current policies).
 """
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -20,6 +19,7 @@ import torch
 from rllm.errors import TrainerError, WorkflowError
 from rllm.losses import prompt_counts
 from rllm.types import Episode, Step, Trajectory, TrajectoryGroup
+from rllm_transformers.logprobs import score_tokens
 
 
 @dataclass(frozen=True)
@@ -135,46 +135,21 @@ def response_tokens(episodes: Sequence[Episode]) -> int:
 def token_log_probs(
     model: Any, ids: torch.Tensor, attention: torch.Tensor, entropy_grad: bool = False, start: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-prob of each next token of ``ids`` and the entropy of each position's distribution.
+    """Log-prob of each next token of ``ids`` and the entropy of each position's distribution (:func:`score_tokens`).
 
     The entropy carries a gradient only with ``entropy_grad`` (an entropy bonus in the loss).
     Positions before ``start`` (the batch's first response token, :attr:`RowBatch.start`) are 0.
     """
-    chosen, entropy, _ = token_statistics(model, ids, attention, entropy_grad, start)
-    return chosen, entropy
+    scores = score_tokens(model, ids, attention, start, entropy=True, entropy_grad=entropy_grad)
+    return scores.log_probs, scores.entropy  # type: ignore[return-value]
 
 
 def token_statistics(
     model: Any, ids: torch.Tensor, attention: torch.Tensor, entropy_grad: bool = False, start: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`token_log_probs` and each position's sum of squared probabilities (verl's ``sum_pi_squared``).
-
-    No cache is built (nothing is generated), and with ``start`` the model computes no logits
-    before it (``logits_to_keep``, where the model takes it): the prompt positions' logits,
-    softmax and entropy are most of a single-turn row's and carry no loss.
-    """
-    options: dict[str, Any] = {"use_cache": False}
-    start = start if start > 0 and _keeps_logits(model) else 0
-    if start:
-        options["logits_to_keep"] = ids.shape[1] - start
-    logits = model(input_ids=ids, attention_mask=attention, **options).logits[:, :-1].float()
-    log_p = torch.log_softmax(logits, dim=-1)
-    chosen = log_p.gather(-1, ids[:, start + 1 :, None]).squeeze(-1)
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        p = log_p.exp()
-        entropy = -(p * log_p).sum(-1)
-    with torch.no_grad():
-        sum_squares = (p.detach() ** 2).sum(-1)
-    if not start:
-        return chosen, entropy, sum_squares
-    before = (start, 0)  # the skipped positions, as zeros, so every tensor lines up with ``mask``
-    return tuple(torch.nn.functional.pad(x, before) for x in (chosen, entropy, sum_squares))  # type: ignore[return-value]
-
-
-def _keeps_logits(model: Any) -> bool:
-    """Whether the model's forward takes ``logits_to_keep`` (transformers' causal LMs do; DDP wraps one)."""
-    forward = getattr(model, "module", model).forward
-    return "logits_to_keep" in inspect.signature(forward).parameters
+    """:func:`token_log_probs` and each position's sum of squared probabilities (verl's ``sum_pi_squared``)."""
+    scores = score_tokens(model, ids, attention, start, entropy=True, entropy_grad=entropy_grad, squares=True)
+    return scores.log_probs, scores.entropy, scores.sum_pi_squared  # type: ignore[return-value]
 
 
 def _check_ids(step: Step, group: TrajectoryGroup, trajectory: Trajectory, vocab_size: int, workflow: str) -> None:

@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from rllm.errors import ConfigError, RLLMWarning
 from rllm.tasks import VOCAB
 from rllm_transformers.plugin import INIT_STD, TINY_HEADS, TOKENIZERS
+from rllm_transformers.precision import Precision, precision_of
 
 TINY = "tiny"
 PAD = "<pad>"
@@ -79,6 +80,7 @@ class Policy:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     device: torch.device
+    precision: Precision
 
 
 def char_tokenizer() -> PreTrainedTokenizerBase:
@@ -164,12 +166,12 @@ def resolve_device(requested: str) -> torch.device:
 
 
 def load_policy(options: DictConfig) -> Policy:
-    """Build or load the model named by ``rllm.transformers.model`` on its device and dtype, seeded."""
+    """Build or load the model named by ``rllm.transformers.model`` on its device in its precision, seeded."""
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # checkpoint writes would draw a bar over the trainer's own
     device = resolve_device(str(options.device))
-    dtype = torch.bfloat16 if str(options.dtype) == "bfloat16" else torch.float32
+    precision = precision_of(options)
     torch.manual_seed(int(options.seed))
     name, kind = str(options.model), str(options.tokenizer)
     if name == TINY:
@@ -184,9 +186,9 @@ def load_policy(options: DictConfig) -> Policy:
         )
     else:
         tokenizer, model = _pretrained(name)
-    model.to(device=device, dtype=dtype)  # type: ignore[arg-type]
+    precision.prepare(model, device)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return Policy(model, tokenizer, device)
+    return Policy(model, tokenizer, device, precision)
 
 
 def _pretrained(name: str) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:

@@ -19,6 +19,8 @@ TOKENIZERS = ("digits", "text")
 """``rllm.transformers.tokenizer``: the tiny model's tokenizer (the first is the default)."""
 STRATEGIES = ("ddp", "fsdp")
 """``rllm.transformers.distributed.strategy`` under torchrun (the first is the default)."""
+PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16-pure")
+"""``rllm.transformers.precision`` (the first is the default); rllm_transformers.precision says what each keeps."""
 TINY_HEADS = 4
 """Attention heads of the tiny model (2 key-value heads): its width must divide among them."""
 INIT_STD = 0.02
@@ -97,7 +99,38 @@ TRANSFORMERS_KEYS = (
         "tasks", "list[str]", ["digit_max"], "Built-in task families (as rllm.embedded.tasks).", names=_task_names
     ),
     ConfigKey("device", "str", "auto", "auto (cuda if available), cpu or cuda.", choices=("auto", "cpu", "cuda")),
-    ConfigKey("dtype", "str", "float32", "Parameter dtype.", choices=("float32", "bfloat16")),
+    ConfigKey(
+        "precision",
+        "str",
+        PRECISIONS[0],
+        "fp32; bf16-mixed or fp16-mixed (float32 weights, gradients and AdamW state, the forward under autocast in "
+        "bfloat16 or float16, fp16 with loss scaling); bf16-pure (everything in bfloat16: updates under half a "
+        "bfloat16 step are lost, warned). TF32 matmuls on CUDA. See docs/transformers.md.",
+        choices=PRECISIONS,
+    ),
+    ConfigKey(
+        "dtype",
+        "str",
+        None,
+        "Earlier spelling of precision: float32 is fp32, bfloat16 is bf16-pure.",
+        choices=("float32", "bfloat16"),
+        nullable=True,
+    ),
+    ConfigKey(
+        "gradient_checkpointing",
+        "bool",
+        False,
+        "Activation checkpointing in the update (transformers' gradient_checkpointing_enable, use_reentrant=False): "
+        "each layer's activations are recomputed in the backward pass instead of kept.",
+    ),
+    ConfigKey(
+        "max_tokens_per_micro_batch",
+        "int",
+        0,
+        "Cut each micro-batch further so that rows x their longest row's tokens stays within this many (a longer "
+        "row alone); 0: off. The gradient is the same sum.",
+        minimum=0,
+    ),
     ConfigKey("seed", "int", 0, "Seed of the initialisation, sampling and mini-batch order.", minimum=0),
     ConfigKey(
         "num_threads",

@@ -1,0 +1,275 @@
+"""Each next token's log-prob under a causal LM, in chunks of positions: never the whole ``[rows, tokens, vocab]``.
+
+At a real vocabulary (Qwen's 151,936) the logits of a batch are its largest tensor: 8 rows of
+2,048 tokens are 10 GB in float32, and a log-softmax, its exp and an entropy each as much again.
+:func:`score_tokens` takes the hidden states the model feeds its output layer (a hook on that
+layer captures them and hands it nothing to project), then projects, normalises and picks the
+chosen token's log-prob a chunk of positions at a time; the backward pass recomputes each chunk's
+logits from the hidden states instead of keeping them. The entropy and the sum of squared
+probabilities are computed only when asked for (a loss's entropy bonus, a metric, an estimator's
+per-token field). Per position the arithmetic is the full pass's (a float32 log-softmax of the
+logits), so the numbers are those of ``log_softmax(logits).gather(...)``.
+
+Models whose logits are more than a linear map of those hidden states (a logit scale or soft
+cap in their config), whose output layer is not an ``nn.Linear`` (an adapter on it) or whose
+weights are sharded (FSDP) are scored from the logits the model returns, still chunked after it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rllm.errors import TrainerError
+from rllm_transformers.precision import compute_dtype
+
+CHUNK_ELEMENTS = 1 << 25
+"""Logits per chunk (rows x vocabulary): 128 MB in float32, about 220 positions at a vocabulary of 151,936."""
+SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
+"""Config fields of models that transform ``lm_head``'s output before the softmax: scored from the model's logits."""
+
+
+@dataclass(frozen=True)
+class TokenScores:
+    """Per position ``[rows, tokens - 1]`` (0 before ``start`` and where the next token is padding): the next token's
+    log-prob, and when asked the entropy and the sum of squared probabilities of the position's distribution."""
+
+    log_probs: torch.Tensor
+    entropy: torch.Tensor | None = None
+    sum_pi_squared: torch.Tensor | None = None
+
+
+def score_tokens(
+    model: Any,
+    ids: torch.Tensor,
+    attention: torch.Tensor,
+    start: int = 0,
+    *,
+    entropy: bool = False,
+    entropy_grad: bool = False,
+    squares: bool = False,
+) -> TokenScores:
+    """The log-prob of each next token of ``ids`` from position ``start`` on (the batch's first response token).
+
+    ``entropy_grad`` gives the entropy a gradient (an entropy bonus in the loss); ``entropy``
+    computes it without one (a metric, a loss that selects tokens by it); ``squares`` the sum
+    of squared probabilities (verl's ``sum_pi_squared``). No cache is built, and where the
+    model takes ``logits_to_keep`` no logits are computed before ``start``.
+    """
+    rows, width = ids.shape
+    start = min(max(start, 0), max(width - 1, 0))
+    positions = width - 1 - start
+    targets = ids[:, start + 1 :]
+    valid = attention[:, start + 1 :] != 0  # padding positions score nothing (their value is 0)
+    head = _plain_head(model)
+    options: dict[str, Any] = {"use_cache": False}
+    keeps = _keeps_logits(model)
+    if keeps:  # positions start .. width - 2: each one's next token is scored
+        options["logits_to_keep"] = torch.arange(start, width - 1, device=ids.device)
+    if head is not None:
+        with _captured_input(head) as captured:
+            model(input_ids=ids, attention_mask=attention, **options)
+        if not captured:
+            name = type(getattr(model, "module", model)).__name__
+            raise TrainerError(f"{name}'s forward did not call its output layer (get_output_embeddings()).")
+        hidden = captured[0] if keeps else captured[0][:, start:-1]
+        inputs, weight, bias, picked = hidden[valid], head.weight, head.bias, targets[valid]
+    else:
+        logits = model(input_ids=ids, attention_mask=attention, **options).logits
+        logits = logits if keeps else logits[:, start:-1]
+        inputs, weight, bias, picked = logits.reshape(rows * positions, -1), None, None, targets.reshape(-1)
+    dtype = compute_dtype(model, inputs if weight is None else weight)
+    vocab = int(inputs.shape[-1] if weight is None else weight.shape[0])
+    chunk = max(1, CHUNK_ELEMENTS // max(vocab, 1))
+    wanted = 2 if entropy_grad and torch.is_grad_enabled() else int(entropy or entropy_grad)
+    if torch.is_grad_enabled() and (inputs.requires_grad or (weight is not None and weight.requires_grad)):
+        outputs = _ChunkedScores.apply(inputs, weight, bias, picked, chunk, dtype, wanted, squares)
+    else:
+        outputs = _scores(inputs, weight, bias, picked, chunk, dtype, wanted, squares)
+    chosen, entropies, sums = outputs
+    spread = _spread_valid if head is not None else _spread_all
+    return TokenScores(
+        spread(chosen, valid, start),
+        spread(entropies, valid, start) if wanted else None,
+        spread(sums, valid, start) if squares else None,
+    )
+
+
+def _spread_valid(values: torch.Tensor, valid: torch.Tensor, start: int) -> torch.Tensor:
+    """The scored positions' values at their places in ``[rows, tokens - 1]``, zeros elsewhere (with the gradient)."""
+    placed = values.new_zeros(valid.shape).masked_scatter(valid, values)
+    return torch.nn.functional.pad(placed, (start, 0))
+
+
+def _spread_all(values: torch.Tensor, valid: torch.Tensor, start: int) -> torch.Tensor:
+    placed = values.view(valid.shape).masked_fill(~valid, 0.0)
+    return torch.nn.functional.pad(placed, (start, 0))
+
+
+def _keeps_logits(model: Any) -> bool:
+    """Whether the model's forward takes ``logits_to_keep`` (transformers' causal LMs do; DDP wraps one)."""
+    forward = getattr(model, "module", model).forward
+    return "logits_to_keep" in inspect.signature(forward).parameters
+
+
+def _plain_head(model: Any) -> torch.nn.Linear | None:
+    """The model's output layer when its logits are that layer of the last hidden states and nothing more."""
+    inner = getattr(model, "module", model)
+    getter = getattr(inner, "get_output_embeddings", None)
+    head = getter() if callable(getter) else None
+    if not isinstance(head, torch.nn.Linear) or hasattr(head.weight, "full_tensor"):
+        return None  # an adapter on the head, or FSDP's sharded weights (DTensors) outside the forward
+    config = getattr(inner, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if any(getattr(text, name, None) is not None for name in SCALED_LOGITS):
+        return None
+    return head
+
+
+@contextmanager
+def _captured_input(head: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
+    """The output layer's input in this thread's forward, which it then projects nothing of (``[..., 0, hidden]``)."""
+    captured: list[torch.Tensor] = []
+    thread = threading.get_ident()
+
+    def capture(_module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        if threading.get_ident() != thread:  # another thread sampling from the same model: left alone
+            return None
+        captured.append(args[0])
+        return (args[0][..., :0, :], *args[1:])
+
+    handle = head.register_forward_pre_hook(capture)
+    try:
+        yield captured
+    finally:
+        handle.remove()
+
+
+def _chunks(count: int, chunk: int) -> Iterator[slice]:
+    for begin in range(0, count, chunk):
+        yield slice(begin, min(begin + chunk, count))
+
+
+def _log_softmax(
+    inputs: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype
+) -> torch.Tensor:
+    """One chunk's float32 log-softmax: of its logits as given, or of its hidden states through the output layer
+    (in ``dtype``, as autocast would run it)."""
+    if weight is None:
+        logits = inputs
+    else:
+        logits = torch.nn.functional.linear(
+            inputs.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)
+        )
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def _scores(
+    inputs: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    chunk: int,
+    dtype: torch.dtype,
+    wanted: int,
+    squares: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Chosen log-probs, entropies (``wanted`` > 0) and sums of squares (``squares``) of every position, no graph."""
+    count = int(inputs.shape[0])
+    chosen = torch.zeros(count, device=inputs.device)
+    entropy = torch.zeros(count if wanted else 0, device=inputs.device)
+    sums = torch.zeros(count if squares else 0, device=inputs.device)
+    with torch.no_grad():
+        for part in _chunks(count, chunk):
+            log_p = _log_softmax(inputs[part], weight, bias, dtype)
+            chosen[part] = log_p.gather(-1, targets[part, None]).squeeze(-1)
+            if wanted or squares:
+                p = log_p.exp()
+                if wanted:
+                    entropy[part] = -(p * log_p).sum(-1)
+                if squares:
+                    sums[part] = (p**2).sum(-1)
+    return chosen, entropy, sums
+
+
+class _ChunkedScores(torch.autograd.Function):
+    """:func:`_scores` with a gradient: the backward recomputes each chunk's log-softmax rather than keep the logits.
+
+    d log p_t / d z = onehot(t) - p and d H / d z = -p (log p + H), per position; the output
+    layer's weight gradient is accumulated in float32 across the chunks.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        inputs: torch.Tensor,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        targets: torch.Tensor,
+        chunk: int,
+        dtype: torch.dtype,
+        wanted: int,
+        squares: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        chosen, entropy, sums = _scores(inputs, weight, bias, targets, chunk, dtype, wanted, squares)
+        ctx.save_for_backward(inputs, weight, bias, targets, entropy)
+        ctx.chunk, ctx.dtype, ctx.entropy_grad = chunk, dtype, wanted == 2
+        ctx.mark_non_differentiable(sums)
+        if wanted != 2:
+            ctx.mark_non_differentiable(entropy)
+        return chosen, entropy, sums
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_chosen: torch.Tensor | None, grad_entropy: torch.Tensor | None, _grad_sums: Any
+    ) -> tuple[Any, ...]:
+        inputs, weight, bias, targets, entropy = ctx.saved_tensors
+        needs_inputs, needs_weight, needs_bias = ctx.needs_input_grad[:3]
+        grad_inputs = torch.zeros_like(inputs) if needs_inputs else None
+        grad_weight = torch.zeros(weight.shape, device=weight.device) if needs_weight else None
+        grad_bias = torch.zeros(bias.shape, device=bias.device) if needs_bias else None
+        projected = None if weight is None else weight.to(ctx.dtype)
+        for part in _chunks(int(inputs.shape[0]), ctx.chunk):
+            log_p = _log_softmax(inputs[part], projected, bias, ctx.dtype)
+            p = log_p.exp()
+            grad = torch.zeros_like(p)
+            if grad_chosen is not None:
+                g = grad_chosen[part, None].float()
+                grad = grad - p * g
+                grad.scatter_add_(-1, targets[part, None], g)
+            if ctx.entropy_grad and grad_entropy is not None:
+                grad = grad - grad_entropy[part, None].float() * p * (log_p + entropy[part, None])
+            if projected is None:
+                if grad_inputs is not None:
+                    grad_inputs[part] = grad.to(inputs.dtype)
+                continue
+            low = grad.to(ctx.dtype)
+            hidden = inputs[part].to(ctx.dtype)
+            if grad_inputs is not None:
+                grad_inputs[part] = (low @ projected).to(inputs.dtype)
+            if grad_weight is not None:
+                _add_product(grad_weight, low.t(), hidden)
+            if grad_bias is not None:
+                grad_bias += grad.sum(0)
+        return (
+            grad_inputs,
+            None if grad_weight is None else grad_weight.to(weight.dtype),
+            None if grad_bias is None else grad_bias.to(bias.dtype),
+            *([None] * 5),
+        )
+
+
+def _add_product(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """``total += a @ b`` in float32 without rounding ``a @ b`` to a low-precision ``a``'s dtype first."""
+    if a.dtype == torch.float32:
+        total.addmm_(a, b)
+    elif total.device.type == "cuda":
+        torch.addmm(total, a, b, out_dtype=torch.float32, out=total)
+    else:
+        total.addmm_(a.float(), b.float())
