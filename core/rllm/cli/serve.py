@@ -20,9 +20,12 @@ def add_parser(sub: Any) -> None:
         "Serve /v1/completions, /v1/chat/completions, /v1/models, /health and SGLang's\n"
         "/update_weights_from_disk for the model the rllm.transformers keys name (tiny, a\n"
         "save_pretrained directory or a hub id). Token ids and log-probs use vLLM's field names\n"
-        "(return_token_ids). Needs the serve extra: pip install 'rllm[serve]'.",
+        "(return_token_ids). Needs the serve extra: pip install 'rllm[serve]'.\n"
+        "With --tinker, serve the Tinker API (/api/v1/...) instead, for the official tinker SDK:\n"
+        "training (full weights), sampling and checkpoints; needs pip install 'rllm[tinker]' (docs/tinker.md).",
         [
             "rllm serve rllm.transformers.model=tiny rllm.transformers.tokenizer=text --port 8000",
+            "rllm serve --tinker rllm.transformers.model=tiny rllm.transformers.tokenizer=text --port 8000",
             "rllm serve rllm.transformers.model=runs/rllm/default/checkpoints/step_10/model --port 8000",
         ],
     )
@@ -32,6 +35,14 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--served-model-name", metavar="NAME", help="the model's name in requests (default: rllm.transformers.model)"
     )
+    parser.add_argument(
+        "--tinker", action="store_true", help="serve the Tinker API for the tinker SDK instead of OpenAI's"
+    )
+    parser.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="with --tinker: where saved weights go (default: a new temporary directory, printed at start)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -40,6 +51,14 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port {args.port} is not a TCP port; give 1-65535.")
+    if args.checkpoint_dir and not args.tinker:
+        raise ConfigError("--checkpoint-dir applies to --tinker only; add --tinker or leave it out.")
     config = split_words(args).load()
     backend = resolve_backend(BACKEND, config)
+    if args.tinker:
+        return int(
+            backend.serve_tinker(  # type: ignore[attr-defined]
+                config, args.host, args.port, args.served_model_name, args.checkpoint_dir
+            )
+        )
     return int(backend.serve(config, args.host, args.port, args.served_model_name))  # type: ignore[attr-defined]

@@ -83,6 +83,15 @@ class TransformersBackend(BackendProtocol):
 
         return serve(config, host, port, model_name)
 
+    @classmethod
+    def serve_tinker(
+        cls, config: DictConfig, host: str, port: int, model_name: str | None, checkpoint_dir: str | None
+    ) -> int:
+        """``rllm serve --tinker``: the same model behind the Tinker API, trained with full weights."""
+        from rllm_transformers.tinker_server.app import serve_tinker
+
+        return serve_tinker(config, host, port, model_name, checkpoint_dir)
+
     def __init__(self, config: DictConfig, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
         self.options = config.rllm.transformers

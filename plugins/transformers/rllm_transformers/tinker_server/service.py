@@ -1,0 +1,455 @@
+"""The Tinker service's state: sessions, the one training model, sampling sessions, checkpoints and futures.
+
+Every long request (create model, forward, forward_backward, optim_step, saves, loads, samples)
+is checked when it arrives (a bad one is answered at once, 400 or 404, naming the route and
+field) and then queued; one worker runs the queue in arrival order on a thread, and its answer
+waits under a request id for ``retrieve_future``. The server trains one model at a time: a
+second ``create_model`` while another session's model is live is refused by name; the model is
+freed when its session finishes (``ServiceClient.close``) or stops heartbeating for
+:data:`SESSION_TIMEOUT` seconds, and the next ``create_model`` starts from the base weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rllm_transformers.engine import Sampling
+from rllm_transformers.tinker_server import losses
+from rllm_transformers.tinker_server.trainer import ADAM_DEFAULTS, TinkerTrainer
+from rllm_transformers.tinker_server.wire import Batch, WireError, forward_output, sample_output
+
+SESSION_TIMEOUT = 120.0
+"""Seconds without a heartbeat after which a session's training model is freed (the SDK beats every 10 s)."""
+RESULTS_KEPT = 4096
+"""Answers kept for ``retrieve_future`` (a client may ask again after a dropped connection)."""
+LONG_POLL = 20.0
+"""Seconds ``retrieve_future`` waits for a pending answer before saying ``try_again`` (the SDK waits 45)."""
+INPUT_NAMES = ("target_tokens", "weights", "logprobs", "advantages")
+
+Answer = Callable[[bool], tuple[bytes, str]]
+"""A finished request's body for a client that does (True) or does not take protobuf."""
+
+
+@dataclass
+class Session:
+    last_seen: float
+    finished: bool = False
+
+
+@dataclass
+class Slot:
+    """The training model: who holds it, and what it was created as."""
+
+    model_id: str
+    session_id: str
+    lora_rank: int | None
+    requests: int = 0
+
+
+@dataclass
+class Pending:
+    future: asyncio.Future[Answer] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class TinkerService:
+    def __init__(self, trainer: TinkerTrainer, model_name: str, root: Path) -> None:
+        self.trainer = trainer
+        self.model_name = model_name
+        self.root = root
+        self.sessions: dict[str, Session] = {}
+        self.slot: Slot | None = None
+        self.sampling_sessions: dict[str, str | None] = {}
+        """Sampling session id -> the weights directory it samples from (None: the base model)."""
+        self.results: dict[str, Pending] = {}
+        self._ids = itertools.count(1)
+        self._queue: asyncio.Queue[tuple[str, Pending, Callable[[], Answer]]] = asyncio.Queue()
+        self._worker: asyncio.Task[None] | None = None
+
+    # -- the queue ---------------------------------------------------------------------------
+
+    def submit(self, route: str, work: Callable[[], Answer], model_id: str | None = None) -> dict[str, Any]:
+        """Queue ``work``; the answer is the SDK's ``UntypedAPIFuture``."""
+        request_id = f"req-{next(self._ids)}"
+        pending = Pending()
+        self.results[request_id] = pending
+        for stale in list(itertools.islice(self.results, max(0, len(self.results) - RESULTS_KEPT))):
+            del self.results[stale]
+        self._queue.put_nowait((route, pending, work))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.ensure_future(self._work())
+        answer: dict[str, Any] = {"request_id": request_id}
+        if model_id is not None:
+            answer["model_id"] = model_id
+        return answer
+
+    async def _work(self) -> None:
+        while not self._queue.empty():
+            route, pending, work = self._queue.get_nowait()
+            try:
+                pending.future.set_result(await asyncio.to_thread(work))
+            except WireError as exc:
+                pending.future.set_result(_json(exc.body()))
+            except Exception as exc:  # the request fails, the server carries on
+                first = (str(exc).strip().splitlines() or [""])[0]
+                pending.future.set_result(
+                    _json({"error": f"{route}: {type(exc).__name__}: {first}", "category": "server"})
+                )
+
+    async def retrieve(self, route: str, request_id: Any) -> Answer:
+        pending = self.results.get(request_id) if isinstance(request_id, str) else None
+        if pending is None:
+            raise WireError(route, "request_id", f"no request {request_id!r} on this server (it restarted?).", 404)
+        try:
+            return await asyncio.wait_for(asyncio.shield(pending.future), LONG_POLL)
+        except TimeoutError:
+            return _json({"type": "try_again", "request_id": request_id, "queue_state": "active"})
+
+    # -- sessions and the model --------------------------------------------------------------
+
+    def create_session(self) -> str:
+        session_id = f"session-{uuid.uuid4().hex[:12]}"
+        self.sessions[session_id] = Session(time.monotonic())
+        return session_id
+
+    def session(self, route: str, session_id: Any, where: str = "session_id") -> Session:
+        session = self.sessions.get(session_id) if isinstance(session_id, str) else None
+        if session is None:
+            raise WireError(route, where, f"no session {session_id!r} on this server; create a ServiceClient.", 404)
+        return session
+
+    def heartbeat(self, route: str, session_id: Any) -> None:
+        session = self.session(route, session_id)
+        if session.finished:
+            raise WireError(route, "session_id", f"session {session_id!r} has finished.", 410)
+        session.last_seen = time.monotonic()
+
+    def finish(self, session_id: str) -> None:
+        session = self.sessions.get(session_id)
+        if session is not None:
+            session.finished = True
+        if self.slot is not None and self.slot.session_id == session_id:
+            self.slot = None
+
+    def check_base_model(self, route: str, name: Any, where: str = "base_model") -> None:
+        if name != self.model_name:
+            raise WireError(
+                route,
+                where,
+                f"unknown model {name!r}; this server serves {self.model_name!r} (get_server_capabilities).",
+                404,
+            )
+
+    def create_model(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        session_id = body.get("session_id")
+        self.session(route, session_id)
+        self.check_base_model(route, body.get("base_model"))
+        lora = body.get("lora_config") or {}
+        for part in ("train_mlp", "train_attn", "train_unembed"):
+            if lora.get(part, True) is False:
+                raise WireError(
+                    route, f"lora_config.{part}", "false is not served: this server trains every weight (no LoRA yet)."
+                )
+        optimizer = (body.get("optimizer_config") or {}).get("type", "adamw")
+        if optimizer != "adamw":
+            raise WireError(route, "optimizer_config.type", f"{optimizer!r} is not served; only adamw.")
+        model_id = f"{session_id}:train:{body.get('model_seq_id', 0)}"
+        self._claim(route, model_id, str(session_id), lora.get("rank"))
+
+        def work() -> Answer:
+            self.trainer.reset()
+            return _json({"model_id": model_id, "type": "create_model"})
+
+        return self.submit(route, work, model_id)
+
+    def _claim(self, route: str, model_id: str, session_id: str, rank: int | None) -> None:
+        held = self.slot
+        if held is not None:
+            owner = self.sessions.get(held.session_id)
+            if owner is not None and not owner.finished and time.monotonic() - owner.last_seen < SESSION_TIMEOUT:
+                raise WireError(
+                    route,
+                    "base_model",
+                    f"this server trains one model at a time and {held.model_id!r} holds it; close that "
+                    "ServiceClient (or start another server) first.",
+                )
+        self.slot = Slot(model_id, session_id, rank)
+
+    def model(self, route: str, model_id: Any, where: str = "model_id") -> Slot:
+        if self.slot is None or model_id != self.slot.model_id:
+            live = f"; the live one is {self.slot.model_id!r}" if self.slot is not None else ""
+            raise WireError(route, where, f"unknown model {model_id!r}{live}.", 404)
+        return self.slot
+
+    def info(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        slot = self.model(route, body.get("model_id"))
+        config = self.trainer.model.config
+        return {
+            "type": "get_info",
+            "model_id": slot.model_id,
+            "model_name": self.model_name,
+            "is_lora": False,
+            "lora_rank": None,
+            "model_data": {
+                "arch": str(getattr(config, "model_type", "")),
+                "model_name": self.model_name,
+                "tokenizer_id": self.model_name,
+            },
+        }
+
+    # -- training ---------------------------------------------------------------------------
+
+    def forward_backward(self, route: str, batch: Batch) -> dict[str, Any]:
+        slot = self.model(route, batch.model_id)
+        settings = self._check_batch(route, batch)
+
+        def work() -> Answer:
+            outputs, metrics = self.trainer.forward_backward(batch, settings)
+            return lambda proto: forward_output(outputs, metrics, proto)
+
+        return self.submit(route, work, slot.model_id)
+
+    def _check_batch(self, route: str, batch: Batch) -> dict[str, float]:
+        name = batch.loss_fn
+        if name not in losses.LOSSES:
+            served = ", ".join(losses.LOSSES)
+            raise WireError(route, "loss_fn", f"unknown loss {name!r}; this server computes {served}.")
+        try:
+            settings = losses.check_config(name, batch.config)
+        except (KeyError, ValueError) as exc:
+            raise WireError(route, "loss_fn_config", str(exc).strip("'\"") + ".") from None
+        if not batch.data:
+            raise WireError(route, "data", "is empty; give at least one Datum.")
+        wanted = ("target_tokens", *losses.LOSSES[name].inputs)
+        optional = {"weights"} if name == "cross_entropy" else set()
+        for i, datum in enumerate(batch.data):
+            where, length = f"data[{i}]", len(datum.tokens)
+            if not length:
+                raise WireError(route, f"{where}.model_input", "has no tokens.")
+            if length > self.trainer.context_limit:
+                raise WireError(
+                    route,
+                    f"{where}.model_input",
+                    f"has {length} tokens, more than the model's context ({self.trainer.context_limit}).",
+                )
+            bad = [t for t in datum.tokens if not 0 <= t < self.trainer.vocab]
+            if bad:
+                raise WireError(
+                    route,
+                    f"{where}.model_input",
+                    f"token id {bad[0]} is outside the vocabulary (0..{self.trainer.vocab - 1}).",
+                )
+            for key in datum.inputs:
+                if key not in wanted:
+                    raise WireError(
+                        route,
+                        f"{where}.loss_fn_inputs.{key}",
+                        f"is not an input of {name} (it takes {', '.join(wanted)}).",
+                    )
+            for key in wanted:
+                values = datum.inputs.get(key)
+                if values is None:
+                    if key in optional:
+                        continue
+                    raise WireError(
+                        route, f"{where}.loss_fn_inputs.{key}", f"missing; {name} needs {', '.join(wanted)}."
+                    )
+                if len(values) != length:
+                    raise WireError(
+                        route,
+                        f"{where}.loss_fn_inputs.{key}",
+                        f"has {len(values)} entries where model_input has {length} tokens; give one per input token.",
+                    )
+                if not bool(np.isfinite(values).all()):
+                    raise WireError(route, f"{where}.loss_fn_inputs.{key}", "holds a NaN or infinite value.")
+            targets = datum.inputs["target_tokens"]
+            if len(targets) and not (targets.min() >= 0 and targets.max() < self.trainer.vocab):
+                raise WireError(
+                    route,
+                    f"{where}.loss_fn_inputs.target_tokens",
+                    f"holds an id outside the vocabulary (0..{self.trainer.vocab - 1}).",
+                )
+        return settings
+
+    def optim_step(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        slot = self.model(route, body.get("model_id"))
+        if "adam_params" not in body:
+            raise WireError(route, "adam_params", "missing; this server's optimizer is AdamW (give AdamParams).")
+        given = body["adam_params"] if isinstance(body["adam_params"], dict) else {}
+        params = {**ADAM_DEFAULTS, "grad_clip_norm": 0.0}
+        for key, value in given.items():
+            if key not in params:
+                raise WireError(route, f"adam_params.{key}", f"is not an AdamParams field ({', '.join(params)}).")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise WireError(route, f"adam_params.{key}", f"must be a finite number >= 0, got {value!r}.")
+            params[key] = float(value)
+
+        def work() -> Answer:
+            return _json({"metrics": self.trainer.optim_step(params)})
+
+        return self.submit(route, work, slot.model_id)
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    def _path(self, route: str, model_id: str, kind: str, name: Any) -> tuple[str, Path]:
+        if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+            raise WireError(route, "path", f"{name!r} is not a checkpoint name (letters, digits, - _ . ; no '/').")
+        return f"tinker://{model_id}/{kind}/{name}", self.root / model_id.replace(":", "_") / kind / name
+
+    def directory(self, route: str, path: Any, where: str = "path") -> Path:
+        """The directory a ``tinker://`` path this server wrote names."""
+        prefix = "tinker://"
+        parts = path[len(prefix) :].split("/") if isinstance(path, str) and path.startswith(prefix) else []
+        if len(parts) != 3 or parts[1] not in ("weights", "sampler_weights"):
+            raise WireError(
+                route, where, f"{path!r} is not a tinker://MODEL_ID/weights/NAME (or sampler_weights) path."
+            )
+        directory = self.root / parts[0].replace(":", "_") / parts[1] / parts[2]
+        if not directory.is_dir():
+            raise WireError(route, where, f"{path!r}: no such checkpoint on this server.", 404)
+        return directory
+
+    def save_weights(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        slot = self.model(route, body.get("model_id"))
+        path, directory = self._path(route, slot.model_id, "weights", body.get("path"))
+
+        def work() -> Answer:
+            self.trainer.save_state(directory)
+            return _json({"path": path, "type": "save_weights"})
+
+        return self.submit(route, work, slot.model_id)
+
+    def save_for_sampler(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        slot = self.model(route, body.get("model_id"))
+        name = body.get("path")
+        session = None
+        if name is None:  # save_weights_and_get_sampling_client: a sampling session on a fresh snapshot
+            name = f"snapshot-{body.get('sampling_session_seq_id', 0)}-{uuid.uuid4().hex[:8]}"
+            session = f"{slot.session_id}:sample:{name}"
+        path, directory = self._path(route, slot.model_id, "sampler_weights", name)
+
+        def work() -> Answer:
+            self.trainer.save_sampler(directory)
+            if session is None:
+                return _json({"path": path, "type": "save_weights_for_sampler"})
+            self.sampling_sessions[session] = str(directory)
+            return _json({"path": path, "sampling_session_id": session, "type": "save_weights_for_sampler"})
+
+        return self.submit(route, work, slot.model_id)
+
+    def load_weights(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        directory = self.directory(route, body.get("path"))
+        if not (directory / "transformers.json").is_file():
+            raise WireError(
+                route, "path", "names sampler weights; load_weights takes a save_state path (.../weights/NAME)."
+            )
+        with_optimizer = bool(body.get("optimizer"))
+        if body.get("session_id") is not None:  # create_training_client_from_state: a new model, loaded
+            self.session(route, body["session_id"])
+            if body.get("base_model") is not None:
+                self.check_base_model(route, body["base_model"])
+            model_id = f"{body['session_id']}:train:{body.get('model_seq_id', 0)}"
+            self._claim(route, model_id, str(body["session_id"]), None)
+        else:
+            model_id = self.model(route, body.get("model_id")).model_id
+
+        def work() -> Answer:
+            self.trainer.reset()
+            self.trainer.load_state(directory, with_optimizer)
+            return _json({"path": body["path"], "model_id": model_id, "type": "load_weights"})
+
+        return self.submit(route, work, model_id)
+
+    # -- sampling ---------------------------------------------------------------------------
+
+    def create_sampling_session(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.session(route, body.get("session_id"))
+        path = body.get("model_path")
+        if path is not None:
+            weights: str | None = str(self.directory(route, path, "model_path"))
+        else:
+            self.check_base_model(route, body.get("base_model"))
+            weights = None
+        session = f"{body['session_id']}:sample:{body.get('sampling_session_seq_id', 0)}"
+        self.sampling_sessions[session] = weights
+        return {"type": "create_sampling_session", "sampling_session_id": session}
+
+    def sample(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("sampling_session_id") is not None:
+            if body["sampling_session_id"] not in self.sampling_sessions:
+                raise WireError(
+                    route, "sampling_session_id", f"no sampling session {body['sampling_session_id']!r}.", 404
+                )
+            weights = self.sampling_sessions[body["sampling_session_id"]]
+        elif body.get("model_path") is not None:
+            weights = str(self.directory(route, body["model_path"], "model_path"))
+        else:
+            self.check_base_model(route, body.get("base_model"))
+            weights = None
+        prompt = [int(t) for chunk in (body.get("prompt") or {}).get("chunks") or [] for t in chunk.get("tokens") or []]
+        if not prompt:
+            raise WireError(route, "prompt", "has no tokens.")
+        bad = [t for t in prompt if not 0 <= t < self.trainer.vocab]
+        if bad:
+            raise WireError(
+                route, "prompt", f"token id {bad[0]} is outside the vocabulary (0..{self.trainer.vocab - 1})."
+            )
+        room = self.trainer.context_limit - len(prompt)
+        if room < 1:
+            raise WireError(
+                route, "prompt", f"has {len(prompt)} tokens; the model's context is {self.trainer.context_limit}."
+            )
+        count = body.get("num_samples", 1)
+        if not isinstance(count, int) or count < 1:
+            raise WireError(route, "num_samples", f"must be a positive integer, got {count!r}.")
+        for key in ("topk_prompt_logprobs", "topk_sample_logprobs", "prompt_alt_tokens_k"):
+            if body.get(key):
+                raise WireError(route, key, "is not served by this server; leave it 0.")
+        for key in ("target_prompt_logprobs", "prompt_logprobs_last_n", "record_stability_info"):
+            if body.get(key):
+                raise WireError(route, key, "is not served by this server; leave it unset.")
+        params = body.get("sampling_params") or {}
+        max_tokens = params.get("max_tokens")
+        max_tokens = room if max_tokens is None else max_tokens
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise WireError(route, "sampling_params.max_tokens", f"must be a positive integer, got {max_tokens!r}.")
+        temperature = float(params.get("temperature", 1.0))
+        top_p, top_k = float(params.get("top_p", 1.0)), int(params.get("top_k", -1))
+        if temperature < 0 or not 0 < top_p <= 1:
+            raise WireError(route, "sampling_params", "needs temperature >= 0 and 0 < top_p <= 1.")
+        stop = params.get("stop")
+        stop = [stop] if isinstance(stop, str) else stop
+        if stop is not None and not stop:
+            raise WireError(route, "sampling_params.stop", "[] (no stop at all) is not served: sampling stops at EOS.")
+        stop_ids = {s for s in stop or [] if isinstance(s, int)}
+        stop_texts = [s for s in stop or [] if isinstance(s, str)]
+        sampling = Sampling(temperature, top_p, max(top_k, 0))
+        seed = params.get("seed")
+        with_prompt = bool(body.get("prompt_logprobs"))
+        ids = [f"seq-{uuid.uuid4().hex[:12]}" for _ in range(count)]
+
+        def work() -> Answer:
+            sequences, prompt_logprobs = self.trainer.sample(
+                weights, prompt, count, min(max_tokens, room), sampling, seed, stop_ids, stop_texts, with_prompt
+            )
+            return lambda proto: sample_output(sequences, prompt_logprobs, proto)
+
+        answer = self.submit(route, work)
+        answer["sample_sequence_ids"] = ids
+        return answer
+
+
+def _json(body: dict[str, Any]) -> Answer:
+    import json
+
+    data = json.dumps(body).encode()
+    return lambda proto: (data, "application/json")

@@ -1,0 +1,201 @@
+"""The compute behind the Tinker routes: the transformers backend's model trained with full weights, and a sampler.
+
+One :class:`TinkerTrainer` per server, called from one worker thread at a time (the service
+queues every request), so a sample never sees half-updated weights and gradients of
+consecutive ``forward_backward`` calls add up until ``optim_step``, as Tinker's do.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rllm.engine import Generation
+from rllm_transformers.checkpoint import MODEL_DIR, STATE_FILE, load_training_state, save_training_state
+from rllm_transformers.engine import SampleRequest, Sampling, TransformersEngine
+from rllm_transformers.model import Policy, set_training
+from rllm_transformers.tinker_server.losses import tinker_loss
+from rllm_transformers.tinker_server.wire import Batch, Sequence
+
+ADAM_DEFAULTS = {"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-12, "weight_decay": 0.0}
+"""``AdamParams``' defaults in the SDK: the optimizer's settings until the first ``optim_step`` sets them."""
+
+
+def target_log_probs(model: Any, rows: list[list[int]], targets: list[list[int]], pad: int) -> torch.Tensor:
+    """``log p(targets[i][t] | rows[i][: t + 1])`` for a right-padded batch, ``(datums, longest)``; 0 past a row."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    wanted = torch.zeros((len(rows), width), dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (row, target) in enumerate(zip(rows, targets, strict=True)):
+        ids[i, : len(row)], wanted[i, : len(row)], attention[i, : len(row)] = (
+            torch.tensor(row),
+            torch.tensor(target),
+            1,
+        )
+    device = next(model.parameters()).device
+    logits = model(input_ids=ids.to(device), attention_mask=attention.to(device), use_cache=False).logits.float()
+    chosen = torch.log_softmax(logits, dim=-1).gather(-1, wanted.to(device)[..., None]).squeeze(-1)
+    return torch.where(attention.to(device).bool(), chosen, 0.0)
+
+
+class TinkerTrainer:
+    """The trained model and its AdamW, and a second copy of the model that samples from saved weights."""
+
+    def __init__(self, policy: Policy, seed: int) -> None:
+        self.policy = policy
+        self.model = policy.model
+        self.pad = int(policy.tokenizer.pad_token_id)
+        self.vocab = int(self.model.get_input_embeddings().weight.shape[0])
+        self.context_limit = int(getattr(self.model.config, "max_position_embeddings", 2048))
+        self.base_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        self.optimizer = self._new_optimizer()
+        self.sampler = copy.deepcopy(self.model)
+        self.sampler_weights: str | None = None
+        """The directory whose weights the sampler holds (None: the base model's)."""
+        self.generator = torch.Generator().manual_seed(seed)
+        limit = self.context_limit
+        self.engine = TransformersEngine(
+            self.sampler, policy.tokenizer, policy.device, self.generator, Sampling(), limit, limit, True
+        )
+
+    def _new_optimizer(self) -> torch.optim.AdamW:
+        d = ADAM_DEFAULTS
+        return torch.optim.AdamW(
+            self.model.parameters(),
+            lr=d["learning_rate"],
+            betas=(d["beta1"], d["beta2"]),
+            eps=d["eps"],
+            weight_decay=d["weight_decay"],
+        )
+
+    def reset(self) -> None:
+        """Back to the base weights with a new optimizer: what a new ``create_model`` starts from."""
+        self.model.load_state_dict(self.base_state)
+        self.model.zero_grad(set_to_none=True)
+        self.optimizer = self._new_optimizer()
+
+    def forward_backward(self, batch: Batch, settings: dict[str, float]) -> tuple[list[np.ndarray], dict[str, float]]:
+        """Each datum's target log-probs and the summed loss; with a backward pass unless ``forward_only``."""
+        rows = [d.tokens for d in batch.data]
+        targets = [d.inputs["target_tokens"].astype(np.int64).tolist() for d in batch.data]
+        set_training(self.model, not batch.forward_only)
+        with torch.set_grad_enabled(not batch.forward_only):
+            log_probs = target_log_probs(self.model, rows, targets, self.pad)
+            mask = torch.zeros_like(log_probs, dtype=torch.bool)
+            inputs: dict[str, torch.Tensor] = {}
+            for i, datum in enumerate(batch.data):
+                mask[i, : len(datum.tokens)] = True
+                for name, values in datum.inputs.items():
+                    if name != "target_tokens":
+                        column = inputs.setdefault(name, torch.zeros_like(log_probs, dtype=torch.float32))
+                        column[i, : len(values)] = torch.from_numpy(values.astype(np.float32))
+            loss, metrics = tinker_loss(batch.loss_fn, settings, log_probs, inputs, mask)
+            if not batch.forward_only:
+                loss.backward()
+        outputs = [log_probs[i, : len(r)].detach().cpu().numpy() for i, r in enumerate(rows)]
+        return outputs, {"loss:sum": float(loss.detach()), **{f"{k}:mean": v for k, v in metrics.items()}}
+
+    def optim_step(self, params: dict[str, float]) -> dict[str, float]:
+        """One AdamW step with the request's ``AdamParams`` (decoupled weight decay, as Tinker's), then zero grads."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = params["learning_rate"]
+            group["betas"] = (params["beta1"], params["beta2"])
+            group["eps"] = params["eps"]
+            group["weight_decay"] = params["weight_decay"]
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        norm = (
+            float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
+        )
+        if params.get("grad_clip_norm", 0.0) > 0 and grads:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), params["grad_clip_norm"])
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"grad_norm:mean": norm}
+
+    def save_state(self, directory: Path) -> None:
+        """Weights and optimizer, as the transformers backend's checkpoints are (safetensors and JSON)."""
+        directory.mkdir(parents=True, exist_ok=True)
+        state = self.optimizer.state_dict()
+        save_training_state(directory, self.model, self.policy.tokenizer, state, {"sampler": self.generator}, {})
+
+    def load_state(self, directory: Path, with_optimizer: bool) -> None:
+        """What :meth:`save_state` wrote; without ``with_optimizer`` a new optimizer (Tinker's ``load_weights``)."""
+        saved = json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))["param_groups"]
+        for group, stored in zip(self.optimizer.param_groups, saved, strict=False):
+            group.update({k: (tuple(v) if k == "betas" else v) for k, v in stored.items() if k != "params"})
+        load_training_state(directory, self.model, self.optimizer, {})
+        if not with_optimizer:
+            self.optimizer = self._new_optimizer()
+
+    def save_sampler(self, directory: Path) -> None:
+        """The weights as ``save_pretrained`` writes them: a model directory ``rllm serve`` can serve too."""
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(directory, safe_serialization=True)
+        self.policy.tokenizer.save_pretrained(directory)
+
+    def _use_weights(self, directory: str | None) -> None:
+        if directory == self.sampler_weights:
+            return
+        if directory is None:
+            self.sampler.load_state_dict(self.base_state)
+        else:
+            from transformers import AutoModelForCausalLM
+
+            path = Path(directory)
+            source = path / MODEL_DIR if (path / MODEL_DIR).is_dir() else path
+            self.sampler.load_state_dict(AutoModelForCausalLM.from_pretrained(str(source)).state_dict())
+        self.sampler_weights = directory
+
+    def sample(
+        self,
+        weights: str | None,
+        prompt: list[int],
+        count: int,
+        max_tokens: int,
+        sampling: Sampling,
+        seed: int | None,
+        stop_ids: set[int],
+        stop_texts: list[str],
+        with_prompt_logprobs: bool,
+    ) -> tuple[list[Sequence], list[float] | None]:
+        """``count`` continuations of ``prompt`` from the weights in ``weights`` and, if asked, the prompt's log-probs.
+
+        The tokens and log-probs are the transformers engine's (those of the distribution drawn
+        from); a stop token ends a sequence after it, a stop string after the token completing it.
+        """
+        from rllm_transformers.serve import apply_stop
+
+        self._use_weights(weights)
+        generator = self.generator if seed is None else torch.Generator().manual_seed(seed)
+        self.engine.sampling = sampling
+        self.engine.validating = sampling.temperature == 0
+        requests = [SampleRequest(list(prompt), max_tokens, None, generator) for _ in range(count)]  # type: ignore[arg-type]
+        sequences = []
+        for generation in self.engine.sample(requests):
+            tokens, logprobs, reason = generation.response_ids, generation.logprobs, generation.finish_reason
+            cut = next((i for i, t in enumerate(tokens) if t in stop_ids), None)
+            if cut is not None:
+                tokens, logprobs, reason = tokens[: cut + 1], logprobs[: cut + 1], "stop"
+            if stop_texts:
+                stopped = apply_stop(
+                    Generation(tokens, logprobs, "", reason, prompt), stop_texts, self.policy.tokenizer
+                )
+                tokens, logprobs, reason = stopped.response_ids, stopped.logprobs, stopped.finish_reason
+            sequences.append(
+                Sequence(list(tokens), [float(v) for v in logprobs], "stop" if reason == "stop" else "length")
+            )
+        prompt_logprobs = None
+        if with_prompt_logprobs:
+            set_training(self.sampler, False)
+            with torch.no_grad():
+                scored = (
+                    target_log_probs(self.sampler, [prompt[:-1]], [prompt[1:]], self.pad)[0] if len(prompt) > 1 else []
+                )
+            prompt_logprobs = [float("nan")] + [float(v) for v in scored]
+        return sequences, prompt_logprobs
