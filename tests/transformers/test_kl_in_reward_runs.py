@@ -57,9 +57,11 @@ def test_a_short_run_logs_the_coefficient_and_a_finite_kl_and_adapts_by_the_rule
 
 
 def test_a_zero_coefficient_trains_exactly_as_without_the_switch(tiny_config: MakeConfig, tmp_path: Path) -> None:
-    _, plain = _fit(tiny_config(f"rllm.trainer.output_dir={tmp_path / 'plain'}"))
+    steps = "rllm.trainer.total_batches=4"
+    _, plain = _fit(tiny_config(steps, f"rllm.trainer.output_dir={tmp_path / 'plain'}"))
     _, zero = _fit(
         tiny_config(
+            steps,
             "rllm.algorithm.use_kl_in_reward=true",
             "rllm.algorithm.kl_ctrl.kl_coef=0.0",
             f"rllm.trainer.output_dir={tmp_path / 'zero'}",
@@ -67,6 +69,7 @@ def test_a_zero_coefficient_trains_exactly_as_without_the_switch(tiny_config: Ma
     )
     _, some = _fit(
         tiny_config(
+            steps,
             "rllm.algorithm.use_kl_in_reward=true",
             "rllm.algorithm.kl_ctrl.kl_coef=1.0",
             f"rllm.trainer.output_dir={tmp_path / 'some'}",
@@ -78,7 +81,12 @@ def test_a_zero_coefficient_trains_exactly_as_without_the_switch(tiny_config: Ma
 
     assert model_metrics(zero) == model_metrics(plain)
     assert all(r["kl_in_reward/coef"] == 0.0 for r in zero)
-    assert model_metrics(some)[1] != model_metrics(plain)[1]  # step 2's rewards carry a penalty
+    # the policy moves away from the reference only once a step had a signal (a group with differing rewards)
+    moved = [i + 1 for i, r in enumerate(plain[:-1]) if r["advantage/solver/std"] > 0]
+    assert moved, "no step of the plain run updated the policy; the comparison below needs one"
+    after = moved[0]
+    assert all(r["kl_in_reward/kl"] == 0.0 for r in some[:after])  # the policy is still the reference
+    assert some[after]["kl_in_reward/kl"] > 0 and model_metrics(some)[after] != model_metrics(plain)[after]
 
 
 def test_kl_in_the_reward_and_in_the_loss_together(tiny_config: MakeConfig) -> None:

@@ -124,7 +124,9 @@ def test_the_disk_route_refuses_a_directory_whose_model_does_not_fit(
     assert _same(server.policy.model, before) and server.weight_version == version
 
 
-def test_the_disk_route_refuses_a_directory_with_a_nan_weight(served: tuple[Server, TestClient], tmp_path: Path) -> None:
+def test_the_disk_route_refuses_a_directory_with_a_nan_weight(
+    served: tuple[Server, TestClient], tmp_path: Path
+) -> None:
     server, client = served
     other = _policy("rllm.transformers.seed=5").model
     name, parameter = next(iter(other.named_parameters()))
@@ -174,6 +176,6 @@ def test_a_checkpoint_of_another_model_is_refused_before_it_is_restored(tmp_path
     save_training_state(tmp_path, bigger.model, bigger.tokenizer, optimizer.state_dict(), {}, {})
     model = _policy().model
     before = _snapshot(model)
-    with pytest.raises(CheckpointError, match="is not one of the model's.*resume with the same model settings"):
+    with pytest.raises(CheckpointError, match=r"is not one of the model's.*resume with the same model settings"):
         load_training_state(tmp_path, model, torch.optim.AdamW(model.parameters()), {})
     assert _same(model, before)
