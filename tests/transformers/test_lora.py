@@ -323,3 +323,54 @@ def test_at_qwens_vocabulary_only_adapters_train_and_merged_forwards_agree() -> 
     assert merged.shape == (2, 6, QWEN_VOCAB)
     assert float((unmerged - merged).abs().max()) <= 1e-5
     assert float((unmerged - off).abs().max()) > 1e-4
+
+
+# -- rollouts from a copy of the weights (asynchronous training) -------------------------------------------
+def test_an_asynchronous_lora_run_at_staleness_0_gives_the_synchronous_runs_metrics(
+    tiny_config: MakeConfig, tmp_path: Path
+) -> None:
+    shared = (*LORA, "rllm.trainer.total_batches=3")
+    _, sync = _fit(tiny_config(*shared, f"rllm.trainer.output_dir={tmp_path / 'sync'}"))
+    _, overlapped = _fit(
+        tiny_config(*shared, "rllm.async_training.enable=true", f"rllm.trainer.output_dir={tmp_path / 'async'}")
+    )
+
+    def numbers(records: list[dict]) -> list[dict]:
+        drop = ("time/", "perf/", "async/")
+        return [{k: v for k, v in r.items() if k != "wall_time" and not k.startswith(drop)} for r in records]
+
+    assert len(sync) == 3 and numbers(overlapped) == numbers(sync)
+
+
+@pytest.mark.slow
+def test_a_lora_run_against_rllm_serve_trains_as_the_in_process_engine(tmp_path: Path) -> None:
+    """The server, started with the run's settings, holds the base (the merged model before any update); each
+    update reaches it merged through the default (disk) sync, so it samples what the in-process engine samples
+    (the memory sync is checked above, in process, 85 s less)."""
+    skip_module_without("fastapi", "uvicorn", install="pip install 'rllm[serve]'")
+    import subprocess
+
+    from serving import SERVED, SERVED_RUN, get_json, running
+
+    def train(run: str, *extra: str) -> list[dict]:
+        command = [sys.executable, "-m", "rllm.cli.main", "train", "--no-progress", *SERVED_RUN, *LORA]
+        steps = (
+            "rllm.trainer.total_batches=12",
+            "rllm.trainer.test_freq=12",
+            f"rllm.trainer.output_dir={tmp_path / run}",
+        )
+        done = subprocess.run([*command, *steps, *extra], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return read_metrics(tmp_path / run / METRICS_FILE)
+
+    local = train("local")
+    with running(*SERVED, *LORA) as root:
+        served = train("served", f"rllm.rollout.openai.base_url=[{root}/v1]")
+        assert get_json(f"{root}/health")["weight_version"] == 12  # the first weights, then one update per step
+    val_local = [r["val/digit_max/pass@1"] for r in local if r["kind"] == "val"]
+    val_served = [r["val/digit_max/pass@1"] for r in served if r["kind"] == "val"]
+    assert val_local[0] == val_served[0] and val_local[-1] > val_local[0] + 0.2, (val_local, val_served)
+    assert abs(val_served[-1] - val_local[-1]) <= 0.05, (val_local, val_served)
+    rewards_local = [r["reward/solver/mean"] for r in local if r["kind"] == "train"]
+    rewards_served = [r["reward/solver/mean"] for r in served if r["kind"] == "train"]
+    assert rewards_served[:2] == rewards_local[:2]  # the same samples after the first merged update
