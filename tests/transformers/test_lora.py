@@ -146,6 +146,17 @@ def test_after_training_only_the_adapters_changed_and_the_base_is_bit_identical(
     assert len(ups) == 14 and all(float(v.abs().max()) > 0 for v in ups)  # peft starts B at zero
 
 
+def test_with_lora_dropout_the_old_policy_log_probs_are_drawn_without_it(tiny_config: MakeConfig) -> None:
+    """The sampler's log-probs (no dropout) and the old policy's agree: stage 5 scores in eval mode, not through the
+    update's forward, which draws the adapters' dropout."""
+    trainer, records = _fit(tiny_config(*LORA, "rllm.transformers.lora.dropout=0.5"))
+    assert not trainer.backend._old_policy_is_the_updates()
+    gaps = [r["actor/rollout_logprob_diff"] for r in records if r["kind"] == "train"]
+    assert len(gaps) == 2 and max(gaps) <= 1e-5, gaps
+    _, plain = _fit(tiny_config(*LORA, f"rllm.trainer.output_dir={trainer.output_dir.parent / 'no_dropout'}"))
+    assert [r["kind"] for r in plain] == ["train", "train"]
+
+
 # -- checkpoints -------------------------------------------------------------------------------------
 def test_a_checkpoint_holds_the_adapter_not_the_model_and_reloads_bit_exact(
     trained: UnifiedTrainer, tiny_config: MakeConfig
