@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from omegaconf import DictConfig
@@ -31,23 +30,6 @@ def tiny_config(tmp_path: Path) -> Callable[..., DictConfig]:
         return load_config(overrides=[*base, *overrides])
 
     return make
-
-
-@pytest.fixture
-def fit() -> Callable[[DictConfig], tuple[Any, list[dict[str, Any]]]]:
-    """Run a config to its end in process: the trainer (its backend still holds the model) and its metrics."""
-    from rllm.trainer import UnifiedTrainer
-    from rllm.trainer.logging import METRICS_FILE, read_metrics
-
-    def run(config: DictConfig) -> tuple[Any, list[dict[str, Any]]]:
-        trainer = UnifiedTrainer(None, config, progress=False)
-        try:
-            trainer.fit()
-        finally:
-            trainer.shutdown()
-        return trainer, read_metrics(trainer.output_dir / METRICS_FILE)
-
-    return run
 
 
 @pytest.fixture(scope="session")

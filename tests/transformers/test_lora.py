@@ -32,7 +32,7 @@ from rllm_transformers.lora import LoraSettings, add_adapters, merged_weights, t
 from rllm_transformers.model import load_policy, tiny_model
 
 MakeConfig = Callable[..., DictConfig]
-Fit = Callable[[DictConfig], tuple[UnifiedTrainer, list[dict]]]
+Train = Callable[[DictConfig], tuple[UnifiedTrainer, list[dict]]]
 LORA = ("rllm.transformers.lora.rank=4", "rllm.transformers.lora.alpha=8")
 QWEN_VOCAB = 151_936
 
@@ -53,9 +53,9 @@ def _ids(vocab: int, rows: int = 3, length: int = 9, seed: int = 0) -> tuple[tor
 
 
 @pytest.fixture
-def trained(fit: Fit, tiny_config: MakeConfig) -> UnifiedTrainer:
+def trained(train: Train, tiny_config: MakeConfig) -> UnifiedTrainer:
     """Two LoRA steps with a KL loss (so the run has a reference policy): the adapters moved away from zero."""
-    trainer, _ = fit(tiny_config(*LORA, "rllm.algorithm.use_kl_loss=true", "rllm.algorithm.kl_loss_coef=0.1"))
+    trainer, _ = train(tiny_config(*LORA, "rllm.algorithm.use_kl_loss=true", "rllm.algorithm.kl_loss_coef=0.1"))
     return trainer
 
 
@@ -138,14 +138,14 @@ def test_after_training_only_the_adapters_changed_and_the_base_is_bit_identical(
     assert len(ups) == 14 and all(float(v.abs().max()) > 0 for v in ups)  # peft starts B at zero
 
 
-def test_with_lora_dropout_the_old_policy_log_probs_are_drawn_without_it(fit: Fit, tiny_config: MakeConfig) -> None:
+def test_with_lora_dropout_the_old_policy_log_probs_are_drawn_without_it(train: Train, tiny_config: MakeConfig) -> None:
     """The sampler's log-probs (no dropout) and the old policy's agree: stage 5 scores in eval mode, not through the
     update's forward, which draws the adapters' dropout."""
-    trainer, records = fit(tiny_config(*LORA, "rllm.transformers.lora.dropout=0.5"))
+    trainer, records = train(tiny_config(*LORA, "rllm.transformers.lora.dropout=0.5"))
     assert not trainer.backend._old_policy_is_the_updates()
     gaps = [r["actor/rollout_logprob_diff"] for r in records if r["kind"] == "train"]
     assert len(gaps) == 2 and max(gaps) <= 1e-5, gaps
-    _, plain = fit(tiny_config(*LORA, f"rllm.trainer.output_dir={trainer.output_dir.parent / 'no_dropout'}"))
+    _, plain = train(tiny_config(*LORA, f"rllm.trainer.output_dir={trainer.output_dir.parent / 'no_dropout'}"))
     assert [r["kind"] for r in plain] == ["train", "train"]
 
 
@@ -172,12 +172,12 @@ def test_a_checkpoint_holds_the_adapter_not_the_model_and_reloads_bit_exact(
 
 
 def test_resuming_two_steps_gives_four_uninterrupted_steps_bit_exact(
-    fit: Fit, tiny_config: MakeConfig, tmp_path: Path
+    train: Train, tiny_config: MakeConfig, tmp_path: Path
 ) -> None:
     run = (*LORA, "rllm.trainer.total_batches=4", "rllm.trainer.save_freq=2")
-    clean, clean_records = fit(tiny_config(*run, f"rllm.trainer.output_dir={tmp_path / 'clean'}"))
-    fit(tiny_config(*LORA, "rllm.trainer.total_batches=2", f"rllm.trainer.output_dir={tmp_path / 'split'}"))
-    resumed, resumed_records = fit(tiny_config(*run, f"rllm.trainer.output_dir={tmp_path / 'split'}"))
+    clean, clean_records = train(tiny_config(*run, f"rllm.trainer.output_dir={tmp_path / 'clean'}"))
+    train(tiny_config(*LORA, "rllm.trainer.total_batches=2", f"rllm.trainer.output_dir={tmp_path / 'split'}"))
+    resumed, resumed_records = train(tiny_config(*run, f"rllm.trainer.output_dir={tmp_path / 'split'}"))
     mine, theirs = clean.backend.model.state_dict(), resumed.backend.model.state_dict()
     assert all(torch.equal(mine[k], theirs[k]) for k in mine)
 
@@ -191,7 +191,7 @@ def test_resuming_two_steps_gives_four_uninterrupted_steps_bit_exact(
 
 
 def test_checkpoints_of_the_other_kind_or_other_lora_settings_are_refused(
-    trained: UnifiedTrainer, fit: Fit, tiny_config: MakeConfig
+    trained: UnifiedTrainer, train: Train, tiny_config: MakeConfig
 ) -> None:
     step = trained.output_dir / "checkpoints" / "step_2"
     plain = UnifiedTrainer(None, tiny_config(), progress=False)
@@ -204,7 +204,7 @@ def test_checkpoints_of_the_other_kind_or_other_lora_settings_are_refused(
     other.shutdown()
     with pytest.raises(CheckpointError, match=r"rllm.transformers.lora.alpha=8.0 where this run gives 4.0"):
         other.backend.load_checkpoint(step)
-    whole, _ = fit(tiny_config(f"rllm.trainer.output_dir={trained.output_dir.parent / 'whole'}"))
+    whole, _ = train(tiny_config(f"rllm.trainer.output_dir={trained.output_dir.parent / 'whole'}"))
     with pytest.raises(CheckpointError, match=r"holds a whole model, no LoRA adapter; resume it with .*rank=0"):
         trained.backend.load_checkpoint(whole.output_dir / "checkpoints" / "step_2")
 
@@ -332,11 +332,11 @@ def test_at_qwens_vocabulary_only_adapters_train_and_merged_forwards_agree() -> 
 
 # -- rollouts from a copy of the weights (asynchronous training) -------------------------------------------
 def test_an_asynchronous_lora_run_at_staleness_0_gives_the_synchronous_runs_metrics(
-    fit: Fit, tiny_config: MakeConfig, tmp_path: Path
+    train: Train, tiny_config: MakeConfig, tmp_path: Path
 ) -> None:
     shared = (*LORA, "rllm.trainer.total_batches=3")
-    _, sync = fit(tiny_config(*shared, f"rllm.trainer.output_dir={tmp_path / 'sync'}"))
-    _, overlapped = fit(
+    _, sync = train(tiny_config(*shared, f"rllm.trainer.output_dir={tmp_path / 'sync'}"))
+    _, overlapped = train(
         tiny_config(*shared, "rllm.async_training.enable=true", f"rllm.trainer.output_dir={tmp_path / 'async'}")
     )
 
