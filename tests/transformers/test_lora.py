@@ -287,6 +287,15 @@ def test_a_server_refuses_a_lora_checkpoint_in_one_line(trained: UnifiedTrainer,
         asyncio.run(server.update_weights({"model_path": str(step)}))
 
 
+def test_a_lora_checkpoint_as_the_model_to_train_or_serve_is_refused_in_one_line(
+    trained: UnifiedTrainer, tiny_config: MakeConfig
+) -> None:
+    model_dir = trained.output_dir / "checkpoints" / "step_2" / "model"
+    with pytest.raises(ConfigError, match=r"holds a LoRA adapter .*, not a whole model; give the base model") as info:
+        load_policy(tiny_config(f"rllm.transformers.model={model_dir}").rllm.transformers)  # train's and serve's
+    assert "\n" not in str(info.value)
+
+
 def test_a_ray_worker_snapshot_holds_the_merged_weights(trained: UnifiedTrainer) -> None:
     from rllm_transformers.workers import WorkerEngine
 
