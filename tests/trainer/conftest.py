@@ -10,7 +10,6 @@ from omegaconf import DictConfig
 
 from rllm.config import load_config
 from rllm.experimental.unified_trainer import UnifiedTrainer
-from rllm.trainer.logging import METRICS_FILE, read_metrics
 
 MakeConfig = Callable[..., DictConfig]
 Train = Callable[..., tuple[UnifiedTrainer, list[dict]]]
@@ -29,18 +28,3 @@ def make_config(tmp_path: Path) -> MakeConfig:
         return load_config(overrides=[*base, *overrides])
 
     return make
-
-
-@pytest.fixture
-def train() -> Train:
-    """``train(config, *args, **kwargs)``: fit a UnifiedTrainer on ``config``, shut it down; the trainer and metrics."""
-
-    def run(config: DictConfig, *args: object, **kwargs: object) -> tuple[UnifiedTrainer, list[dict]]:
-        trainer = UnifiedTrainer(None, config, *args, progress=False, **kwargs)
-        try:
-            trainer.fit()
-        finally:
-            trainer.shutdown()
-        return trainer, read_metrics(trainer.output_dir / METRICS_FILE)
-
-    return run

@@ -32,17 +32,9 @@ from rllm_transformers.lora import LoraSettings, add_adapters, merged_weights, t
 from rllm_transformers.model import load_policy, tiny_model
 
 MakeConfig = Callable[..., DictConfig]
+Train = Callable[[DictConfig], tuple[UnifiedTrainer, list[dict]]]
 LORA = ("rllm.transformers.lora.rank=4", "rllm.transformers.lora.alpha=8")
 QWEN_VOCAB = 151_936
-
-
-def _fit(config: DictConfig) -> tuple[UnifiedTrainer, list[dict]]:
-    trainer = UnifiedTrainer(None, config, progress=False)
-    try:
-        trainer.fit()
-    finally:
-        trainer.shutdown()
-    return trainer, read_metrics(trainer.output_dir / METRICS_FILE)
 
 
 def _plain(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -61,9 +53,9 @@ def _ids(vocab: int, rows: int = 3, length: int = 9, seed: int = 0) -> tuple[tor
 
 
 @pytest.fixture
-def trained(tiny_config: MakeConfig) -> UnifiedTrainer:
+def trained(train: Train, tiny_config: MakeConfig) -> UnifiedTrainer:
     """Two LoRA steps with a KL loss (so the run has a reference policy): the adapters moved away from zero."""
-    trainer, _ = _fit(tiny_config(*LORA, "rllm.algorithm.use_kl_loss=true", "rllm.algorithm.kl_loss_coef=0.1"))
+    trainer, _ = train(tiny_config(*LORA, "rllm.algorithm.use_kl_loss=true", "rllm.algorithm.kl_loss_coef=0.1"))
     return trainer
 
 
@@ -123,6 +115,23 @@ def test_without_peft_the_rank_names_the_extra_in_one_line(monkeypatch: pytest.M
         add_adapters(model, LoraSettings(2, 4.0, ("q_proj",), 0.0))
 
 
+def test_lora_under_several_torchrun_ranks_is_refused_and_the_group_closed(
+    tiny_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rllm_transformers.backend as backend_module
+
+    closed: list[bool] = []
+
+    class Group:
+        def close(self) -> None:
+            closed.append(True)
+
+    monkeypatch.setattr(backend_module, "start_distributed", lambda config: Group())
+    with pytest.raises(ConfigError, match=r"^rllm.transformers.lora.rank > 0 under torchrun with several ranks"):
+        UnifiedTrainer(None, tiny_config(*LORA), progress=False)
+    assert closed == [True]
+
+
 # -- what trains -------------------------------------------------------------------------------------
 def test_the_optimizer_holds_the_adapters_only(tiny_config: MakeConfig) -> None:
     trainer = UnifiedTrainer(None, tiny_config(*LORA), progress=False)
@@ -144,6 +153,17 @@ def test_after_training_only_the_adapters_changed_and_the_base_is_bit_identical(
     assert all(torch.equal(base[name], fresh[name]) for name in fresh)
     ups = [v for k, v in backend.model.state_dict().items() if ".lora_B." in k]
     assert len(ups) == 14 and all(float(v.abs().max()) > 0 for v in ups)  # peft starts B at zero
+
+
+def test_with_lora_dropout_the_old_policy_log_probs_are_drawn_without_it(train: Train, tiny_config: MakeConfig) -> None:
+    """The sampler's log-probs (no dropout) and the old policy's agree: stage 5 scores in eval mode, not through the
+    update's forward, which draws the adapters' dropout."""
+    trainer, records = train(tiny_config(*LORA, "rllm.transformers.lora.dropout=0.5"))
+    assert not trainer.backend._old_policy_is_the_updates()
+    gaps = [r["actor/rollout_logprob_diff"] for r in records if r["kind"] == "train"]
+    assert len(gaps) == 2 and max(gaps) <= 1e-5, gaps
+    _, plain = train(tiny_config(*LORA, f"rllm.trainer.output_dir={trainer.output_dir.parent / 'no_dropout'}"))
+    assert [r["kind"] for r in plain] == ["train", "train"]
 
 
 # -- checkpoints -------------------------------------------------------------------------------------
@@ -168,11 +188,13 @@ def test_a_checkpoint_holds_the_adapter_not_the_model_and_reloads_bit_exact(
     assert all(torch.equal(saved[i]["exp_avg_sq"], loaded[i]["exp_avg_sq"]) for i in saved)
 
 
-def test_resuming_two_steps_gives_four_uninterrupted_steps_bit_exact(tiny_config: MakeConfig, tmp_path: Path) -> None:
+def test_resuming_two_steps_gives_four_uninterrupted_steps_bit_exact(
+    train: Train, tiny_config: MakeConfig, tmp_path: Path
+) -> None:
     run = (*LORA, "rllm.trainer.total_batches=4", "rllm.trainer.save_freq=2")
-    clean, clean_records = _fit(tiny_config(*run, f"rllm.trainer.output_dir={tmp_path / 'clean'}"))
-    _fit(tiny_config(*LORA, "rllm.trainer.total_batches=2", f"rllm.trainer.output_dir={tmp_path / 'split'}"))
-    resumed, resumed_records = _fit(tiny_config(*run, f"rllm.trainer.output_dir={tmp_path / 'split'}"))
+    clean, clean_records = train(tiny_config(*run, f"rllm.trainer.output_dir={tmp_path / 'clean'}"))
+    train(tiny_config(*LORA, "rllm.trainer.total_batches=2", f"rllm.trainer.output_dir={tmp_path / 'split'}"))
+    resumed, resumed_records = train(tiny_config(*run, f"rllm.trainer.output_dir={tmp_path / 'split'}"))
     mine, theirs = clean.backend.model.state_dict(), resumed.backend.model.state_dict()
     assert all(torch.equal(mine[k], theirs[k]) for k in mine)
 
@@ -186,7 +208,7 @@ def test_resuming_two_steps_gives_four_uninterrupted_steps_bit_exact(tiny_config
 
 
 def test_checkpoints_of_the_other_kind_or_other_lora_settings_are_refused(
-    trained: UnifiedTrainer, tiny_config: MakeConfig
+    trained: UnifiedTrainer, train: Train, tiny_config: MakeConfig
 ) -> None:
     step = trained.output_dir / "checkpoints" / "step_2"
     plain = UnifiedTrainer(None, tiny_config(), progress=False)
@@ -199,7 +221,7 @@ def test_checkpoints_of_the_other_kind_or_other_lora_settings_are_refused(
     other.shutdown()
     with pytest.raises(CheckpointError, match=r"rllm.transformers.lora.alpha=8.0 where this run gives 4.0"):
         other.backend.load_checkpoint(step)
-    whole, _ = _fit(tiny_config(f"rllm.trainer.output_dir={trained.output_dir.parent / 'whole'}"))
+    whole, _ = train(tiny_config(f"rllm.trainer.output_dir={trained.output_dir.parent / 'whole'}"))
     with pytest.raises(CheckpointError, match=r"holds a whole model, no LoRA adapter; resume it with .*rank=0"):
         trained.backend.load_checkpoint(whole.output_dir / "checkpoints" / "step_2")
 
@@ -282,6 +304,15 @@ def test_a_server_refuses_a_lora_checkpoint_in_one_line(trained: UnifiedTrainer,
         asyncio.run(server.update_weights({"model_path": str(step)}))
 
 
+def test_a_lora_checkpoint_as_the_model_to_train_or_serve_is_refused_in_one_line(
+    trained: UnifiedTrainer, tiny_config: MakeConfig
+) -> None:
+    model_dir = trained.output_dir / "checkpoints" / "step_2" / "model"
+    with pytest.raises(ConfigError, match=r"holds a LoRA adapter .*, not a whole model; give the base model") as info:
+        load_policy(tiny_config(f"rllm.transformers.model={model_dir}").rllm.transformers)  # train's and serve's
+    assert "\n" not in str(info.value)
+
+
 def test_a_ray_worker_snapshot_holds_the_merged_weights(trained: UnifiedTrainer) -> None:
     from rllm_transformers.workers import WorkerEngine
 
@@ -323,3 +354,54 @@ def test_at_qwens_vocabulary_only_adapters_train_and_merged_forwards_agree() -> 
     assert merged.shape == (2, 6, QWEN_VOCAB)
     assert float((unmerged - merged).abs().max()) <= 1e-5
     assert float((unmerged - off).abs().max()) > 1e-4
+
+
+# -- rollouts from a copy of the weights (asynchronous training) -------------------------------------------
+def test_an_asynchronous_lora_run_at_staleness_0_gives_the_synchronous_runs_metrics(
+    train: Train, tiny_config: MakeConfig, tmp_path: Path
+) -> None:
+    shared = (*LORA, "rllm.trainer.total_batches=3")
+    _, sync = train(tiny_config(*shared, f"rllm.trainer.output_dir={tmp_path / 'sync'}"))
+    _, overlapped = train(
+        tiny_config(*shared, "rllm.async_training.enable=true", f"rllm.trainer.output_dir={tmp_path / 'async'}")
+    )
+
+    def numbers(records: list[dict]) -> list[dict]:
+        drop = ("time/", "perf/", "async/")
+        return [{k: v for k, v in r.items() if k != "wall_time" and not k.startswith(drop)} for r in records]
+
+    assert len(sync) == 3 and numbers(overlapped) == numbers(sync)
+
+
+@pytest.mark.slow
+def test_a_lora_run_against_rllm_serve_trains_as_the_in_process_engine(tmp_path: Path) -> None:
+    """The server, started with the run's settings, holds the base (the merged model before any update); each
+    update reaches it merged through the default (disk) sync, so it samples what the in-process engine samples
+    (the memory sync is checked above, in process, 85 s less)."""
+    skip_module_without("fastapi", "uvicorn", install="pip install 'rllm[serve]'")
+    import subprocess
+
+    from serving import SERVED, SERVED_RUN, get_json, running
+
+    def train(run: str, *extra: str) -> list[dict]:
+        command = [sys.executable, "-m", "rllm.cli.main", "train", "--no-progress", *SERVED_RUN, *LORA]
+        steps = (
+            "rllm.trainer.total_batches=12",
+            "rllm.trainer.test_freq=12",
+            f"rllm.trainer.output_dir={tmp_path / run}",
+        )
+        done = subprocess.run([*command, *steps, *extra], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return read_metrics(tmp_path / run / METRICS_FILE)
+
+    local = train("local")
+    with running(*SERVED, *LORA) as root:
+        served = train("served", f"rllm.rollout.openai.base_url=[{root}/v1]")
+        assert get_json(f"{root}/health")["weight_version"] == 12  # the first weights, then one update per step
+    val_local = [r["val/digit_max/pass@1"] for r in local if r["kind"] == "val"]
+    val_served = [r["val/digit_max/pass@1"] for r in served if r["kind"] == "val"]
+    assert val_local[0] == val_served[0] and val_local[-1] > val_local[0] + 0.2, (val_local, val_served)
+    assert abs(val_served[-1] - val_local[-1]) <= 0.05, (val_local, val_served)
+    rewards_local = [r["reward/solver/mean"] for r in local if r["kind"] == "train"]
+    rewards_served = [r["reward/solver/mean"] for r in served if r["kind"] == "train"]
+    assert rewards_served[:2] == rewards_local[:2]  # the same samples after the first merged update

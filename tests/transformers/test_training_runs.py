@@ -26,11 +26,23 @@ def _pass_at_1(run_dir: Path) -> list[float]:
     return [r["val/digit_max/pass@1"] for r in _records(run_dir, "val")]
 
 
-def test_a_short_run_clearly_raises_validation_pass_at_1(tmp_path: Path) -> None:
-    """25 steps of the defaults (20 tasks x 8 rollouts): greedy pass@1 from chance to well above it."""
+LORA_RUN = ("rllm.transformers.lora.rank=8", "rllm.transformers.lora.alpha=16", "rllm.transformers.lr=0.01")
+
+
+@pytest.mark.parametrize(
+    ("extra", "final", "gain", "weights"),
+    [((), 0.75, 0.3, "model.safetensors"), (LORA_RUN, 0.4, 0.05, "adapter_model.safetensors")],
+    ids=["whole-model", "lora"],
+)
+def test_a_short_run_clearly_raises_validation_pass_at_1(
+    tmp_path: Path, extra: tuple[str, ...], final: float, gain: float, weights: str
+) -> None:
+    """25 steps of the defaults (20 tasks x 8 rollouts): greedy pass@1 from chance to well above it. With rank-8
+    LoRA adapters only (lr 0.01) less far: 0.0 -> 0.6 at seed 0; its checkpoints hold the adapter."""
     done = _train(
         tmp_path,
         *TINY_RUN,
+        *extra,
         "rllm.data.train_batch_size=20",
         "rllm.rollout.n=8",
         "rllm.trainer.total_batches=25",
@@ -38,29 +50,10 @@ def test_a_short_run_clearly_raises_validation_pass_at_1(tmp_path: Path) -> None
     )
     assert done.returncode == 0, done.stderr
     curve = _pass_at_1(tmp_path)
-    assert curve[0] <= 0.3 and curve[-1] >= 0.75, curve
+    assert curve[0] <= 0.3 and curve[-1] >= final, curve
     rewards = [r["reward/solver/mean"] for r in _records(tmp_path)]
-    assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.3
-
-
-def test_a_short_lora_run_raises_validation_pass_at_1(tmp_path: Path) -> None:
-    """25 steps with rank-8 adapters only (lr 0.01): greedy pass@1 from chance (0.0) to 0.6 at seed 0."""
-    lora = ("rllm.transformers.lora.rank=8", "rllm.transformers.lora.alpha=16", "rllm.transformers.lr=0.01")
-    done = _train(
-        tmp_path,
-        *TINY_RUN,
-        *lora,
-        "rllm.data.train_batch_size=20",
-        "rllm.rollout.n=8",
-        "rllm.trainer.total_batches=25",
-        "rllm.trainer.test_freq=25",
-    )
-    assert done.returncode == 0, done.stderr
-    curve = _pass_at_1(tmp_path)
-    assert curve[0] <= 0.1 and curve[-1] >= 0.4, curve
-    rewards = [r["reward/solver/mean"] for r in _records(tmp_path)]
-    assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.05
-    assert (tmp_path / "checkpoints" / "step_25" / "model" / "adapter_model.safetensors").is_file()
+    assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + gain
+    assert (tmp_path / "checkpoints" / "step_25" / "model" / weights).is_file()
 
 
 KILL_RUN = (*TINY_RUN, "rllm.trainer.total_batches=30", "rllm.trainer.save_freq=2", "rllm.trainer.test_freq=10")

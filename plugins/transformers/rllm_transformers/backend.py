@@ -483,7 +483,7 @@ class TransformersBackend(BackendProtocol):
 
         So it is with one optimizer step per batch (``ppo_epochs`` and ``mini_batches`` 1) in one
         process, when nothing before the update reads them: no estimator's per-token field, no
-        KL in the reward, no rollout rejection. The update's forward runs on the weights stage 5
+        KL in the reward, no rollout rejection, no LoRA dropout. The update's forward runs on the weights stage 5
         would have scored with; its log-probs, detached, are the old policy's (as TRL skips the
         pass when generation and optimisation are aligned).
         """
@@ -495,6 +495,7 @@ class TransformersBackend(BackendProtocol):
             and not self.token_fields
             and self.kl_in_reward is None
             and not self.default_settings.checked.rejection
+            and (self.lora is None or self.lora.dropout == 0)  # the update's forward draws LoRA's dropout
         )
 
     @staticmethod

@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from rllm.errors import ConfigError, RLLMWarning
 from rllm.tasks import VOCAB
+from rllm_transformers.checkpoint import ADAPTER_CONFIG
 from rllm_transformers.plugin import INIT_STD, TINY_HEADS, TOKENIZERS
 from rllm_transformers.precision import Precision, precision_of
 
@@ -199,6 +200,12 @@ def _pretrained(name: str) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
         raise ConfigError(f"rllm.transformers.model={name!r}: no such directory; give a model directory or 'tiny'.")
     if path.exists() and not path.is_dir():
         raise ConfigError(f"rllm.transformers.model={name!r} is a file; give the directory save_pretrained wrote.")
+    if (path / ADAPTER_CONFIG).is_file():
+        raise ConfigError(
+            f"rllm.transformers.model={name!r} holds a LoRA adapter (a LoRA run's checkpoint), not a whole model; "
+            "give the base model (and resume the run from its checkpoint), or merge the adapter first: "
+            "peft.PeftModel.from_pretrained(base, directory).merge_and_unload().save_pretrained(...)."
+        )
     try:
         tokenizer = load_tokenizer(str(path) if path.exists() else name)
         model = AutoModelForCausalLM.from_pretrained(str(path) if path.exists() else name)
