@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from omegaconf import DictConfig
 
 from rllm.errors import ConfigError
 from rllm.gateway import Gateway
+from rllm.usercode import UserThreads
 from rllm.workflows.agent_flow import AgentFlowWorkflow, check_agent_flow
 
 __all__ = ["flow_objects", "flow_trainer", "load_attr"]
@@ -113,7 +113,7 @@ def flow_trainer(
         )
     settings = config.rllm.gateway
     gateway = Gateway(str(settings.host), int(settings.port), str(settings.model)).start()
-    threads = ThreadPoolExecutor(int(settings.flow_threads), thread_name_prefix="rllm-flow")
+    threads = UserThreads(int(settings.flow_threads), "rllm-flow")  # a flow stuck past its deadline is left behind
 
     def stop() -> None:
         gateway.stop()
