@@ -22,7 +22,7 @@ from typing import Any
 
 from rllm.errors import UserCodeExit
 
-__all__ = ["UserThreads", "exit_error", "is_real_interrupt"]
+__all__ = ["UserThreads", "exit_error", "is_real_interrupt", "off_loop"]
 
 
 def exit_error(exc: BaseException) -> UserCodeExit:
@@ -32,6 +32,17 @@ def exit_error(exc: BaseException) -> UserCodeExit:
     if isinstance(exc, KeyboardInterrupt):
         return UserCodeExit("raised KeyboardInterrupt outside the main thread, where no interrupt arrives")
     return UserCodeExit(f"raised {type(exc).__name__}, a BaseException that is not an Exception")
+
+
+def off_loop(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` as a worker thread runs user code: a ``BaseException`` that is not an ``Exception``
+    leaves as :func:`exit_error`'s error, since no signal reaches a worker thread (whichever executor runs it)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception:
+        raise
+    except BaseException as exc:  # sys.exit() and the like: the code's failure, never the thread's or the run's end
+        raise exit_error(exc) from None
 
 
 def is_real_interrupt(exc: BaseException) -> bool:
@@ -94,11 +105,9 @@ class UserThreads(ThreadPoolExecutor):
             del job
             if future.set_running_or_notify_cancel():
                 try:
-                    result = fn(*args, **kwargs)
+                    result = off_loop(fn, *args, **kwargs)
                 except Exception as exc:
                     future.set_exception(exc)
-                except BaseException as exc:  # sys.exit() and the like: the code's failure, never this thread's end
-                    future.set_exception(exit_error(exc))
                 else:
                     future.set_result(result)
             del future, fn, args, kwargs

@@ -35,7 +35,7 @@ from rllm.types import (
     TerminationReason,
     Trajectory,
 )
-from rllm.usercode import exit_error, is_real_interrupt
+from rllm.usercode import exit_error, is_real_interrupt, off_loop
 from rllm.workflows.workflow import Workflow
 
 __all__ = ["AgentFlowWorkflow", "check_agent_flow", "run_agent_flow"]
@@ -101,7 +101,7 @@ async def run_agent_flow(
         coro = arun(task, config)
         result = await (coro if session is None else _watched(coro, session))
     else:
-        run = functools.partial(agent_flow.run, task, config)
+        run = functools.partial(off_loop, agent_flow.run, task, config)
         result = await asyncio.get_running_loop().run_in_executor(executor, run)
     name = getattr(agent_flow, "name", None) or DEFAULT_TRAJ_NAME
     if isinstance(result, Episode):
@@ -182,7 +182,7 @@ class AgentFlowWorkflow(Workflow):
         elif not episode.trajectories:
             episode.trajectories = [Trajectory(steps=steps)]
         try:
-            score = await loop.run_in_executor(self.executor, self.evaluator.evaluate, task, episode)
+            score = await loop.run_in_executor(self.executor, off_loop, self.evaluator.evaluate, task, episode)
         except UserCodeExit as exc:
             raise UserCodeExit(f"evaluator {_name(self.evaluator)} {exc.how}") from None
         return self._finish(episode, task, uid, TerminationReason.ENV_DONE, score)
