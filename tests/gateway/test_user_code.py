@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -34,15 +33,6 @@ from rllm.types import AgentConfig, Episode
 from rllm.usercode import UserThreads
 from rllm.workflows.agent_flow import AgentFlowWorkflow
 from rllm.workflows.workflow import Workflow
-
-
-@pytest.fixture
-def gateway() -> Iterator[Gateway]:
-    running = Gateway().start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def _episodes(gateway: Gateway, flow: Any, evaluator: Any = None, policy: str = "fail") -> list[Episode]:
@@ -240,6 +230,19 @@ class BlockingClientInArun:
 """
 
 
+RUN = [
+    "rllm.agent_flow.evaluator=user_flows:Grader",
+    "rllm.agent_flow.train_dataset=user_flows:tasks",
+    "rllm.data.train_batch_size=2",
+    "rllm.rollout.n=2",
+    "rllm.trainer.total_batches=1",
+    "rllm.trainer.logger=[jsonl]",
+    "rllm.workflow.timeout=2",
+    "rllm.workflow.retry_limit=0",
+]
+"""A run of one step on two tasks, whose episodes time out after 2 s and fail at the first error."""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("flow", "said"),
@@ -251,24 +254,9 @@ class BlockingClientInArun:
 )
 def test_rllm_train_ends_non_zero_in_bounded_time_with_one_line(tmp_path: Path, flow: str, said: str) -> None:
     (tmp_path / "user_flows.py").write_text(textwrap.dedent(FLOWS))
-    command = [
-        sys.executable,
-        "-m",
-        "rllm.cli.main",
-        "train",
-        "--no-progress",
-        f"rllm.agent_flow.flow=user_flows:{flow}",
-        "rllm.agent_flow.evaluator=user_flows:Grader",
-        "rllm.agent_flow.train_dataset=user_flows:tasks",
-        "rllm.data.train_batch_size=2",
-        "rllm.rollout.n=2",
-        "rllm.trainer.total_batches=1",
-        "rllm.trainer.logger=[jsonl]",
-        "rllm.workflow.timeout=2",
-        "rllm.workflow.retry_limit=0",
-        f"rllm.trainer.output_dir={tmp_path / 'run'}",
-    ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    keys = [f"rllm.agent_flow.flow=user_flows:{flow}", *RUN, f"rllm.trainer.output_dir={tmp_path / 'run'}"]
+    command = [sys.executable, "-m", "rllm.cli.main", "train", "--no-progress", *keys]
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
     assert time.perf_counter() - started < 240
