@@ -22,7 +22,7 @@ from typing import Any
 
 from rllm.errors import UserCodeExit
 
-__all__ = ["UserThreads", "exit_error", "is_real_interrupt", "off_loop"]
+__all__ = ["UserThreads", "call_user", "exit_error", "is_real_interrupt"]
 
 
 def exit_error(exc: BaseException) -> UserCodeExit:
@@ -34,24 +34,26 @@ def exit_error(exc: BaseException) -> UserCodeExit:
     return UserCodeExit(f"raised {type(exc).__name__}, a BaseException that is not an Exception")
 
 
-def off_loop(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` as a worker thread runs user code: a ``BaseException`` that is not an ``Exception``
-    leaves as :func:`exit_error`'s error, since no signal reaches a worker thread (whichever executor runs it)."""
+def call_user(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, user code: a ``BaseException`` that is not an ``Exception`` and no real interrupt
+    (:func:`is_real_interrupt`) leaves as :func:`exit_error`'s error, on whichever thread or executor it runs."""
     try:
         return fn(*args, **kwargs)
     except Exception:
         raise
     except BaseException as exc:  # sys.exit() and the like: the code's failure, never the thread's or the run's end
+        if is_real_interrupt(exc):
+            raise
         raise exit_error(exc) from None
 
 
 def is_real_interrupt(exc: BaseException) -> bool:
     """Whether ``exc``, caught on the event loop's thread, must stop the run as it is: a cancellation of the running
     task (a deadline, the run stopping) or a KeyboardInterrupt in the main thread (Ctrl-C arrives there)."""
-    if isinstance(exc, asyncio.CancelledError):
+    if isinstance(exc, asyncio.CancelledError):  # off the loop (a worker thread) no task is there to be cancelled
         task = _current_task()
         cancelling = getattr(task, "cancelling", None)  # Python 3.11+; before it every cancellation counts as real
-        return task is None or cancelling is None or cancelling() > 0
+        return task is not None and (cancelling is None or cancelling() > 0)
     return isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread()
 
 
@@ -105,7 +107,7 @@ class UserThreads(ThreadPoolExecutor):
             del job
             if future.set_running_or_notify_cancel():
                 try:
-                    result = off_loop(fn, *args, **kwargs)
+                    result = call_user(fn, *args, **kwargs)
                 except Exception as exc:
                     future.set_exception(exc)
                 else:

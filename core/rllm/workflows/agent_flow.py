@@ -35,7 +35,7 @@ from rllm.types import (
     TerminationReason,
     Trajectory,
 )
-from rllm.usercode import exit_error, is_real_interrupt, off_loop
+from rllm.usercode import call_user, exit_error, is_real_interrupt
 from rllm.workflows.workflow import Workflow
 
 __all__ = ["AgentFlowWorkflow", "check_agent_flow", "run_agent_flow"]
@@ -101,7 +101,7 @@ async def run_agent_flow(
         coro = arun(task, config)
         result = await (coro if session is None else _watched(coro, session))
     else:
-        run = functools.partial(off_loop, agent_flow.run, task, config)
+        run = functools.partial(call_user, agent_flow.run, task, config)
         result = await asyncio.get_running_loop().run_in_executor(executor, run)
     name = getattr(agent_flow, "name", None) or DEFAULT_TRAJ_NAME
     if isinstance(result, Episode):
@@ -169,8 +169,8 @@ class AgentFlowWorkflow(Workflow):
         if not steps and not any(t.steps for t in episode.trajectories):
             if session.errors:
                 raise WorkflowError(
-                    f"agent flow {flow} made no model call that the gateway answered on task {uid}: it refused "
-                    f"{len(session.errors)} call(s), the last with: {session.errors[-1]}"
+                    f"agent flow {flow} made no model call that the gateway answered on task {uid}: "
+                    f"{len(session.errors)} call(s) got an error instead, the last: {session.errors[-1]}"
                 )
             raise DataError(
                 f"agent flow {flow} made no model call through config.base_url on task {uid}; an episode is "
@@ -182,7 +182,7 @@ class AgentFlowWorkflow(Workflow):
         elif not episode.trajectories:
             episode.trajectories = [Trajectory(steps=steps)]
         try:
-            score = await loop.run_in_executor(self.executor, off_loop, self.evaluator.evaluate, task, episode)
+            score = await loop.run_in_executor(self.executor, call_user, self.evaluator.evaluate, task, episode)
         except UserCodeExit as exc:
             raise UserCodeExit(f"evaluator {_name(self.evaluator)} {exc.how}") from None
         return self._finish(episode, task, uid, TerminationReason.ENV_DONE, score)
