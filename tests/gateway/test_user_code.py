@@ -25,7 +25,7 @@ import openai
 from scripted_engine import Scripted
 from test_agent_flow import TASKS, Grader, OpenAIFlow
 
-from rllm.errors import WorkflowError
+from rllm.errors import RLLMWarning, WorkflowError
 from rllm.gateway import Gateway
 from rllm.gateway.server import BLOCKED
 from rllm.trainer.engine import WorkflowEngine
@@ -264,3 +264,21 @@ def test_rllm_train_ends_non_zero_in_bounded_time_with_one_line(tmp_path: Path, 
     assert "Traceback" not in done.stderr and "never retrieved" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("rllm train: error: ") and said in last, done.stderr
+
+
+class SleepsInArun:
+    """Blocks the loop without calling the gateway: nothing can end it, but the run says so."""
+
+    async def arun(self, task: dict[str, Any], config: AgentConfig) -> None:
+        time.sleep(2.5)
+
+
+def test_an_arun_holding_the_loop_past_the_deadline_is_said_in_one_warning() -> None:
+    watched = Gateway(stall_after=0.5).start()
+    try:
+        with pytest.warns(RLLMWarning) as caught:
+            assert _episodes(watched, SleepsInArun(), policy="drop_group") == []
+    finally:
+        watched.stop()
+    said = [str(w.message) for w in caught if "held the trainer's event loop" in str(w.message)]
+    assert len(said) == 1 and "rllm.workflow.timeout cannot end it" in said[0] and "\n" not in said[0]

@@ -28,6 +28,7 @@ import json
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from rllm.engine.openai_api import (
     max_tokens_of,
     number,
 )
-from rllm.errors import ConfigError, RLLMError
+from rllm.errors import ConfigError, RLLMError, RLLMWarning
 from rllm.types import Step, TerminationEvent, TerminationReason
 
 __all__ = ["DEFAULT_MODEL", "Gateway", "Session"]
@@ -95,8 +96,13 @@ class Session:
 class Gateway:
     """The HTTP endpoint and its open sessions; :meth:`start` listens, :meth:`stop` closes it."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, model: str = DEFAULT_MODEL) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, model: str = DEFAULT_MODEL, stall_after: float | None = None
+    ) -> None:
         self.host, self.port, self.model = host, int(port), model
+        self.stall_after = stall_after
+        """Seconds an ``arun`` may hold the event loop without awaiting before a warning says so (None: never)."""
+        self._stopped = threading.Event()
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
         self._server: _Server | None = None
@@ -122,10 +128,35 @@ class Gateway:
         self._server, self.port = server, int(server.server_address[1])
         self._thread = threading.Thread(target=server.serve_forever, name="rllm-gateway", daemon=True)
         self._thread.start()
+        self._stopped.clear()
+        if self.stall_after is not None:
+            watch = threading.Thread(
+                target=self._watch, args=(self.stall_after,), name="rllm-gateway-watch", daemon=True
+            )
+            watch.start()
         return self
+
+    def _watch(self, stall_after: float) -> None:
+        """Say once when an ``arun`` has held the event loop past ``stall_after`` seconds. Nothing can end it (the
+        deadline that would is on the loop it holds), but the run no longer hangs without a word."""
+        while not self._stopped.wait(1.0):
+            with self._lock:
+                since = [s.running_since for s in self._sessions.values() if s.running_since is not None]
+            held = max((time.monotonic() - start for start in since), default=0.0)
+            if held > stall_after:
+                warnings.warn(
+                    f"an agent flow's async arun has held the trainer's event loop for {held:.0f} s without awaiting "
+                    "(a blocking call such as time.sleep or requests inside async def arun): no episode moves and "
+                    "rllm.workflow.timeout cannot end it; await such calls through asyncio.to_thread, or define a "
+                    "synchronous run(task, config) instead.",
+                    RLLMWarning,
+                    stacklevel=1,
+                )
+                return
 
     def stop(self) -> None:
         """Stop listening; open sessions' calls are refused from now on."""
+        self._stopped.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

@@ -112,7 +112,8 @@ def flow_trainer(
             "an agent flow needs its tasks: pass train_dataset= (AgentTrainer) or set rllm.agent_flow.train_dataset."
         )
     settings = config.rllm.gateway
-    gateway = Gateway(str(settings.host), int(settings.port), str(settings.model)).start()
+    stall = config.rllm.workflow.timeout  # an arun holding the loop longer than an episode may take is said
+    gateway = Gateway(str(settings.host), int(settings.port), str(settings.model), stall).start()
     threads = UserThreads(int(settings.flow_threads), "rllm-flow")  # a flow stuck past its deadline is left behind
 
     def stop() -> None:
