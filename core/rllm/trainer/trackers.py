@@ -201,7 +201,12 @@ class Trackers:
                 )
             thread = UserThreads(1, f"rllm-tracker-{name}")
             make = functools.partial(cls, replace(run, name=name))
-            tracker = self._guarded(name, who, thread, "construct", make)
+            try:
+                tracker = self._guarded(name, who, thread, "construct", make)
+            except BaseException:  # the run does not start: no tracker thread is left waiting
+                for idle in [thread, *(chosen.thread for chosen in self.chosen)]:
+                    idle.shutdown(wait=False)
+                raise
             self.chosen.append(NamedTracker(name, tracker, who, thread))
         self.started = time.time()
 
@@ -303,16 +308,17 @@ class Trackers:
         if not active.stuck:  # it has already failed once: its close is best effort (none while a call still runs)
             with contextlib.suppress(Exception):
                 self._call(active.thread, active.tracker.close)
-        active.thread.shutdown(wait=False)
 
     def finish(self) -> None:
         """Close every tracker (once); one that fails to close is said like one that fails mid-run."""
         closing, self.active = self.active, []
         for active in closing:
             why = self._failure(active, "close", active.tracker.close)
-            active.thread.shutdown(wait=False)
             if why is not None:
                 warnings.warn(f"Tracker {active.name!r} ({active.who}) {why}.", RLLMWarning, stacklevel=2)
+        for chosen in self.chosen:  # idle threads end; a later start() (the same trainer fitted again) gets fresh ones
+            chosen.thread.shutdown(wait=False)
+            chosen.thread, chosen.stuck = UserThreads(1, f"rllm-tracker-{chosen.name}"), False
 
 
 __all__ = ["NamedTracker", "Tracker", "TrackerRun", "Trackers", "finite_metrics", "flatten_config"]
