@@ -171,6 +171,17 @@ class TrackerError(RLLMError):
     """An experiment tracker cannot start: its package is missing, or its folder cannot be written."""
 
 
+class UserCodeExit(RLLMError):
+    """User code (a flow, workflow, evaluator or tracker) tried to end the process instead of raising an exception.
+
+    ``how`` says what it did (``called sys.exit(0)``); the message adds that such code fails by raising.
+    """
+
+    def __init__(self, how: str) -> None:
+        super().__init__(f"{how}; code run by rllm fails by raising an exception, it cannot end the training process")
+        self.how = how
+
+
 class EstimatorCallError(RLLMError, TypeError):
     """A list-API estimator function was called with arguments of neither rLLM calling convention."""
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -49,15 +48,6 @@ class Grader:
     def evaluate(self, task: dict[str, Any], episode: Episode) -> EvalOutput:
         reward = text_reward(task, episode.trajectories[0].steps[-1].model_response)
         return EvalOutput(reward=reward, is_correct=reward == 1.0, signals=[Signal("format", 1.0)])
-
-
-@pytest.fixture
-def gateway() -> Iterator[Gateway]:
-    running = Gateway().start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def _episodes(gateway: Gateway, flow: Any, evaluator: Any, policy: str = "fail", tasks: Any = TASKS) -> list[Episode]:

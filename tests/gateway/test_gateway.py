@@ -11,10 +11,8 @@ import asyncio
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from extras import skip_module_without
 
 skip_module_without("openai", install="pip install 'rllm[test]'")
@@ -25,15 +23,6 @@ from scripted_engine import REPLY_IDS, Scripted
 from rllm.engine import ModelOutput, RolloutEngine
 from rllm.gateway import Gateway, Session
 from rllm.types import Step
-
-
-@pytest.fixture
-def gateway() -> Iterator[Gateway]:
-    running = Gateway(model="policy").start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def _with_session(gateway: Gateway, engine: RolloutEngine, client_calls: Any) -> tuple[Any, list[Step], Session]:

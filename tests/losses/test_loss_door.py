@@ -192,6 +192,7 @@ WHO = r"Loss 'bad' \(plugin 'acme', distribution acme-rl 2.1\)"
             "returned the metric 'kl': a Tensor of shape \\(\\); metrics are numbers",
         ),
         (lambda ctx: 1 / 0, LossFailedError, "raised ZeroDivisionError: division by zero"),
+        (lambda ctx: sys.exit(0), LossFailedError, r"called sys.exit\(0\); a loss raises an exception to fail"),
     ],
 )
 def test_a_plugin_loss_that_misbehaves_is_one_line_naming_loss_and_plugin(plugin_manager, fn, error, message) -> None:  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ import pytest
 
 from rllm import get_plugin_manager
 from rllm.config.stages import TransformConfig
-from rllm.errors import ConfigError, DataError, RLLMWarning
+from rllm.errors import ConfigError, DataError, RLLMWarning, TrainerError
 from rllm.trainer.grouping import (
     CompactFilteringConfig,
     group_by_task_and_role,
@@ -285,3 +285,11 @@ def test_a_rollout_count_below_one_is_refused_by_the_schema_naming_the_key(make_
     config.rllm.rollout[key] = 0  # a programmatic config, past load_config's checks
     with pytest.raises(ConfigError, match=rf"^rllm\.rollout\.{key} must be an integer >= 1; got 0"):
         UnifiedTrainer(None, config)
+
+
+def test_a_grouping_hook_calling_sys_exit_is_one_line_naming_it() -> None:
+    def leaves(episodes: list[Episode]) -> list:
+        raise SystemExit(3)
+
+    with pytest.raises(TrainerError, match=r"^Grouping hook .*leaves called sys.exit\(3\); a grouping hook raises"):
+        transform_episodes_to_trajectory_groups(_batch({"t": [True, False]}), leaves, NO_FILTER)

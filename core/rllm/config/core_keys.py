@@ -585,6 +585,16 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "a progress bar), jsonl ({output_dir}/metrics.jsonl).",
         **_registered("trackers"),
     ),
+    ConfigKey(
+        "rllm.trainer.tracker_timeout",
+        "float",
+        300,
+        "Seconds one tracker call (start, log_metrics, close, ...) may take; a tracker past it is switched off with "
+        "a warning (one that cannot start stops the run); null waits forever.",
+        minimum=0,
+        above=True,
+        nullable=True,
+    ),
     ConfigKey("rllm.trainer.project_name", "str", "rllm", "Folder under runs/ holding the experiments."),
     ConfigKey("rllm.trainer.experiment_name", "str", "default", "Folder of this run under the project."),
     _count("rllm.trainer.test_freq", 5, "Validate every N steps; 0: only at the end (if val_before_train).", 0),

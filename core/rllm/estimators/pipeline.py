@@ -27,6 +27,7 @@ from rllm.errors import (
     RewardError,
     RLLMError,
     RLLMWarning,
+    UserCodeExit,
 )
 from rllm.estimators.batch import AdvantageBatch
 from rllm.estimators.layout import GroupLayout
@@ -35,6 +36,7 @@ from rllm.estimators.ragged import FloatArray, Ragged
 from rllm.estimators.state import EstimatorState, state_factory
 from rllm.plugins.options import resolve_options
 from rllm.plugins.registry import EstimatorEntry
+from rllm.usercode import call_user
 
 _SAFE_SQUARES = 1e300
 """Below this sum of squared rewards no statistic can overflow (one dot product checks finiteness too)."""
@@ -227,9 +229,13 @@ def _call(entry: EstimatorEntry, batch: AdvantageBatch, kwargs: dict[str, Any]) 
     who = f"Estimator {entry.name!r} ({entry.source.describe()})"
     try:
         if entry.style == "batch":
-            result = entry.target(batch, **kwargs)
+            result = call_user(entry.target, batch, **kwargs)
         else:
-            result = entry.target(rewards=batch.layout.split(batch.rewards), **kwargs)
+            result = call_user(entry.target, rewards=batch.layout.split(batch.rewards), **kwargs)
+    except UserCodeExit as exc:  # an estimator cannot end the caller's process; a real Ctrl-C still does
+        raise EstimatorFailedError(
+            f"{who} {exc.how} instead of returning advantages; an estimator raises an exception to fail."
+        ) from None
     except RLLMError:
         raise
     except ValueError as exc:
@@ -245,11 +251,6 @@ def _call(entry: EstimatorEntry, batch: AdvantageBatch, kwargs: dict[str, Any]) 
         raise EstimatorFailedError(f"{who} raised TypeError: {exc}") from exc
     except Exception as exc:
         raise EstimatorFailedError(f"{who} raised {type(exc).__name__}: {exc}") from exc
-    except SystemExit as exc:  # an estimator cannot end the caller's process; KeyboardInterrupt still does
-        raise EstimatorFailedError(
-            f"{who} called sys.exit({exc.code!r}) instead of returning advantages; an estimator raises an "
-            "exception to fail."
-        ) from exc
     if entry.style == "batch":
         return result if isinstance(result, Ragged) else _as_flat(entry, result, batch)
     return batch.layout.join(_per_group(entry, result, batch.layout), dtype=batch.dtype)

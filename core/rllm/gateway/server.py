@@ -7,10 +7,18 @@ trainer's event loop): chat messages through ``get_model_response``, a completio
 the token-in/token-out pair. The answer's exact ids and log-probs become a :class:`~rllm.types.Step`
 of the session, so the trainer learns from what was sampled, never from re-tokenised text.
 
-The HTTP layer is the standard library's threading server (no extra to install): each
-request's thread hands the model call to the event loop the session was opened on and waits
-for it. Requests are read and answered in :mod:`rllm.engine.openai_api`'s dialect, as
-``rllm serve`` does.
+The HTTP layer is the standard library's threading server, on threads of its own, never on the
+trainer's event loop: each request's thread hands the model call to the event loop the session
+was opened on and waits for it. Requests are read and answered in :mod:`rllm.engine.openai_api`'s
+dialect, as ``rllm serve`` does. It stays hand-made rather than uvicorn (``rllm serve``'s stack)
+because agent flows are core, and core installs no HTTP server. A malformed request is answered
+400 or its connection dropped, never with a traceback in the trainer's output.
+
+The model call needs the trainer's loop. An ``async def arun`` that calls the gateway with a
+synchronous client (``openai.OpenAI``) blocks that loop while it waits for the answer, which only
+the loop can give: when the call has not started after :data:`BLOCKED_AFTER` seconds while the
+session's flow is still running without awaiting (``Session.running_since``), the call is
+refused with a 400 that says so, and the flow fails with that cause instead of hanging the run.
 """
 
 from __future__ import annotations
@@ -18,8 +26,11 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 import uuid
+import warnings
 from collections.abc import Callable
+from concurrent import futures
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -34,7 +45,7 @@ from rllm.engine.openai_api import (
     max_tokens_of,
     number,
 )
-from rllm.errors import ConfigError, RLLMError
+from rllm.errors import ConfigError, RLLMError, RLLMWarning
 from rllm.types import Step, TerminationEvent, TerminationReason
 
 __all__ = ["DEFAULT_MODEL", "Gateway", "Session"]
@@ -44,6 +55,15 @@ DEFAULT_MODEL = "policy"
 """The model name flows are given (``AgentConfig.model``) and requests must carry."""
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "seed")
 """Request fields handed to the engine as they are: it samples with them or refuses them (naming them)."""
+BLOCKED_AFTER = 2.0
+"""Seconds a call may wait for the loop while its own flow holds the loop, before the gateway calls it a deadlock."""
+MAX_BODY = 64 * 2**20
+"""The largest request body read (bytes); a larger one is a 413."""
+BLOCKED = (
+    "the agent flow's async arun blocks the trainer's event loop while it waits for this call, which only that loop "
+    "can answer (a synchronous client such as openai.OpenAI inside async def arun); use openai.AsyncOpenAI in arun, "
+    "or define a synchronous run(task, config) instead"
+)
 
 
 @dataclass
@@ -59,6 +79,9 @@ class Session:
     """Set when a call ended the episode (a prompt over the engine's limit): the episode ends with it."""
     errors: list[str] = field(default_factory=list)
     """Why calls were refused or failed, for the episode's error when the flow then fails."""
+    running_since: float | None = None
+    """``time.monotonic()`` when the episode's ``arun`` last resumed on the loop, None while it awaits (set by
+    :func:`rllm.workflows.agent_flow.run_agent_flow`): how the gateway tells a deadlock from a busy loop."""
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def recorded(self) -> list[Step]:
@@ -73,11 +96,17 @@ class Session:
 class Gateway:
     """The HTTP endpoint and its open sessions; :meth:`start` listens, :meth:`stop` closes it."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, model: str = DEFAULT_MODEL) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, model: str = DEFAULT_MODEL, stall_after: float | None = None
+    ) -> None:
         self.host, self.port, self.model = host, int(port), model
+        self.stall_after = stall_after
+        """Seconds an ``arun`` may hold the event loop without awaiting before a warning says so (None: never)."""
+        self._stopped = threading.Event()
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
+        self._server: _Server | None = None
+        self._deadlocks = 0
         self._thread: threading.Thread | None = None
 
     @property
@@ -90,20 +119,44 @@ class Gateway:
         if self._server is not None:
             return self
         try:
-            server = ThreadingHTTPServer((self.host, self.port), _handler(self))
+            server = _Server((self.host, self.port), _handler(self))
         except OSError as exc:
             raise ConfigError(
                 f"rllm.gateway could not listen on {self.host}:{self.port} ({exc.strerror or exc}); set "
                 "rllm.gateway.port to a free port, or 0 for any."
             ) from None
-        server.daemon_threads = True
         self._server, self.port = server, int(server.server_address[1])
         self._thread = threading.Thread(target=server.serve_forever, name="rllm-gateway", daemon=True)
         self._thread.start()
+        self._stopped.clear()
+        if self.stall_after is not None:
+            watch = threading.Thread(
+                target=self._watch, args=(self.stall_after,), name="rllm-gateway-watch", daemon=True
+            )
+            watch.start()
         return self
+
+    def _watch(self, stall_after: float) -> None:
+        """Say once when an ``arun`` has held the event loop past ``stall_after`` seconds. Nothing can end it (the
+        deadline that would is on the loop it holds), but the run no longer hangs without a word."""
+        while not self._stopped.wait(1.0):
+            with self._lock:
+                since = [s.running_since for s in self._sessions.values() if s.running_since is not None]
+            held = max((time.monotonic() - start for start in since), default=0.0)
+            if held > stall_after:
+                warnings.warn(
+                    f"an agent flow's async arun has held the trainer's event loop for {held:.0f} s without awaiting "
+                    "(a blocking call such as time.sleep or requests inside async def arun): no episode moves and "
+                    "rllm.workflow.timeout cannot end it; await such calls through asyncio.to_thread, or define a "
+                    "synchronous run(task, config) instead.",
+                    RLLMWarning,
+                    stacklevel=1,
+                )
+                return
 
     def stop(self) -> None:
         """Stop listening; open sessions' calls are refused from now on."""
+        self._stopped.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -250,11 +303,16 @@ class Gateway:
     def _call(self, session: Session, make: Callable[[], Any]) -> ModelOutput:
         """Run the engine call on the session's loop and wait for it; what the engine refuses is a 400."""
 
+        started = threading.Event()
+
         async def run() -> Any:
+            started.set()
             return await make()
 
         try:
-            output = asyncio.run_coroutine_threadsafe(run(), session.loop).result()
+            output = self._wait(session, asyncio.run_coroutine_threadsafe(run(), session.loop), started)
+        except RequestError:  # the call was refused before the engine saw it
+            raise
         except TerminationEvent as event:
             session.termination = event.reason
             raise RequestError(
@@ -277,6 +335,21 @@ class Gateway:
             )
         return output
 
+    def _wait(self, session: Session, future: futures.Future[Any], started: threading.Event) -> Any:
+        """The call's result; refused when the session's own flow blocks the loop that must start it (a deadlock).
+
+        Once one such deadlock was seen the flow is known to do it, so later calls are refused at once: each episode
+        of the run would otherwise hold the loop for :data:`BLOCKED_AFTER` seconds in turn.
+        """
+        while not started.wait(0.05 if self._deadlocks else 0.25):
+            since = session.running_since
+            if since is not None and time.monotonic() - since >= (0.0 if self._deadlocks else BLOCKED_AFTER):
+                future.cancel()
+                self._deadlocks += 1
+                session.errors.append(BLOCKED)
+                raise RequestError(BLOCKED + ".", None, 400, "event_loop_blocked")
+        return future.result()
+
     @staticmethod
     def _decoder(session: Session) -> Callable[[list[int]], str]:
         tokenizer = session.engine.tokenizer
@@ -295,6 +368,16 @@ def _choice(output: ModelOutput, text: str) -> Choice:
     return Choice(text, list(output.completion_ids or []), list(output.logprobs or []), output.finish_reason)
 
 
+class _Server(ThreadingHTTPServer):
+    """The threading server, quiet about a connection that breaks: a client that hangs up or sends garbage must not
+    print a traceback into the trainer's output (its request is answered 400 where it can be read at all)."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Drop the connection without a word (the default prints the traceback to stderr)."""
+
+
 def _handler(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -306,12 +389,22 @@ def _handler(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
             self._serve("GET", None)
 
         def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
+            given = self.headers.get("Content-Length") or "0"
+            length = int(given) if given.strip().isdigit() else -1
+            if length < 0 or length > MAX_BODY:
+                self.close_connection = True  # the body's end is unknown: nothing more is read on this connection
+                status, why = (413, f"over {MAX_BODY} bytes") if length > MAX_BODY else (400, "not a byte count")
+                self._send(status, RequestError(f"Content-Length {given[:40]!r} is {why}.").body())
+                return
             raw = self.rfile.read(length) if length else b""
+            if len(raw) < length:  # the client went away mid-body
+                self.close_connection = True
+                return
             try:
                 body = json.loads(raw) if raw else None
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                self._send(400, RequestError(f"the request body is not valid JSON ({exc}).").body())
+            except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested past the parser's depth
+                reason = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+                self._send(400, RequestError(f"the request body is not valid JSON ({reason}).").body())
                 return
             if not isinstance(body, dict):
                 self._send(400, RequestError("the request body must be a JSON object.").body())

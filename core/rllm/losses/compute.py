@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rllm.errors import LossFailedError, LossOptionError, LossOutputError, RLLMError
+from rllm.errors import LossFailedError, LossOptionError, LossOutputError, RLLMError, UserCodeExit
 from rllm.losses.aggregation import prompt_counts
 from rllm.losses.arguments import check_arguments, check_sequence_shapes, check_shapes
 from rllm.losses.context import LossContext
@@ -30,6 +30,7 @@ from rllm.losses.kl import check_kl_kind, kl_penalty
 from rllm.losses.registry import resolve_loss_options
 from rllm.losses.settings import LossSettings
 from rllm.plugins.registry import LossEntry
+from rllm.usercode import call_user
 
 
 def _neutral(tensor: Any, selected: Any) -> Any:
@@ -275,7 +276,9 @@ def _run(entry: LossEntry, name: str, ctx: LossContext) -> tuple[Any, dict[str, 
     who = f"Loss {name!r} ({entry.source.describe()})"
     fn = entry.load()
     try:
-        result = fn(ctx)
+        result = call_user(fn, ctx)
+    except UserCodeExit as exc:  # sys.exit() in a loss is its failure, not the end of the run
+        raise LossFailedError(f"{who} {exc.how}; a loss raises an exception to fail.") from None
     except RLLMError:
         raise
     except Exception as exc:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from omegaconf import DictConfig
 
 from rllm.errors import ConfigError
 from rllm.gateway import Gateway
+from rllm.usercode import UserThreads
 from rllm.workflows.agent_flow import AgentFlowWorkflow, check_agent_flow
 
 __all__ = ["flow_objects", "flow_trainer", "load_attr"]
@@ -112,8 +112,9 @@ def flow_trainer(
             "an agent flow needs its tasks: pass train_dataset= (AgentTrainer) or set rllm.agent_flow.train_dataset."
         )
     settings = config.rllm.gateway
-    gateway = Gateway(str(settings.host), int(settings.port), str(settings.model)).start()
-    threads = ThreadPoolExecutor(int(settings.flow_threads), thread_name_prefix="rllm-flow")
+    stall = config.rllm.workflow.timeout  # an arun holding the loop longer than an episode may take is said
+    gateway = Gateway(str(settings.host), int(settings.port), str(settings.model), stall).start()
+    threads = UserThreads(int(settings.flow_threads), "rllm-flow")  # a flow stuck past its deadline is left behind
 
     def stop() -> None:
         gateway.stop()

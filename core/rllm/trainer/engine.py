@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rllm.contract.names import EXECUTOR_METHODS, FAILURE_POLICIES
 from rllm.engine import RolloutEngine, engine_problem
-from rllm.errors import ConfigError, DataError, PluginContractError, WorkflowError
+from rllm.errors import ConfigError, DataError, PluginContractError, UserCodeExit, WorkflowError
 from rllm.trainer.logging import EpisodeLogger
 from rllm.types import Episode, TerminationEvent, TerminationReason
+from rllm.usercode import exit_error, is_real_interrupt
 from rllm.workflows.workflow import Workflow
 
 if TYPE_CHECKING:
@@ -88,13 +89,21 @@ async def run_call(call: WorkflowCall, rollout_engine: RolloutEngine | None) -> 
     """One attempt of ``call`` on a fresh workflow (what every executor runs).
 
     A :class:`TerminationEvent` is how rLLM's workflows end an episode, not an error: the
-    episode is what the workflow collected, post-processed with the event's reason.
+    episode is what the workflow collected, post-processed with the event's reason. A workflow
+    that calls ``sys.exit()`` (or raises another ``BaseException`` that is no real interrupt) fails
+    with :class:`~rllm.errors.UserCodeExit`, an episode error like any other.
     """
     workflow = instantiate(call, rollout_engine)
     try:
         return await workflow.run(call.task, call.uid)
     except TerminationEvent as event:
         return workflow.terminated(event)
+    except Exception:
+        raise
+    except BaseException as exc:  # sys.exit() in a workflow is its failure: the failure policy decides what follows
+        if is_real_interrupt(exc):
+            raise
+        raise UserCodeExit(f"workflow {type(workflow).__qualname__} {exit_error(exc).how}") from None
 
 
 class LocalExecutor:

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from rllm.config.stages import CompactFilteringConfig
-from rllm.errors import ConfigError, DataError, TrainerError
+from rllm.errors import ConfigError, DataError, TrainerError, UserCodeExit
 from rllm.types import DEFAULT_TRAJ_NAME, Episode, TrajectoryGroup
+from rllm.usercode import call_user
 
 GroupingHook = Callable[..., list[TrajectoryGroup]]
 
@@ -121,9 +122,12 @@ def transform_episodes_to_trajectory_groups(
     """Mask episodes by termination reason, group the rest with ``grouping_hook``, fill rewards."""
     kept = [episode for episode in episodes if not compact_filtering.should_mask(episode.termination_reason)]
     before = sum(len(ep.trajectories) for ep in episodes)
-    groups = grouping_hook(kept)
+    name = getattr(grouping_hook, "__qualname__", repr(grouping_hook))
+    try:
+        groups = call_user(grouping_hook, kept)
+    except UserCodeExit as exc:  # sys.exit() in a hook is its failure, not the end of the run
+        raise TrainerError(f"Grouping hook {name} {exc.how}; a grouping hook raises an exception to fail.") from None
     if not isinstance(groups, list) or not all(isinstance(g, TrajectoryGroup) for g in groups):
-        name = getattr(grouping_hook, "__qualname__", repr(grouping_hook))
         raise TrainerError(
             f"Grouping hook {name} returned {type(groups).__name__}; it must return a list of rllm.TrajectoryGroup."
         )

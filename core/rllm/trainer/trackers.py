@@ -5,21 +5,32 @@ constructs with a :class:`TrackerRun`. :class:`Trackers` is the trainer's side: 
 configured names before anything runs (an unknown name or a missing package is one line), then
 hands every record to each tracker, and switches off, with one warning naming it, a tracker that
 raises mid-run, so the run and the other trackers go on.
+
+A tracker is code rllm does not own, so each runs on a thread of its own
+(:class:`~rllm.usercode.UserThreads`): a call that does not return within
+``rllm.trainer.tracker_timeout`` seconds (a remote MLflow or wandb that stops answering) counts as a
+failure, and so does ``sys.exit()``. Each tracker gets its own copy of every record, so one that
+edits the mapping it is given (renaming keys) changes nothing another tracker, ``metrics.jsonl``
+included, receives.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import importlib.util
 import math
 import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rllm.errors import RLLMError, RLLMWarning, RunDirError, TrackerError
+from rllm.errors import RLLMError, RLLMWarning, RunDirError, TrackerError, UserCodeExit
+from rllm.usercode import UserThreads
 
 
 @dataclass(frozen=True)
@@ -140,11 +151,18 @@ def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any
 
 @dataclass
 class NamedTracker:
-    """A tracker of a run, with its name in ``rllm.trainer.logger`` and its plugin (for warnings)."""
+    """A tracker of a run, with its name in ``rllm.trainer.logger``, its plugin (for warnings) and its thread."""
 
     name: str
     tracker: Tracker
     who: str
+    thread: UserThreads = field(default_factory=lambda: UserThreads(1, "rllm-tracker"), repr=False)
+    stuck: bool = False
+    """A call of it was still running at the deadline: nothing more is asked of it."""
+
+
+class TrackerTimeout(Exception):
+    """A tracker call still running at the deadline (its thread is left to it)."""
 
 
 def _missing_module(modules: Iterable[str]) -> str | None:
@@ -160,13 +178,14 @@ def _missing_module(modules: Iterable[str]) -> str | None:
 class Trackers:
     """The trackers ``rllm.trainer.logger`` names, resolved and constructed before the run starts."""
 
-    def __init__(self, names: Iterable[str], run: TrackerRun) -> None:
+    def __init__(self, names: Iterable[str], run: TrackerRun, timeout: float | None = None) -> None:
         from dataclasses import replace
 
         from rllm.plugins.contract import tracker_class
         from rllm.plugins.manager import get_plugin_manager
 
         registry = get_plugin_manager().trackers
+        self.timeout = timeout
         self.chosen: list[NamedTracker] = []  # every tracker named, constructed; start() opens them into active
         self.active: list[NamedTracker] = []
         for name in dict.fromkeys(str(name) for name in names):
@@ -180,15 +199,41 @@ class Trackers:
                     f"rllm.trainer.logger names tracker {name!r} ({who}), which needs the package {missing!r}: "
                     f"pip install '{install}'."
                 )
-            tracker = self._guarded(name, who, "construct", lambda cls=cls, name=name: cls(replace(run, name=name)))
-            self.chosen.append(NamedTracker(name, tracker, who))
+            thread = UserThreads(1, f"rllm-tracker-{name}")
+            make = functools.partial(cls, replace(run, name=name))
+            try:
+                tracker = self._guarded(name, who, thread, "construct", make)
+            except BaseException:  # the run does not start: no tracker thread is left waiting
+                for idle in [thread, *(chosen.thread for chosen in self.chosen)]:
+                    idle.shutdown(wait=False)
+                raise
+            self.chosen.append(NamedTracker(name, tracker, who, thread))
         self.started = time.time()
 
-    @staticmethod
-    def _guarded(name: str, who: str, what: str, call: Any) -> Any:
+    def _call(self, thread: UserThreads, call: Callable[[], Any]) -> Any:
+        """``call()`` on the tracker's thread, waited for at most ``timeout`` seconds (:class:`TrackerTimeout`)."""
+        future = thread.submit(call)
+        try:
+            return future.result(self.timeout)
+        except futures.TimeoutError:
+            if not future.done():
+                raise TrackerTimeout from None
+            raise
+
+    def _late(self, what: str) -> str:
+        return f"did not return from {what}() within {self.timeout:g} s (rllm.trainer.tracker_timeout)"
+
+    def _guarded(self, name: str, who: str, thread: UserThreads, what: str, call: Callable[[], Any]) -> Any:
         """Before the run: a tracker's rllm error propagates, anything else is one line naming it."""
         try:
-            return call()
+            return self._call(thread, call)
+        except TrackerTimeout:
+            raise TrackerError(
+                f"Tracker {name!r} ({who}) {self._late(what)}; check that what it connects to answers, or raise "
+                "rllm.trainer.tracker_timeout."
+            ) from None
+        except UserCodeExit as exc:
+            raise TrackerError(f"Tracker {name!r} ({who}), in {what}(), {exc}") from None
         except RLLMError:
             raise
         except Exception as exc:
@@ -209,9 +254,12 @@ class Trackers:
         the resolved config; one that cannot start or rewind stops the run."""
         self.started = time.time()
         for chosen in self.chosen:
-            self._guarded(chosen.name, chosen.who, "start", lambda c=chosen: c.tracker.start(total_steps))
+            self._guarded(
+                chosen.name, chosen.who, chosen.thread, "start", functools.partial(chosen.tracker.start, total_steps)
+            )
             if resumed_at is not None:
-                self._guarded(chosen.name, chosen.who, "rewind", lambda c=chosen: c.tracker.rewind(resumed_at, kept))
+                rewind = functools.partial(chosen.tracker.rewind, resumed_at, copy.deepcopy(list(kept)))
+                self._guarded(chosen.name, chosen.who, chosen.thread, "rewind", rewind)
             self.active.append(chosen)
         self._each("log_config", config)
 
@@ -226,13 +274,28 @@ class Trackers:
         self._each("log_image", name, path, step)
 
     def _each(self, method: str, *args: Any) -> None:
+        """``method(*args)`` of every active tracker, each given its own copy of ``args`` (it may edit them)."""
         for active in list(self.active):
-            try:
-                getattr(active.tracker, method)(*args)
-            except RunDirError:  # the run directory itself cannot be written: checkpoints would fail too
-                raise
-            except Exception as exc:
-                self._drop(active, f"raised {type(exc).__name__} in {method}(): {exc}")
+            why = self._failure(
+                active, method, functools.partial(getattr(active.tracker, method), *copy.deepcopy(args))
+            )
+            if why is not None:
+                self._drop(active, why)
+
+    def _failure(self, active: NamedTracker, method: str, call: Callable[[], Any]) -> str | None:
+        """Run ``call``; what went wrong, said after the tracker's name (None: it returned)."""
+        try:
+            self._call(active.thread, call)
+        except RunDirError:  # the run directory itself cannot be written: checkpoints would fail too
+            raise
+        except TrackerTimeout:
+            active.stuck = True
+            return self._late(method)
+        except UserCodeExit as exc:
+            return f"{exc.how} in {method}()"
+        except Exception as exc:
+            return f"raised {type(exc).__name__} in {method}(): {exc}"
+        return None
 
     def _drop(self, active: NamedTracker, why: str) -> None:
         self.active.remove(active)
@@ -242,23 +305,20 @@ class Trackers:
             RLLMWarning,
             stacklevel=4,
         )
-        with contextlib.suppress(Exception):  # it has already failed once: its close is best effort
-            active.tracker.close()
+        if not active.stuck:  # it has already failed once: its close is best effort (none while a call still runs)
+            with contextlib.suppress(Exception):
+                self._call(active.thread, active.tracker.close)
 
     def finish(self) -> None:
         """Close every tracker (once); one that fails to close is said like one that fails mid-run."""
         closing, self.active = self.active, []
         for active in closing:
-            try:
-                active.tracker.close()
-            except RunDirError:
-                raise
-            except Exception as exc:
-                warnings.warn(
-                    f"Tracker {active.name!r} ({active.who}) raised {type(exc).__name__} in close(): {exc}.",
-                    RLLMWarning,
-                    stacklevel=2,
-                )
+            why = self._failure(active, "close", active.tracker.close)
+            if why is not None:
+                warnings.warn(f"Tracker {active.name!r} ({active.who}) {why}.", RLLMWarning, stacklevel=2)
+        for chosen in self.chosen:  # idle threads end; a later start() (the same trainer fitted again) gets fresh ones
+            chosen.thread.shutdown(wait=False)
+            chosen.thread, chosen.stuck = UserThreads(1, f"rllm-tracker-{chosen.name}"), False
 
 
 __all__ = ["NamedTracker", "Tracker", "TrackerRun", "Trackers", "finite_metrics", "flatten_config"]

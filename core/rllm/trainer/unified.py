@@ -68,6 +68,7 @@ from rllm.trainer.step_metrics import episode_metrics, stage_timer, staleness_me
 from rllm.trainer.trackers import TrackerRun, Trackers
 from rllm.trainer.validation import Validation
 from rllm.types import Episode, TrajectoryGroup
+from rllm.usercode import UserThreads
 from rllm.workflows.workflow import Workflow
 
 TRAINER_OPTIONS = ("executor", "progress", "learning_curve")
@@ -182,7 +183,8 @@ class UnifiedTrainer:
             config=OmegaConf.to_container(self.config, resolve=True),  # type: ignore[arg-type]
             progress=self.progress,
         )
-        trackers = Trackers(trainer_cfg.logger, run)  # every rank checks the names; rank 0 alone logs
+        deadline = trainer_cfg.tracker_timeout
+        trackers = Trackers(trainer_cfg.logger, run, None if deadline is None else float(deadline))  # every rank checks
         self.logger = trackers if self.writes else Trackers([], run)
         self.run_files = RunFiles(self.output_dir, self.checkpoints, self.episode_logger, self.logger.outputs())
         self.run_dir = self.run_files.run_dir
@@ -259,13 +261,13 @@ class UnifiedTrainer:
         else:
             in_event_loop = True
         if not in_event_loop:
-            asyncio.run(self.fit_async())
+            asyncio.run(self._fit_on_own_loop())
             return
         failure: list[BaseException] = []
 
         def target() -> None:
             try:
-                asyncio.run(self.fit_async())
+                asyncio.run(self._fit_on_own_loop())
             except BaseException as exc:
                 failure.append(exc)
 
@@ -274,6 +276,12 @@ class UnifiedTrainer:
         thread.join()
         if failure:
             raise failure[0]
+
+    async def _fit_on_own_loop(self) -> None:
+        """:meth:`fit_async` on a loop :meth:`fit` made, whose default executor (``asyncio.to_thread``, a workflow's
+        ``run_in_executor``) never joins a call a deadline abandoned, so such a call cannot keep the process alive."""
+        asyncio.get_running_loop().set_default_executor(UserThreads(thread_name_prefix="rllm-workflow"))
+        await self.fit_async()
 
     async def fit_async(self) -> None:
         """Train to the end: resume if a checkpoint exists, validate, run the steps, validate again.

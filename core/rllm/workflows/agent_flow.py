@@ -15,13 +15,17 @@ import asyncio
 import functools
 import inspect
 import math
+import time
+import types
+from collections.abc import Coroutine, Generator
 from concurrent.futures import Executor
 from typing import Any
 
 from rllm.engine import RolloutEngine
-from rllm.errors import ConfigError, DataError, WorkflowError
+from rllm.errors import ConfigError, DataError, UserCodeExit, WorkflowError
 from rllm.eval.types import EvalOutput
-from rllm.gateway import Gateway
+from rllm.gateway import Gateway, Session
+from rllm.gateway.server import BLOCKED
 from rllm.types import (
     DEFAULT_TRAJ_NAME,
     AgentConfig,
@@ -31,6 +35,7 @@ from rllm.types import (
     TerminationReason,
     Trajectory,
 )
+from rllm.usercode import call_user, exit_error, is_real_interrupt
 from rllm.workflows.workflow import Workflow
 
 __all__ = ["AgentFlowWorkflow", "check_agent_flow", "run_agent_flow"]
@@ -54,19 +59,49 @@ def check_agent_flow(agent_flow: object, evaluator: object, where: str = "AgentT
         )
 
 
+@types.coroutine
+def _watched(coro: Coroutine[Any, Any, Any], session: Session) -> Generator[Any, Any, Any]:
+    """``await coro``, with ``session.running_since`` set while the flow's code runs between two of its awaits.
+
+    The gateway reads it to tell a flow that blocks the event loop while waiting for its own call
+    (a synchronous client in ``async def arun``: a deadlock) from a loop that is merely busy.
+    """
+    sent: Any = None
+    thrown: BaseException | None = None
+    while True:
+        session.running_since = time.monotonic()
+        try:
+            signal = coro.send(sent) if thrown is None else coro.throw(thrown)
+        except StopIteration as done:
+            return done.value
+        finally:
+            session.running_since = None
+        try:
+            sent, thrown = (yield signal), None
+        except BaseException as exc:  # a cancellation (the deadline) reaches the flow, as a plain await would hand it
+            sent, thrown = None, exc
+
+
 async def run_agent_flow(
-    agent_flow: AgentFlow, task: Any, config: AgentConfig, executor: Executor | None = None
+    agent_flow: AgentFlow,
+    task: Any,
+    config: AgentConfig,
+    executor: Executor | None = None,
+    session: Session | None = None,
 ) -> Episode:
     """Run the flow (its ``arun`` on this loop if it has one, else ``run`` on ``executor``) and give its episode.
 
     A returned :class:`Episode` is kept, a :class:`Trajectory` is wrapped in one, None gives an
-    episode of one trajectory without steps (the recorded calls fill it).
+    episode of one trajectory without steps (the recorded calls fill it). With the gateway
+    ``session`` of the episode, an ``arun`` that blocks the loop waiting for its own call is refused
+    that call (see :class:`~rllm.gateway.Gateway`) instead of hanging the run.
     """
     arun = getattr(agent_flow, "arun", None)
     if arun is not None and inspect.iscoroutinefunction(arun):
-        result = await arun(task, config)
+        coro = arun(task, config)
+        result = await (coro if session is None else _watched(coro, session))
     else:
-        run = functools.partial(agent_flow.run, task, config)
+        run = functools.partial(call_user, agent_flow.run, task, config)
         result = await asyncio.get_running_loop().run_in_executor(executor, run)
     name = getattr(agent_flow, "name", None) or DEFAULT_TRAJ_NAME
     if isinstance(result, Episode):
@@ -111,18 +146,32 @@ class AgentFlowWorkflow(Workflow):
         flow = _name(self.agent_flow)
         failure: BaseException | None = None
         try:
-            episode = await run_agent_flow(self.agent_flow, task, config, self.executor)
+            episode = await run_agent_flow(self.agent_flow, task, config, self.executor, session)
         except Exception as exc:
             failure = exc
+        except BaseException as exc:  # sys.exit() in arun: the flow's failure, under the failure policy
+            if is_real_interrupt(exc):
+                raise
+            failure = exit_error(exc)
         finally:
             steps = self.gateway.close(session)
         if session.termination is not None:  # a call ended the episode (its prompt too long): not the flow's error
             episode = Episode(trajectories=[Trajectory(steps=steps)])
             return self._finish(episode, task, uid, session.termination, None)
+        said = session.errors[-1] if session.errors else ""
+        refused = (
+            f" (the gateway answered: {said})" if said and not (said == BLOCKED and BLOCKED in str(failure)) else ""
+        )
+        if isinstance(failure, UserCodeExit):
+            raise UserCodeExit(f"agent flow {flow} {failure.how}{refused}") from None
         if failure is not None:
-            refused = f" (the gateway answered: {session.errors[-1]})" if session.errors else ""
             raise WorkflowError(f"agent flow {flow} raised {type(failure).__name__}: {failure}{refused}") from failure
         if not steps and not any(t.steps for t in episode.trajectories):
+            if session.errors:
+                raise WorkflowError(
+                    f"agent flow {flow} made no model call that the gateway answered on task {uid}: "
+                    f"{len(session.errors)} call(s) got an error instead, the last: {session.errors[-1]}"
+                )
             raise DataError(
                 f"agent flow {flow} made no model call through config.base_url on task {uid}; an episode is "
                 "trained on the calls it makes there (openai.OpenAI(base_url=config.base_url))"
@@ -132,7 +181,10 @@ class AgentFlowWorkflow(Workflow):
             empty[0].steps = steps
         elif not episode.trajectories:
             episode.trajectories = [Trajectory(steps=steps)]
-        score = await loop.run_in_executor(self.executor, self.evaluator.evaluate, task, episode)
+        try:
+            score = await loop.run_in_executor(self.executor, call_user, self.evaluator.evaluate, task, episode)
+        except UserCodeExit as exc:
+            raise UserCodeExit(f"evaluator {_name(self.evaluator)} {exc.how}") from None
         return self._finish(episode, task, uid, TerminationReason.ENV_DONE, score)
 
     def _finish(

@@ -27,6 +27,7 @@ from rllm.engine import RolloutEngine
 from rllm.environments.base.base_env import BaseEnv
 from rllm.errors import DataError
 from rllm.types import Episode, TerminationEvent, TerminationReason, Trajectory
+from rllm.usercode import call_user
 
 __all__ = ["TerminationEvent", "TerminationReason", "Workflow"]
 
@@ -224,5 +225,6 @@ class Workflow:
         return all(env.is_multithread_safe() for env in self._members(BaseEnv))
 
     async def run_in_executor(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)`` on ``executor`` (a blocking call that must not stall the event loop)."""
-        return await asyncio.get_running_loop().run_in_executor(self.executor, partial(fn, *args, **kwargs))
+        """``fn(*args, **kwargs)`` on ``executor`` (a blocking call that must not stall the event loop); its
+        ``sys.exit()`` is a :class:`~rllm.errors.UserCodeExit` of the workflow, as one in :meth:`run` is."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, partial(call_user, fn, *args, **kwargs))
