@@ -9,8 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +53,7 @@ def _config(tmp: Path, loss: str = "vanilla", mode: str = "token-mean", model: s
 
 
 def _groups(vocab: int, seed: int = 0) -> list[TrajectoryGroup]:
-    """Two groups of trajectories with random tokens; one trajectory is two turns whose second prompt extends the first."""
+    """Two groups of random tokens; one trajectory has two turns, the second prompt extending the first."""
     g = torch.Generator().manual_seed(seed)
 
     def tokens(n: int) -> list[int]:
@@ -87,6 +90,12 @@ def _transformers_update(config: Any, groups: list[TrajectoryGroup]) -> tuple[An
         trainer.shutdown()
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def _run_worker(tmp: Path, model: Path, batch: Any, options: dict[str, Any], ranks: int) -> Path:
     out = tmp / f"out{ranks}"
     out.mkdir()
@@ -110,7 +119,7 @@ def _run_worker(tmp: Path, model: Path, batch: Any, options: dict[str, Any], ran
     (tmp / "spec.json").write_text(json.dumps(spec))
     launcher = [sys.executable] if ranks == 1 else [sys.executable, "-m", "torch.distributed.run"]
     if ranks > 1:
-        launcher += ["--nproc_per_node", str(ranks), "--master_addr", "127.0.0.1", "--master_port", "0"]
+        launcher += ["--nproc_per_node", str(ranks), "--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
     env = {**os.environ, "VERL_PLATFORM": "cpu", "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         [*launcher, str(RUNNER), str(tmp / "spec.json")], env=env, capture_output=True, text=True, timeout=900
@@ -120,9 +129,17 @@ def _run_worker(tmp: Path, model: Path, batch: Any, options: dict[str, Any], ran
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The transformers backend's update for each loss, and the worker's outputs on the same batch (1 rank)."""
-    tmp = tmp_path_factory.mktemp("verl_worker")
+def runs() -> Iterator[dict[str, Any]]:
+    """The transformers backend's update for each loss, the model directory and the batch the worker gets.
+
+    A directory of its own, not pytest's: pytest prunes its older base directories when other pytest
+    sessions start, which could take this one away while the worker's children read it.
+    """
+    with tempfile.TemporaryDirectory(prefix="rllm-verl-worker-") as name:
+        yield _prepare(Path(name))
+
+
+def _prepare(tmp: Path) -> dict[str, Any]:
     model = tmp / "model"
     trainer = UnifiedTrainer(None, _config(tmp), progress=False)
     trainer.backend.model.save_pretrained(model)
@@ -153,8 +170,9 @@ def one_rank(runs: dict[str, Any]) -> Path:
 
 
 def test_the_workers_log_probs_are_the_transformers_backends(runs: dict[str, Any], one_rank: Path) -> None:
-    from rllm_transformers.batch import token_log_probs
     from transformers import AutoModelForCausalLM
+
+    from rllm_transformers.batch import token_log_probs
 
     batch = runs["batch"]
     model = AutoModelForCausalLM.from_pretrained(runs["model"]).eval()

@@ -83,6 +83,10 @@ def register_cpu_platform() -> bool:
     check_verl_version()
     from verl.plugin.platform import PlatformBase, PlatformRegistry
 
+    registered = PlatformRegistry.get(PLATFORM)
+    if registered is not None and registered.__module__ == __name__:
+        return True
+
     class PlatformCPU(PlatformBase):
         """verl's device calls answered on a CPU (rllm_verl.cpu_platform)."""
 
@@ -174,7 +178,6 @@ def prepare_cpu_process(rank: int = 0, world_size: int = 1) -> None:
     os.environ["VERL_PLATFORM"] = PLATFORM
     os.environ["VERL_ENGINE_DEVICE"] = "cuda"  # verl registers its FSDP engine for cuda and npu only
     import torch.distributed as dist
-
     import verl  # noqa: F401  (its plugin hook registers the platform, imported or not before)
 
     register_cpu_platform()

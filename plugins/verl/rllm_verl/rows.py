@@ -71,9 +71,7 @@ def to_verl_batch(
         mask = torch.cat([mask, mask.new_zeros((extra, mask.shape[1]))])
         mask[layout.rows :] = 0
         per_token = {name: value[pick] for name, value in per_token.items()}
-        padded = Layout(
-            layout.prompt_lengths[pick], layout.response_lengths[pick], layout.width, layout.rows + extra
-        )
+        padded = Layout(layout.prompt_lengths[pick], layout.response_lengths[pick], layout.width, layout.rows + extra)
     else:
         padded = layout
     rows = padded.rows

@@ -11,7 +11,6 @@ precision is set to fp32 so the numbers are the transformers backend's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -22,7 +21,7 @@ import torch
 from rllm.errors import ConfigError
 from rllm_verl.cpu_platform import check_verl_version
 from rllm_verl.losses_in_verl import PREFIX
-from rllm_verl.rows import Layout, from_responses, to_verl_batch
+from rllm_verl.rows import from_responses, to_verl_batch
 
 FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
 
@@ -46,15 +45,19 @@ class WorkerOptions:
 
 def _shim_trl() -> None:
     """verl 0.9.1 patches TRL's value-head model when TRL imports; TRL 1.x no longer has it, so skip the patch."""
+    import importlib
+
     import verl.models.transformers.monkey_patch as patches
 
-    try:
-        from trl import AutoModelForCausalLMWithValueHead  # noqa: F401
-    except ImportError:
+    if not patches.is_trl_available():
+        return
+    for module in ("trl", "trl.experimental.ppo"):
         try:
-            from trl.experimental.ppo import AutoModelForCausalLMWithValueHead  # noqa: F401
+            if hasattr(importlib.import_module(module), "AutoModelForCausalLMWithValueHead"):
+                return
         except ImportError:
-            patches.is_trl_available = lambda: False  # type: ignore[attr-defined]
+            continue
+    patches.is_trl_available = lambda: False  # type: ignore[attr-defined]
 
 
 def _actor_config(options: WorkerOptions) -> Any:
@@ -67,9 +70,10 @@ def _actor_config(options: WorkerOptions) -> Any:
     on_loss = {k: v for k, v in options.loss_options.items() if k in loss_fields}
     unknown = sorted(set(options.loss_options) - set(on_actor) - set(on_loss))
     if unknown:
+        carried = sorted(loss_fields | {"clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c"})
         raise ConfigError(
             f"Loss option {unknown[0]!r} has no place in verl's actor config (actor or policy_loss); the options "
-            f"verl can carry are {', '.join(sorted(loss_fields | {'clip_ratio', 'clip_ratio_low', 'clip_ratio_high'}))}."
+            f"verl can carry are {', '.join(carried)}."
         )
     policy_loss = PolicyLossConfig(loss_mode=PREFIX + options.loss, **on_loss)
     return FSDPActorConfig(
@@ -173,7 +177,10 @@ class VerlWorker:
         return torch.cat(parts)[:rows]
 
     def log_probs(self, ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The policy's log-prob of each next token, at rllm's positions (rows x ``ids.shape[1] - 1``; 0 off responses)."""
+        """The policy's log-prob of each next token at rllm's positions (rows x ``ids.shape[1] - 1``).
+
+        verl scores each row's whole response block (a later turn's observation tokens too); the prompt is 0.
+        """
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import no_padding_2_padding
 
