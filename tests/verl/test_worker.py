@@ -35,6 +35,9 @@ RUNNER = Path(__file__).with_name("worker_run.py")
 LOSSES = [("vanilla", "token-mean"), ("gspo", "seq-mean-token-mean")]
 """The second loss has a sequence-level ratio and divides by the batch's sequences: verl's global_batch_size."""
 TOLERANCE = 1e-5
+WEIGHTS = 5e-5
+"""Updated weights: Adam's first step is about ``lr * g / |g|``, which turns a gradient's rounding near 0 into a
+visible step (6e-6 measured); a wrong update differs by about ``lr`` (1e-3)."""
 
 
 def _config(tmp: Path, loss: str = "vanilla", mode: str = "token-mean", model: str = "tiny") -> Any:
@@ -200,7 +203,7 @@ def test_one_update_through_the_worker_is_the_transformers_backends(
         assert abs(got[name] - metrics[key]) <= TOLERANCE * abs(metrics[key]), (name, got[name], metrics[key])
     updated = load_file(str(one_rank / f"{loss}.safetensors"))
     moved = max(float((weights[k] - updated[k]).abs().max()) for k in weights)
-    assert moved <= TOLERANCE, moved
+    assert moved <= WEIGHTS, moved
 
 
 def test_two_ranks_under_torchrun_give_the_one_rank_numbers(runs: dict[str, Any], one_rank: Path) -> None:
