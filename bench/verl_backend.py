@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from verl_bridge import paired
 
 
 def _groups(vocab: int, rows: int, seed: int = 0) -> list[Any]:
@@ -99,20 +99,13 @@ def main() -> None:
         worker.update(batch.ids, batch.attention, batch.mask, old * batch.mask, batch.advantages())
 
     transformers_step(), verl_step()  # warm-up: first calls build caches on both sides
-    ratios, best_t, best_v = [], float("inf"), float("inf")
-    for _ in range(args.rounds):
-        start = time.perf_counter()
-        transformers_step()
-        middle = time.perf_counter()
-        verl_step()
-        end = time.perf_counter()
-        ratios.append((middle - start) / (end - middle))
-        best_t, best_v = min(best_t, middle - start), min(best_v, end - middle)
+    # verl's time after the transformers backend's in each round: median of transformers' time over verl's
+    ratio, best_v, best_t = paired(verl_step, transformers_step, args.rounds)
     trainer.shutdown()
     print(f"rows per step: {args.rows}, rounds: {args.rounds}, 1 rank, 1 thread (CPU)")
     print(f"transformers backend: {1 / best_t:.2f} steps/s (best)")
     print(f"verl TrainingWorker:  {1 / best_v:.2f} steps/s (best)")
-    print(f"verl / transformers steps/s: {statistics.median(ratios):.2f}x (median of paired rounds)")
+    print(f"verl / transformers steps/s: {ratio:.2f}x (median of paired rounds)")
 
 
 if __name__ == "__main__":
