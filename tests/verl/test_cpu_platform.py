@@ -1,4 +1,5 @@
-"""rllm_verl's CPU platform for verl (opt-in, version-gated) and the row conversion to verl's worker batch."""
+"""rllm_verl's CPU platform for verl (opt-in, version-gated), the row conversion to verl's worker batch, and the
+worker's loss checks (no model is built here)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ skip_module_without("torch", install="pip install torch==2.13.0+cpu 'rllm[verl]'
 
 import torch
 
-from rllm.errors import PluginError, TrainerError
+from rllm.errors import PluginError, RLLMWarning, TrainerError
 from rllm_verl.cpu_platform import TESTED_VERL, check_verl_version, register_cpu_platform
 from rllm_verl.rows import from_responses, to_verl_batch
 
@@ -80,3 +81,36 @@ def test_a_row_without_a_response_token_is_one_line() -> None:
     mask[1] = 0
     with pytest.raises(TrainerError, match="Row 1 of the batch has no response token"):
         to_verl_batch(ids, attention, mask, {}, pad_id=0)
+
+
+def test_the_workers_loss_is_checked_by_rllm_and_carried_by_verls_actor_config() -> None:
+    from rllm_verl.worker import WorkerOptions, _actor_config
+
+    config = _actor_config(WorkerOptions(loss="gspo", loss_options={"clip_ratio_high": 0.28}))
+    assert (config.policy_loss.loss_mode, config.loss_agg_mode, config.clip_ratio_high) == (
+        "rllm.gspo",
+        "token-mean",
+        0.28,
+    )
+    with pytest.warns(RLLMWarning, match="fixes its own aggregation, seq-mean-token-mean"):
+        assert _actor_config(WorkerOptions(loss="geo_mean")).loss_agg_mode == "seq-mean-token-mean"
+    assert _actor_config(WorkerOptions(loss="dro", loss_options={"dro_beta": 0.3})).policy_loss.dro_beta == 0.3
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"loss": "gspo", "loss_options": {"clip_ratio_hi": 0.3}}, "Loss 'gspo' .* has no option 'clip_ratio_hi'"),
+        ({"loss": "vanilla", "loss_agg_mode": "prompt-mean"}, "loss_agg_mode='prompt-mean' needs each sequence's"),
+        (
+            {"loss": "trl.grpo", "loss_agg_mode": "seq-mean-token-mean", "loss_options": {"epsilon": 0.2}},
+            "'epsilon' has no place in verl's",
+        ),
+    ],
+)
+def test_a_loss_the_worker_cannot_carry_is_one_line(options: dict, message: str) -> None:
+    from rllm.errors import ConfigError
+    from rllm_verl.worker import WorkerOptions, _actor_config
+
+    with pytest.raises(ConfigError, match=message):
+        _actor_config(WorkerOptions(**options))

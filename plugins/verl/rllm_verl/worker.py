@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from rllm.errors import ConfigError
+from rllm.losses import resolve_loss_options
 from rllm_verl.cpu_platform import check_verl_version
 from rllm_verl.losses_in_verl import PREFIX
 from rllm_verl.rows import from_responses, to_verl_batch
@@ -37,7 +38,8 @@ class WorkerOptions:
     micro_batches: int = 1
     """Gradient-accumulation chunks per update on each rank (verl's ``micro_batch_size_per_gpu`` follows)."""
     loss: str = "vanilla"
-    loss_agg_mode: str = "token-mean"
+    loss_agg_mode: str | None = None
+    """None: ``token-mean``, or the mode the loss fixes (``sapo``, ``geo_mean``)."""
     loss_options: dict[str, Any] = field(default_factory=dict)
     """The loss's options by rllm's names (``clip_ratio_high``, ``dro_beta``, ...), set on verl's actor config."""
     attn_implementation: str = "sdpa"
@@ -61,8 +63,15 @@ def _shim_trl() -> None:
 
 
 def _actor_config(options: WorkerOptions) -> Any:
-    """verl's actor config holding the loss (``rllm.<loss>``), its aggregation and options."""
+    """verl's actor config holding the loss (``rllm.<loss>``), its aggregation and options, checked by rllm first."""
     from verl.workers.config import FSDPActorConfig, PolicyLossConfig
+
+    _, _, mode = resolve_loss_options(options.loss, options.loss_options, options.loss_agg_mode, "loss_agg_mode")
+    if mode == "prompt-mean":
+        raise ConfigError(
+            "loss_agg_mode='prompt-mean' needs each sequence's prompt, which verl's policy losses are not given; "
+            "choose one of verl's modes (token-mean, seq-mean-token-mean, ...)."
+        )
 
     actor_fields = set(FSDPActorConfig.__dataclass_fields__)
     loss_fields = set(PolicyLossConfig.__dataclass_fields__) - {"loss_mode", "rollout_correction"}
@@ -80,7 +89,7 @@ def _actor_config(options: WorkerOptions) -> Any:
         strategy="fsdp2",
         rollout_n=1,
         ppo_micro_batch_size_per_gpu=1,  # the harness sets the micro-batch size of each call
-        loss_agg_mode=options.loss_agg_mode,
+        loss_agg_mode=mode,
         policy_loss=policy_loss,
         use_torch_compile=False,
         **on_actor,
@@ -93,6 +102,8 @@ class VerlWorker:
     def __init__(self, model: str | Path, options: WorkerOptions, pad_id: int = 0) -> None:
         check_verl_version()
         import rllm_verl.verl_plugin  # noqa: F401  (rllm's losses are verl policy losses from here on)
+
+        self.actor_config = _actor_config(options)  # a bad loss, option or mode fails before the model is built
 
         _shim_trl()
         from verl.trainer.config import CheckpointConfig
@@ -132,7 +143,6 @@ class VerlWorker:
             )
         )
         self.worker.reset()
-        self.actor_config = _actor_config(options)
         self.worker.set_loss_fn(partial(ppo_loss, config=self.actor_config))
 
     @property
