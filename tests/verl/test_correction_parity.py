@@ -13,9 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0+cpu)")
 
-from rllm.contract.names import REJECTION_MODES  # noqa: E402
-from rllm.losses import compute_policy_loss  # noqa: E402
-from rllm.losses.correction import parse_rejection, rejection_mask, truncated_is_weights  # noqa: E402
+from rllm.contract.names import REJECTION_MODES
+from rllm.losses import compute_policy_loss
+from rllm.losses.correction import parse_rejection, rejection_mask, truncated_is_weights
 
 THRESHOLDS = {
     "token_k1": "0.6_1.8",

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0+cpu)")
 
-from rllm.losses import KL_KINDS, LOSS_AGG_MODES, compute_policy_loss, kl_penalty  # noqa: E402
+from rllm.losses import KL_KINDS, LOSS_AGG_MODES, compute_policy_loss, kl_penalty
 
 VERL_MODES = tuple(mode for mode in LOSS_AGG_MODES if mode != "prompt-mean")  # SkyRL's mode is not verl's
 

@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0+cpu)")
 
-import rllm  # noqa: E402
+import rllm
 
 NAMES = ["optimal_token_baseline", "tir_optimal_token_baseline"]
 

@@ -7,6 +7,9 @@
   (``policy_loss.loss_mode=rllm.gspo``, :mod:`rllm_verl.losses_in_verl`).
 * verl inside rllm: the ``rllm.estimators`` entry point (:mod:`rllm_verl.inside_rllm`) makes
   verl's estimators available to rllm as ``verl.<name>`` when verl is installed.
+* rllm's batches on verl's training worker: :mod:`rllm_verl.worker` drives verl's
+  ``TrainingWorker`` (FSDP2) on rllm's rows (:mod:`rllm_verl.rows`), on a CPU too with the
+  opt-in platform of :mod:`rllm_verl.cpu_platform` (``VERL_PLATFORM=cpu``).
 
 Neither direction imports torch or verl until a bridged estimator runs: ``import rllm`` stays light.
 """

@@ -1,0 +1,257 @@
+"""verl's training worker (``TrainingWorker``, FSDP2) driven by rllm: log-probs and updates on rllm's row batch.
+
+Every rank of a run builds one :class:`VerlWorker` and hands it the whole batch, as rllm's
+backends do; the worker takes its rank's rows (after DP padding) and all ranks get every row's
+log-probs back. The update runs verl's ``train_batch`` (zero grad, forward/backward over
+micro-batches, clip, step) with verl's ``ppo_loss`` calling rllm's loss by its verl name
+``rllm.<loss>`` (registered by :mod:`rllm_verl.losses_in_verl`), so the loss's normalisation
+is verl's global one (the batch's tokens over every rank). fp32 throughout: verl's mixed
+precision is set to fp32 so the numbers are the transformers backend's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rllm.errors import ConfigError
+from rllm.losses import resolve_loss_options
+from rllm_verl.cpu_platform import check_verl_version
+from rllm_verl.losses_in_verl import PREFIX
+from rllm_verl.rows import from_responses, to_verl_batch
+
+FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+
+
+@dataclass
+class WorkerOptions:
+    """The worker's optimizer, batching and loss settings (rllm's names; defaults are the transformers backend's)."""
+
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batches: int = 1
+    """Gradient-accumulation chunks per update on each rank (verl's ``micro_batch_size_per_gpu`` follows)."""
+    loss: str = "vanilla"
+    loss_agg_mode: str | None = None
+    """None: ``token-mean``, or the mode the loss fixes (``sapo``, ``geo_mean``)."""
+    loss_options: dict[str, Any] = field(default_factory=dict)
+    """The loss's options by rllm's names (``clip_ratio_high``, ``dro_beta``, ...), set on verl's actor config."""
+    attn_implementation: str = "sdpa"
+
+
+def _shim_trl() -> None:
+    """verl 0.9.1 patches TRL's value-head model when TRL imports; TRL 1.x no longer has it, so skip the patch."""
+    import importlib
+
+    import verl.models.transformers.monkey_patch as patches
+
+    if not patches.is_trl_available():
+        return
+    for module in ("trl", "trl.experimental.ppo"):
+        try:
+            if hasattr(importlib.import_module(module), "AutoModelForCausalLMWithValueHead"):
+                return
+        except ImportError:
+            continue
+    patches.is_trl_available = lambda: False  # type: ignore[attr-defined]
+
+
+def _actor_config(options: WorkerOptions) -> Any:
+    """verl's actor config holding the loss (``rllm.<loss>``), its aggregation and options, checked by rllm first."""
+    from verl.workers.config import FSDPActorConfig, PolicyLossConfig
+
+    _, _, mode = resolve_loss_options(options.loss, options.loss_options, options.loss_agg_mode, "loss_agg_mode")
+    if mode == "prompt-mean":
+        raise ConfigError(
+            "loss_agg_mode='prompt-mean' needs each sequence's prompt, which verl's policy losses are not given; "
+            "choose one of verl's modes (token-mean, seq-mean-token-mean, ...)."
+        )
+
+    actor_fields = set(FSDPActorConfig.__dataclass_fields__)
+    loss_fields = set(PolicyLossConfig.__dataclass_fields__) - {"loss_mode", "rollout_correction"}
+    on_actor = {k: v for k, v in options.loss_options.items() if k in actor_fields}
+    on_loss = {k: v for k, v in options.loss_options.items() if k in loss_fields}
+    unknown = sorted(set(options.loss_options) - set(on_actor) - set(on_loss))
+    if unknown:
+        carried = sorted(loss_fields | {"clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c"})
+        raise ConfigError(
+            f"Loss option {unknown[0]!r} has no place in verl's actor config (actor or policy_loss); the options "
+            f"verl can carry are {', '.join(carried)}."
+        )
+    policy_loss = PolicyLossConfig(loss_mode=PREFIX + options.loss, **on_loss)
+    return FSDPActorConfig(
+        strategy="fsdp2",
+        rollout_n=1,
+        ppo_micro_batch_size_per_gpu=1,  # the harness sets the micro-batch size of each call
+        loss_agg_mode=mode,
+        policy_loss=policy_loss,
+        use_torch_compile=False,
+        **on_actor,
+    )
+
+
+class VerlWorker:
+    """One rank's verl ``TrainingWorker`` on the model directory ``model``; call after the process group is up."""
+
+    def __init__(self, model: str | Path, options: WorkerOptions, pad_id: int = 0) -> None:
+        check_verl_version()
+        import rllm_verl.verl_plugin  # noqa: F401  (rllm's losses are verl policy losses from here on)
+
+        self.actor_config = _actor_config(options)  # a bad loss, option or mode fails before the model is built
+
+        _shim_trl()
+        from verl.trainer.config import CheckpointConfig
+        from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig, TrainingWorkerConfig
+        from verl.workers.engine_workers import TrainingWorker
+        from verl.workers.utils.losses import ppo_loss
+
+        self.options = options
+        self.pad_id = pad_id
+        model_config = HFModelConfig(
+            path=str(model),
+            load_tokenizer=False,
+            use_remove_padding=False,
+            override_config={"attn_implementation": options.attn_implementation},
+        )
+        engine_config = FSDPEngineConfig(
+            strategy="fsdp2",
+            mixed_precision=dict(FP32),
+            use_torch_compile=False,
+            use_dynamic_bsz=False,
+            micro_batch_size_per_gpu=1,
+            infer_micro_batch_size_per_gpu=1,
+        )
+        optimizer_config = FSDPOptimizerConfig(
+            lr=options.lr,
+            betas=list(options.betas),
+            weight_decay=options.weight_decay,
+            clip_grad=options.max_grad_norm,
+        )
+        self.worker = TrainingWorker(
+            TrainingWorkerConfig(
+                model_type="language_model",
+                model_config=model_config,
+                engine_config=engine_config,
+                optimizer_config=optimizer_config,
+                checkpoint_config=CheckpointConfig(),
+            )
+        )
+        self.worker.reset()
+        self.worker.set_loss_fn(partial(ppo_loss, config=self.actor_config))
+
+    @property
+    def rank(self) -> int:
+        return int(torch.distributed.get_rank())
+
+    @property
+    def world_size(self) -> int:
+        return int(torch.distributed.get_world_size())
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.worker.engine.optimizer
+
+    def _micro_rows(self, rows: int) -> int:
+        """Rows per micro-batch: each rank's share cut into ``micro_batches`` equal pieces (DP padding fills them)."""
+        share = -(-rows // self.world_size)
+        return -(-share // min(self.options.micro_batches, share))
+
+    def _shard(self, batch: dict[str, torch.Tensor], micro_rows: int) -> Any:
+        """This rank's rows of a (padded) batch as verl's no-padding TensorDict."""
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.utils.padding import left_right_2_no_padding
+
+        share = batch["input_ids"].shape[0] // self.world_size
+        mine = slice(self.rank * share, (self.rank + 1) * share)
+        tensors = {name: value[mine] for name, value in batch.items()}
+        settings = {
+            "temperature": 1.0,
+            "pad_token_id": self.pad_id,
+            "micro_batch_size_per_gpu": micro_rows,
+            "use_dynamic_bsz": False,
+        }
+        return left_right_2_no_padding(tu.get_tensordict(tensor_dict=tensors, non_tensor_dict=settings))
+
+    def _gather(self, part: torch.Tensor, rows: int) -> torch.Tensor:
+        """Every rank's share of the rows, in order, on every rank."""
+        if self.world_size == 1:
+            return part
+        parts = [torch.empty_like(part) for _ in range(self.world_size)]
+        torch.distributed.all_gather(parts, part.contiguous())
+        return torch.cat(parts)[:rows]
+
+    def log_probs(self, ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The policy's log-prob of each next token at rllm's positions (rows x ``ids.shape[1] - 1``).
+
+        verl scores each row's whole response block (a later turn's observation tokens too); the prompt is 0.
+        """
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.utils.padding import no_padding_2_padding
+
+        micro_rows = self._micro_rows(ids.shape[0])
+        batch, layout = to_verl_batch(ids, attention, mask, {}, self.pad_id, self.world_size * micro_rows)
+        data = self._shard(batch, micro_rows)
+        tu.assign_non_tensor(data, calculate_entropy=False, compute_loss=False, global_token_num=None)
+        output = self.worker.infer_batch(data)
+        values = no_padding_2_padding(tu.get(output, "log_probs"), data).float()
+        whole = self._gather(values, layout.rows)
+        return from_responses(whole, layout)[: ids.shape[0]]
+
+    def update(
+        self,
+        ids: torch.Tensor,
+        attention: torch.Tensor,
+        mask: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        advantages: torch.Tensor,
+        lr: float | None = None,
+    ) -> dict[str, float]:
+        """One optimizer step on the batch (rllm's per-position old log-probs and advantages); verl's metrics."""
+        from verl.utils import tensordict_utils as tu
+
+        if lr is not None:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+        fields = {"old_log_probs": old_log_probs, "advantages": advantages}
+        micro_rows = self._micro_rows(ids.shape[0])
+        batch, _ = to_verl_batch(ids, attention, mask, fields, self.pad_id, self.world_size * micro_rows)
+        data = self._shard(batch, micro_rows)
+        tu.assign_non_tensor(
+            data,
+            calculate_entropy=False,
+            compute_loss=True,
+            global_token_num=None,
+            global_batch_size=ids.shape[0],
+            update_lr_scheduler=False,
+        )
+        output = self.worker.train_batch(data)
+        metrics = tu.get(output, "metrics")
+        return {key: _scalar(value) for key, value in metrics.items() if _scalar(value) is not None}
+
+    def full_weights(self) -> dict[str, torch.Tensor]:
+        """The whole model's weights (every rank gathers them), under transformers' names."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        module = self.worker.engine.module
+        return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
+
+
+def _scalar(value: Any) -> float | None:
+    """A metric as one number: verl reports some per micro-batch (lists, ``Metric`` objects) or as tensors."""
+    if isinstance(value, list):
+        numbers = [_scalar(v) for v in value]
+        numbers = [n for n in numbers if n is not None]
+        return sum(numbers) / len(numbers) if numbers else None
+    if hasattr(value, "value") and not isinstance(value, torch.Tensor):
+        return _scalar(value.value)
+    if isinstance(value, torch.Tensor):
+        return float(value.detach().float().mean()) if value.numel() else None
+    if isinstance(value, int | float):
+        return float(value)
+    return None
