@@ -20,29 +20,20 @@ skip_module_without("torch", "transformers", "safetensors", install="pip install
 import torch
 from omegaconf import OmegaConf
 from torch.utils._python_dispatch import TorchDispatchMode
-from transformers import AutoModelForCausalLM, Qwen2Config
 
 from rllm.errors import RLLMWarning
 from rllm_transformers import logprobs
 from rllm_transformers.logprobs import score_tokens
+from rllm_transformers.model import tiny_model
 from rllm_transformers.precision import precision_of
 
 VOCAB = 151_936
 
 
 def qwen_vocabulary_model(seed: int = 0) -> Any:
+    """The tiny model's shape (4 heads, tied embeddings), 16 wide, one layer, at Qwen's vocabulary."""
     torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-    )
-    return AutoModelForCausalLM.from_config(config)
+    return tiny_model(OmegaConf.create({"hidden_size": 16, "num_layers": 1}), VOCAB, pad_id=0, eos_id=1)
 
 
 def batch(rows: int = 3, width: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
