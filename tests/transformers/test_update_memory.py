@@ -120,6 +120,24 @@ def test_fp16_mixed_scales_the_loss(tiny_config: MakeConfig) -> None:
     assert all(r["actor/loss_scale"] > 1 and r["actor/skipped_steps"] in (0.0, 1.0) for r in records)
 
 
+@pytest.mark.slow
+def test_fp16_mixed_resumes_with_its_loss_scale(tiny_config: MakeConfig, tmp_path: Path) -> None:
+    fp16, run = "rllm.transformers.precision=fp16-mixed", ("rllm.trainer.total_batches=4", "rllm.trainer.save_freq=2")
+    _, clean = _gradients(tiny_config(fp16, *run, f"rllm.trainer.output_dir={tmp_path / 'clean'}"))
+    _gradients(tiny_config(fp16, "rllm.trainer.total_batches=2", f"rllm.trainer.output_dir={tmp_path / 'split'}"))
+    _, resumed = _gradients(tiny_config(fp16, *run, f"rllm.trainer.output_dir={tmp_path / 'split'}"))
+    keys = ("step", "actor/loss", "actor/loss_scale", "actor/skipped_steps")
+    assert [[r[k] for k in keys] for r in resumed] == [[r[k] for k in keys] for r in clean]
+    fresh = UnifiedTrainer(None, tiny_config(fp16, f"rllm.trainer.output_dir={tmp_path / 'fresh'}"), progress=False)
+    try:
+        scaler = fresh.backend.grad_scaler
+        assert scaler is not None and scaler.state_dict()["_growth_tracker"] == 0
+        fresh.backend.load_checkpoint(tmp_path / "split" / "checkpoints" / "step_2")
+        assert scaler.state_dict()["_growth_tracker"] == 2  # two unskipped steps towards a growth
+    finally:
+        fresh.shutdown()
+
+
 def test_the_earlier_dtype_key_means_bf16_pure_and_warns(tiny_config: MakeConfig) -> None:
     with pytest.warns(RLLMWarning, match="bf16-pure keeps weights and AdamW state in bfloat16"):
         trainer = UnifiedTrainer(None, tiny_config("rllm.transformers.dtype=bfloat16"), progress=False)
