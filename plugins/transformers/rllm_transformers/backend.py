@@ -18,7 +18,7 @@ import math
 import threading
 import warnings
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -510,7 +510,7 @@ class TransformersBackend(BackendProtocol):
         self,
         model: Any,
         batch: RowBatch,
-        wanted: set[str] = frozenset(),  # type: ignore[assignment]
+        wanted: Collection[str] = (),
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """The batch's token log-probs under ``model``, and the ``wanted`` ones of its entropies and sums of squared
         probabilities (None when not wanted: at a real vocabulary each is a pass over every position's logits).

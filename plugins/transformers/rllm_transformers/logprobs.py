@@ -66,7 +66,7 @@ def score_tokens(
     start = min(max(start, 0), max(width - 1, 0))
     positions = width - 1 - start
     targets = ids[:, start + 1 :]
-    valid = attention[:, start + 1 :] != 0  # padding positions score nothing (their value is 0)
+    valid = attention[:, start + 1 :] != 0  # a padding position's value is 0
     head = _plain_head(model)
     options: dict[str, Any] = {"use_cache": False}
     keeps = _keeps_logits(model)
@@ -79,11 +79,12 @@ def score_tokens(
             name = type(getattr(model, "module", model)).__name__
             raise TrainerError(f"{name}'s forward did not call its output layer (get_output_embeddings()).")
         hidden = captured[0] if keeps else captured[0][:, start:-1]
-        inputs, weight, bias, picked = hidden[valid], head.weight, head.bias, targets[valid]
+        inputs, weight, bias = hidden.reshape(rows * positions, -1), head.weight, head.bias
     else:
         logits = model(input_ids=ids, attention_mask=attention, **options).logits
         logits = logits if keeps else logits[:, start:-1]
-        inputs, weight, bias, picked = logits.reshape(rows * positions, -1), None, None, targets.reshape(-1)
+        inputs, weight, bias = logits.reshape(rows * positions, -1), None, None
+    picked = targets.reshape(-1)
     dtype = compute_dtype(model, inputs if weight is None else weight)
     vocab = int(inputs.shape[-1] if weight is None else weight.shape[0])
     chunk = max(1, CHUNK_ELEMENTS // max(vocab, 1))
@@ -93,21 +94,18 @@ def score_tokens(
     else:
         outputs = _scores(inputs, weight, bias, picked, chunk, dtype, wanted, squares)
     chosen, entropies, sums = outputs
-    spread = _spread_valid if head is not None else _spread_all
     return TokenScores(
-        spread(chosen, valid, start),
-        spread(entropies, valid, start) if wanted else None,
-        spread(sums, valid, start) if squares else None,
+        _placed(chosen, valid, start),
+        _placed(entropies, valid, start) if wanted else None,
+        _placed(sums, valid, start) if squares else None,
     )
 
 
-def _spread_valid(values: torch.Tensor, valid: torch.Tensor, start: int) -> torch.Tensor:
-    """The scored positions' values at their places in ``[rows, tokens - 1]``, zeros elsewhere (with the gradient)."""
-    placed = values.new_zeros(valid.shape).masked_scatter(valid, values)
-    return torch.nn.functional.pad(placed, (start, 0))
+def _placed(values: torch.Tensor, valid: torch.Tensor, start: int) -> torch.Tensor:
+    """Every scored position's value at its place in ``[rows, tokens - 1]``: 0 before ``start`` and on padding.
 
-
-def _spread_all(values: torch.Tensor, valid: torch.Tensor, start: int) -> torch.Tensor:
+    Padding positions are scored with the others and zeroed here: no shape depends on the data.
+    """
     placed = values.view(valid.shape).masked_fill(~valid, 0.0)
     return torch.nn.functional.pad(placed, (start, 0))
 

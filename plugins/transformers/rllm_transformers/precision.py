@@ -54,7 +54,8 @@ class Precision:
         the reference and the rollout copy are made, wraps the copy), as accelerate does: every door
         (sampling, ``rllm serve``, the log-prob passes, the update) computes alike.
         """
-        model.to(device=device, dtype=self.weights)  # type: ignore[arg-type]
+        if any(p.dtype != self.weights or p.device != device for p in model.parameters()):
+            model.to(device=device, dtype=self.weights)  # type: ignore[arg-type]
         if device.type == "cuda":  # float32 matmuls on tensor cores (TF32); autocast's run in its own dtype
             torch.set_float32_matmul_precision("high")
             torch.backends.cudnn.allow_tf32 = True

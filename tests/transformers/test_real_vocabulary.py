@@ -1,0 +1,148 @@
+"""Log-probs and precision at Qwen's vocabulary (151,936) on a model 16 wide: what a real model's update meets.
+
+The chunked log-probs equal a full ``log_softmax`` over the model's own logits computed here; no
+tensor of more than one chunk of logits exists; the entropy's and the squares' passes run only
+when asked; bf16-mixed moves the weights at an RL learning rate where bf16-pure leaves most of
+them as they were.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from contextlib import nullcontext
+from typing import Any
+
+import pytest
+from extras import skip_module_without
+
+skip_module_without("torch", "transformers", "safetensors", install="pip install 'rllm[transformers]' (CI does)")
+
+import torch
+from omegaconf import OmegaConf
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from rllm.errors import RLLMWarning
+from rllm_transformers import logprobs
+from rllm_transformers.logprobs import score_tokens
+from rllm_transformers.model import tiny_model
+from rllm_transformers.precision import precision_of
+
+VOCAB = 151_936
+
+
+def qwen_vocabulary_model(seed: int = 0) -> Any:
+    """The tiny model's shape (4 heads, tied embeddings), 16 wide, one layer, at Qwen's vocabulary."""
+    torch.manual_seed(seed)
+    return tiny_model(OmegaConf.create({"hidden_size": 16, "num_layers": 1}), VOCAB, pad_id=0, eos_id=1)
+
+
+def batch(rows: int = 3, width: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randint(0, VOCAB, (rows, width), generator=torch.Generator().manual_seed(1))
+    attention = torch.ones_like(ids)
+    attention[-1, width - 3 :] = 0  # a right-padded row
+    return ids, attention
+
+
+def reference(model: Any, ids: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The whole pass: every position's logits from the model, a float32 log-softmax over the vocabulary."""
+    logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[:, :-1].float()
+    log_p = torch.log_softmax(logits, dim=-1)
+    chosen = log_p.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    p = log_p.exp()
+    keep = attention[:, 1:].float()
+    return chosen * keep, -(p * log_p).sum(-1) * keep, (p * p).sum(-1) * keep
+
+
+@pytest.mark.parametrize("chunk_elements", [logprobs.CHUNK_ELEMENTS, 4 * VOCAB])
+def test_chunked_log_probs_equal_the_full_log_softmax(monkeypatch: pytest.MonkeyPatch, chunk_elements: int) -> None:
+    monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", chunk_elements)  # 4 positions a chunk: 7 chunks here
+    model = qwen_vocabulary_model()
+    ids, attention = batch()
+    expected = reference(model, ids, attention)
+    scores = score_tokens(model, ids, attention, entropy=True, squares=True)
+    for got, want in zip((scores.log_probs, scores.entropy, scores.sum_pi_squared), expected, strict=True):
+        assert got is not None
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    assert float(expected[0].detach().abs().sum()) > 0
+
+
+def test_the_gradient_of_the_chunked_log_probs_and_entropy_is_the_full_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", 4 * VOCAB)
+    model = qwen_vocabulary_model()
+    ids, attention = batch()
+    weights = torch.randn(ids.shape[0], ids.shape[1] - 1, generator=torch.Generator().manual_seed(2))
+    grads = []
+    for chunked in (False, True):
+        model.zero_grad()
+        if chunked:
+            scores = score_tokens(model, ids, attention, start=2, entropy_grad=True)
+            chosen, entropy = scores.log_probs, scores.entropy
+        else:
+            chosen, entropy, _ = reference(model, ids, attention)
+        assert entropy is not None
+        ((chosen[:, 2:] + 0.3 * entropy[:, 2:]) * weights[:, 2:]).sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+    assert float(grads[0].abs().sum()) > 0
+
+
+class _Watch(TorchDispatchMode):
+    """Every op with an output that ends in the vocabulary (logits-like, not a view of the weights): its name, and
+    the largest such output."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self.largest = 0
+        self.ops: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, tuple | list) else [out]:
+            if not isinstance(tensor, torch.Tensor) or tensor.untyped_storage().data_ptr() in self.weights:
+                continue
+            if tensor.dim() and tensor.shape[-1] == VOCAB:
+                self.largest = max(self.largest, tensor.numel())
+                self.ops[func.overloadpacket.__name__] += 1
+        return out
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_no_logits_beyond_one_chunk_and_no_entropy_unless_asked(monkeypatch: pytest.MonkeyPatch, grad: bool) -> None:
+    chunk = 4
+    monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", chunk * VOCAB)
+    model = qwen_vocabulary_model()
+    ids, attention = batch(rows=4, width=16)  # 60 positions: the whole logits are 15 chunks
+    counts = []
+    for asked in ({}, {"entropy": True}, {"squares": True}):
+        with torch.set_grad_enabled(grad), _Watch(model) as watch:
+            scores = score_tokens(model, ids, attention, **asked)
+            if grad:
+                scores.log_probs.sum().backward()
+        assert 0 < watch.largest <= chunk * VOCAB
+        counts.append(watch.ops["exp"])
+    assert counts[0] == (15 if grad else 0)  # the backward's softmax only: the forward takes no exp
+    assert counts[1] > counts[0] and counts[2] > counts[0]
+
+
+def _one_step_changes(precision: str) -> float:
+    """The fraction of the weights one AdamW step at lr 1e-6 changes, in ``precision``."""
+    model = qwen_vocabulary_model()
+    with pytest.warns(RLLMWarning, match="half a unit") if precision == "bf16-pure" else nullcontext():
+        policy = precision_of(OmegaConf.create({"precision": precision}))
+    policy.prepare(model, torch.device("cpu"))
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.0)
+    ids, attention = batch()
+    advantages = torch.randn(ids.shape[0], ids.shape[1] - 1, generator=torch.Generator().manual_seed(3))
+    loss = -(score_tokens(model, ids, attention).log_probs * advantages).mean()
+    loss.backward()
+    optimizer.step()
+    changed = sum(int((p.detach() != b).sum()) for p, b in zip(model.parameters(), before, strict=True))
+    return changed / sum(p.numel() for p in model.parameters())
+
+
+def test_bf16_mixed_moves_the_weights_at_an_rl_learning_rate_where_bf16_pure_does_not() -> None:
+    mixed, pure = _one_step_changes("bf16-mixed"), _one_step_changes("bf16-pure")
+    assert mixed >= 0.9
+    assert pure < 0.1  # updates of 1e-6 are far under half a bfloat16 step of weights around 0.02
