@@ -36,8 +36,8 @@ def get_json(url: str) -> dict[str, Any]:
         return json.loads(answer.read())  # type: ignore[no-any-return]
 
 
-def start(*words: str, port: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``rllm serve WORDS`` and wait until it answers ``/health``; the process and its root URL."""
+def start(*words: str, port: int | None = None, health: str = "/health") -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``rllm serve WORDS`` and wait until it answers ``health``; the process and its root URL."""
     port = port or free_port()
     command = [sys.executable, "-m", "rllm.cli.main", "serve", *words, "--host", "127.0.0.1", "--port", str(port)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ.copy())
@@ -48,12 +48,12 @@ def start(*words: str, port: int | None = None) -> tuple[subprocess.Popen[bytes]
             output = process.stdout.read().decode() if process.stdout else ""
             pytest.fail(f"rllm serve exited with {process.returncode}: {output}")
         try:
-            get_json(f"{root}/health")
+            get_json(f"{root}{health}")
             return process, root
         except OSError:
             if time.monotonic() > deadline:
                 stop(process)
-                pytest.fail(f"rllm serve did not answer /health within {STARTUP_SECONDS}s")
+                pytest.fail(f"rllm serve did not answer {health} within {STARTUP_SECONDS}s")
             time.sleep(0.3)
 
 
@@ -68,9 +68,9 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def running(*words: str) -> Iterator[str]:
+def running(*words: str, health: str = "/health") -> Iterator[str]:
     """``rllm serve WORDS`` for the ``with`` block: its root URL; stopped whatever the block did."""
-    process, root = start(*words)
+    process, root = start(*words, health=health)
     try:
         yield root
     finally:

@@ -28,8 +28,9 @@ from rllm_transformers.tinker_server import losses
 from rllm_transformers.tinker_server.trainer import ADAM_DEFAULTS, TinkerTrainer
 from rllm_transformers.tinker_server.wire import Batch, WireError, forward_output, sample_output
 
-SESSION_TIMEOUT = 120.0
-"""Seconds without a heartbeat after which a session's training model is freed (the SDK beats every 10 s)."""
+SESSION_TIMEOUT = 35.0
+"""Seconds without a heartbeat after which a session's training model is freed: the SDK beats every 10 s, and a
+script that exits without ``ServiceClient.close()`` sends no finish."""
 RESULTS_KEPT = 4096
 """Answers kept for ``retrieve_future`` (a client may ask again after a dropped connection)."""
 LONG_POLL = 20.0
@@ -226,7 +227,7 @@ class TinkerService:
         try:
             settings = losses.check_config(name, batch.config)
         except (KeyError, ValueError) as exc:
-            raise WireError(route, "loss_fn_config", str(exc).strip("'\"") + ".") from None
+            raise WireError(route, "loss_fn_config", f"{exc.args[0]}.") from None
         if not batch.data:
             raise WireError(route, "data", "is empty; give at least one Datum.")
         wanted = ("target_tokens", *losses.LOSSES[name].inputs)
@@ -342,7 +343,8 @@ class TinkerService:
             if session is None:
                 return _json({"path": path, "type": "save_weights_for_sampler"})
             self.sampling_sessions[session] = str(directory)
-            return _json({"path": path, "sampling_session_id": session, "type": "save_weights_for_sampler"})
+            # no path: SDK 0.18 asserts there is none when it asked for a sampling session
+            return _json({"sampling_session_id": session, "type": "save_weights_for_sampler"})
 
         return self.submit(route, work, slot.model_id)
 
