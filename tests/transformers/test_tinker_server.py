@@ -250,6 +250,7 @@ def test_state_saved_and_loaded_by_the_next_client(server: str, model_dir: Path)
     assert np.abs(np.asarray(again) - np.asarray(base)).max() > 1e-3
 
 
+@pytest.mark.filterwarnings("ignore:DEPRECATED:FutureWarning")  # load_state onto a live model: load_weights' route
 def test_load_state_rolls_the_model_back(server: str) -> None:
     check = datum("cross_entropy")
     with service(server) as client:
@@ -301,16 +302,100 @@ def test_an_unknown_model_is_named(server: str) -> None:
 
 
 @pytest.mark.slow
-def test_an_older_sdk_drives_the_same_sequence(model_dir: Path, tmp_path: Path) -> None:
-    """Opt-in: an older SDK (0.18.2 sends forward_backward as JSON) in its own environment, on its own server
-    (0.18.2 has no ServiceClient.close, so its session holds the model until its heartbeats stop)."""
-    python = os.environ.get(OLD_SDK)
-    if not python:
+def test_older_sdks_drive_the_same_sequence(model_dir: Path, tmp_path: Path) -> None:
+    """Opt-in: older SDKs (to 0.21 they send forward_backward as JSON), each in its own environment and on its own
+    server (SDK 0.25 and before have no ServiceClient.close, so its session holds the model until its heartbeats stop)."""
+    pythons = [p for p in os.environ.get(OLD_SDK, "").split(os.pathsep) if p]
+    if not pythons:
         pytest.skip(
-            f"set {OLD_SDK} to a Python with an older SDK, e.g. python -m venv .venv-tinker-old && "
-            ".venv-tinker-old/bin/pip install tinker==0.18.2 (see docs/tinker.md)"
+            f"set {OLD_SDK} to Pythons (separated by {os.pathsep!r}) with older SDKs, e.g. python -m venv "
+            ".venv-tinker-old && .venv-tinker-old/bin/pip install tinker==0.18.2 (see docs/tinker.md)"
         )
-    with running(*_words(model_dir, tmp_path), health=HEALTH) as root:
-        result = _sequence(python, root)
-    assert result["version"] != tinker.__version__
-    _check_sequence(result, _model(model_dir))
+    model = _model(model_dir)
+    for index, python in enumerate(pythons):
+        with running(*_words(model_dir, tmp_path / str(index)), health=HEALTH) as root:
+            result = _sequence(python, root)
+        assert result["version"] != tinker.__version__, python
+        _check_sequence(result, model)
+
+
+def test_protobuf_zstd_and_json_bodies_read_alike() -> None:
+    """The SDK's own protobuf encoder (compressed as the SDK does under proto_compress_fwdbwd) and the JSON an SDK
+    before 0.22 sends give the same batch, sparse CSR targets included."""
+    import zstandard
+    from tinker.proto.request_conv import forward_backward_request_to_proto
+
+    from rllm_transformers.tinker_server.wire import PROTOBUF, decode_batch
+
+    dense = datum("ppo")
+    sparse_targets = types.TensorData.from_torch_sparse(torch.tensor([TOKENS[1:]]))
+    sparse = types.Datum(
+        model_input=types.ModelInput.from_ints(TOKENS[:-1]),
+        loss_fn_inputs={**dense.loss_fn_inputs, "target_tokens": sparse_targets},
+    )
+    request = types.ForwardBackwardRequest(
+        forward_backward_input=types.ForwardBackwardInput(
+            data=[dense, sparse], loss_fn="ppo", loss_fn_config={"clip_low_threshold": 0.7}
+        ),
+        model_id="m",
+        seq_id=1,
+    )
+    body = zstandard.ZstdCompressor().compress(forward_backward_request_to_proto(request).SerializeToString())
+    proto = decode_batch("/api/v1/forward_backward", body, PROTOBUF, "zstd", False)
+    wire = {
+        "model_id": "m",
+        "forward_backward_input": {
+            "loss_fn": "ppo",
+            "loss_fn_config": {"clip_low_threshold": 0.7},
+            "data": [
+                {
+                    "model_input": {"chunks": [{"tokens": TOKENS[:-1], "type": "encoded_text"}]},
+                    "loss_fn_inputs": {
+                        name: {"data": np.asarray(value.tolist()).reshape(-1).tolist(), "dtype": value.dtype}
+                        for name, value in dense.loss_fn_inputs.items()
+                    },
+                }
+            ]
+            * 2,
+        },
+    }
+    plain = decode_batch("/api/v1/forward_backward", json.dumps(wire).encode(), "application/json", "", False)
+    assert (proto.model_id, proto.loss_fn, proto.config, proto.forward_only) == (
+        "m",
+        "ppo",
+        {"clip_low_threshold": 0.7},
+        False,
+    )
+    assert (plain.model_id, plain.loss_fn, plain.config) == (proto.model_id, proto.loss_fn, proto.config)
+    for mine, theirs in zip(proto.data, plain.data, strict=True):
+        assert mine.tokens == theirs.tokens == TOKENS[:-1]
+        assert mine.inputs["target_tokens"].tolist() == TOKENS[1:]
+        for name in ("target_tokens", "logprobs", "advantages"):
+            assert np.array_equal(mine.inputs[name], theirs.inputs[name]), name
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        (["--checkpoint-dir", "x"], "rllm serve: error: --checkpoint-dir applies to --tinker only"),
+        (["--tinker", "--port", "0"], "rllm serve: error: --port 0 is not a TCP port; give 1-65535."),
+    ],
+)
+def test_a_bad_command_line_is_one_line(capsys: pytest.CaptureFixture[str], words: list[str], message: str) -> None:
+    from rllm.cli.main import main
+
+    assert main(["serve", *words]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_the_missing_sdk_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from rllm.cli.main import main
+
+    monkeypatch.setitem(sys.modules, "tinker", None)
+    monkeypatch.delitem(sys.modules, "rllm_transformers.tinker_server.app", raising=False)
+    assert main(["serve", "--tinker", *TINY_TEXT, "--port", "1"]) == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == "rllm serve: error: rllm serve --tinker needs tinker: pip install 'rllm[tinker]'."
+    )
