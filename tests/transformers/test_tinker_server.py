@@ -304,7 +304,7 @@ def test_an_unknown_model_is_named(server: str) -> None:
 @pytest.mark.slow
 def test_older_sdks_drive_the_same_sequence(model_dir: Path, tmp_path: Path) -> None:
     """Opt-in: older SDKs (to 0.21 they send forward_backward as JSON), each in its own environment and on its own
-    server (SDK 0.25 and before have no ServiceClient.close, so its session holds the model until its heartbeats stop)."""
+    server (SDK 0.25 and before have no ServiceClient.close: a session holds the model until its heartbeats stop)."""
     pythons = [p for p in os.environ.get(OLD_SDK, "").split(os.pathsep) if p]
     if not pythons:
         pytest.skip(
