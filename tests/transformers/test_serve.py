@@ -205,6 +205,8 @@ def test_update_weights_from_disk_changes_outputs_and_version(server: str, polic
     [
         (["--port", "0"], "rllm serve: error: --port 0 is not a TCP port; give 1-65535."),
         (["rllm.transformers.modle=tiny"], "Did you mean 'rllm.transformers.model'?"),
+        (["--checkpoint-dir", "x"], "rllm serve: error: --checkpoint-dir applies to --tinker only"),
+        (["--tinker", "--port", "0"], "rllm serve: error: --port 0 is not a TCP port; give 1-65535."),
     ],
 )
 def test_a_bad_command_line_is_one_line(capsys: pytest.CaptureFixture[str], words: list[str], message: str) -> None:

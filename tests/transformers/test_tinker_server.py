@@ -293,6 +293,49 @@ def test_an_unknown_loss_is_named(server: str) -> None:
     assert "loss_fn_config: 'clip_ratio' is not a setting of ppo" in message
 
 
+def _post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_the_json_door_checks_as_the_protobuf_one(server: str) -> None:
+    """What an SDK before 0.22 sends (JSON): the same checks, the same one line, and unknown ids are 404s."""
+    chunk = {"chunks": [{"tokens": TOKENS[:-1], "type": "encoded_text"}]}
+    short = {"target_tokens": {"data": TOKENS[1:-1], "dtype": "int64"}}
+    with service(server) as client:
+        model_id = client.create_lora_training_client(base_model=SERVED, rank=8).result().model_id
+        batch = {"data": [{"model_input": chunk, "loss_fn_inputs": short}], "loss_fn": "cross_entropy"}
+        status, body = _post(
+            f"{server}/api/v1/forward_backward", {"model_id": model_id, "forward_backward_input": batch}
+        )
+        assert status == 400
+        assert body["error"].startswith(
+            "/api/v1/forward_backward: data[0].loss_fn_inputs.target_tokens: has 8 entries where model_input has 9"
+        )
+        assert (body["route"], body["field"], body["category"]) == (
+            "/api/v1/forward_backward",
+            "data[0].loss_fn_inputs.target_tokens",
+            "user",
+        )
+        status, body = _post(f"{server}/api/v1/forward", {"model_id": "nope:train:0", "forward_input": batch})
+        assert status == 404
+        assert (
+            body["error"] == f"/api/v1/forward: model_id: unknown model 'nope:train:0'; the live one is '{model_id}'."
+        )
+    status, body = _post(f"{server}/api/v1/retrieve_future", {"request_id": "req-0"})
+    assert (status, body["field"]) == (404, "request_id")
+    prompt = {"chunks": [{"tokens": TOKENS[:3], "type": "encoded_text"}]}
+    status, body = _post(f"{server}/api/v1/asample", {"sampling_session_id": "gone", "prompt": prompt})
+    assert (status, body["error"]) == (404, "/api/v1/asample: sampling_session_id: no sampling session 'gone'.")
+
+
 def test_an_unknown_model_is_named(server: str) -> None:
     with service(server) as client, pytest.raises(tinker.NotFoundError) as caught:
         client.create_lora_training_client(base_model="Qwen/Qwen3-8B", rank=8).result()
@@ -372,21 +415,6 @@ def test_protobuf_zstd_and_json_bodies_read_alike() -> None:
         assert mine.inputs["target_tokens"].tolist() == TOKENS[1:]
         for name in ("target_tokens", "logprobs", "advantages"):
             assert np.array_equal(mine.inputs[name], theirs.inputs[name]), name
-
-
-@pytest.mark.parametrize(
-    ("words", "message"),
-    [
-        (["--checkpoint-dir", "x"], "rllm serve: error: --checkpoint-dir applies to --tinker only"),
-        (["--tinker", "--port", "0"], "rllm serve: error: --port 0 is not a TCP port; give 1-65535."),
-    ],
-)
-def test_a_bad_command_line_is_one_line(capsys: pytest.CaptureFixture[str], words: list[str], message: str) -> None:
-    from rllm.cli.main import main
-
-    assert main(["serve", *words]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and message in err[0], err
 
 
 def test_the_missing_sdk_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
