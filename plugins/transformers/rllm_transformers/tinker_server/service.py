@@ -49,12 +49,10 @@ class Session:
 
 @dataclass
 class Slot:
-    """The training model: who holds it, and what it was created as."""
+    """The training model and the session holding it (a LoRA rank asked for is trained as full weights)."""
 
     model_id: str
     session_id: str
-    lora_rank: int | None
-    requests: int = 0
 
 
 @dataclass
@@ -79,13 +77,21 @@ class TinkerService:
     # -- the queue ---------------------------------------------------------------------------
 
     def submit(self, route: str, work: Callable[[], Answer], model_id: str | None = None) -> dict[str, Any]:
-        """Queue ``work``; the answer is the SDK's ``UntypedAPIFuture``."""
+        """Queue ``work``; the answer is the SDK's ``UntypedAPIFuture``. Work on a model runs only if that model
+        still holds the server when its turn comes (not if its session was freed meanwhile)."""
         request_id = f"req-{next(self._ids)}"
         pending = Pending()
         self.results[request_id] = pending
         for stale in list(itertools.islice(self.results, max(0, len(self.results) - RESULTS_KEPT))):
             del self.results[stale]
-        self._queue.put_nowait((route, pending, work))
+
+        def checked() -> Answer:
+            if model_id is not None and (self.slot is None or self.slot.model_id != model_id):
+                freed = "was freed (its session finished or stopped heartbeating) before this request ran"
+                raise WireError(route, "model_id", f"model {model_id!r} {freed}.", 404)
+            return work()
+
+        self._queue.put_nowait((route, pending, checked))
         if self._worker is None or self._worker.done():
             self._worker = asyncio.ensure_future(self._work())
         answer: dict[str, Any] = {"request_id": request_id}
@@ -164,7 +170,7 @@ class TinkerService:
         if optimizer != "adamw":
             raise WireError(route, "optimizer_config.type", f"{optimizer!r} is not served; only adamw.")
         model_id = f"{session_id}:train:{body.get('model_seq_id', 0)}"
-        self._claim(route, model_id, str(session_id), lora.get("rank"))
+        self._claim(route, model_id, str(session_id))
 
         def work() -> Answer:
             self.trainer.reset()
@@ -172,7 +178,7 @@ class TinkerService:
 
         return self.submit(route, work, model_id)
 
-    def _claim(self, route: str, model_id: str, session_id: str, rank: int | None) -> None:
+    def _claim(self, route: str, model_id: str, session_id: str) -> None:
         held = self.slot
         if held is not None:
             owner = self.sessions.get(held.session_id)
@@ -183,7 +189,7 @@ class TinkerService:
                     f"this server trains one model at a time and {held.model_id!r} holds it; close that "
                     "ServiceClient (or start another server) first.",
                 )
-        self.slot = Slot(model_id, session_id, rank)
+        self.slot = Slot(model_id, session_id)
 
     def model(self, route: str, model_id: Any, where: str = "model_id") -> Slot:
         if self.slot is None or model_id != self.slot.model_id:
@@ -360,7 +366,7 @@ class TinkerService:
             if body.get("base_model") is not None:
                 self.check_base_model(route, body["base_model"])
             model_id = f"{body['session_id']}:train:{body.get('model_seq_id', 0)}"
-            self._claim(route, model_id, str(body["session_id"]), None)
+            self._claim(route, model_id, str(body["session_id"]))
         else:
             model_id = self.model(route, body.get("model_id")).model_id
 
