@@ -108,8 +108,11 @@ def _expected(model: Any, loss: str, config: dict[str, float] | None = None) -> 
     clipped = torch.clamp(ratio, low, high)
     if loss == "ppo":
         return -torch.minimum(ratio * adv, clipped * adv).sum().detach()
-    assert loss == "cispo"
-    return -(clipped.detach() * adv * lp).sum().detach()
+    if loss == "cispo":
+        return -(clipped.detach() * adv * lp).sum().detach()
+    assert loss == "dro"
+    sampled = torch.tensor(SAMPLED)
+    return -(adv * lp - 0.5 * config["beta"] * (lp - sampled) ** 2).sum().detach()
 
 
 def _sampler_dir(checkpoints: Path, model_id: str, name: str) -> Path:
@@ -124,6 +127,7 @@ def _sampler_dir(checkpoints: Path, model_id: str, name: str) -> Path:
         ("ppo", None),
         ("ppo", {"clip_low_threshold": 0.9, "clip_high_threshold": 1.05}),
         ("cispo", None),
+        ("dro", {"beta": 0.5}),
     ],
 )
 def test_losses_are_tinkers_sums(server: str, model_dir: Path, loss: str, config: dict[str, float] | None) -> None:
@@ -136,6 +140,20 @@ def test_losses_are_tinkers_sums(server: str, model_dir: Path, loss: str, config
     served = np.asarray(out.loss_fn_outputs[0]["logprobs"].tolist())
     own = _log_probs(model, TOKENS[:-1], TOKENS[1:]).detach().numpy()
     assert np.abs(served - own).max() <= 1e-5
+
+
+def test_gradients_add_up_until_optim_step(server: str, model_dir: Path) -> None:
+    """Two forward_backward calls on one datum, then optim_step: the gradient it applies is twice one call's."""
+    with service(server) as client:
+        training = client.create_lora_training_client(base_model=SERVED, rank=8).result()
+        for _ in range(2):
+            training.forward_backward([datum("importance_sampling")], "importance_sampling").result()
+        metrics = training.optim_step(types.AdamParams(learning_rate=1e-3)).result().metrics
+    model = _model(model_dir)
+    lp = _log_probs(model, TOKENS[:-1], TOKENS[1:])
+    (-(torch.exp(lp - torch.tensor(SAMPLED)) * torch.tensor(ADVANTAGES)).sum()).backward()
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in model.parameters()]))
+    assert metrics["grad_norm:mean"] == pytest.approx(2 * float(norm), rel=1e-4)
 
 
 def test_ppo_clips_some_tokens_in_the_test_data(model_dir: Path) -> None:
@@ -291,6 +309,13 @@ def test_an_unknown_loss_is_named(server: str) -> None:
     assert "/api/v1/forward_backward: loss_fn: unknown loss 'gspo'" in message
     message = _error_of(server, lambda t: t.forward_backward([datum("ppo")], "ppo", {"clip_ratio": 0.2}))
     assert "loss_fn_config: 'clip_ratio' is not a setting of ppo" in message
+    message = _error_of(server, lambda t: t.forward_backward([datum("ppo")], "dro"))
+    assert "/api/v1/forward_backward: loss_fn_config: dro needs loss_fn_config beta, a positive number." in message
+    message = _error_of(server, lambda t: t.forward_backward([datum("cross_entropy")], "ppo"))
+    assert (
+        "data[0].loss_fn_inputs.weights: is not an input of ppo (it takes target_tokens, logprobs, advantages)"
+        in message
+    )
 
 
 def _post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
