@@ -220,6 +220,40 @@ def test_samples_after_a_step_have_the_forward_log_probs(server: str, model_dir:
     assert np.abs(checks[0][1] - old).max() > 1e-3
 
 
+def test_sampling_clients_from_a_path_and_from_the_base_model(server: str, model_dir: Path, checkpoints: Path) -> None:
+    """``create_sampling_client`` by saved path and by base model (the create_sampling_session route): prompt
+    log-probs, greedy decoding and stop tokens, against this test's own forward passes."""
+    prompt = TOKENS[:5]
+    with service(server) as client:
+        training = client.create_lora_training_client(base_model=SERVED, rank=8).result()
+        training.forward_backward([datum("cross_entropy")], "cross_entropy").result()
+        training.optim_step(types.AdamParams(learning_rate=5e-2)).result()
+        path = training.save_weights_for_sampler("for-path").result().path
+        by_path = client.create_sampling_client(model_path=path).result()
+        by_base = client.create_sampling_client(base_model=SERVED).result()
+        greedy = types.SamplingParams(max_tokens=5, temperature=0.0)
+        trained_answer = by_path.sample(types.ModelInput.from_ints(prompt), 1, greedy, include_prompt_logprobs=True)
+        base_answer = by_base.sample(types.ModelInput.from_ints(prompt), 1, greedy, include_prompt_logprobs=True)
+        trained_answer, base_answer = trained_answer.result(), base_answer.result()
+        first = trained_answer.sequences[0].tokens[0]
+        stop = types.SamplingParams(max_tokens=5, temperature=0.0, stop=[first])
+        stopped = by_path.sample(types.ModelInput.from_ints(prompt), 1, stop).result().sequences[0]
+    for directory, answer in (
+        (_sampler_dir(checkpoints, path.split("/")[2], "for-path"), trained_answer),
+        (model_dir, base_answer),
+    ):
+        model = _model(directory)
+        assert answer.prompt_logprobs[0] is None
+        own = _log_probs(model, prompt[:-1], prompt[1:]).tolist()
+        assert np.abs(np.asarray(answer.prompt_logprobs[1:]) - np.asarray(own)).max() <= 1e-5
+        tokens = list(prompt)
+        with torch.no_grad():
+            for _ in range(5):
+                tokens.append(int(model(input_ids=torch.tensor([tokens])).logits[0, -1].argmax()))
+        assert answer.sequences[0].tokens == tokens[len(prompt) :]
+    assert (stopped.tokens, stopped.stop_reason) == ([first], "stop")
+
+
 @pytest.mark.slow
 def test_sampled_log_probs_equal_the_servers_forward(server: str, model_dir: Path) -> None:
     """After a step (so the sampler holds the saved weights, not the base ones): this SDK through the script."""

@@ -69,6 +69,8 @@ class TinkerService:
         self.slot: Slot | None = None
         self.sampling_sessions: dict[str, str | None] = {}
         """Sampling session id -> the weights directory it samples from (None: the base model)."""
+        self.sampling_paths: dict[str, str] = {}
+        """Sampling session id -> the ``tinker://`` path it was created from, where it was."""
         self.results: dict[str, Pending] = {}
         self._ids = itertools.count(1)
         self._queue: asyncio.Queue[tuple[str, Pending, Callable[[], Answer]]] = asyncio.Queue()
@@ -348,7 +350,7 @@ class TinkerService:
             self.trainer.save_sampler(directory)
             if session is None:
                 return _json({"path": path, "type": "save_weights_for_sampler"})
-            self.sampling_sessions[session] = str(directory)
+            self.sampling_sessions[session], self.sampling_paths[session] = str(directory), path
             # no path: SDK 0.18 asserts there is none when it asked for a sampling session
             return _json({"sampling_session_id": session, "type": "save_weights_for_sampler"})
 
@@ -389,7 +391,21 @@ class TinkerService:
             weights = None
         session = f"{body['session_id']}:sample:{body.get('sampling_session_seq_id', 0)}"
         self.sampling_sessions[session] = weights
+        if path is not None:
+            self.sampling_paths[session] = str(path)
         return {"type": "create_sampling_session", "sampling_session_id": session}
+
+    def sampler(self, route: str, sampling_session_id: str) -> dict[str, Any]:
+        """``GET samplers/{id}``: what a sampling session samples from (the SDK asks for its base model)."""
+        if sampling_session_id not in self.sampling_sessions:
+            raise WireError(route, "sampler_id", f"no sampling session {sampling_session_id!r}.", 404)
+        path = self.sampling_paths.get(sampling_session_id)
+        return {"sampler_id": sampling_session_id, "base_model": self.model_name, "model_path": path}
+
+    def weights_info(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``weights_info``: a checkpoint's base model; every checkpoint here is full weights."""
+        self.directory(route, body.get("tinker_path"), "tinker_path")
+        return {"base_model": self.model_name, "is_lora": False, "lora_rank": None}
 
     def sample(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         if body.get("sampling_session_id") is not None:
