@@ -70,7 +70,7 @@ class TinkerService:
         self.sampling_sessions: dict[str, str | None] = {}
         """Sampling session id -> the weights directory it samples from (None: the base model)."""
         self.sampling_paths: dict[str, str] = {}
-        """Sampling session id -> the ``tinker://`` path it was created from, where it was."""
+        """Sampling session id -> the ``tinker://`` path of its weights (none for a base-model session)."""
         self.results: dict[str, Pending] = {}
         self._ids = itertools.count(1)
         self._queue: asyncio.Queue[tuple[str, Pending, Callable[[], Answer]]] = asyncio.Queue()
