@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +35,22 @@ SERVED_RUN = (
 def get_json(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=10) as answer:
         return json.loads(answer.read())  # type: ignore[no-any-return]
+
+
+def post(
+    url: str, data: bytes | None, content_type: str = "application/json", timeout: float = 30
+) -> tuple[int, dict[str, Any]]:
+    """POST ``data``: the status and the JSON answer, an HTTP error's included."""
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def post_json(url: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+    return post(url, None if body is None else json.dumps(body).encode())
 
 
 def start(*words: str, port: int | None = None, health: str = "/health") -> tuple[subprocess.Popen[bytes], str]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from extras import skip_module_without
-from serving import TINY_TEXT, running
+from serving import TINY_TEXT, post_json, running
 
 skip_module_without(
     "torch", "transformers", "safetensors", "fastapi", "uvicorn", "tinker", install="pip install 'rllm[tinker,test]'"
@@ -352,18 +352,6 @@ def test_an_unknown_loss_is_named(server: str) -> None:
     )
 
 
-def _post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    import urllib.error
-    import urllib.request
-
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
 def test_the_json_door_checks_as_the_protobuf_one(server: str) -> None:
     """What an SDK before 0.22 sends (JSON): the same checks, the same one line, and unknown ids are 404s."""
     chunk = {"chunks": [{"tokens": TOKENS[:-1], "type": "encoded_text"}]}
@@ -371,7 +359,7 @@ def test_the_json_door_checks_as_the_protobuf_one(server: str) -> None:
     with service(server) as client:
         model_id = client.create_lora_training_client(base_model=SERVED, rank=8).result().model_id
         batch = {"data": [{"model_input": chunk, "loss_fn_inputs": short}], "loss_fn": "cross_entropy"}
-        status, body = _post(
+        status, body = post_json(
             f"{server}/api/v1/forward_backward", {"model_id": model_id, "forward_backward_input": batch}
         )
         assert status == 400
@@ -383,15 +371,15 @@ def test_the_json_door_checks_as_the_protobuf_one(server: str) -> None:
             "data[0].loss_fn_inputs.target_tokens",
             "user",
         )
-        status, body = _post(f"{server}/api/v1/forward", {"model_id": "nope:train:0", "forward_input": batch})
+        status, body = post_json(f"{server}/api/v1/forward", {"model_id": "nope:train:0", "forward_input": batch})
         assert status == 404
         assert (
             body["error"] == f"/api/v1/forward: model_id: unknown model 'nope:train:0'; the live one is '{model_id}'."
         )
-    status, body = _post(f"{server}/api/v1/retrieve_future", {"request_id": "req-0"})
+    status, body = post_json(f"{server}/api/v1/retrieve_future", {"request_id": "req-0"})
     assert (status, body["field"]) == (404, "request_id")
     prompt = {"chunks": [{"tokens": TOKENS[:3], "type": "encoded_text"}]}
-    status, body = _post(f"{server}/api/v1/asample", {"sampling_session_id": "gone", "prompt": prompt})
+    status, body = post_json(f"{server}/api/v1/asample", {"sampling_session_id": "gone", "prompt": prompt})
     assert (status, body["error"]) == (404, "/api/v1/asample: sampling_session_id: no sampling session 'gone'.")
 
 
