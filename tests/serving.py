@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,8 +36,24 @@ def get_json(url: str) -> dict[str, Any]:
         return json.loads(answer.read())  # type: ignore[no-any-return]
 
 
-def start(*words: str, port: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``rllm serve WORDS`` and wait until it answers ``/health``; the process and its root URL."""
+def post(
+    url: str, data: bytes | None, content_type: str = "application/json", timeout: float = 30
+) -> tuple[int, dict[str, Any]]:
+    """POST ``data``: the status and the JSON answer, an HTTP error's included."""
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def post_json(url: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+    return post(url, None if body is None else json.dumps(body).encode())
+
+
+def start(*words: str, port: int | None = None, health: str = "/health") -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``rllm serve WORDS`` and wait until it answers ``health``; the process and its root URL."""
     port = port or free_port()
     command = [sys.executable, "-m", "rllm.cli.main", "serve", *words, "--host", "127.0.0.1", "--port", str(port)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ.copy())
@@ -47,12 +64,12 @@ def start(*words: str, port: int | None = None) -> tuple[subprocess.Popen[bytes]
             output = process.stdout.read().decode() if process.stdout else ""
             pytest.fail(f"rllm serve exited with {process.returncode}: {output}")
         try:
-            get_json(f"{root}/health")
+            get_json(f"{root}{health}")
             return process, root
         except OSError:
             if time.monotonic() > deadline:
                 stop(process)
-                pytest.fail(f"rllm serve did not answer /health within {STARTUP_SECONDS}s")
+                pytest.fail(f"rllm serve did not answer {health} within {STARTUP_SECONDS}s")
             time.sleep(0.3)
 
 
@@ -67,9 +84,9 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def running(*words: str) -> Iterator[str]:
+def running(*words: str, health: str = "/health") -> Iterator[str]:
     """``rllm serve WORDS`` for the ``with`` block: its root URL; stopped whatever the block did."""
-    process, root = start(*words)
+    process, root = start(*words, health=health)
     try:
         yield root
     finally:

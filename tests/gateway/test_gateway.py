@@ -8,9 +8,6 @@ gateway's own arithmetic.
 from __future__ import annotations
 
 import asyncio
-import json
-import urllib.error
-import urllib.request
 from typing import Any
 
 from extras import skip_module_without
@@ -19,6 +16,7 @@ skip_module_without("openai", install="pip install 'rllm[test]'")
 
 import openai
 from scripted_engine import REPLY_IDS, Scripted
+from serving import post_json
 
 from rllm.engine import ModelOutput, RolloutEngine
 from rllm.gateway import Gateway, Session
@@ -106,14 +104,7 @@ def test_calls_of_two_sessions_are_recorded_apart_and_in_order(gateway: Gateway)
         assert [s.chat_completions[0]["content"] for s in steps] == ["one", "two", "three"]
 
 
-def _status(url: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+_status = post_json
 
 
 def test_refusals_are_openai_error_bodies_naming_the_field(gateway: Gateway) -> None:

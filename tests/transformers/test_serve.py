@@ -11,15 +11,13 @@ import asyncio
 import json
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from extras import skip_module_without
-from serving import TINY_TEXT, get_json, running
+from serving import TINY_TEXT, get_json, post, running
 
 skip_module_without(
     "torch", "transformers", "safetensors", "fastapi", "uvicorn", "openai", install="pip install 'rllm[serve,test]'"
@@ -39,12 +37,7 @@ _get = get_json
 
 
 def _post(url: str, data: bytes) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    return post(url, data)
 
 
 @pytest.fixture(scope="module")
@@ -205,6 +198,8 @@ def test_update_weights_from_disk_changes_outputs_and_version(server: str, polic
     [
         (["--port", "0"], "rllm serve: error: --port 0 is not a TCP port; give 1-65535."),
         (["rllm.transformers.modle=tiny"], "Did you mean 'rllm.transformers.model'?"),
+        (["--checkpoint-dir", "x"], "rllm serve: error: --checkpoint-dir applies to --tinker only"),
+        (["--tinker", "--port", "0"], "rllm serve: error: --port 0 is not a TCP port; give 1-65535."),
     ],
 )
 def test_a_bad_command_line_is_one_line(capsys: pytest.CaptureFixture[str], words: list[str], message: str) -> None:
@@ -264,12 +259,7 @@ def test_tokenize_and_detokenize_speak_vllm(server: str, policy: Any) -> None:
 
 
 def _post_bytes(url: str, data: bytes) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/octet-stream"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    return post(url, data, "application/octet-stream")
 
 
 def test_a_port_in_use_is_one_line(server: str) -> None:

@@ -133,6 +133,14 @@ def build_app(service: TinkerService, client_config: dict[str, Any] | None = Non
     async def create_sampling_session(request: Request) -> dict[str, Any]:
         return service.create_sampling_session(request.url.path, await body_of(request))
 
+    @app.get(f"{API}/samplers/{{sampler_id}}")
+    async def sampler(request: Request, sampler_id: str) -> dict[str, Any]:
+        return service.sampler(request.url.path, sampler_id)
+
+    @app.post(f"{API}/weights_info")
+    async def weights_info(request: Request) -> dict[str, Any]:
+        return service.weights_info(request.url.path, await body_of(request))
+
     @app.post(f"{API}/asample")
     async def asample(request: Request) -> dict[str, Any]:
         return service.sample(request.url.path, await body_of(request))

@@ -28,8 +28,9 @@ from rllm_transformers.tinker_server import losses
 from rllm_transformers.tinker_server.trainer import ADAM_DEFAULTS, TinkerTrainer
 from rllm_transformers.tinker_server.wire import Batch, WireError, forward_output, sample_output
 
-SESSION_TIMEOUT = 120.0
-"""Seconds without a heartbeat after which a session's training model is freed (the SDK beats every 10 s)."""
+SESSION_TIMEOUT = 35.0
+"""Seconds without a heartbeat after which a session's training model is freed: the SDK beats every 10 s, and a
+script that exits without ``ServiceClient.close()`` sends no finish."""
 RESULTS_KEPT = 4096
 """Answers kept for ``retrieve_future`` (a client may ask again after a dropped connection)."""
 LONG_POLL = 20.0
@@ -48,12 +49,10 @@ class Session:
 
 @dataclass
 class Slot:
-    """The training model: who holds it, and what it was created as."""
+    """The training model and the session holding it (a LoRA rank asked for is trained as full weights)."""
 
     model_id: str
     session_id: str
-    lora_rank: int | None
-    requests: int = 0
 
 
 @dataclass
@@ -70,6 +69,8 @@ class TinkerService:
         self.slot: Slot | None = None
         self.sampling_sessions: dict[str, str | None] = {}
         """Sampling session id -> the weights directory it samples from (None: the base model)."""
+        self.sampling_paths: dict[str, str] = {}
+        """Sampling session id -> the ``tinker://`` path of its weights (none for a base-model session)."""
         self.results: dict[str, Pending] = {}
         self._ids = itertools.count(1)
         self._queue: asyncio.Queue[tuple[str, Pending, Callable[[], Answer]]] = asyncio.Queue()
@@ -78,13 +79,21 @@ class TinkerService:
     # -- the queue ---------------------------------------------------------------------------
 
     def submit(self, route: str, work: Callable[[], Answer], model_id: str | None = None) -> dict[str, Any]:
-        """Queue ``work``; the answer is the SDK's ``UntypedAPIFuture``."""
+        """Queue ``work``; the answer is the SDK's ``UntypedAPIFuture``. Work on a model runs only if that model
+        still holds the server when its turn comes (not if its session was freed meanwhile)."""
         request_id = f"req-{next(self._ids)}"
         pending = Pending()
         self.results[request_id] = pending
         for stale in list(itertools.islice(self.results, max(0, len(self.results) - RESULTS_KEPT))):
             del self.results[stale]
-        self._queue.put_nowait((route, pending, work))
+
+        def checked() -> Answer:
+            if model_id is not None and (self.slot is None or self.slot.model_id != model_id):
+                freed = "was freed (its session finished or stopped heartbeating) before this request ran"
+                raise WireError(route, "model_id", f"model {model_id!r} {freed}.", 404)
+            return work()
+
+        self._queue.put_nowait((route, pending, checked))
         if self._worker is None or self._worker.done():
             self._worker = asyncio.ensure_future(self._work())
         answer: dict[str, Any] = {"request_id": request_id}
@@ -163,7 +172,7 @@ class TinkerService:
         if optimizer != "adamw":
             raise WireError(route, "optimizer_config.type", f"{optimizer!r} is not served; only adamw.")
         model_id = f"{session_id}:train:{body.get('model_seq_id', 0)}"
-        self._claim(route, model_id, str(session_id), lora.get("rank"))
+        self._claim(route, model_id, str(session_id))
 
         def work() -> Answer:
             self.trainer.reset()
@@ -171,7 +180,7 @@ class TinkerService:
 
         return self.submit(route, work, model_id)
 
-    def _claim(self, route: str, model_id: str, session_id: str, rank: int | None) -> None:
+    def _claim(self, route: str, model_id: str, session_id: str) -> None:
         held = self.slot
         if held is not None:
             owner = self.sessions.get(held.session_id)
@@ -182,7 +191,7 @@ class TinkerService:
                     f"this server trains one model at a time and {held.model_id!r} holds it; close that "
                     "ServiceClient (or start another server) first.",
                 )
-        self.slot = Slot(model_id, session_id, rank)
+        self.slot = Slot(model_id, session_id)
 
     def model(self, route: str, model_id: Any, where: str = "model_id") -> Slot:
         if self.slot is None or model_id != self.slot.model_id:
@@ -226,7 +235,7 @@ class TinkerService:
         try:
             settings = losses.check_config(name, batch.config)
         except (KeyError, ValueError) as exc:
-            raise WireError(route, "loss_fn_config", str(exc).strip("'\"") + ".") from None
+            raise WireError(route, "loss_fn_config", f"{exc.args[0]}.") from None
         if not batch.data:
             raise WireError(route, "data", "is empty; give at least one Datum.")
         wanted = ("target_tokens", *losses.LOSSES[name].inputs)
@@ -341,8 +350,9 @@ class TinkerService:
             self.trainer.save_sampler(directory)
             if session is None:
                 return _json({"path": path, "type": "save_weights_for_sampler"})
-            self.sampling_sessions[session] = str(directory)
-            return _json({"path": path, "sampling_session_id": session, "type": "save_weights_for_sampler"})
+            self.sampling_sessions[session], self.sampling_paths[session] = str(directory), path
+            # no path: SDK 0.18 asserts there is none when it asked for a sampling session
+            return _json({"sampling_session_id": session, "type": "save_weights_for_sampler"})
 
         return self.submit(route, work, slot.model_id)
 
@@ -358,7 +368,7 @@ class TinkerService:
             if body.get("base_model") is not None:
                 self.check_base_model(route, body["base_model"])
             model_id = f"{body['session_id']}:train:{body.get('model_seq_id', 0)}"
-            self._claim(route, model_id, str(body["session_id"]), None)
+            self._claim(route, model_id, str(body["session_id"]))
         else:
             model_id = self.model(route, body.get("model_id")).model_id
 
@@ -381,7 +391,21 @@ class TinkerService:
             weights = None
         session = f"{body['session_id']}:sample:{body.get('sampling_session_seq_id', 0)}"
         self.sampling_sessions[session] = weights
+        if path is not None:
+            self.sampling_paths[session] = str(path)
         return {"type": "create_sampling_session", "sampling_session_id": session}
+
+    def sampler(self, route: str, sampling_session_id: str) -> dict[str, Any]:
+        """``GET samplers/{id}``: what a sampling session samples from (the SDK asks for its base model)."""
+        if sampling_session_id not in self.sampling_sessions:
+            raise WireError(route, "sampler_id", f"no sampling session {sampling_session_id!r}.", 404)
+        path = self.sampling_paths.get(sampling_session_id)
+        return {"sampler_id": sampling_session_id, "base_model": self.model_name, "model_path": path}
+
+    def weights_info(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``weights_info``: a checkpoint's base model; every checkpoint here is full weights."""
+        self.directory(route, body.get("tinker_path"), "tinker_path")
+        return {"base_model": self.model_name, "is_lora": False, "lora_rank": None}
 
     def sample(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         if body.get("sampling_session_id") is not None:
