@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rllm import hookimpl
-from rllm.config import ConfigKey
+from rllm.config import TEMPERATURE_KEY, ConfigKey
 from rllm.plugins import (
     BackendRegistrar,
     BatchFieldRegistrar,
@@ -188,7 +188,7 @@ EMBEDDED_KEYS = (
     ),
     ConfigKey("n_features", "int", 16384, "Rows of the hashed context table (the policy's size).", minimum=1),
     ConfigKey("lr", "float", 1.0, "Learning rate.", minimum=0, above=True),
-    ConfigKey("temperature", "float", 1.0, "Sampling temperature.", minimum=0, above=True),
+    TEMPERATURE_KEY,
     ConfigKey("ppo_epochs", "int", 2, "Passes over each batch.", minimum=1),
     ConfigKey("mini_batches", "int", 2, "Minibatches per pass (later ones are off-policy).", minimum=1),
     ConfigKey("clip_ratio_low", "float", 0.2, "PPO clip below 1.", minimum=0),
