@@ -103,7 +103,12 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
     distill_options = [
         Option("kl_penalty_coef", (float,), 1.0, "scale of the teacher-minus-student log-prob gap", minimum=0.0),
         Option(
-            "kl_discount_factor", (float,), 0.0, "discount of the gap's sum over later tokens; 0: none", minimum=0.0
+            "kl_discount_factor",
+            (float,),
+            0.0,
+            "discount of the gap's sum over later tokens; 0: none, at most 1 (above, later tokens weigh more)",
+            minimum=0.0,
+            maximum=1.0,
         ),
         Option("clip_min", (float,), None, "lower clip of each token's advantage; unset: none"),
         Option("clip_max", (float,), None, "upper clip of each token's advantage; unset: none"),
