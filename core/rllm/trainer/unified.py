@@ -149,9 +149,9 @@ class UnifiedTrainer:
         """``rllm.async_training``: sample the next batches while the policy updates (docs/async.md)."""
         self._versions: dict[int, int] = {}
         """Asynchronous training: the policy version after each step this process trained (what steps ahead sample)."""
-        backend_type = resolve_backend(backend_cls, self.config)
         if not isinstance(backend_cls, type):  # a backend by name: another's section is set for nothing
             check_backend_sections(self.config, backend_cls or str(self.config.rllm.backend))
+        backend_type = resolve_backend(backend_cls, self.config)
         check_backend_fills(backend_type, self.algorithm_config)
         if backend_args and {"config", "algorithm"} & set(backend_args):
             raise ConfigError(
