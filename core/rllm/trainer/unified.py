@@ -149,10 +149,10 @@ class UnifiedTrainer:
         """``rllm.async_training``: sample the next batches while the policy updates (docs/async.md)."""
         self._versions: dict[int, int] = {}
         """Asynchronous training: the policy version after each step this process trained (what steps ahead sample)."""
-        if not isinstance(backend_cls, type):  # a backend by name: another's section is set for nothing
-            check_backend_sections(self.config, backend_cls or str(self.config.rllm.backend))
         backend_type = resolve_backend(backend_cls, self.config)
         check_backend_fills(backend_type, self.algorithm_config)
+        if not isinstance(backend_cls, type):  # a backend by name: another's section is set for nothing
+            check_backend_sections(self.config, backend_cls or str(self.config.rllm.backend))
         if backend_args and {"config", "algorithm"} & set(backend_args):
             raise ConfigError(
                 "UnifiedTrainer backend_args may not hold 'config' or 'algorithm': the trainer passes the run's own."
