@@ -89,6 +89,7 @@ def test_a_backend_that_cannot_overlap_is_named(make_config) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:rllm.algorithm.rollout_correction.tis_mode:UserWarning")
+@pytest.mark.filterwarnings("ignore:rllm.algorithm.rollout_correction.off_policy_mask_threshold:UserWarning")
 def test_stale_samples_need_a_correction_or_the_explicit_key(make_config) -> None:
     with pytest.raises(ConfigError, match=r"=1 .*no rollout correction .*allow_uncorrected=true"):
         _build(make_config, OverlappingBackend, *STALE)

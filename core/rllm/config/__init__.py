@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rllm.config.algorithm import AlgorithmConfig, EstimatorName, estimator_name, rLLMAdvantageEstimator
 from rllm.config.dotted import nest_dotted
 from rllm.config.schema import CORE_KEYS, ConfigKey, Schema
+from rllm.contract.sampling import TEMPERATURE_KEY, TOP_P_KEY
 
 _LOADER_NAMES = (
     "CONFIG_FILE",
@@ -29,6 +30,8 @@ _UNHONOURED_NAMES = ("switched_off", "unhonoured_keys")
 __all__ = [
     "CONFIG_FILE",
     "CORE_KEYS",
+    "TEMPERATURE_KEY",
+    "TOP_P_KEY",
     "AlgorithmConfig",
     "ConfigKey",
     "EstimatorName",

@@ -505,7 +505,9 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         "rllm.gateway.host",
         "str",
         "127.0.0.1",
-        "Address the gateway (each episode's OpenAI-compatible URL) listens on.",
+        "Address the gateway (each episode's OpenAI-compatible URL) listens on; not empty (which would mean every "
+        "interface: give 0.0.0.0 for that).",
+        nonempty=True,
     ),
     _count("rllm.gateway.port", 0, "Port the gateway listens on; 0: any free port.", 0, maximum=65535),
     ConfigKey("rllm.gateway.model", "str", "policy", "The model name flows are given and requests must carry."),

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from rllm.config.schema import Schema
 from rllm.errors import RLLMWarning
 
-__all__ = ["SWITCHES", "Switch", "switched_off", "unhonoured_keys", "warn_switched_off"]
+__all__ = ["SWITCHES", "Switch", "other_backend_keys", "switched_off", "unhonoured_keys", "warn_switched_off"]
 
 
 def unhonoured_keys(config: DictConfig, keys: Iterable[str], schema: Schema | None = None) -> dict[str, Any]:
@@ -77,6 +77,14 @@ SWITCHES: tuple[Switch, ...] = (
         (f"{_ALGORITHM}rollout_correction.rollout_rs_threshold",),
     ),
     Switch(
+        "rllm.async_training.enable",
+        lambda value: value is True,
+        "rllm.async_training.enable=true",
+        tuple(
+            f"rllm.async_training.{key}" for key in ("staleness_threshold", "max_batches_ahead", "allow_uncorrected")
+        ),
+    ),
+    Switch(
         "rllm.workflow.executor", lambda value: value == "ray", "rllm.workflow.executor=ray", ("rllm.workflow.ray",)
     ),
     Switch(
@@ -94,6 +102,19 @@ SWITCHES: tuple[Switch, ...] = (
     ),
 )
 """Every key that acts only with its switch, by switch."""
+
+
+def other_backend_keys(
+    config: DictConfig, run: str, backends: Iterable[str], schema: Schema | None = None
+) -> list[str]:
+    """``"key=value configures the X backend ..."`` for each key set in the section of a backend (``rllm.<name>``,
+    ``name`` among ``backends``) other than ``run``, the run's backend: the run would train without them."""
+    sections = [f"rllm.{name}" for name in backends if name != run]
+    return [
+        f"{key}={value!r} configures the {key.split('.')[1]} backend, but this run trains with rllm.backend={run}; "
+        f"set rllm.backend={key.split('.')[1]} or leave the key out."
+        for key, value in unhonoured_keys(config, sections, schema).items()
+    ]
 
 
 def switched_off(config: DictConfig, schema: Schema | None = None) -> list[str]:

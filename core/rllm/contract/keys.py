@@ -65,6 +65,8 @@ class Setting:
     names: Callable[[], Sequence[str]] | None = None
     explain: Callable[[str], str] | None = None
     required: bool = False
+    nonempty: bool = False
+    """A string (or list) key that must not be empty: an empty host, say, would mean every interface."""
 
     def __post_init__(self) -> None:
         python_types = isinstance(self.type, tuple) and bool(self.type) and all(isinstance(t, type) for t in self.type)
@@ -110,6 +112,8 @@ class Setting:
         if self.type == "bool" and choices is not None:
             return " or ".join("true" if choice else "false" for choice in choices)
         words = "" if choices is not None and self.type == "str" else self.type_words()
+        if self.nonempty:
+            words = f"a non-empty {words.removeprefix('a ')}"
         if self.minimum is not None:
             words += f" {'>' if self.above else '>='} {self.minimum:g}"
         if self.maximum is not None:
@@ -162,7 +166,7 @@ class Setting:
         if any(type(value) is type(special) and value == special for special in self.special):
             return value
         checked = self.read(value)
-        if checked is _BAD:
+        if checked is _BAD or (self.nonempty and len(checked) == 0):
             raise self.error(value)
         numbers_ = checked if self.type == "list[int]" else [checked] if self.type in ("int", "float") else []
         if not all(self.in_range(number) for number in numbers_):

@@ -10,15 +10,23 @@ Pure Python: the servers bring their own HTTP layer.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rllm.contract.keys import ConfigKey
+from rllm.contract.sampling import TEMPERATURE_KEY, TOP_P_KEY
+from rllm.errors import ConfigError
+
 __all__ = [
     "COMPLETION_MAX_TOKENS",
     "KNOWN_KEYS",
+    "SEED_MAX",
+    "TEMPERATURE_KEY",
+    "TOP_P_KEY",
     "Choice",
     "Params",
     "RequestError",
@@ -28,6 +36,7 @@ __all__ = [
     "max_tokens_of",
     "number",
     "parse",
+    "sampling_value",
 ]
 
 KNOWN_KEYS = frozenset(
@@ -37,6 +46,8 @@ KNOWN_KEYS = frozenset(
 """The request fields served; any other is refused rather than ignored."""
 COMPLETION_MAX_TOKENS = 16
 """``/v1/completions``' default ``max_tokens`` (OpenAI's); chat defaults to the rest of the context."""
+SEED_MAX = 2**64 - 1
+"""The largest seed a ``torch.Generator`` takes."""
 
 
 class RequestError(Exception):
@@ -85,12 +96,29 @@ def number(body: dict[str, Any], key: str, kind: type, default: Any, low: float,
     value = body.get(key, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
-        raise RequestError(f"{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}.", key)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (kind is int and not isinstance(value, int))
+        or not math.isfinite(value)
+    ):
+        raise RequestError(f"{key} must be {'an integer' if kind is int else 'a finite number'}, got {value!r}.", key)
     if value < low or (high is not None and value > high):
         bound = f"between {low} and {high}" if high is not None else f">= {low}"
         raise RequestError(f"{key} must be {bound}, got {value!r}.", key)
     return kind(value)
+
+
+def sampling_value(body: dict[str, Any], key: ConfigKey, hint: str = "") -> float:
+    """``body[key.name]`` checked by ``key`` (``TEMPERATURE_KEY``, ``TOP_P_KEY``: the run's keys' own checks);
+    absent or null: its default."""
+    value = body.get(key.name)
+    if value is None:
+        return float(key.default)
+    try:
+        return float(key.check(value))
+    except ConfigError as exc:
+        raise RequestError(f"{exc}{hint}", key.name) from None
 
 
 def check_fields(body: dict[str, Any], server: str, known: frozenset[str] = KNOWN_KEYS) -> None:
@@ -135,6 +163,13 @@ def parse(body: dict[str, Any], prompt_ids: list[int], chat: bool, context_limit
     if not prompt_ids:
         raise RequestError("The prompt is empty; give at least one token.", "messages" if chat else "prompt")
     room = context_limit - len(prompt_ids)
+    if room < 1:  # nothing left to sample, whatever max_tokens says (null or absent included)
+        raise RequestError(
+            f"This model's maximum context length is {context_limit} tokens. However, the prompt has "
+            f"{len(prompt_ids)} tokens, which leaves none for the completion; reduce the prompt.",
+            "messages" if chat else "prompt",
+            code="context_length_exceeded",
+        )
     key, max_tokens = max_tokens_of(body, chat, room if chat else COMPLETION_MAX_TOKENS)
     if len(prompt_ids) + max_tokens > context_limit:
         raise RequestError(
@@ -144,10 +179,9 @@ def parse(body: dict[str, Any], prompt_ids: list[int], chat: bool, context_limit
             key,
             code="context_length_exceeded",
         )
-    temperature = number(body, "temperature", float, 1.0, 0.0, 2.0)
-    top_p = number(body, "top_p", float, 1.0, 0.0, 1.0)
-    if top_p == 0:
-        raise RequestError("top_p must be above 0 (1 keeps every token).", "top_p")
+    greedy = body.get("temperature") == 0 and not isinstance(body.get("temperature"), bool)
+    temperature = 0.0 if greedy else sampling_value(body, TEMPERATURE_KEY, " Give 0 for greedy sampling.")
+    top_p = sampling_value(body, TOP_P_KEY)
     top_k = number(body, "top_k", int, 0, -1)
     stop = body.get("stop") or []
     stop = [stop] if isinstance(stop, str) else stop
@@ -159,9 +193,9 @@ def parse(body: dict[str, Any], prompt_ids: list[int], chat: bool, context_limit
         temperature=temperature or 1.0,
         top_p=top_p,
         top_k=max(top_k, 0),
-        greedy=temperature == 0,
+        greedy=greedy,
         n=number(body, "n", int, 1, 1, 128),
-        seed=number(body, "seed", int, None, 0),
+        seed=number(body, "seed", int, None, 0, SEED_MAX),
         stop=stop,
         logprobs=logprobs_of(body, chat, server),
         return_token_ids=bool(body.get("return_token_ids", False)),

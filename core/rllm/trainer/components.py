@@ -9,6 +9,7 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from rllm.config.algorithm import AlgorithmConfig
+from rllm.config.unhonoured import other_backend_keys
 from rllm.errors import ConfigError
 from rllm.plugins.contract import backend_class
 from rllm.plugins.manager import get_plugin_manager
@@ -24,6 +25,14 @@ def resolve_backend(backend_cls: type[BackendProtocol] | str | None, config: Dic
         return backend_cls
     name = backend_cls or str(config.rllm.backend)
     return backend_class(get_plugin_manager().backends.resolve(name))
+
+
+def check_backend_sections(config: DictConfig, backend: str) -> None:
+    """Refuse keys set in another backend's section (``rllm.transformers.lr`` in an embedded run): they would be
+    accepted and change nothing."""
+    said = other_backend_keys(config, backend, get_plugin_manager().backends.names())
+    if said:
+        raise ConfigError(said[0])
 
 
 def check_backend_fills(backend: type[BackendProtocol], algorithm: AlgorithmConfig) -> None:

@@ -46,7 +46,13 @@ from rllm.trainer.async_training import (
 )
 from rllm.trainer.backend_protocol import BackendProtocol, TrainerState
 from rllm.trainer.checkpoint import CheckpointManager
-from rllm.trainer.components import check_backend_fills, configured_executor, resolve_backend, resolve_grouping_hook
+from rllm.trainer.components import (
+    check_backend_fills,
+    check_backend_sections,
+    configured_executor,
+    resolve_backend,
+    resolve_grouping_hook,
+)
 from rllm.trainer.engine import EngineStats, WorkflowEngine
 from rllm.trainer.fingerprint import NUMBER_SETTINGS, run_fingerprint
 from rllm.trainer.grouping import (
@@ -146,6 +152,8 @@ class UnifiedTrainer:
         """Asynchronous training: the policy version after each step this process trained (what steps ahead sample)."""
         backend_type = resolve_backend(backend_cls, self.config)
         check_backend_fills(backend_type, self.algorithm_config)
+        if not isinstance(backend_cls, type):  # a backend by name: another's section is set for nothing
+            check_backend_sections(self.config, backend_cls or str(self.config.rllm.backend))
         if backend_args and {"config", "algorithm"} & set(backend_args):
             raise ConfigError(
                 "UnifiedTrainer backend_args may not hold 'config' or 'algorithm': the trainer passes the run's own."

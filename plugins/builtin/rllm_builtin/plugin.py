@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rllm import hookimpl
-from rllm.config import ConfigKey
+from rllm.config import TEMPERATURE_KEY, ConfigKey
 from rllm.plugins import (
     BackendRegistrar,
     BatchFieldRegistrar,
@@ -103,7 +103,12 @@ def rllm_register_estimators(register: EstimatorRegistrar) -> None:
     distill_options = [
         Option("kl_penalty_coef", (float,), 1.0, "scale of the teacher-minus-student log-prob gap", minimum=0.0),
         Option(
-            "kl_discount_factor", (float,), 0.0, "discount of the gap's sum over later tokens; 0: none", minimum=0.0
+            "kl_discount_factor",
+            (float,),
+            0.0,
+            "discount of the gap's sum over later tokens; 0: none, at most 1 (above, later tokens weigh more)",
+            minimum=0.0,
+            maximum=1.0,
         ),
         Option("clip_min", (float,), None, "lower clip of each token's advantage; unset: none"),
         Option("clip_max", (float,), None, "upper clip of each token's advantage; unset: none"),
@@ -188,7 +193,7 @@ EMBEDDED_KEYS = (
     ),
     ConfigKey("n_features", "int", 16384, "Rows of the hashed context table (the policy's size).", minimum=1),
     ConfigKey("lr", "float", 1.0, "Learning rate.", minimum=0, above=True),
-    ConfigKey("temperature", "float", 1.0, "Sampling temperature.", minimum=0, above=True),
+    TEMPERATURE_KEY,
     ConfigKey("ppo_epochs", "int", 2, "Passes over each batch.", minimum=1),
     ConfigKey("mini_batches", "int", 2, "Minibatches per pass (later ones are off-policy).", minimum=1),
     ConfigKey("clip_ratio_low", "float", 0.2, "PPO clip below 1.", minimum=0),

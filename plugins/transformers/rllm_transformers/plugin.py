@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 
 from rllm import hookimpl
-from rllm.config import ConfigKey
+from rllm.config import TEMPERATURE_KEY, TOP_P_KEY, ConfigKey
 from rllm.errors import ConfigError
 from rllm.plugins import BackendRegistrar, ConfigSectionRegistrar
 
@@ -167,8 +167,8 @@ TRANSFORMERS_KEYS = (
     ConfigKey("ppo_epochs", "int", 1, "Passes over each batch.", minimum=1),
     ConfigKey("mini_batches", "int", 1, "Optimizer steps per pass (later ones are off-policy).", minimum=1),
     ConfigKey("micro_batches", "int", 1, "Gradient-accumulation chunks per mini-batch.", minimum=1),
-    ConfigKey("temperature", "float", 1.0, "Sampling temperature.", minimum=0, above=True),
-    ConfigKey("top_p", "float", 1.0, "Nucleus sampling mass; 1: off.", minimum=0, maximum=1, above=True),
+    TEMPERATURE_KEY,
+    TOP_P_KEY,
     ConfigKey("top_k", "int", 0, "Sample among the k likeliest tokens; 0: off.", minimum=0),
     ConfigKey("max_new_tokens", "int", 16, "Most tokens one generate() call returns (EOS stops earlier).", minimum=1),
     ConfigKey(

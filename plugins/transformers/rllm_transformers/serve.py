@@ -262,6 +262,8 @@ def build_app(server: Server) -> FastAPI:
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RequestError(f"the request body is not valid JSON ({exc}).") from None
+        except RecursionError:  # the standard parser recurses once per level: a 400, not the server's 500
+            raise RequestError("the request body is nested too deeply to be read; send a flat JSON object.") from None
         if not isinstance(body, dict):
             raise RequestError("the request body must be a JSON object.")
         return body
@@ -269,6 +271,12 @@ def build_app(server: Server) -> FastAPI:
     @app.exception_handler(RequestError)
     async def refused(request: Request, exc: RequestError) -> JSONResponse:
         return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, exc: Exception) -> JSONResponse:  # OpenAI's error shape, not plain text
+        first = (str(exc).strip().splitlines() or [""])[0]
+        error = RequestError(f"rllm serve failed on this request ({type(exc).__name__}: {first}).", None, 500)
+        return JSONResponse(error.body(), status_code=500)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -42,6 +42,9 @@ _UNHONOURED: dict[str, str] = {
     "rllm.algorithm.router_replay": "its policy has no mixture-of-experts router",
     "rllm.algorithm.rollout_correction.tis_mode": _SAME_POLICY,
     "rllm.algorithm.rollout_correction.bypass_mode": _SAME_POLICY,
+    "rllm.algorithm.rollout_correction.rollout_rs": _SAME_POLICY,
+    "rllm.algorithm.rollout_correction.off_policy_mask_threshold": _SAME_POLICY,
+    "rllm.algorithm.entropy_coeff": "its numpy losses have no entropy term",
     "rllm.stepwise_advantage.enable": (
         "it always trains every step as its own sample with its trajectory's advantage (what the switch turns "
         "on in verl), so the switch changes nothing"

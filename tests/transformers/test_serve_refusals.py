@@ -1,4 +1,4 @@
-"""Weights that do not fit a live model are refused whole, at every door that loads them.
+"""Requests ``rllm serve`` refuses, and weights that do not fit a live model, refused whole at every door.
 
 ``rllm serve``'s two weight routes are driven in-process (Starlette's test client, no socket);
 after each refusal the served tensors are compared bit for bit with a copy taken before it.
@@ -179,3 +179,67 @@ def test_a_checkpoint_of_another_model_is_refused_before_it_is_restored(tmp_path
     with pytest.raises(CheckpointError, match=r"is not one of the model's.*resume with the same model settings"):
         load_training_state(tmp_path, model, torch.optim.AdamW(model.parameters()), {})
     assert _same(model, before)
+
+
+def _completion(client: TestClient, **fields: Any) -> Any:
+    return client.post("/v1/completions", content=json.dumps({"model": "tiny", "prompt": "Hi", **fields}))
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "said"),
+    [
+        ({"temperature": float("nan")}, "temperature", "temperature must be a number >= 0.01 and <= 2; got nan"),
+        ({"temperature": 1e-310}, "temperature", "got 1e-310"),  # subnormal
+        ({"temperature": 1e-46}, "temperature", "got 1e-46"),  # float32 rounds it to 0
+        ({"temperature": float("inf")}, "temperature", "got inf"),
+        ({"temperature": True}, "temperature", "got true (bool)"),
+        ({"top_p": float("nan")}, "top_p", "top_p must be a number >= 1e-06 and <= 1; got nan"),
+        ({"top_p": 1e-46}, "top_p", "got 1e-46"),
+        ({"top_p": 0}, "top_p", "got 0"),
+        ({"seed": 2**64}, "seed", f"seed must be between 0 and {2**64 - 1}, got {2**64}"),
+        ({"seed": float("nan")}, "seed", "seed must be an integer"),
+    ],
+)
+def test_a_sampling_field_out_of_range_is_a_400_naming_it(
+    served: tuple[Server, TestClient], fields: dict[str, Any], param: str, said: str
+) -> None:
+    answer = _completion(served[1], **fields)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == param and said in error["message"], error
+
+
+def test_the_largest_seed_and_greedy_zero_are_served(served: tuple[Server, TestClient]) -> None:
+    for fields in ({"seed": 2**64 - 1}, {"temperature": 0}, {"temperature": 0.01, "top_p": 1e-6}):
+        answer = _completion(served[1], max_tokens=2, **fields)
+        assert answer.status_code == 200, answer.text
+
+
+def test_a_body_nested_100000_deep_is_a_400(served: tuple[Server, TestClient]) -> None:
+    answer = served[1].post("/v1/completions", content=b"[" * 100_000 + b"]" * 100_000)
+    assert answer.status_code == 400 and "nested too deeply" in answer.json()["error"]["message"]
+
+
+def test_a_chat_prompt_over_the_context_with_null_max_tokens_is_a_400(served: tuple[Server, TestClient]) -> None:
+    server, client = served
+    long = " ".join(["word"] * server.context_limit)
+    body = {"model": "tiny", "messages": [{"role": "user", "content": long}], "max_tokens": None}
+    answer = client.post("/v1/chat/completions", content=json.dumps(body))
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == "messages" and error["code"] == "context_length_exceeded"
+    assert f"maximum context length is {server.context_limit} tokens" in error["message"]
+
+
+def test_an_unexpected_failure_is_a_json_500(
+    served: tuple[Server, TestClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, client = served
+
+    def broken(body: dict[str, Any]) -> dict[str, Any]:
+        raise KeyError("boom")
+
+    monkeypatch.setattr(server, "tokenize", broken)
+    answer = client.post("/tokenize", content=json.dumps({"model": "tiny", "prompt": "x"}))
+    assert answer.status_code == 500
+    assert answer.json()["error"]["message"] == "rllm serve failed on this request (KeyError: 'boom')."
