@@ -174,7 +174,7 @@ class TinkerTrainer:
         self._use_weights(weights)
         generator = self.generator if seed is None else torch.Generator().manual_seed(seed)
         self.engine.sampling = sampling
-        self.engine.validating = sampling.temperature == 0
+        self.engine.is_validation = sampling.temperature == 0  # the engine's greedy path
         requests = [SampleRequest(list(prompt), max_tokens, None, generator) for _ in range(count)]  # type: ignore[arg-type]
         sequences = []
         for generation in self.engine.sample(requests):
