@@ -108,20 +108,50 @@ def row_uniforms(generators: Sequence[torch.Generator], counts: Sequence[int], d
     return torch.as_tensor(noise, device=device)
 
 
-def draw_rows(log_p: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """One token per row by inverse CDF: the first token whose cumulative probability exceeds the row's uniform.
+BLOCK = 1024
+"""Tokens per block of :func:`draw_rows`' first level (the vocabulary's last block may be shorter)."""
 
-    ``log_p`` is ``[rows, vocab]``, ``uniforms`` ``[rows]`` in ``[0, 1)``; all of it stays on
-    ``log_p``'s device (a cumulative sum in float64, one batched binary search), so per token
-    only the ``rows`` chosen ids exist as a result. Token ``i`` is picked with probability
-    ``p_i / sum(p)``; a token of probability 0 (cut by top-k or top-p) never is, as the search
-    lands on the first position where the sum has grown past the target.
+
+def draw_rows(log_p: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row by inverse CDF: the first token whose running total of probability passes the row's uniform.
+
+    ``log_p`` is ``[rows, vocab]``, ``uniforms`` ``[rows]`` in ``[0, 1)``, and everything stays
+    on ``log_p``'s device: per token only the ``rows`` chosen ids exist as a result. Two levels,
+    so no running total over the whole vocabulary is needed: the block of :data:`BLOCK` tokens
+    is drawn from the blocks' masses, then the token within it, from where the uniform fell in
+    that block's share. Token ``i`` is picked with probability ``p_i / sum(p)``; a token of
+    probability 0 (cut by top-k or top-p) never is.
     """
-    cdf = log_p.exp().cumsum(dim=-1, dtype=torch.float64)
-    total = cdf[:, -1:]
+    probs = log_p.exp()
+    rows, vocab = probs.shape
+    whole = vocab // BLOCK * BLOCK
+    masses = [probs[:, :whole].reshape(rows, -1, BLOCK).sum(dim=-1)] if whole else []
+    if whole < vocab:
+        masses.append(probs[:, whole:].sum(dim=-1, keepdim=True))
+    block, within = _inverse_cdf(torch.cat(masses, dim=-1), uniforms.to(torch.float64))
+    ids = block[:, None] * BLOCK + torch.arange(BLOCK, device=probs.device)
+    in_vocab = ids < vocab
+    chosen = probs.gather(-1, ids.clamp(max=vocab - 1)) * in_vocab  # past the vocabulary: probability 0
+    offset, _ = _inverse_cdf(chosen, within)
+    return block * BLOCK + offset
+
+
+def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, the first index whose running total (float64) passes ``uniforms`` times the row's total.
+
+    Also returns where in that index's own weight the target fell, as a fraction in ``[0, 1]``:
+    a uniform again, given the index, for the next level. The search lands where the total
+    grows past the target, so an index of weight 0 is never returned.
+    """
+    running = weights.cumsum(dim=-1, dtype=torch.float64)
+    total = running[:, -1:]
     below_total = torch.nextafter(total, torch.zeros_like(total))  # a uniform near 1 can round up to the total
-    target = torch.minimum(uniforms.to(torch.float64)[:, None] * total, below_total)
-    return torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    target = torch.minimum(uniforms[:, None] * total, below_total)
+    index = torch.searchsorted(running, target, right=True)
+    after = running.gather(-1, index)
+    weight = weights.gather(-1, index).to(torch.float64)
+    within = ((target - (after - weight)) / weight).clamp(0.0, 1.0)
+    return index.squeeze(-1), within.squeeze(-1)
 
 
 def keeps_last_logits(model: Any) -> bool:
