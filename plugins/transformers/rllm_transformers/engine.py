@@ -75,7 +75,7 @@ class SampleRequest:
     max_tokens: int
     future: asyncio.Future[Generation]
     generator: torch.Generator
-    """The stream this row's tokens are drawn from (the episode's, or the engine's own)."""
+    """Where this row's uniforms come from, ``max_tokens`` of them per call (the episode's, or the engine's own)."""
 
 
 def sampling_log_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
