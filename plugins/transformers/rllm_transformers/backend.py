@@ -59,7 +59,7 @@ try:  # the extra first: without it, selecting the backend is one line naming th
     from rllm_transformers.distributed import Distributed
     from rllm_transformers.distributed import start as start_distributed
     from rllm_transformers.engine import Sampling, TransformersEngine
-    from rllm_transformers.model import TINY, default_threads, has_digit_ids, load_policy, set_training
+    from rllm_transformers.model import TINY, default_threads, has_digit_ids, load_policy, set_training, token_limits
     from rllm_transformers.rewards import check_estimators_see_the_penalty, subtract_from_rewards
 except ImportError as exc:
     raise missing_extra_error(exc) from None
@@ -325,6 +325,7 @@ class TransformersBackend(BackendProtocol):
         new weights through the run's weight sync (and :meth:`on_train_start` the first ones).
         """
         options = self.options
+        max_new_tokens, max_prompt_length = token_limits(options, self.model)
         servers = [str(url) for url in self.config.rllm.rollout.openai.base_url]
         if servers:
             if self.distributed is not None:
@@ -341,8 +342,8 @@ class TransformersBackend(BackendProtocol):
             self.engine = OpenAIEngine.from_config(
                 self.config,
                 self.tokenizer,
-                max_prompt_length=int(options.max_prompt_length),
-                max_response_length=int(options.max_new_tokens),
+                max_prompt_length=max_prompt_length,
+                max_response_length=max_new_tokens,
                 sampling_params=params,
                 greedy_validation=bool(options.greedy_validation),
                 seed=int(options.seed),
@@ -355,8 +356,8 @@ class TransformersBackend(BackendProtocol):
             self.device,
             self.sample_rng,
             self.sampling(),
-            max_new_tokens=int(options.max_new_tokens),
-            max_prompt_length=int(options.max_prompt_length),
+            max_new_tokens=max_new_tokens,
+            max_prompt_length=max_prompt_length,
             greedy_validation=bool(options.greedy_validation),
         )
         return self.engine

@@ -129,13 +129,23 @@ TRANSFORMERS_KEYS = (
     ConfigKey("temperature", "float", 1.0, "Sampling temperature.", minimum=0, above=True),
     ConfigKey("top_p", "float", 1.0, "Nucleus sampling mass; 1: off.", minimum=0, maximum=1, above=True),
     ConfigKey("top_k", "int", 0, "Sample among the k likeliest tokens; 0: off.", minimum=0),
-    ConfigKey("max_new_tokens", "int", 16, "Most tokens one generate() call returns (EOS stops earlier).", minimum=1),
+    ConfigKey(
+        "max_new_tokens",
+        "int",
+        None,
+        "Most tokens one generate() call returns (EOS stops earlier); null: a sixteenth of the model's context "
+        "(max_position_embeddings), at most 4096 (the tiny models: 16).",
+        minimum=1,
+        nullable=True,
+    ),
     ConfigKey(
         "max_prompt_length",
         "int",
-        512,
-        "Longer prompts are not generated: the workflow ends with max_prompt_length_exceeded.",
+        None,
+        "Longer prompts are not generated: the workflow ends with max_prompt_length_exceeded; null: what the "
+        "model's context leaves after max_new_tokens, at least 512 (the tiny models: 512).",
         minimum=1,
+        nullable=True,
     ),
     ConfigKey("greedy_validation", "bool", True, "Validation answers greedily (argmax) instead of sampling."),
     ConfigKey(
