@@ -1,17 +1,20 @@
-"""What per-episode random streams cost the transformers engine: one token's draw for a batch of rows.
+"""What drawing one token per row costs the transformers engine at a real vocabulary: host draw vs device draw.
 
-The engine draws each row's token with that row's own generator (the episode's), so an
-episode's samples do not depend on its batch neighbours. Three ways to draw one token per
-row over the tiny model's vocabulary (15 tokens), one torch thread:
+Each row's randomness comes from its own episode's generator, so an episode's samples do not
+depend on its batch neighbours. Two ways to keep that, timed per generated token on the same
+``[rows, vocab]`` log-probabilities (Qwen's vocabulary, 151,936, by default):
 
-1. one batched ``torch.multinomial`` with one generator (what the engine did before: every row
-   from one stream);
-2. ``torch.multinomial`` once per row, each row its generator;
-3. :func:`rllm_transformers.engine.draw_rows` (what the engine does): each row's exponential
-   numbers from its generator, one division and argmax for the batch.
+1. ``host`` (the engine before): the probabilities copied to the host, one exponential number
+   per token from each row's CPU generator in a Python loop over the rows, ``argmax(p / e)``;
+2. ``device`` (the engine now, :mod:`rllm_transformers.engine`): each row's uniforms drawn
+   once per call of ``--tokens`` tokens (:func:`row_uniforms`, its cost spread over those
+   tokens and included), then per token one inverse-CDF draw for the batch on the device
+   (:func:`draw_rows`).
 
-Each figure is the median of ``--rounds`` rounds of 400 draws. Needs ``pip install
-'rllm[transformers]'``; ``python bench/transformers_draws.py``.
+Both run in the same process on the same tensors; the ratio is host / device. Each figure is
+the median of ``--rounds`` timed draws (after one untimed). One torch thread on the CPU.
+Needs ``pip install 'rllm[transformers]'``; ``python bench/transformers_draws.py`` (about a
+minute on one CPU core), ``--device cuda`` on a GPU.
 """
 
 from __future__ import annotations
@@ -19,56 +22,71 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
-from rllm_transformers.engine import draw_rows
+from rllm_transformers.engine import draw_rows, row_uniforms
 
-VOCAB = 15
-DRAWS = 400
+VOCAB = 151_936
+ROWS = (8, 64, 256)
 
 
-def _microseconds(draw: Callable[[], torch.Tensor], rounds: int) -> float:
-    for _ in range(50):
-        draw()
+def host_draw(log_p: torch.Tensor, alive: torch.Tensor, generators: Sequence[torch.Generator]) -> torch.Tensor:
+    """The engine's draw before: per token, ``[rows, vocab]`` to the host and one generator call per row."""
+    probs = log_p.exp().cpu()
+    race = torch.ones_like(probs)
+    live = alive.cpu().tolist()
+    for draws, generator, drawing in zip(race.unbind(), generators, live, strict=True):
+        if drawing:
+            draws.exponential_(generator=generator)
+    token = (probs / race).argmax(dim=-1)
+    return torch.where(torch.tensor(live), token, 0).to(log_p.device)
+
+
+def _seconds(draw: Callable[[], object], rounds: int, sync: Callable[[], None]) -> float:
+    draw()
+    sync()
     series = []
     for _ in range(rounds):
         start = time.perf_counter()
-        for _ in range(DRAWS):
-            draw()
-        series.append((time.perf_counter() - start) / DRAWS * 1e6)
+        draw()
+        sync()
+        series.append(time.perf_counter() - start)
     return statistics.median(series)
 
 
-def measure(rows: int, rounds: int) -> dict[str, float]:
-    log_p = torch.log_softmax(torch.randn(rows, VOCAB, generator=torch.Generator().manual_seed(rows)), -1)
-    alive = torch.ones(rows, dtype=torch.bool)
-    one = torch.Generator().manual_seed(0)
-    own = [torch.Generator().manual_seed(row) for row in range(rows)]
-    ways: dict[str, Callable[[], torch.Tensor]] = {
-        "batched multinomial": lambda: torch.multinomial(log_p.exp(), 1, generator=one).squeeze(-1),
-        "multinomial per row": lambda: torch.stack(
-            [torch.multinomial(log_p[row].exp(), 1, generator=own[row])[0] for row in range(rows)]
-        ),
-        "draw_rows": lambda: draw_rows(log_p, alive, own, VOCAB - 1),
-    }
-    return {name: _microseconds(draw, rounds) for name, draw in ways.items()}
+def measure(rows: int, vocab: int, tokens: int, rounds: int, device: torch.device) -> tuple[float, float]:
+    """Milliseconds per generated token: (host, device)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(rows)).to(device)
+    log_p = torch.log_softmax(logits, dim=-1)
+    alive = torch.ones(rows, dtype=torch.bool, device=device)
+    generators = [torch.Generator().manual_seed(row) for row in range(rows)]
+    host = _seconds(lambda: host_draw(log_p, alive, generators), rounds, sync)
+    per_call = _seconds(lambda: row_uniforms(generators, [tokens] * rows, device), rounds, sync)
+    noise = row_uniforms(generators, [tokens] * rows, device)
+    on_device = _seconds(lambda: draw_rows(log_p, noise[:, 0]), rounds, sync) + per_call / tokens
+    return host * 1e3, on_device * 1e3
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--vocab", type=int, default=VOCAB)
+    parser.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
+    parser.add_argument("--tokens", type=int, default=256, help="tokens per call (the uniforms are drawn per call)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    print(f"one token per row, vocabulary {VOCAB}, median of {args.rounds} rounds of {DRAWS} draws (µs per draw)")
-    print(f"{'rows':>6}{'batched multinomial':>22}{'multinomial per row':>22}{'draw_rows':>12}")
-    for rows in (8, 32, 160):
-        times = measure(rows, args.rounds)
-        print(
-            f"{rows:>6}{times['batched multinomial']:>22.1f}{times['multinomial per row']:>22.1f}"
-            f"{times['draw_rows']:>12.1f}"
-        )
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU, one thread"
+    print(f"one token per row, vocabulary {args.vocab:,}, {name}; median of {args.rounds} (ms per generated token)")
+    print(f"{'rows':>6}{'host (before)':>16}{'device (now)':>15}{'host / device':>16}")
+    for rows in args.rows:
+        host, on_device = measure(rows, args.vocab, args.tokens, args.rounds, device)
+        print(f"{rows:>6}{host:>16.2f}{on_device:>15.3f}{host / on_device:>15.1f}x")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from copy import deepcopy
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -213,6 +214,10 @@ class Step:
         )
 
 
+_NUMBER_LISTS = ("prompt_ids", "response_ids", "logprobs", "advantage", "completion_ids", "prompt_logprobs")
+"""The fields of a step and of its model output that hold lists of plain numbers (token ids, log-probs, advantages)."""
+
+
 @_metadata_alias
 @dataclass
 class Trajectory:
@@ -235,6 +240,22 @@ class Trajectory:
 
     def __post_init__(self, metadata: dict[str, Any] | None) -> None:
         _take_metadata(self, metadata)
+
+    def snapshot(self) -> Trajectory:
+        """A deep copy, made cheaply: each step's token lists (and its model output's) are copied flat.
+
+        What a workflow commits must not change when its agent goes on; ``deepcopy`` walks every
+        token id through its memo, while ids and log-probs are plain numbers that a flat
+        ``list`` copy already separates. Everything else is deep-copied as before.
+        """
+        memo: dict[int, Any] = {}
+        for step in self.steps:
+            for holder in (step, step.model_output):
+                for name in _NUMBER_LISTS:
+                    value = getattr(holder, name, None)
+                    if type(value) is list:
+                        memo[id(value)] = list(value)
+        return deepcopy(self, memo)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict with rLLM's keys, steps included."""

@@ -227,6 +227,26 @@ def test_commit_keeps_copies_of_trajectories_with_steps_and_collect_adds_the_age
             workflow.commit(**wrong)
 
 
+def test_a_committed_trajectory_does_not_change_when_its_agent_goes_on() -> None:
+    """Token lists (the step's and its model output's), rewards, info and messages edited afterwards, in place."""
+    output = ModelOutput(text="7", prompt_ids=[1, 2], completion_ids=[3], logprobs=[-0.5])
+    step = Step(chat_completions=[{"role": "user", "content": "q"}], info={"tries": [1]}, model_output=output)
+    step.advantage = [0.25]
+    workflow = Workflow(rollout_engine=None)
+    workflow.commit(name="kept", trajectory=Trajectory(steps=[step]))
+    for ids in (step.prompt_ids, step.response_ids, step.logprobs, step.advantage, output.prompt_ids):
+        ids.append(99)
+    output.completion_ids.append(99)
+    step.reward = 5.0
+    step.info["tries"].append(2)
+    step.chat_completions[0]["content"] = "changed"
+    kept = workflow.collect_trajectories().trajectories[0].steps[0]
+    assert (kept.prompt_ids, kept.response_ids, kept.logprobs, kept.advantage) == ([1, 2], [3], [-0.5], [0.25])
+    assert (kept.model_output.prompt_ids, kept.model_output.completion_ids) == ([1, 2], [3])
+    assert (kept.reward, kept.info, kept.chat_completions[0]["content"]) == (0.0, {"tries": [1]}, "q")
+    assert kept.model_output is not output and kept.prompt_ids is not step.prompt_ids
+
+
 def test_reset_resets_agents_and_environments_and_gives_the_agent_the_task() -> None:
     class Both(Workflow):
         def __init__(self, **kwargs: Any) -> None:

@@ -127,6 +127,21 @@ def test_chat_needs_prompt_ids_and_log_probs(stub: Stub) -> None:
     assert "without choices[0].logprobs.content" in _one_line(caught)
 
 
+def test_seed_requests_false_sends_no_seed_but_a_callers_own(stub: Stub) -> None:
+    stub.reply = lambda path, body: (200, MODELS) if path == "/v1/models" else (200, completion([1], [0.0]))
+    engine = OpenAIEngine(base_url=f"{stub.root}/v1", retry_backoff=0.01, seed_requests=False)
+
+    async def run() -> None:
+        view = engine.for_episode(3)
+        await view.generate([1])
+        await engine.generate([1])
+
+    asyncio.run(run())
+    bodies = [body for path, body in stub.seen if path == "/v1/completions"]
+    assert len(bodies) == 2 and all("seed" not in body for body in bodies)
+    assert engine._sampling(5, {"seed": 7})["seed"] == 7  # a get_model_response(seed=7) still sends its own
+
+
 def test_episodes_stick_to_one_server_and_seed_their_requests(stub: Stub) -> None:
     with stub_server() as other:
         for server in (stub, other):

@@ -17,13 +17,14 @@ from extras import skip_module_without
 
 skip_module_without("torch", "transformers", "safetensors", install="pip install 'rllm[transformers]' (CI does)")
 
+import numpy as np
 import torch
 from omegaconf import OmegaConf
 from torch.overrides import TorchFunctionMode
 
 from rllm.engine import Generation
 from rllm_transformers.batch import token_log_probs
-from rllm_transformers.engine import Sampling, TransformersEngine
+from rllm_transformers.engine import Sampling, TransformersEngine, draw_rows
 from rllm_transformers.model import tiny_model
 
 VOCAB = 151_936
@@ -111,6 +112,21 @@ def test_no_generated_token_moves_more_than_rows_elements_to_the_host() -> None:
     total = sum(elements for _, elements in recorder.copies)
     assert largest <= rows * steps, recorder.copies
     assert total <= 4 * rows * steps, (total, recorder.copies)
+
+
+def test_each_draw_is_the_plain_inverse_cdf_of_its_uniform() -> None:
+    """32 rows of random logits at this vocabulary against numpy's float64 running total and binary search."""
+    rows = 32
+    logits = 3.0 * torch.randn(rows, VOCAB, generator=torch.Generator().manual_seed(5))
+    logits[:, 1000:1100] = float("-inf")  # a cut-away run inside a block
+    log_p = torch.log_softmax(logits, dim=-1)
+    uniforms = torch.rand(rows, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    drawn = draw_rows(log_p, uniforms).tolist()
+    for row in range(rows):
+        running = np.cumsum(log_p[row].exp().double().numpy())
+        expected = int(np.searchsorted(running, float(uniforms[row]) * running[-1], side="right"))
+        assert drawn[row] == expected, row
+    assert len(set(drawn)) > rows // 2
 
 
 def test_the_first_forward_computes_the_last_positions_logits_only() -> None:

@@ -119,6 +119,20 @@ def test_a_rows_draw_follows_its_distribution() -> None:
     assert bool(((counts - n * p).abs()[:4] <= 4.5 * sigma[:4]).all()), counts.tolist()
 
 
+def test_a_draw_across_blocks_follows_its_distribution() -> None:
+    """2,500 tokens (two whole blocks of 1,024 and a shorter last one), mass on both sides of each block boundary."""
+    p = torch.zeros(2500)
+    p[[5, 1023, 1024, 2047, 2048, 2499]] = torch.tensor([0.1, 0.25, 0.2, 0.05, 0.15, 0.25])
+    n = 8000
+    uniforms = row_uniforms([torch.Generator().manual_seed(seed) for seed in range(n)], [1] * n, torch.device("cpu"))
+    tokens = draw_rows(torch.log(p).expand(n, -1), uniforms[:, 0])
+    counts = torch.bincount(tokens, minlength=2500).double()
+    kept = p > 0
+    assert counts[~kept].sum() == 0
+    sigma = (n * p * (1 - p)).double().sqrt()
+    assert bool(((counts - n * p).abs()[kept] <= 4.5 * sigma[kept]).all()), counts[kept].tolist()
+
+
 def test_the_edges_of_the_unit_interval_never_pick_a_token_cut_away() -> None:
     """u = 0 takes the first kept token, u just below 1 the last kept one, past any zeros on either side."""
     p = torch.tensor([[0.0, 0.25, 0.0, 0.75, 0.0, 0.0]] * 2)

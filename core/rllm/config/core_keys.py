@@ -560,6 +560,12 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         minimum=0,
     ),
     _count("rllm.rollout.openai.max_concurrency", 64, "Requests in flight at once, over all servers."),
+    _bool_key(
+        "rllm.rollout.openai.seed_requests",
+        True,
+        "Send each request a seed drawn from its episode's seed, so a server that honours seeds samples the same "
+        "episodes again; false sends none (vLLM then skips its slower per-request generators, episodes do not repeat).",
+    ),
     ConfigKey(
         "rllm.rollout.openai.weight_sync",
         "str",

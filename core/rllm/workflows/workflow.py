@@ -18,7 +18,6 @@ import traceback
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
-from copy import deepcopy
 from functools import partial
 from typing import Any, cast
 
@@ -119,7 +118,7 @@ class Workflow:
         if name:
             kept.name = name
         if kept.steps:
-            self._completed_trajectories.append(deepcopy(kept))
+            self._completed_trajectories.append(kept.snapshot())
         if agent is not None and reset:
             agent.reset()
 
@@ -130,7 +129,7 @@ class Workflow:
         for agent in self._members(BaseAgent):
             current = agent.trajectory
             if current.steps and current.uid not in committed:
-                trajectories.append(deepcopy(current))
+                trajectories.append(current.snapshot())
         return Episode(trajectories=trajectories)
 
     def compute_trajectory_reward(self, trajectory: Trajectory) -> None:

@@ -54,7 +54,7 @@ try:  # the extra first: without it, selecting the backend is one line naming th
     from rllm_transformers.engine import Sampling, TransformersEngine
     from rllm_transformers.logprobs import TokenScores, score_tokens
     from rllm_transformers.lora import AdaptersOff, add_adapters, load_adapter, lora_settings, merged_weights, trainable
-    from rllm_transformers.model import TINY, default_threads, has_digit_ids, load_policy, set_training
+    from rllm_transformers.model import TINY, default_threads, has_digit_ids, load_policy, set_training, token_limits
     from rllm_transformers.rewards import check_estimators_see_the_penalty, subtract_from_rewards
     from rllm_transformers.weights import load_checked
 except ImportError as exc:
@@ -363,6 +363,7 @@ class TransformersBackend(BackendProtocol):
         new weights through the run's weight sync (and :meth:`on_train_start` the first ones).
         """
         options = self.options
+        max_new_tokens, max_prompt_length = token_limits(options, self.model)
         servers = [str(url) for url in self.config.rllm.rollout.openai.base_url]
         if servers:
             if self.distributed is not None:
@@ -379,8 +380,8 @@ class TransformersBackend(BackendProtocol):
             self.engine = OpenAIEngine.from_config(
                 self.config,
                 self.tokenizer,
-                max_prompt_length=int(options.max_prompt_length),
-                max_response_length=int(options.max_new_tokens),
+                max_prompt_length=max_prompt_length,
+                max_response_length=max_new_tokens,
                 sampling_params=params,
                 greedy_validation=bool(options.greedy_validation),
                 seed=int(options.seed),
@@ -393,8 +394,8 @@ class TransformersBackend(BackendProtocol):
             self.device,
             self.sample_rng,
             self.sampling(),
-            max_new_tokens=int(options.max_new_tokens),
-            max_prompt_length=int(options.max_prompt_length),
+            max_new_tokens=max_new_tokens,
+            max_prompt_length=max_prompt_length,
             greedy_validation=bool(options.greedy_validation),
         )
         return self.engine

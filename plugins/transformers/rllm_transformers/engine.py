@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from transformers import DynamicCache
 
 from rllm.engine import (
@@ -74,7 +75,7 @@ class SampleRequest:
     max_tokens: int
     future: asyncio.Future[Generation]
     generator: torch.Generator
-    """The stream this row's tokens are drawn from (the episode's, or the engine's own)."""
+    """Where this row's uniforms come from, ``max_tokens`` of them per call (the episode's, or the engine's own)."""
 
 
 def sampling_log_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
@@ -101,27 +102,55 @@ def row_uniforms(generators: Sequence[torch.Generator], counts: Sequence[int], d
     next call continues where this one left it. One small host tensor crosses to the device;
     nothing is drawn per token.
     """
-    width = max(counts)
-    noise = torch.zeros((len(counts), width), dtype=torch.float64)
-    for row, (generator, count) in enumerate(zip(generators, counts, strict=True)):
-        noise[row, :count] = torch.rand(count, dtype=torch.float64, generator=generator)
+    drawn = [torch.rand(count, dtype=torch.float64, generator=g) for g, count in zip(generators, counts, strict=True)]
+    noise = torch.stack(drawn) if len(set(counts)) == 1 else pad_sequence(drawn, batch_first=True)
     return torch.as_tensor(noise, device=device)
 
 
-def draw_rows(log_p: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """One token per row by inverse CDF: the first token whose cumulative probability exceeds the row's uniform.
+BLOCK = 1024
+"""Above this many tokens :func:`draw_rows` draws in two levels: a block of this many tokens, then a token in it."""
 
-    ``log_p`` is ``[rows, vocab]``, ``uniforms`` ``[rows]`` in ``[0, 1)``; all of it stays on
-    ``log_p``'s device (a cumulative sum in float64, one batched binary search), so per token
-    only the ``rows`` chosen ids exist as a result. Token ``i`` is picked with probability
-    ``p_i / sum(p)``; a token of probability 0 (cut by top-k or top-p) never is, as the search
-    lands on the first position where the sum has grown past the target.
+
+def draw_rows(log_p: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row by inverse CDF: the first token whose running total of probability passes the row's uniform.
+
+    ``log_p`` is ``[rows, vocab]``, ``uniforms`` ``[rows]`` in ``[0, 1)``, and everything stays
+    on ``log_p``'s device: per token only the ``rows`` chosen ids exist as a result. A large
+    vocabulary is drawn in two levels, so no running total over all of it is needed: the
+    block of :data:`BLOCK` tokens from the blocks' masses, then the token within it, from where
+    the uniform fell in that block's share. Token ``i`` is picked with probability
+    ``p_i / sum(p)``; a token of probability 0 (cut by top-k or top-p) never is.
     """
-    cdf = log_p.exp().cumsum(dim=-1, dtype=torch.float64)
-    total = cdf[:, -1:]
+    probs = log_p.exp()
+    rows, vocab = probs.shape
+    uniforms = uniforms.to(torch.float64)[:, None]
+    if vocab <= BLOCK:
+        return _search(probs, uniforms)[0].squeeze(-1)
+    whole = vocab // BLOCK * BLOCK
+    parts = [probs[:, :whole].reshape(rows, -1, BLOCK).sum(dim=-1)]
+    if whole < vocab:
+        parts.append(probs[:, whole:].sum(dim=-1, keepdim=True))
+    masses = torch.cat(parts, dim=-1)
+    block, running, target = _search(masses, uniforms)
+    # where the target fell within the block's mass, as a fraction: given the block, a uniform again
+    mass = masses.gather(-1, block).to(torch.float64)
+    within = ((target - (running.gather(-1, block) - mass)) / mass).clamp(0.0, 1.0)
+    ids = block * BLOCK + torch.arange(BLOCK, device=probs.device)
+    chosen = probs.gather(-1, ids.clamp(max=vocab - 1)) * (ids < vocab)  # past the vocabulary: probability 0
+    return (block * BLOCK + _search(chosen, within)[0]).squeeze(-1)
+
+
+def _search(weights: torch.Tensor, uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row, the first index whose running total (float64) passes ``uniforms`` (``[rows, 1]``) times the total.
+
+    Returns the index and the target (``[rows, 1]`` each) and the running totals. The search
+    lands where the total grows past the target, so an index of weight 0 is never returned.
+    """
+    running = weights.cumsum(dim=-1, dtype=torch.float64)
+    total = running[:, -1:]
     below_total = torch.nextafter(total, torch.zeros_like(total))  # a uniform near 1 can round up to the total
-    target = torch.minimum(uniforms.to(torch.float64)[:, None] * total, below_total)
-    return torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    target = torch.minimum(uniforms * total, below_total)
+    return torch.searchsorted(running, target, right=True), running, target
 
 
 def keeps_last_logits(model: Any) -> bool:

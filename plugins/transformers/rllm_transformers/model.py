@@ -155,6 +155,26 @@ def tiny_model(
     return AutoModelForCausalLM.from_config(config)
 
 
+DEFAULT_CONTEXT = 2048
+"""The context assumed for a model whose config names no ``max_position_embeddings``."""
+REPLY_SHARE, MOST_REPLY, LEAST_PROMPT = 16, 4096, 512
+
+
+def token_limits(options: DictConfig, model: PreTrainedModel) -> tuple[int, int]:
+    """``rllm.transformers.max_new_tokens`` and ``max_prompt_length``; where null, from the model's context.
+
+    A reply may take a sixteenth of the context (``max_position_embeddings``), at most 4,096
+    tokens, and a prompt what the context leaves, at least 512: the tiny models (and warm starts
+    saved from them), with a context of 256, get 16 and 512; Qwen2.5's 32,768 gives 2,048 and 30,720.
+    """
+    context = int(getattr(model.config, "max_position_embeddings", None) or DEFAULT_CONTEXT)
+    chosen = options.get("max_new_tokens")
+    new_tokens = max(1, min(context // REPLY_SHARE, MOST_REPLY)) if chosen is None else int(chosen)
+    chosen = options.get("max_prompt_length")
+    prompt = max(LEAST_PROMPT, context - new_tokens) if chosen is None else int(chosen)
+    return new_tokens, prompt
+
+
 def resolve_device(requested: str) -> torch.device:
     if requested == "cuda" and not torch.cuda.is_available():
         raise ConfigError(

@@ -170,13 +170,23 @@ TRANSFORMERS_KEYS = (
     TEMPERATURE_KEY,
     TOP_P_KEY,
     ConfigKey("top_k", "int", 0, "Sample among the k likeliest tokens; 0: off.", minimum=0),
-    ConfigKey("max_new_tokens", "int", 16, "Most tokens one generate() call returns (EOS stops earlier).", minimum=1),
+    ConfigKey(
+        "max_new_tokens",
+        "int",
+        None,
+        "Most tokens one generate() call returns (EOS stops earlier); null: a sixteenth of the model's context "
+        "(max_position_embeddings), at most 4096 (the tiny models: 16).",
+        minimum=1,
+        nullable=True,
+    ),
     ConfigKey(
         "max_prompt_length",
         "int",
-        512,
-        "Longer prompts are not generated: the workflow ends with max_prompt_length_exceeded.",
+        None,
+        "Longer prompts are not generated: the workflow ends with max_prompt_length_exceeded; null: what the "
+        "model's context leaves after max_new_tokens, at least 512 (the tiny models: 512).",
         minimum=1,
+        nullable=True,
     ),
     ConfigKey("greedy_validation", "bool", True, "Validation answers greedily (argmax) instead of sampling."),
     ConfigKey(

@@ -11,7 +11,8 @@ sent as messages to ``/v1/chat/completions`` (``endpoint="chat"``).
 
 Each episode's view (:meth:`OpenAIEngine.for_episode`) sticks to one server (its session id
 picks it, and is sent as the request's ``user``) and seeds each request from the episode's
-seed, so a server that honours ``seed`` samples the same episode whatever else it serves. A
+seed, so a server that honours ``seed`` samples the same episode whatever else it serves
+(``seed_requests=False`` sends no seed: vLLM's faster shared generator, episodes that do not repeat). A
 request that gets no answer, a timeout, a 5xx or a 429 is retried ``api_retries`` times with
 doubling back-off (a loop of its own, not tenacity: that is no dependency of the core, and the loop also
 notes whether an attempt went unanswered, which :attr:`OpenAIEngine.resync` needs), then fails with one
@@ -85,6 +86,7 @@ class OpenAIEngine(RolloutEngine):
         endpoint: str | None = None,
         greedy_validation: bool = False,
         seed: int = 0,
+        seed_requests: bool = True,
     ) -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls or not all(isinstance(url, str) and url.startswith(("http://", "https://")) for url in urls):
@@ -112,6 +114,8 @@ class OpenAIEngine(RolloutEngine):
         self.is_validation = False
         self.weight_version = 0
         self.rng = random.Random(seed)
+        self.seed_requests = bool(seed_requests)
+        """Whether requests carry a seed (``rllm.rollout.openai.seed_requests``); a caller's ``seed`` goes anyway."""
         self.requests = 0
         self._connected = False
         self._connecting = threading.Lock()
@@ -152,6 +156,7 @@ class OpenAIEngine(RolloutEngine):
             endpoint=str(options.endpoint),
             greedy_validation=greedy_validation,
             seed=seed,
+            seed_requests=bool(options.seed_requests),
         )
         engine.connect()
         return engine
@@ -336,7 +341,8 @@ class OpenAIEngine(RolloutEngine):
 
     # -- the requests ----------------------------------------------------------------------------
     def _sampling(self, seed: int, overrides: dict[str, Any]) -> dict[str, Any]:
-        params = {**self.sampling_params, "seed": seed, **overrides}
+        seeded = {"seed": seed} if self.seed_requests else {}
+        params = {**self.sampling_params, **seeded, **overrides}
         if self.is_validation and self.greedy_validation:
             params["temperature"] = 0.0
         return params
