@@ -294,7 +294,7 @@ def _nest_layer(layer: DictConfig, schema: Schema, source: str) -> DictConfig:
 
 
 def save_config(config: DictConfig, run_dir: Path) -> Path:
-    """Write ``config`` as ``run_dir/config.yaml``; ``rllm train -c`` on it runs the same experiment."""
+    """Write ``config`` as ``run_dir/config.yaml``; ``rllm train -c`` on it runs (resumes) the same experiment."""
     from rllm.io import write_atomic
 
     path = run_dir / CONFIG_FILE
