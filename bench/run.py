@@ -329,7 +329,7 @@ def _page(body: str, quick: bool) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes: 20-40 s on 2 cores instead of about 25 minutes")
+    parser.add_argument("--quick", action="store_true", help="small sizes: 20-40 s on 2 cores, not 25 min")
     parser.add_argument("--docs", action="store_true", help=f"also write the figures to {DOCS_PAGE.name} in docs/")
     parser.add_argument(
         "--vllm-python",
