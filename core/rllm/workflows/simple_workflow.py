@@ -3,7 +3,7 @@
 Code written for rLLM (``from rllm.workflows.simple_workflow import SimpleWorkflow``, or
 ``WORKFLOW_CLASS_MAPPING["simple_workflow"]``) runs unchanged: the prompt is the task's
 ``messages``, else its ``question``, ``prompt`` or ``problem`` as one user message; the step
-keeps the model's whole :class:`~rllm.engine.ModelOutput` (the sampled ids and log-probs the
+keeps the model's whole ``ModelOutput`` (the sampled ids and log-probs the
 update trains on); the episode ends ``MAX_RESPONSE_LENGTH_EXCEEDED`` when the answer was cut
 by the token limit, ``ENV_DONE`` otherwise.
 """
