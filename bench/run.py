@@ -1,6 +1,7 @@
 """Advantage-estimation benchmark: vectorized kernels vs a per-group loop vs a plain copy, and collection.
 
-Run ``python bench/run.py`` (a few minutes) or ``python bench/run.py --quick`` (seconds). Times
+Run ``python bench/run.py`` (about 25 minutes on 2 cores, most of it the training benchmarks that run where
+torch and transformers are installed) or ``python bench/run.py --quick`` (20-40 s on 2 cores). Times
 are the best of several runs (the per-group loop runs once: it is slow); ratios to the copy are
 medians of paired runs, each timed right after a copy, because this machine's speed drifts. With
 numba installed (``rllm[fast]``) the kernel table shows the fast plugin's compiled kernels, which
@@ -328,7 +329,7 @@ def _page(body: str, quick: bool) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
+    parser.add_argument("--quick", action="store_true", help="small sizes: 20-40 s on 2 cores, not 25 min")
     parser.add_argument("--docs", action="store_true", help=f"also write the figures to {DOCS_PAGE.name} in docs/")
     parser.add_argument(
         "--vllm-python",

@@ -137,14 +137,24 @@ def says_one(task: dict[str, Any], action: Action) -> RewardOutput:
     return RewardOutput(reward=1.0 if action.action == "1" else 0.0)
 
 
+def _simple_workflow(where: str) -> type[Workflow]:
+    """rLLM's file as it is, or this project's class at rLLM's import path."""
+    if where == "rllm's file":
+        return upstream("simple_workflow").SimpleWorkflow
+    from rllm.workflows.simple_workflow import SimpleWorkflow
+
+    return SimpleWorkflow
+
+
+@pytest.mark.parametrize("where", ["rllm's file", "rllm.workflows.simple_workflow"])
 @pytest.mark.parametrize(
     ("finish_reason", "reason"),
     [("stop", TerminationReason.ENV_DONE), ("length", TerminationReason.MAX_RESPONSE_LENGTH_EXCEEDED)],
 )
 def test_simple_workflow_through_the_engine_gives_the_episode_it_committed(
-    finish_reason: str, reason: TerminationReason
+    finish_reason: str, reason: TerminationReason, where: str
 ) -> None:
-    cls = upstream("simple_workflow").SimpleWorkflow
+    cls = _simple_workflow(where)
     engine = WorkflowEngine(cls, {"reward_function": says_one}, Counting(finish_reason), retry_limit=0)
     task = {"question": "Say 1.", "uid": "q"}
     [episode] = asyncio.run(engine.execute_tasks([task], ["q"]))
@@ -258,3 +268,37 @@ def test_reset_resets_agents_and_environments_and_gives_the_agent_the_task() -> 
     workflow.reset({"question": "q"}, "u")
     assert workflow.agent.trajectory.steps == [] and workflow.agent.trajectory.task == {"question": "q"}
     assert workflow.is_multithread_safe()
+
+
+def test_simple_workflow_imports_at_rllms_path_and_from_rllms_table() -> None:
+    from rllm.trainer.env_agent_mappings import WORKFLOW_CLASS_MAPPING
+    from rllm.workflows.simple_workflow import SimpleWorkflow
+
+    assert WORKFLOW_CLASS_MAPPING["simple_workflow"] is SimpleWorkflow
+
+
+@pytest.mark.parametrize("where", ["rllm's file", "rllm.workflows.simple_workflow"])
+@pytest.mark.parametrize(
+    ("task", "prompt"),
+    [
+        ({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "m"}], "question": "q"}, None),
+        ({"question": "q", "prompt": "p", "problem": "r"}, "q"),
+        ({"prompt": "p", "problem": "r"}, "p"),
+        ({"problem": "r"}, "r"),
+    ],
+)
+def test_simple_workflow_reads_the_prompt_keys_in_rllms_order(where: str, task: dict, prompt: str | None) -> None:
+    cls = _simple_workflow(where)
+    engine = Counting("stop")
+    workflow = cls(rollout_engine=engine, reward_function=says_one)
+    with pytest.raises(TerminationEvent):
+        asyncio.run(workflow.run(dict(task), "u"))
+    expected = task["messages"] if prompt is None else [{"role": "user", "content": prompt}]
+    assert engine.calls[0][0] == expected
+
+
+@pytest.mark.parametrize("where", ["rllm's file", "rllm.workflows.simple_workflow"])
+def test_simple_workflow_refuses_a_task_without_a_prompt_as_a_value_error(where: str) -> None:
+    workflow = _simple_workflow(where)(rollout_engine=Counting("stop"), reward_function=says_one)
+    with pytest.raises(ValueError, match="messages"):
+        asyncio.run(workflow.run({"answer": 1}, "u"))

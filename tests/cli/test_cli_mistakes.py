@@ -152,6 +152,20 @@ def test_full_device_is_one_error_line(tmp_path: Path, argv: list[str], prefix: 
     assert err.strip() == f"{prefix}: error: Could not write standard output: No space left on device."
 
 
+def test_a_training_run_on_a_full_device_is_one_error_line(tmp_path: Path) -> None:
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(
+            [*COMMAND, "train", "rllm.trainer.total_batches=2"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            cwd=tmp_path,
+            timeout=300,
+        )
+    err = done.stderr.decode()
+    assert done.returncode == 1 and "Exception ignored" not in err, err
+    assert err.strip() == "rllm train: error: Could not write standard output: No space left on device."
+
+
 def test_broken_pipe_exits_quietly(tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps({"group_id": i // 4, "reward": i % 3}) + "\n" for i in range(100_000)))

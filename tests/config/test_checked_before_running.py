@@ -67,7 +67,7 @@ def test_rllm_train_refuses_a_misspelt_option_before_writing(
     assert not run.exists()
 
 
-@pytest.mark.skipif(bool(missing("torch")), reason="torch not installed: pip install 'rllm[torch]'")
+@pytest.mark.skipif(bool(missing("torch")), reason="torch is not installed (pip install torch==2.13.0+cpu)")
 def test_rllm_train_refuses_dro_without_beta_before_writing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
     assert (
@@ -79,7 +79,7 @@ def test_rllm_train_refuses_dro_without_beta_before_writing(tmp_path: Path, caps
 
 
 def test_the_losses_api_refuses_a_missing_required_option() -> None:
-    torch = pytest.importorskip("torch", reason="torch not installed: pip install 'rllm[torch]'")
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0+cpu)")
     from rllm.losses import compute_policy_loss
 
     zeros = torch.zeros((1, 2))

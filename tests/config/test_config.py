@@ -251,3 +251,27 @@ def test_every_schema_key_has_a_doc_and_a_valid_default() -> None:
         assert key.doc.strip(), key.path
         if not (isinstance(key.default, str) and "${" in key.default):
             assert key.check(key.default) == key.default, key.path
+
+
+def _alias_bomb(levels: int) -> str:
+    lines = ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("omegaconf_bounds_it", [True, False])
+def test_yaml_alias_bombs_are_refused_whatever_omegaconf_bounds(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, omegaconf_bounds_it: bool
+) -> None:
+    """OmegaConf 2.3 (what rllm[verl] installs: hydra-core pins it) has no expansion bound of its own."""
+    from rllm.config import expansion
+    from rllm.errors import ConfigError
+
+    monkeypatch.setattr(expansion, "_BOUNDED", omegaconf_bounds_it and expansion._BOUNDED)
+    for name, text in (("bomb", _alias_bomb(12)), ("loop", "a: &x [1, *x]\n")):  # 10**12 nodes; an endless list
+        (tmp_path / f"{name}.yaml").write_text(text)
+        with pytest.raises(ConfigError, match="uses YAML aliases that expand to more than 10,000 nodes"):
+            load_config(tmp_path / f"{name}.yaml")
+    (tmp_path / "fine.yaml").write_text("rllm:\n  trainer: &t {total_batches: 3}\nother: *t\n")
+    with pytest.raises(ConfigError, match="other"):  # aliases within the bound read on (to the unknown key)
+        load_config(tmp_path / "fine.yaml")

@@ -15,7 +15,8 @@ Rules, so that documentation cannot rot:
   whose lines start with ``$ ``, each command's output (stdout and stderr) must equal the
   lines shown under it (a line ``...`` matches any lines); otherwise every line must succeed.
 - The scratch folder holds ``rollouts.jsonl`` (the bundled sample rollouts), the input
-  file the examples name.
+  file the examples name, and ``runs/rllm/default``, the run of the README's first command
+  (``rllm train``): every example must run after it, as in a reader's folder.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -135,9 +137,22 @@ RUNNER = textwrap.dedent(
 )
 
 
-def _scratch(tmp_path: Path) -> Path:
+@pytest.fixture(scope="session")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder in which the README's first command, ``rllm train``, ran: it holds ``runs/rllm/default``."""
+    folder = tmp_path_factory.mktemp("first-run")
+    command = [sys.executable, "-c", "import sys; from rllm.cli.main import main; sys.exit(main())", "train"]
+    done = subprocess.run(
+        [*command, "--no-progress"], cwd=folder, env=_environment(), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return folder
+
+
+def _scratch(tmp_path: Path, first_run: Path) -> Path:
     sample = resources.files("rllm.data").joinpath("sample_rollouts.jsonl").read_text(encoding="utf-8")
     (tmp_path / "rollouts.jsonl").write_text(sample, encoding="utf-8")
+    shutil.copytree(first_run / "runs", tmp_path / "runs")
     return tmp_path
 
 
@@ -166,7 +181,7 @@ def _skip_unmet(unmet: list[Block]) -> None:
 
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=_ids)
-def test_python_blocks_run(document: Path, tmp_path: Path) -> None:
+def test_python_blocks_run(document: Path, tmp_path: Path, first_run: Path) -> None:
     runnable, unmet = _runnable(document, PYTHON)
     if not runnable:
         _skip_unmet(unmet)
@@ -177,7 +192,7 @@ def test_python_blocks_run(document: Path, tmp_path: Path) -> None:
         input=payload,
         capture_output=True,
         text=True,
-        cwd=_scratch(tmp_path),
+        cwd=_scratch(tmp_path, first_run),
         env=_environment(),
         timeout=600,
         check=False,
@@ -236,8 +251,8 @@ def _run_shell(block: Block, cwd: Path) -> str | None:
 
 @pytest.mark.slow  # README.md's train block trains two runs
 @pytest.mark.parametrize("document", DOCUMENTS, ids=_ids)
-def test_shell_blocks_run(document: Path, tmp_path: Path) -> None:
-    cwd = _scratch(tmp_path)
+def test_shell_blocks_run(document: Path, tmp_path: Path, first_run: Path) -> None:
+    cwd = _scratch(tmp_path, first_run)
     runnable, unmet = _runnable(document, SHELL)
     for block in runnable:
         problem = _run_shell(block, cwd)

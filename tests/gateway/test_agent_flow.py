@@ -143,3 +143,19 @@ def test_bad_flow_and_evaluator_names_are_one_line_naming_the_key(tmp_path: Any)
         AgentTrainer(config=overrides).train()
     with pytest.raises(ConfigError, match=r"rllm.agent_flow.evaluator is set but rllm.agent_flow.flow is not"):
         AgentTrainer(config=["rllm.agent_flow.evaluator=test_agent_flow:Grader"]).train()
+
+
+def test_a_flow_module_in_the_current_directory_imports_without_pythonpath(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As under the `rllm` console script, whose path starts at its bin directory: the current one is searched too."""
+    import os
+    import sys
+
+    (tmp_path / "flows_beside_me.py").write_text("class Flow:\n    answer = 42\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd(), str(tmp_path))])
+    assert load_attr("flows_beside_me:Flow.answer", "rllm.agent_flow.flow") == 42
+    assert sys.path[-1] == str(tmp_path)  # last: an installed package of the same name would win
+    with pytest.raises(ConfigError, match=r"does not import .*run from the directory that holds it"):
+        load_attr("not_here_either:Flow", "rllm.agent_flow.flow")

@@ -256,3 +256,34 @@ def test_losses_coincide_at_ratio_one_as_docs_losses_md_says(mode: str) -> None:
     for name in alike:
         assert torch.allclose(gradient(name, **({"dro_beta": 0.1} if name == "dro" else {})), by_hand, atol=1e-8), name
     assert not torch.allclose(gradient("clip_cov"), by_hand, atol=1e-8)
+
+
+def test_the_plugin_loss_of_docs_losses_md_runs_without_a_warning(plugin_manager) -> None:  # type: ignore[no-untyped-def]
+    """The page's ``clipped_pg``, as written there, registered and run: no warning (a metric from a grad tensor)."""
+    import re
+    import warnings
+    from pathlib import Path
+
+    torch = _torch()
+    from rllm.losses import compute_policy_loss
+    from rllm.plugins.registry import LossEntry, Source
+    from rllm.toolkit import Option
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "losses.md").read_text(encoding="utf-8")
+    (source,) = re.findall(r"^def clipped_pg\(ctx\):\n(?:    .*\n)+", page, flags=re.MULTILINE)
+    namespace: dict = {"torch": torch}
+    exec(source, namespace)
+    clip = Option("clip", (float,), 0.2, "clip range of the ratio", minimum=0.0)
+    entry = LossEntry(name="clipped_pg", target=namespace["clipped_pg"], source=Source("runtime", "t"), options=(clip,))
+    plugin_manager.losses.add(entry)
+    old = -torch.rand(3, 4, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, metrics = compute_policy_loss(
+            "clipped_pg",
+            log_probs=(old + 0.1).requires_grad_(True),
+            old_log_probs=old,
+            advantages=torch.ones(3, 4, dtype=torch.float64),
+            response_mask=torch.ones(3, 4, dtype=torch.float64),
+        )
+    assert metrics["ratio_mean"] == pytest.approx(math.exp(0.1))

@@ -197,3 +197,40 @@ def test_an_unsupported_loss_for_a_role_is_named(make_config) -> None:
     config = make_config("+rllm.algorithm.loss_fn_map.checker=dro", "rllm.algorithm.loss_options.dro_beta=0.1")
     with pytest.raises(ConfigError, match=r"loss 'dro' of role 'checker'.*not supported by the embedded backend"):
         UnifiedTrainer(None, config, workflow_class=TwoRoleWorkflow, progress=False)
+
+
+def test_total_batches_beyond_total_epochs_warns_and_stops_where_the_epochs_end(make_config, train) -> None:
+    import math
+
+    from rllm.errors import RLLMWarning
+
+    config = make_config(
+        "rllm.trainer.total_batches=1000", "rllm.trainer.total_epochs=2", "rllm.data.train_batch_size=50"
+    )
+    with pytest.warns(RLLMWarning, match=r"rllm\.trainer\.total_batches=1000 is more than the \d+ steps") as caught:
+        trainer, metrics = train(config)
+    expected = 2 * math.ceil(len(trainer.train_dataset) / 50)
+    assert [r["step"] for r in metrics if "reward/solver/mean" in r][-1] == expected
+    (warning,) = [w for w in caught if "total_batches" in str(w.message)]
+    assert f"more than the {expected} steps that rllm.trainer.total_epochs=2 allows" in str(warning.message)
+
+
+def test_total_batches_within_total_epochs_does_not_warn(make_config, train) -> None:
+    import warnings
+
+    from rllm.errors import RLLMWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RLLMWarning)
+        train(make_config("rllm.trainer.total_batches=2"))
+
+
+def test_a_finished_run_started_again_says_it_is_complete_and_how_to_start_afresh(make_config, train, capsys) -> None:
+    config = make_config("rllm.trainer.total_batches=2")
+    train(config)
+    capsys.readouterr()
+    trainer, metrics = train(config)
+    err = capsys.readouterr().err
+    assert f"rllm: training already complete (2 steps) in {str(trainer.output_dir)!r}; nothing to do." in err
+    assert "rllm.trainer.resume_mode=disable" in err and "rllm.trainer.experiment_name" in err
+    assert [r["step"] for r in metrics if "reward/solver/mean" in r] == [1, 2]  # nothing trained again

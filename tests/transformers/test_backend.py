@@ -437,6 +437,48 @@ def test_a_model_directory_that_does_not_exist(tiny_config: MakeConfig, tmp_path
         UnifiedTrainer(None, tiny_config(f"rllm.transformers.model={tmp_path / 'nowhere'}"), progress=False)
 
 
+def _model_files(directory: Path, tokenizer: bool = True) -> Path:
+    """What save_pretrained leaves (the check reads only which files are there)."""
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text('{"model_type": "qwen2"}')
+    (directory / "model.safetensors").write_bytes(b"")
+    if tokenizer:
+        (directory / "tokenizer.json").write_text("{}")
+        (directory / "tokenizer_config.json").write_text("{}")
+    return directory
+
+
+def test_a_run_or_checkpoint_directory_names_the_model_directory_inside_it(
+    tiny_config: MakeConfig, tmp_path: Path
+) -> None:
+    run = tmp_path / "runs" / "rllm" / "tf"
+    step = run / "checkpoints" / "step_3"
+    _model_files(step / "model")
+    (step / "MANIFEST.json").write_text("{}")
+    (run / "checkpoints" / "latest").write_text("step_3")
+    expected = {
+        run: f"is an rllm run's directory; a checkpoint's model is inside it: rllm.transformers.model="
+        f"'{step / 'model'}' (the newest) (or resume the run with rllm train -c '{run / 'config.yaml'}').",
+        step: f"is a checkpoint of an rllm run; its model is the directory inside it: rllm.transformers.model="
+        f"'{step / 'model'}'.",
+        run / "checkpoints": "has no config.json: it is not a model directory;",
+    }
+    for given, message in expected.items():
+        with pytest.raises(ConfigError) as caught:
+            UnifiedTrainer(None, tiny_config(f"rllm.transformers.model={given}"), progress=False)
+        assert str(caught.value).startswith(f"rllm.transformers.model='{given}' {message}")
+        assert "\n" not in str(caught.value)
+
+
+def test_a_model_directory_without_tokenizer_files_is_refused_before_training(
+    tiny_config: MakeConfig, tmp_path: Path
+) -> None:
+    bare = _model_files(tmp_path / "bare", tokenizer=False)
+    with pytest.raises(ConfigError, match=r"^rllm\.transformers\.model='.*bare' has a model but no tokenizer files"):
+        UnifiedTrainer(None, tiny_config(f"rllm.transformers.model={bare}"), progress=False)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("metrics.jsonl"))
+
+
 def test_a_hub_id_without_network(tiny_config: MakeConfig, monkeypatch: pytest.MonkeyPatch) -> None:
     import huggingface_hub.constants
 

@@ -249,3 +249,19 @@ def test_a_lost_rank_stops_the_run_in_one_line_and_the_rerun_resumes_and_learns(
     assert steps == list(range(1, 26)), steps
     curve = [r["val/digit_max/pass@1"] for r in _records(run_dir, "val")]
     assert curve[0] <= 0.3 and curve[-1] >= 0.75, curve
+
+
+@pytest.mark.slow
+def test_when_rank_0_refuses_the_run_directory_rank_1_does_not_only_advise_running_again(tmp_path: Path) -> None:
+    """The newcomer's case: runs/rllm/default holds an embedded run, and torchrun starts a transformers run there."""
+    run_dir = tmp_path / "run"
+    embedded = subprocess.run(
+        [sys.executable, *_train(run_dir, "rllm.trainer.total_batches=1")], env=ENV, capture_output=True, timeout=120
+    )
+    assert embedded.returncode == 0, embedded.stderr
+    two = subprocess.run(_torchrun(2, run_dir, *SMALL), env=ENV, capture_output=True, text=True, timeout=180)
+    assert two.returncode != 0
+    lines = _error_lines(two.stderr)
+    assert any("was written with different settings (rllm.backend: 'embedded' then" in line for line in lines), lines
+    for line in (line for line in lines if "lost rank 0" in line):
+        assert "If a rank printed an error, fix what it names" in line, line

@@ -223,6 +223,16 @@ def test_the_missing_extra_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: 
     assert capsys.readouterr().err.strip() == "rllm serve: error: rllm serve needs fastapi: pip install 'rllm[serve]'."
 
 
+def test_without_torch_rllm_serve_names_the_serve_extra_not_the_backends(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rllm.cli.main import main
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert main(["serve", *MODEL, "--port", "1"]) == 2
+    assert capsys.readouterr().err.strip() == "rllm serve: error: rllm serve needs torch: pip install 'rllm[serve]'."
+
+
 def test_update_weights_from_safetensors_loads_the_body(server: str, policy: Any) -> None:
     from safetensors.torch import save
 

@@ -332,3 +332,21 @@ def test_without_the_extra_the_warm_start_command_is_one_line_naming_it(tmp_path
         "'rllm[transformers]' (on a machine without a GPU, install torch's CPU build first)."
     )
     assert not (tmp_path / "warm").exists()
+
+
+@pytest.mark.parametrize("argv", [["OUT", "--steps", "1"], ["--help"]])
+def test_the_warm_start_on_a_full_device_is_one_line(tmp_path: Path, argv: list[str]) -> None:
+    """Its last line (or --help) to /dev/full: one error line and status 1, not "Exception ignored" and 120."""
+    argv = [str(tmp_path / "warm") if word == "OUT" else word for word in argv]
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "rllm_transformers.warm_start", *argv],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
+    err = done.stderr.decode()
+    assert done.returncode == 1 and "Exception ignored" not in err, err
+    assert err.strip() == (
+        "python -m rllm_transformers.warm_start: error: Could not write standard output: No space left on device."
+    )

@@ -8,16 +8,15 @@ a new one in :data:`COMMANDS`.
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
-import os
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any, TextIO
 
 from rllm.cli.args import DOCS, UsageError
+from rllm.cli.stdout import Parser, stdout_failed
 from rllm.errors import RLLMError
 from rllm.version import __version__
 
@@ -40,16 +39,8 @@ _EXAMPLES = (
 )
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, except that --help or --version on a full device is an error, not lost output and exit 0."""
-
-    def _print_message(self, message: str, file: TextIO | None = None) -> None:
-        if message:
-            (file or sys.stderr).write(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="rllm",
         description=_DESCRIPTION,
         epilog=_EXAMPLES,
@@ -100,24 +91,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             args, extras = parser.parse_known_args(argv)
         except OSError as exc:  # --help or --version could not be written
-            return _stdout_failed("rllm", exc)
+            return stdout_failed("rllm", exc)
         command_parser = getattr(args, "parser", parser)
         if extras and hasattr(args, "words") and not any(e.startswith("-") and e != "-" for e in extras):
             args.words += extras  # words after options: `rllm advantages in.jsonl -e rloo key=value`
         elif extras:
             command_parser.error(f"unrecognized arguments: {' '.join(extras)}")
         return _run(parser, args)
-
-
-_STDOUT_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
-"""Write failures of a terminal or redirected standard output (files rllm writes raise OutputFileError)."""
-
-
-def _silence_stdout() -> None:
-    """Point standard output at the null device, so the interpreter's final flush cannot fail again."""
-    with suppress(OSError, ValueError, AttributeError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
 
 
 def _run(parser: argparse.ArgumentParser, args: Any) -> int:
@@ -133,18 +113,7 @@ def _run(parser: argparse.ArgumentParser, args: Any) -> int:
         print(f"rllm {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        return _stdout_failed(f"rllm {args.command}", exc)
-
-
-def _stdout_failed(command: str, exc: OSError) -> int:
-    """The exit code for a failed write to standard output: a closed pipe is quiet, a full device one line."""
-    if exc.errno != errno.EPIPE and exc.errno not in _STDOUT_ERRNOS:
-        raise exc
-    _silence_stdout()
-    if exc.errno == errno.EPIPE:  # output piped into `head`: stop quietly, as unix tools do
-        return 0
-    print(f"{command}: error: Could not write standard output: {exc.strerror}.", file=sys.stderr)
-    return 1
+        return stdout_failed(f"rllm {args.command}", exc)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from typing import Any
 
 from rllm.cli.args import add_config_arguments, command_parser, split_words
@@ -10,6 +11,8 @@ from rllm.errors import ConfigError
 
 BACKEND = "transformers"
 """The backend whose model is served: its ``rllm.transformers`` keys say which model."""
+SERVE_EXTRA = ("torch", "transformers", "safetensors", "fastapi", "uvicorn")
+"""What ``pip install 'rllm[serve]'`` installs (pyproject.toml's ``serve`` extra), checked before anything loads."""
 
 
 def add_parser(sub: Any) -> None:
@@ -26,7 +29,7 @@ def add_parser(sub: Any) -> None:
         [
             "rllm serve rllm.transformers.model=tiny rllm.transformers.tokenizer=text --port 8000",
             "rllm serve --tinker rllm.transformers.model=tiny rllm.transformers.tokenizer=text --port 8000",
-            "rllm serve rllm.transformers.model=runs/rllm/default/checkpoints/step_10/model --port 8000",
+            "rllm serve rllm.transformers.model=runs/rllm/transformers/checkpoints/step_50/model --port 8000",
         ],
     )
     add_config_arguments(parser)
@@ -46,9 +49,19 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(run=run)
 
 
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules cannot be imported either
+        return False
+
+
 def run(args: argparse.Namespace) -> int:
     from rllm.trainer.components import resolve_backend
 
+    missing = [name for name in SERVE_EXTRA if not _installed(name)]
+    if missing:  # the serve extra by name, not the transformers backend's (which lacks fastapi and uvicorn)
+        raise ConfigError(f"rllm serve needs {', '.join(missing)}: pip install 'rllm[serve]'.")
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port {args.port} is not a TCP port; give 1-65535.")
     if args.checkpoint_dir and not args.tinker:

@@ -19,8 +19,9 @@ def add_parser(sub: Any) -> None:
         "train with the configured backend (default: embedded CPU backend), or plot runs",
         "Train with the unified trainer on the configured backend. The run directory\n"
         "(rllm.trainer.output_dir) receives config.yaml, metrics.jsonl, checkpoints and the\n"
-        "learning curve; running the same command again resumes from the last checkpoint,\n"
-        "and `rllm train -c RUN_DIR/config.yaml` reruns the same experiment.",
+        "learning curve; running the same command again (or `rllm train -c RUN_DIR/config.yaml`)\n"
+        "resumes from the last checkpoint, and a finished run says so and does nothing: add\n"
+        "rllm.trainer.resume_mode=disable to run it again from step 0.",
         [
             "rllm train rllm.trainer.total_batches=20",
             "rllm train my_run.yaml rllm.algorithm.adv_estimator=rloo rllm.trainer.experiment_name=rloo",

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from rllm.errors import ConfigError
@@ -28,6 +29,44 @@ def _alias_bound(text: str) -> dict[str, int]:
     can reach the limit: a large plain config (a saved ``config.yaml``) always reads back.
     """
     return {"max_yaml_expanded_nodes": _ALIAS_NODES + len(text)} if _BOUNDED else {}
+
+
+def aliases_overflow(text: str) -> bool:
+    """Whether the file's aliases expand it beyond :func:`_alias_bound`'s limit, counted on its node graph.
+
+    OmegaConf 2.4 bounds the expansion itself; 2.3 (which verl's hydra-core pins, so
+    ``rllm[verl]`` installs it) does not. Composing the document builds each anchored node
+    once, aliases pointing at it, so counting the expanded size (memoized per node) costs
+    what parsing does. A document that does not compose is left for OmegaConf to report.
+    """
+    if "*" not in text:
+        return False
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except (yaml.YAMLError, RecursionError):
+        return False
+    limit, sizes, open_nodes = _ALIAS_NODES + len(text), dict[int, int](), set[int]()
+    pending: list[tuple[Any, bool]] = [(root, False)] if root is not None else []
+    while pending:  # post-order without recursion: a node's size once its children's are known
+        node, ready = pending.pop()
+        if id(node) in sizes:
+            continue
+        if not ready and id(node) in open_nodes:
+            return True  # an alias inside its own anchor: an endless value
+        open_nodes.add(id(node))
+        children = (
+            [part for pair in node.value for part in pair]
+            if isinstance(node, yaml.MappingNode)
+            else (node.value if isinstance(node, yaml.SequenceNode) else [])
+        )
+        if not ready:
+            pending.append((node, True))
+            pending.extend((child, False) for child in children if id(child) not in sizes)
+            continue
+        sizes[id(node)] = 1 + sum(sizes[id(child)] for child in children)
+        if sizes[id(node)] > limit:
+            return True
+    return False
 
 
 MAX_EXPANSION = 1 << 20

@@ -21,7 +21,14 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rllm.config.core_keys import why_missing
 from rllm.config.dotted import nest_dotted
-from rllm.config.expansion import _ALIAS_NODES, MAX_DEPTH, MAX_EXPANSION, _alias_bound, check_expansion
+from rllm.config.expansion import (
+    _ALIAS_NODES,
+    MAX_DEPTH,
+    MAX_EXPANSION,
+    _alias_bound,
+    aliases_overflow,
+    check_expansion,
+)
 from rllm.config.names import check_run_name
 from rllm.config.overrides import _apply, _one_line, _select, is_override, parse_value
 from rllm.config.schema import CORE_KEYS, ConfigKey, Schema, section_keys
@@ -115,6 +122,8 @@ def _as_layer(source: DictConfig | Mapping[str, Any] | str | Path) -> tuple[Dict
         raise ConfigError(f"Config file {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
     except OSError as exc:
         raise ConfigError(f"Config file {str(path)!r} could not be read: {exc.strerror}.") from None
+    if aliases_overflow(text):
+        raise _alias_bomb(path)
     try:
         loaded = OmegaConf.create(text, **_alias_bound(text)) if text.strip() else OmegaConf.create({})
     except AssertionError:  # OmegaConf's own check: the document is a scalar, not a container
@@ -124,16 +133,20 @@ def _as_layer(source: DictConfig | Mapping[str, Any] | str | Path) -> tuple[Dict
         ) from None
     except yaml.YAMLError as exc:
         if "expan" in str(exc):
-            raise ConfigError(
-                f"Config file {str(path)!r} uses YAML aliases that expand to more than {_ALIAS_NODES:,} nodes "
-                "beyond the file's own; write those values out instead of repeating anchors."
-            ) from None
+            raise _alias_bomb(path) from None
         raise ConfigError(f"Config file {str(path)!r} is not valid YAML: {_one_line(exc)}") from None
     except (OmegaConfBaseException, ValueError) as exc:
         raise ConfigError(f"Config file {str(path)!r} could not be read: {_one_line(exc)}") from None
     if isinstance(loaded, ListConfig):
         raise ConfigError(f"Config file {str(path)!r} holds a list; it must hold a mapping of keys.")
     return loaded, f"config file {str(path)!r}"
+
+
+def _alias_bomb(path: Path) -> ConfigError:
+    return ConfigError(
+        f"Config file {str(path)!r} uses YAML aliases that expand to more than {_ALIAS_NODES:,} nodes "
+        "beyond the file's own; write those values out instead of repeating anchors."
+    )
 
 
 # -- values ----------------------------------------------------------------------------------
@@ -294,7 +307,7 @@ def _nest_layer(layer: DictConfig, schema: Schema, source: str) -> DictConfig:
 
 
 def save_config(config: DictConfig, run_dir: Path) -> Path:
-    """Write ``config`` as ``run_dir/config.yaml``; ``rllm train -c`` on it runs the same experiment."""
+    """Write ``config`` as ``run_dir/config.yaml``; ``rllm train -c`` on it runs (resumes) the same experiment."""
     from rllm.io import write_atomic
 
     path = run_dir / CONFIG_FILE

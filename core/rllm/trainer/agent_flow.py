@@ -11,6 +11,8 @@ it does not import.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,17 +32,35 @@ def load_attr(path: str, key: str) -> Any:
     if not colon or not module_name or not attr:
         raise ConfigError(f"{key}={path!r} is not module:attr; write e.g. my_agents.flows:MathFlow.")
     try:
-        target: Any = importlib.import_module(module_name)
+        target: Any = _import_from_here_too(module_name)
     except Exception as exc:  # the user's module: any error while importing it is theirs to see, in one line
         raise ConfigError(
             f"{key}={path!r}: module {module_name!r} does not import ({type(exc).__name__}: {exc}); check the "
-            "name and that its directory is on PYTHONPATH."
+            "name, and run from the directory that holds it (or put that directory on PYTHONPATH)."
         ) from None
     for part in attr.split("."):
         if not hasattr(target, part):
             raise ConfigError(f"{key}={path!r}: module {module_name!r} has no attribute {attr!r}.")
         target = getattr(target, part)
     return target
+
+
+def _import_from_here_too(module_name: str) -> Any:
+    """``import_module``, also finding a module in the current directory, as ``python -m`` and uvicorn do.
+
+    The ``rllm`` console script's path starts at its own bin directory, not the current one, so
+    ``rllm.agent_flow.flow=my_flows:Flow`` beside the reader would not import without this. The
+    directory goes last on the path: an installed package of the same name still wins.
+    """
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        here = os.getcwd()
+        if exc.name != module_name.split(".")[0] or here in sys.path or "" in sys.path:
+            raise
+        sys.path.append(here)
+        importlib.invalidate_caches()
+        return importlib.import_module(module_name)
 
 
 def _instance(obj: Any, key: str) -> Any:

@@ -332,7 +332,13 @@ class UnifiedTrainer:
                 await self._validate_async(state)
             if state.global_step >= state.total_steps:
                 if self.writes:
-                    print(f"rllm: training already complete ({state.global_step} steps).", file=sys.stderr)
+                    print(
+                        f"rllm: training already complete ({state.global_step} steps) in {str(self.output_dir)!r}; "
+                        "nothing to do. To run it again from step 0 add rllm.trainer.resume_mode=disable (it deletes "
+                        "what rllm wrote there) or give another rllm.trainer.experiment_name; to train longer raise "
+                        "rllm.trainer.total_batches or total_epochs.",
+                        file=sys.stderr,
+                    )
             else:
                 await self._fit_async(state)
         await self.backend.on_train_end(state)
@@ -391,6 +397,14 @@ class UnifiedTrainer:
                 ) from None
             return total_batches
         by_epochs = per_epoch * int(trainer_cfg.total_epochs)
+        if total_batches > by_epochs and self.writes:
+            warnings.warn(
+                f"rllm.trainer.total_batches={total_batches} is more than the {by_epochs} steps that "
+                f"rllm.trainer.total_epochs={int(trainer_cfg.total_epochs)} allows ({per_epoch} batches an epoch): "
+                "the run stops there; raise rllm.trainer.total_epochs to train longer.",
+                RLLMWarning,
+                stacklevel=2,
+            )
         return min(total_batches, by_epochs) if total_batches > 0 else by_epochs
 
     async def _fit_async(self, state: TrainerState) -> None:

@@ -286,8 +286,8 @@ class Distributed:
             reason = str(cause).splitlines()[0] if cause is not None and str(cause) else "no answer"
             who = f"every rank still runs, but a collective failed ({reason})"
         return TrainerError(
-            f"Rank {self.rank}: {who} while {what}; this rank stops. Run the same command again to resume from "
-            "the last checkpoint."
+            f"Rank {self.rank}: {who} while {what}; this rank stops. If a rank printed an error, fix what it names; "
+            "if one was killed, run the same command again to resume from the last checkpoint."
         )
 
     def _still(self) -> list[int] | None:

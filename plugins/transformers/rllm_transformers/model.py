@@ -226,6 +226,8 @@ def _pretrained(name: str) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
             "give the base model (and resume the run from its checkpoint), or merge the adapter first: "
             "peft.PeftModel.from_pretrained(base, directory).merge_and_unload().save_pretrained(...)."
         )
+    if path.is_dir():
+        check_model_directory(name, path)
     try:
         tokenizer = load_tokenizer(str(path) if path.exists() else name)
         model = AutoModelForCausalLM.from_pretrained(str(path) if path.exists() else name)
@@ -252,6 +254,44 @@ def _pretrained(name: str) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
         )
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer, model
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+"""Files of which a model directory needs one for its tokenizer (``tokenizer.save_pretrained`` writes the first two)."""
+
+
+def check_model_directory(name: str, path: Path) -> None:
+    """Refuse, in one line, a directory that is not a model and tokenizer as ``save_pretrained`` writes them.
+
+    A run's or a checkpoint's directory is named with the model directory inside it; a model
+    without tokenizer files is refused here, before training, where transformers would build
+    an empty tokenizer from the model's type and every prompt would encode to nothing.
+    """
+    key = f"rllm.transformers.model={name!r}"
+    if (path / "MANIFEST.json").is_file() and (path / "model" / "config.json").is_file():
+        raise ConfigError(
+            f"{key} is a checkpoint of an rllm run; its model is the directory inside it: "
+            f"rllm.transformers.model={str(path / 'model')!r}."
+        )
+    if (path / "checkpoints").is_dir():
+        latest = path / "checkpoints" / "latest"
+        step = latest.read_text(encoding="utf-8").strip() if latest.is_file() else ""
+        model = path / "checkpoints" / (step or "step_N") / "model"
+        raise ConfigError(
+            f"{key} is an rllm run's directory; a checkpoint's model is inside it: rllm.transformers.model="
+            f"{str(model)!r}{' (the newest)' if step else ''} (or resume the run with rllm train -c "
+            f"{str(path / 'config.yaml')!r})."
+        )
+    if not (path / "config.json").is_file():
+        raise ConfigError(
+            f"{key} has no config.json: it is not a model directory; give the directory save_pretrained wrote "
+            "(config.json, the weights and the tokenizer's files) or 'tiny'."
+        )
+    if not any((path / file).is_file() for file in TOKENIZER_FILES):
+        raise ConfigError(
+            f"{key} has a model but no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}); save the tokenizer there "
+            "too (tokenizer.save_pretrained(directory))."
+        )
 
 
 GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")

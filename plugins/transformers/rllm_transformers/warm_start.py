@@ -18,7 +18,6 @@ which ``rllm.transformers.model=OUT_DIR`` loads. The same seed gives the same by
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from rllm.cli.stdout import Parser, flushed, stdout_failed
 from rllm.errors import ConfigError, OutputFileError, RLLMError
 from rllm.tasks import TEXT_TASKS, format_answer
 from rllm_transformers.plugin import TRANSFORMERS_KEYS, missing_extra_error
@@ -164,7 +164,7 @@ def _batch(rows: Sequence[tuple[list[int], list[int]]], pad: int, eos: int) -> t
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=PROG,
         description="Make a tiny text model that reads digits and replies in the text tasks' format, at random.",
     )
@@ -178,7 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-lessons", action="store_true", help="leave out the reading lessons: the reply format alone"
     )
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except OSError as exc:  # --help could not be written
+        return stdout_failed(PROG, exc)
     try:
         loss = build_warm_start(
             args.out_dir,
@@ -191,8 +194,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RLLMError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
-    print(f"{args.out_dir}: after {args.steps} steps, loss {loss:.3f}; use rllm.transformers.model={args.out_dir}")
-    return 0
+    try:
+        print(f"{args.out_dir}: after {args.steps} steps, loss {loss:.3f}; use rllm.transformers.model={args.out_dir}")
+    except OSError as exc:
+        return stdout_failed(PROG, exc)
+    return flushed(PROG, 0)
 
 
 if __name__ == "__main__":
