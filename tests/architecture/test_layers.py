@@ -33,6 +33,7 @@ PUBLIC_MODULES = (  # a name is public if the module's __all__ lists it (or, wit
     "rllm.workflows",
     "rllm.losses",
     "rllm.tasks",
+    "rllm.cli",
 )
 SHIPPED_PLUGINS = sorted(
     path for path in (ROOT / "plugins").glob("*/*") if path.is_dir() and (path / "__init__.py").exists()

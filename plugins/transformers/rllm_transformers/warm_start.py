@@ -25,7 +25,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from rllm.cli.stdout import Parser, flushed, stdout_failed
+from rllm.cli import Parser, flushed, stdout_failed
 from rllm.errors import ConfigError, OutputFileError, RLLMError
 from rllm.tasks import TEXT_TASKS, format_answer
 from rllm_transformers.plugin import TRANSFORMERS_KEYS, missing_extra_error
