@@ -214,13 +214,40 @@ def test_an_estimator_whose_advantages_scale_with_the_number_of_groups_is_not_gr
 
     checks = estimator_checks("centred_times_groups", properties=["group_independent", "zero_mean"])
     for check in checks:
-        if "group_independent" not in check.id:
+        if "group_independent" not in check.id and "group_count" not in check.id:
             check()  # centred: every other check passes
     failing = [c for c in checks if "group_independent" in c.id]
     with pytest.raises(
         ConformanceError, match=r"estimator 'centred_times_groups' breaks 'group_independent': leaving group .* out"
     ):
         failing[0]()
+    # declaring nothing does not hide it: the group-count check runs for every estimator
+    (always, *_) = [c for c in estimator_checks("centred_times_groups") if "group_count" in c.id]
+    # 15 trajectories in 5 groups: each centred reward x 5, copied into 10 groups: x 10
+    with pytest.raises(
+        ConformanceError,
+        match=r"breaks 'advantages do not scale with the number of groups': with each of the 5 groups copied under a "
+        r"new label, trajectory 0's advantage went from (-?[\d.]+) to ",
+    ):
+        always()
+
+
+def test_a_loss_that_is_nan_on_a_fully_masked_batch_fails_the_kit(plugin_manager) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("torch")
+    from rllm.testing.losses import LOSS_CHECKS
+
+    def nan_when_empty(ctx):  # type: ignore[no-untyped-def]
+        per_token = _pg(ctx) * ctx.response_mask
+        return per_token.sum() / ctx.response_mask.sum(), {}  # the bug: 0 / 0 when no token counts
+
+    _register(plugin_manager, "nan_when_empty", nan_when_empty, agg_modes=["token-mean"])
+    with pytest.raises(
+        ConformanceError,
+        match=r"^loss 'nan_when_empty' breaks 'a fully masked batch is finite \(token-mean\)': loss nan",
+    ):
+        LOSS_CHECKS["empty_batch"]("nan_when_empty", {})
+    _register(plugin_manager, "guarded", float32_pg, agg_modes=["token-mean"])
+    LOSS_CHECKS["empty_batch"]("guarded", {})  # ctx.aggregate guards the count
 
 
 def test_an_estimator_that_hands_back_its_input_does_not_own_its_output(plugin_manager) -> None:  # type: ignore[no-untyped-def]

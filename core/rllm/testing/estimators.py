@@ -126,6 +126,36 @@ def check_labels_any_type(name: str, options: Mapping[str, Any], case: Case) -> 
         raise _fail(name, "labels of any type", case, f"renaming the groups changed the advantages to {_short(after)}")
 
 
+GROUP_COUNT_TOLERANCE = 0.1
+"""How far (relative) doubling the number of groups may move an advantage: a variance estimated over the whole
+batch with its n - 1 correction moves it a few percent; an advantage that scales with the group count doubles."""
+
+
+def check_group_count(name: str, options: Mapping[str, Any], case: Case) -> None:
+    """The batch with every group copied under a new label gives each trajectory about the advantage it had.
+
+    An estimator may whiten over the whole batch (the copy leaves its mean and spread as they were),
+    but its advantages must not grow or shrink with how many groups a step holds.
+    """
+    prop = "advantages do not scale with the number of groups"
+    base = _compute(name, case, options, prop)
+    copies = [("copy", repr(label)) for label in case.group_ids]
+    fields = {key: np.concatenate([np.asarray(value), np.asarray(value)]) for key, value in case.fields.items()}
+    doubled = _compute(name, Case(case.rewards * 2, [*case.group_ids, *copies], fields), options, prop)[: len(base)]
+    floor = _TOLERANCE * max(1.0, float(np.abs(base).max()))
+    wrong = np.flatnonzero(np.abs(doubled - base) > GROUP_COUNT_TOLERANCE * np.maximum(np.abs(base), floor))
+    if wrong.size:
+        i = int(wrong[0])
+        raise _fail(
+            name,
+            prop,
+            case,
+            f"with each of the {len(_members(case))} groups copied under a new label, trajectory {i}'s advantage "
+            f"went from {base[i]:.6g} to {doubled[i]:.6g}; compute each group's advantages from its own "
+            "rewards (or normalise by the batch's spread, not its size)",
+        )
+
+
 def check_finite_output(name: str, options: Mapping[str, Any], case: Case) -> None:
     """Finite rewards give finite advantages."""
     values = _compute(name, case, options, "finite output")
@@ -293,6 +323,7 @@ _ALWAYS: dict[str, Callable[[str, Mapping[str, Any], Case], None]] = {
     "labels_any_type": check_labels_any_type,
     "finite_output": check_finite_output,
     "reward_direction": check_reward_direction,
+    "group_count": check_group_count,
 }
 
 

@@ -227,6 +227,28 @@ def check_micro_batches(name: str, options: Mapping[str, Any]) -> None:
             raise _fail(name, prop, f"the gradients of micro-batches {parts} do not add up to the batch's")
 
 
+def check_empty_batch(name: str, options: Mapping[str, Any]) -> None:
+    """A batch whose sequences are all fully masked (a micro-batch of padding rows) gives a finite loss and a zero
+    gradient in every mode: a 0 / 0 there would reach the weights as NaN."""
+    import torch
+
+    inputs = _inputs()
+    inputs["response_mask"] = torch.zeros_like(inputs["response_mask"])
+    what = f"{_INPUT}, every token masked"
+    for mode in _modes(name):
+        prop = f"a fully masked batch is finite ({mode})"
+        fixed = {"loss_scale_factor": max(LENGTHS)} if mode == "seq-mean-token-sum-norm" else {}
+        loss, grad, _ = _run(name, inputs, options, mode, prop, **fixed)
+        if not bool(torch.isfinite(loss)) or float(grad.abs().sum()) != 0:
+            raise _fail(
+                name,
+                prop,
+                f"loss {float(loss)}, gradient sum {float(grad.abs().sum())}; "
+                "guard every division by a token or sequence count (ctx.aggregate does)",
+                what,
+            )
+
+
 SEQUENCE_ADVANTAGES = (1.0, -0.5, -1.5, 2.0, 0.75)
 """One advantage per sequence (as outcome estimators give), both signs, for the direction check."""
 
@@ -271,6 +293,7 @@ LOSS_CHECKS: dict[str, Callable[[str, Mapping[str, Any]], None]] = {
     "direction": check_direction,
     "scalar_gradient": check_scalar_gradient,
     "masked_positions": check_masked_positions,
+    "empty_batch": check_empty_batch,
     "modes": check_modes,
     "micro_batches": check_micro_batches,
 }
