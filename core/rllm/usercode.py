@@ -87,6 +87,7 @@ class UserThreads(ThreadPoolExecutor):
         self._closed = False
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:  # type: ignore[override]
+        """Run ``fn(*args, **kwargs)`` on a daemon worker; an exit fails its future with :func:`exit_error`'s error."""
         future: Future[Any] = Future()
         with self._guard:
             if self._closed:

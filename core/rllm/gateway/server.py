@@ -16,7 +16,7 @@ because agent flows are core, and core installs no HTTP server. A malformed requ
 
 The model call needs the trainer's loop. An ``async def arun`` that calls the gateway with a
 synchronous client (``openai.OpenAI``) blocks that loop while it waits for the answer, which only
-the loop can give: when the call has not started after :data:`BLOCKED_AFTER` seconds while the
+the loop can give: when the call has not started after ``BLOCKED_AFTER`` seconds while the
 session's flow is still running without awaiting (``Session.running_since``), the call is
 refused with a 400 that says so, and the flow fails with that cause instead of hanging the run.
 """
@@ -339,7 +339,7 @@ class Gateway:
         """The call's result; refused when the session's own flow blocks the loop that must start it (a deadlock).
 
         Once one such deadlock was seen the flow is known to do it, so later calls are refused at once: each episode
-        of the run would otherwise hold the loop for :data:`BLOCKED_AFTER` seconds in turn.
+        of the run would otherwise hold the loop for ``BLOCKED_AFTER`` seconds in turn.
         """
         while not started.wait(0.05 if self._deadlocks else 0.25):
             since = session.running_since

@@ -164,8 +164,9 @@ def check_batch_version(episodes: Sequence[Episode], version: int) -> None:
 def lag_metrics(episodes: Sequence[Episode], policy_version: int, staleness: int) -> dict[str, float]:
     """How many versions each episode lags the policy training on it (its oldest step): min, mean, max and counts.
 
-    The counts are one key per lag ``0..staleness`` (at most :data:`MAX_STALENESS` + 1 keys, the threshold's
-    bound), lags beyond it (which the sampler does not admit) under ``count_over``: the family of keys is bounded."""
+    The counts are one key per lag ``0..staleness`` (at most :data:`~rllm.config.core_keys.MAX_STALENESS` + 1
+    keys, the threshold's bound), lags beyond it (which the sampler does not admit) under ``count_over``: the
+    family of keys is bounded."""
     lags = []
     for episode in episodes:
         versions = [s.weight_version for t in episode.trajectories for s in t.steps if s.weight_version is not None]

@@ -94,7 +94,7 @@ async def run_agent_flow(
     A returned :class:`Episode` is kept, a :class:`Trajectory` is wrapped in one, None gives an
     episode of one trajectory without steps (the recorded calls fill it). With the gateway
     ``session`` of the episode, an ``arun`` that blocks the loop waiting for its own call is refused
-    that call (see :class:`~rllm.gateway.Gateway`) instead of hanging the run.
+    that call (see :class:`~rllm.gateway.server.Gateway`) instead of hanging the run.
     """
     arun = getattr(agent_flow, "arun", None)
     if arun is not None and inspect.iscoroutinefunction(arun):
