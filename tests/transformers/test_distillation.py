@@ -141,13 +141,9 @@ def test_a_student_distilled_from_the_warm_start_approaches_it(tiny_config: Make
     assert after < 0.7 * before, (before, after)  # 60 steps bring it to 3.1 (seeds 0 and 3)
 
 
-def test_rllms_distillation_workflow_runs_with_a_teacher_engine(tiny_config: MakeConfig, teacher_dir: Path) -> None:
-    """rLLM's DistillationWorkflow, unmodified: each token's advantage is the teacher's log-prob minus the student's."""
-    from transformers import AutoModelForCausalLM
-
-    teacher_model = AutoModelForCausalLM.from_pretrained(str(teacher_dir)).eval()
-    teacher = TransformersEngine(
-        teacher_model,
+def _teacher_engine(model: Any, teacher_dir: Path) -> TransformersEngine:
+    return TransformersEngine(
+        model,
         load_tokenizer(str(teacher_dir)),
         torch.device("cpu"),
         torch.Generator().manual_seed(0),
@@ -156,7 +152,11 @@ def test_rllms_distillation_workflow_runs_with_a_teacher_engine(tiny_config: Mak
         max_prompt_length=512,
         greedy_validation=True,
     )
-    trainer = UnifiedTrainer(
+
+
+def _distilling(tiny_config: MakeConfig, teacher: TransformersEngine) -> UnifiedTrainer:
+    """A trainer whose workflow is rLLM's DistillationWorkflow, unmodified, with ``teacher`` as its teacher."""
+    return UnifiedTrainer(
         None,
         tiny_config("rllm.transformers.tokenizer=text", "rllm.transformers.max_new_tokens=10"),
         upstream("distillation_workflow", "DistillationWorkflow"),
@@ -165,6 +165,14 @@ def test_rllms_distillation_workflow_runs_with_a_teacher_engine(tiny_config: Mak
         {"reward_function": text_reward_fn, "teacher_engine": teacher, "shared_tokenizer": True},
         progress=False,
     )
+
+
+def test_rllms_distillation_workflow_runs_with_a_teacher_engine(tiny_config: MakeConfig, teacher_dir: Path) -> None:
+    """rLLM's DistillationWorkflow, unmodified: each token's advantage is the teacher's log-prob minus the student's."""
+    from transformers import AutoModelForCausalLM
+
+    teacher_model = AutoModelForCausalLM.from_pretrained(str(teacher_dir)).eval()
+    trainer = _distilling(tiny_config, _teacher_engine(teacher_model, teacher_dir))
     try:
         engine = trainer.agent_workflow_engine
         episodes = asyncio.run(engine.execute_tasks(TASKS[:3], [task["uid"] for task in TASKS[:3]]))
@@ -183,16 +191,7 @@ def test_rllms_distillation_workflow_leaves_its_teacher_alone_while_validating(
     """rLLM's workflow reads ``rollout_engine.is_validation``: the workflow engine sets it for validation episodes."""
     from transformers import AutoModelForCausalLM
 
-    teacher = TransformersEngine(
-        AutoModelForCausalLM.from_pretrained(str(teacher_dir)).eval(),
-        load_tokenizer(str(teacher_dir)),
-        torch.device("cpu"),
-        torch.Generator().manual_seed(0),
-        Sampling(1.0, 1.0, 0),
-        max_new_tokens=10,
-        max_prompt_length=512,
-        greedy_validation=False,
-    )
+    teacher = _teacher_engine(AutoModelForCausalLM.from_pretrained(str(teacher_dir)).eval(), teacher_dir)
     asked: list[int] = []
     scored_by_teacher = teacher.compute_logprobs
 
@@ -201,15 +200,7 @@ def test_rllms_distillation_workflow_leaves_its_teacher_alone_while_validating(
         return await scored_by_teacher(ids)
 
     teacher.compute_logprobs = counted  # type: ignore[method-assign]
-    trainer = UnifiedTrainer(
-        None,
-        tiny_config("rllm.transformers.tokenizer=text", "rllm.transformers.max_new_tokens=10"),
-        upstream("distillation_workflow", "DistillationWorkflow"),
-        TASKS,
-        TASKS,
-        {"reward_function": text_reward_fn, "teacher_engine": teacher, "shared_tokenizer": True},
-        progress=False,
-    )
+    trainer = _distilling(tiny_config, teacher)
     ids = [task["uid"] for task in TASKS[:2]]
     try:
         engine = trainer.agent_workflow_engine
