@@ -12,7 +12,7 @@ import pytest
 from stub_server import Reply, Stub, stub_server
 
 from rllm.engine import PROMPT_TOO_LONG, OpenAIEngine
-from rllm.errors import InferenceServerError, RLLMWarning
+from rllm.errors import EngineCallError, InferenceServerError, RLLMWarning
 
 MODELS = {"object": "list", "data": [{"id": "stub", "object": "model", "max_model_len": 32}]}
 
@@ -140,6 +140,22 @@ def test_seed_requests_false_sends_no_seed_but_a_callers_own(stub: Stub) -> None
     bodies = [body for path, body in stub.seen if path == "/v1/completions"]
     assert len(bodies) == 2 and all("seed" not in body for body in bodies)
     assert engine._sampling(5, {"seed": 7})["seed"] == 7  # a get_model_response(seed=7) still sends its own
+
+
+def test_token_in_token_out_takes_the_callers_seed_at_both_doors(stub: Stub) -> None:
+    engine = _engine(stub, lambda path, body: (200, completion([7], [-0.5])))
+
+    async def run() -> None:
+        await engine.get_token_output_from_token_input([1, 2], seed=7)
+        await engine.for_episode(3).get_token_output_from_token_input([1, 2], seed=11, max_tokens=1)
+
+    asyncio.run(run())
+    sent = [body for path, body in stub.seen if path == "/v1/completions"]
+    assert [body["seed"] for body in sent] == [7, 11]
+    for bad in (True, -1, 2**63, 1.5, "7"):
+        with pytest.raises(EngineCallError, match=r"got seed=.*; give an int in \[0, 2\*\*63\)") as caught:
+            asyncio.run(engine.get_token_output_from_token_input([1, 2], seed=bad))
+        _one_line(caught)
 
 
 def test_episodes_stick_to_one_server_and_seed_their_requests(stub: Stub) -> None:

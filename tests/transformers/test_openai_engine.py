@@ -63,6 +63,8 @@ def test_chat_messages_give_the_sampled_ids_and_log_probs(server: str, policy: A
     engine = _engine(server, policy, endpoint=endpoint)
     messages = [{"role": "user", "content": "What is 2+2?"}]
     output = asyncio.run(engine.get_model_response(messages, max_tokens=6))
+    again = asyncio.run(engine.get_model_response(messages, max_tokens=6, seed=7))  # a caller's own seed goes too
+    assert again.completion_ids == asyncio.run(engine.get_model_response(messages, max_tokens=6, seed=7)).completion_ids
     rendered = policy.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     expected_prompt = list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered)
     assert output.prompt_ids == expected_prompt and 1 <= len(output.completion_ids) <= 6

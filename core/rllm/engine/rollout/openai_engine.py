@@ -59,6 +59,8 @@ RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 """Answers worth another attempt: the server is overloaded, restarting or timed out itself."""
 CHAT_OPTIONS = ("max_tokens", "application_id", "temperature", "top_p", "top_k", "seed", "stop")
 """What ``get_model_response`` takes besides the messages."""
+TOKEN_OPTIONS = ("max_tokens", "application_id", "seed")
+"""What ``get_token_output_from_token_input`` takes besides the token ids."""
 ENABLE_IDS = (
     "it must support vLLM's return_token_ids (vLLM >= 0.10.2 and rllm serve do; SGLang and OpenAI's API do not)"
 )
@@ -355,9 +357,10 @@ class OpenAIEngine(RolloutEngine):
         return max(limit, 0)
 
     async def sample_ids(
-        self, prompt_ids: Sequence[int], max_tokens: int | None, session: str, seed: int, **options: Any
+        self, prompt_ids: Sequence[int], max_tokens: int | None, session: str, stream_seed: int, **options: Any
     ) -> Generation:
-        """Token ids in, token ids and log-probs out, through ``/v1/completions``."""
+        """Token ids in, token ids and log-probs out, through ``/v1/completions`` (``options``: a caller's sampling
+        settings, its ``seed`` over the episode's ``stream_seed``)."""
         prompt = [int(token) for token in prompt_ids]
         if not prompt:
             raise DataError("engine.generate() got an empty prompt; give at least one token id.")
@@ -377,7 +380,7 @@ class OpenAIEngine(RolloutEngine):
             "logprobs": 0,
             "return_token_ids": True,
             "user": session,
-            **self._sampling(seed, options),
+            **self._sampling(stream_seed, options),
         }
         url = f"{server}/completions"
         answer = await self._call(server, url, body, session)
@@ -402,25 +405,28 @@ class OpenAIEngine(RolloutEngine):
         self,
         messages: list[dict[str, Any]],
         session: str,
-        seed: int,
+        stream_seed: int,
         conversation: ConversationPrompts | None = None,
         **kwargs: Any,
     ) -> ModelOutput:
-        """rLLM's chat call: rendered here and sent as ids (extending ``conversation``'s turns), or sent as messages."""
+        """rLLM's chat call: rendered here and sent as ids (extending ``conversation``'s turns), or sent as messages.
+
+        A caller's ``seed`` (a workflow's own) is sent instead of the episode's ``stream_seed``."""
         unknown = sorted(set(kwargs) - set(CHAT_OPTIONS))
         if unknown:
             raise EngineCallError(
                 f"get_model_response got {', '.join(map(repr, unknown))}, which OpenAIEngine does not take; it takes "
                 f"{', '.join(CHAT_OPTIONS)}."
             )
+        _check_seed(kwargs, "get_model_response")
         options = {k: v for k, v in kwargs.items() if k not in ("max_tokens", "application_id")}
         if self.endpoint == "completions" and getattr(self.tokenizer, "chat_template", None) is not None:
             ids = template_ids(self.tokenizer, messages) if conversation is None else conversation.prompt_ids(messages)
-            generation = await self.sample_ids(ids, kwargs.get("max_tokens"), session, seed, **options)
+            generation = await self.sample_ids(ids, kwargs.get("max_tokens"), session, stream_seed, **options)
             if conversation is not None and generation.finish_reason != PROMPT_TOO_LONG:
                 conversation.sampled(generation.prompt_ids, generation.response_ids)
             return self.model_output(generation)
-        return await self._chat(messages, kwargs.get("max_tokens"), session, seed, options)
+        return await self._chat(messages, kwargs.get("max_tokens"), session, stream_seed, options)
 
     async def _chat(
         self, messages: list[dict[str, Any]], max_tokens: int | None, session: str, seed: int, options: dict[str, Any]
@@ -461,14 +467,19 @@ class OpenAIEngine(RolloutEngine):
             finish_reason=generation.finish_reason,
         )
 
-    async def token_output(self, token_input: Sequence[int], session: str, seed: int, **kwargs: Any) -> Generation:
-        unknown = sorted(set(kwargs) - {"max_tokens", "application_id"})
+    async def token_output(
+        self, token_input: Sequence[int], session: str, stream_seed: int, **kwargs: Any
+    ) -> Generation:
+        """Token ids in and out; a caller's ``seed`` (a workflow's own) wins over the episode's stream."""
+        unknown = sorted(set(kwargs) - set(TOKEN_OPTIONS))
         if unknown:
             raise EngineCallError(
                 f"get_token_output_from_token_input got {', '.join(map(repr, unknown))}, which OpenAIEngine does "
-                "not take; it takes max_tokens and application_id."
+                f"not take; it takes {', '.join(TOKEN_OPTIONS)}."
             )
-        return await self.sample_ids(token_input, kwargs.get("max_tokens"), session, seed)
+        _check_seed(kwargs, "get_token_output_from_token_input")
+        options = {"seed": kwargs["seed"]} if "seed" in kwargs else {}
+        return await self.sample_ids(token_input, kwargs.get("max_tokens"), session, stream_seed, **options)
 
     def _generation(
         self,
@@ -523,6 +534,13 @@ def _first_choice(answer: Answer, url: str) -> dict[str, Any]:
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise InferenceServerError(f"{url} answered without choices; it is not an OpenAI-compatible completion.")
     return choices[0]
+
+
+def _check_seed(kwargs: dict[str, Any], door: str) -> None:
+    """A caller's ``seed``, when given, is an int a server takes (OpenAI's and vLLM's: 0 to 2**63 - 1)."""
+    seed = kwargs.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
+        raise EngineCallError(f"{door} got seed={seed!r}; give an int in [0, 2**63).")
 
 
 class _EpisodeView(RolloutEngine):
