@@ -18,6 +18,7 @@ from typing import Any
 from rllm.engine import (
     PROMPT_TOO_LONG,
     ConversationPrompts,
+    EpisodeView,
     Generation,
     ModelOutput,
     RolloutEngine,
@@ -174,34 +175,20 @@ class TinkerEngine(RolloutEngine):
         return True
 
 
-class TinkerEpisode(RolloutEngine):
+class TinkerEpisode(EpisodeView):
     """One episode's view of a :class:`TinkerEngine`: the engine's sampler, the episode's seeds."""
 
+    engine: TinkerEngine
+
     def __init__(self, engine: TinkerEngine, rng: random.Random) -> None:
-        self.engine = engine
+        super().__init__(engine)
         self.rng = rng
         self.chat_parser = engine.chat_parser
         self.conversation = None if engine.tokenizer is None else ConversationPrompts(engine.tokenizer)
 
     @property
-    def tokenizer(self) -> Any:
-        return self.engine.tokenizer
-
-    @property
-    def weight_version(self) -> int:  # type: ignore[override]
-        return self.engine.weight_version
-
-    @property
-    def is_validation(self) -> bool:  # type: ignore[override]
-        return self.engine.is_validation
-
-    @property
     def max_response_length(self) -> int:
         return self.engine.max_response_length
-
-    @property
-    def supports_token_in_token_out(self) -> bool:
-        return True
 
     async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
         return await self.engine.submit(prompt_ids, max_tokens, self.rng)
