@@ -236,17 +236,17 @@ def test_rllm_train_runs_steps_resumes_and_never_writes_the_key(server: str, tmp
 
 @pytest.mark.slow
 def test_rllm_train_through_the_server_learns_the_digit_task(server: str, tmp_path: Path) -> None:
-    """25 steps of 20 tasks x 8 rollouts, as the transformers backend's own learning test: greedy validation pass@1
-    from chance (<= 0.3) to >= 0.9 (0.0 -> 1.0 at seed 0 measured)."""
+    """40 steps of 20 tasks x 8 rollouts at lr 2e-3 (about 110 s on 2 cores): greedy validation pass@1 from chance
+    (<= 0.3) to >= 0.9 (0.0 -> 0.73 -> 0.91 at seed 0, measured; at lr 3e-3 it stays at 0.89 from step 25 to 35)."""
     run_dir = tmp_path / "learn"
     done = _train(
         server,
         run_dir,
-        "rllm.tinker.lr=0.003",
+        "rllm.tinker.lr=0.002",
         "rllm.data.train_batch_size=20",
         "rllm.rollout.n=8",
-        "rllm.trainer.total_batches=25",
-        "rllm.trainer.test_freq=25",
+        "rllm.trainer.total_batches=40",
+        "rllm.trainer.test_freq=20",
     )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
