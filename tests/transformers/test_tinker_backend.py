@@ -141,6 +141,15 @@ def test_refused_by_name_before_training(tmp_path: Path, words: tuple[str, ...],
     assert message in str(caught.value) and "\n" not in str(caught.value)
 
 
+def test_no_key_is_one_line_naming_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    with pytest.raises(ConfigError) as caught:
+        _backend(*_words("http://127.0.0.1:9", tmp_path))
+    message = str(caught.value)
+    assert message.startswith("Tinker server http://127.0.0.1:9: create_lora_training_client") and "\n" not in message
+    assert "TINKER_API_KEY" in message
+
+
 def test_grpo_routes_to_ppo_and_other_estimators_to_importance_sampling(tmp_path: Path) -> None:
     """Upstream's default routing, read before the server is contacted (a loss refused here names the route)."""
     for estimator, loss in (("grpo", "ppo"), ("rloo", "importance_sampling")):
@@ -153,11 +162,14 @@ def test_grpo_routes_to_ppo_and_other_estimators_to_importance_sampling(tmp_path
 # -- against the server --------------------------------------------------------------------------------------
 
 
-def test_sampled_log_probs_equal_the_servers_forward(server: str, tmp_path: Path) -> None:
+def test_sampled_log_probs_equal_the_servers_forward(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """After an update (the sampler holds the new weights): each sampled token's log-prob is the server's ``forward``
     log-prob of it (<= 1e-5), and an episode's samples depend on its seed only."""
     import asyncio
 
+    monkeypatch.setenv("TINKER_API_KEY", "tml-rllm-test")  # the SDK's variable (the server checks none)
     backend = _backend(*_words(server, tmp_path), "rllm.tinker.max_new_tokens=6")
     try:
         engine = backend.init_rollout_engine()
