@@ -129,6 +129,18 @@ def test_a_multi_turn_digit_chain_is_one_datum() -> None:
             "importance_sampling)",
         ),
         (
+            ("rllm.algorithm.use_kl_loss=true",),
+            "rllm.algorithm.use_kl_loss=True is not supported by the tinker backend: the server computes Tinker's loss",
+        ),
+        (
+            ("rllm.algorithm.rollout_correction.tis_mode=token",),
+            "rllm.algorithm.rollout_correction.tis_mode='token' is not supported by the tinker backend",
+        ),
+        (
+            ("rllm.algorithm.loss_options.clip_ratio_c=3.0",),
+            "rllm.algorithm.loss_options.clip_ratio_c is not supported by the tinker backend",
+        ),
+        (
             (f"rllm.tinker.api_key={SECRET}",),
             "rllm.tinker.api_key holds a literal key, which config.yaml would keep",
         ),
@@ -139,6 +151,22 @@ def test_refused_by_name_before_training(tmp_path: Path, words: tuple[str, ...],
     with pytest.raises(ConfigError) as caught:
         _backend(*overrides)
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [((), None), (("rllm.algorithm.eps_clip=0.1",), (0.9, 1.1)), (("rllm.algorithm.eps_clip_high=0.28",), (0.8, 1.28))],
+)
+def test_eps_clip_becomes_the_clip_thresholds(words: tuple[str, ...], expected: tuple[float, float] | None) -> None:
+    """PPO's and CISPO's clip thresholds are 1 - eps_clip and 1 + eps_clip_high; at the defaults none is sent."""
+    backend = TinkerBackend.__new__(TinkerBackend)
+    backend.config = load_config(overrides=list(words))
+    sent = backend._clip_config()
+    if expected is None:
+        assert sent is None
+    else:
+        assert sent is not None
+        assert (sent["clip_low_threshold"], sent["clip_high_threshold"]) == pytest.approx(expected)
 
 
 def test_no_key_is_one_line_naming_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,6 +228,33 @@ def test_sampled_log_probs_equal_the_servers_forward(
             assert np.abs(np.asarray(generation.logprobs) - forward).max() <= 1e-5
     finally:
         backend.shutdown()
+
+
+@pytest.mark.parametrize(
+    "words",
+    [("rllm.algorithm.loss_fn=dro", "rllm.algorithm.loss_options.dro_beta=0.5"), ("rllm.algorithm.eps_clip=0.1",)],
+)
+def test_an_update_sends_the_losses_settings(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, words: tuple[str, ...]
+) -> None:
+    """dro's beta and PPO's clip thresholds reach the server (it refuses dro without a beta, and checks the
+    thresholds), and one update runs: forward_backward, then optim_step with the scheduled learning rate."""
+    import asyncio
+
+    from rllm.trainer import TrainerState
+
+    monkeypatch.setenv("TINKER_API_KEY", "tml-rllm-test")
+    backend = _backend(*_words(server, tmp_path), "rllm.tinker.lr=0.01", *words)
+    try:
+        steps = [_step([1, 2, 11], [2], [-2.0], 1.0), _step([1, 2, 11, 2], [13], [-1.5], 0.5)]
+        state = TrainerState(global_step=1, total_steps=10)
+        state.backend_batch = {"solver": [Trajectory(steps=steps)]}
+        asyncio.run(backend.update_policy(state))
+    finally:
+        backend.shutdown()
+    loss = "dro" if "dro" in " ".join(words) else "ppo"
+    assert state.metrics["actor/lr"] == pytest.approx(0.01) and f"actor/{loss}/loss:sum" in state.metrics
+    assert state.metrics["actor/tokens"] == 2.0 and state.metrics["batch/steps_per_row"] == 2.0
 
 
 def _train(root: str, run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:

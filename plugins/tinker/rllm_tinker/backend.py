@@ -24,6 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rllm import rLLMAdvantageEstimator
+from rllm.config import unhonoured_keys
 from rllm.errors import ConfigError, DataError, TrainerError
 from rllm.tasks import ArithmeticWorkflow, build_tasks
 from rllm.trainer import BackendProtocol, TaskLoader, TaskSetup, TrainerState, scheduled_lr, task_loader
@@ -31,6 +32,20 @@ from rllm_tinker.engine import TinkerEngine, TinkerSampling
 from rllm_tinker.plugin import SDK_RANGE, TINKER_LOSSES
 from rllm_tinker.transform import MergedSequence, to_datum, trajectory_sequences
 
+_SERVER_LOSS = "the server computes Tinker's loss, which has no such term; leave it at its default"
+_REFUSED = {
+    "rllm.algorithm.use_kl_loss": _SERVER_LOSS,
+    "rllm.algorithm.kl_loss_coef": _SERVER_LOSS,
+    "rllm.algorithm.entropy_coeff": _SERVER_LOSS,
+    "rllm.algorithm.loss_agg_mode": "Tinker's losses are sums over tokens; leave it unset",
+    "rllm.algorithm.rollout_correction": "the server's losses take the sampler's log-probs as the old policy's; "
+    "leave the section at its defaults",
+    "rllm.algorithm.use_kl_in_reward": "no reference policy's log-probs come back from the server; set it to false",
+    "rllm.algorithm.router_replay": "the Tinker API carries no routing; set it to disabled",
+}
+"""rLLM's keys this backend cannot honour when set away from their default (key: why and what to do)."""
+CLIPPED = ("ppo", "cispo")
+"""The Tinker losses whose clip thresholds come from ``rllm.algorithm.eps_clip`` / ``eps_clip_high``."""
 STATE_FILE = "tinker_state.json"
 """A checkpoint's record of the server's saved state (its path) and the policy version."""
 
@@ -92,7 +107,11 @@ class TinkerBackend(BackendProtocol):
         super().__init__(config, **kwargs)
         self.options = config.rllm.tinker
         self.tinker = _sdk()
+        for key, value in unhonoured_keys(config, _REFUSED).items():
+            prefix = next(k for k in _REFUSED if key == k or key.startswith(k + "."))
+            raise ConfigError(f"{key}={value!r} is not supported by the tinker backend: {_REFUSED[prefix]}.")
         self.losses = self._route_losses()
+        self.loss_configs = self._loss_configs()
         if self.options.base_model is None:
             raise ConfigError("rllm.tinker.base_model is not set: name the served model to train.")
         base_url = self.options.base_url or os.environ.get("TINKER_BASE_URL")
@@ -132,6 +151,39 @@ class TinkerBackend(BackendProtocol):
                     "pick one of those, or list the loss if the server implements it."
                 )
         return routes
+
+    def _loss_configs(self) -> dict[str, dict[str, float]]:
+        """Each routed loss's ``loss_fn_config``: clip thresholds (:meth:`_clip_config`), dro's ``beta`` from
+        ``rllm.algorithm.loss_options.dro_beta``; any other loss option is refused (the server takes no other)."""
+        options = dict(self.algorithm.loss_options or {})
+        stray = sorted(set(options) - {"dro_beta"})
+        if stray:
+            raise ConfigError(
+                f"rllm.algorithm.loss_options.{stray[0]} is not supported by the tinker backend: the server's losses "
+                "take clip thresholds (from eps_clip) and dro's beta (dro_beta) only; leave it unset."
+            )
+        clip = self._clip_config()
+        configs: dict[str, dict[str, float]] = {}
+        for loss in set(self.losses.values()):
+            if loss in CLIPPED and clip is not None:
+                configs[loss] = clip
+            if loss == "dro":
+                configs[loss] = {"beta": float(options["dro_beta"])}  # rllm's loss check requires it for dro
+        return configs
+
+    def _clip_config(self) -> dict[str, float] | None:
+        """``rllm.algorithm.eps_clip`` / ``eps_clip_high`` as the clip thresholds of ``ppo`` and ``cispo``; None at
+        the defaults (0.2: Tinker's own 0.8 and 1.2), so a server that takes no loss_fn_config still serves the run."""
+        algorithm = self.config.rllm.algorithm
+        low = float(algorithm.eps_clip)
+        high = low if algorithm.get("eps_clip_high") is None else float(algorithm.eps_clip_high)
+        if (low, high) == (0.2, 0.2):
+            return None
+        if low > 1:
+            raise ConfigError(
+                f"rllm.algorithm.eps_clip={low} is above 1: Tinker's clip_low_threshold 1 - eps_clip < 0."
+            )
+        return {"clip_low_threshold": 1.0 - low, "clip_high_threshold": 1.0 + high}
 
     @property
     def loss_description(self) -> str:
@@ -206,7 +258,7 @@ class TinkerBackend(BackendProtocol):
             datums = [to_datum(sequence) for sequence in sequences]
             tokens += sum(sum(sequence.mask) for sequence in sequences)
             with remote(self.base_url, f"forward_backward with loss {loss}"):
-                out = await self.training.forward_backward(datums, loss)
+                out = await self.training.forward_backward(datums, loss, self.loss_configs.get(loss))
             for key, value in out.metrics.items():
                 metrics[f"actor/{loss}/{key}"] = float(value)
             if len(out.loss_fn_outputs) != len(datums):
