@@ -14,7 +14,7 @@ from __future__ import annotations
 from rllm.engine import openai_api
 from rllm.engine.chat import ConversationPrompts, TemplateChatParser, completion_output, template_ids
 from rllm.engine.messages import check_messages
-from rllm.engine.rollout import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine, engine_problem
+from rllm.engine.rollout import PROMPT_TOO_LONG, EpisodeView, Generation, ModelOutput, RolloutEngine, engine_problem
 from rllm.engine.rollout.openai_engine import OpenAIEngine
 from rllm.engine.tool_calls import ToolCall
 from rllm.engine.vocabulary import same_vocabulary
@@ -31,6 +31,7 @@ __all__ = [
     "PROMPT_TOO_LONG",
     "ConversationPrompts",
     "DiskWeightSync",
+    "EpisodeView",
     "Generation",
     "MemoryWeightSync",
     "ModelOutput",

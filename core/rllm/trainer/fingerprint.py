@@ -26,6 +26,9 @@ NUMBER_SETTINGS = (
 LAYOUT_SECTION = "distributed"
 """A backend section's subsection of how the update is laid out over ranks (DDP or FSDP, timeouts), which does not
 change the run's numbers: a checkpoint written under one layout resumes under another."""
+CONNECTION_KEYS = ("base_url", "api_key")
+"""A backend section's keys of where its service is and the credential it sends (``rllm.tinker``): they do not
+change the run's numbers, and a credential must never reach a checkpoint's ``trainer.json``."""
 
 
 def _flatten(path: str, node: Any, into: dict[str, Any]) -> None:
@@ -43,7 +46,7 @@ def run_fingerprint(
 
     Beyond the named choices, every key of :data:`NUMBER_SETTINGS` and of the backend's own
     section (``rllm.<backend>``: its task family, seed, learning rate, ...; not its
-    :data:`LAYOUT_SECTION`) is in it, by its dotted name, so a mismatch names the key.
+    :data:`LAYOUT_SECTION` nor its :data:`CONNECTION_KEYS`) is in it, by its dotted name, so a mismatch names the key.
     """
     resolved = OmegaConf.to_container(config, resolve=True)
     settings: dict[str, Any] = {}
@@ -52,7 +55,7 @@ def run_fingerprint(
         for part in path.split("."):
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, dict) and path == f"rllm.{config.rllm.backend}":
-            node = {key: value for key, value in node.items() if key != LAYOUT_SECTION}
+            node = {key: value for key, value in node.items() if key not in (LAYOUT_SECTION, *CONNECTION_KEYS)}
         if node is not None:
             _flatten(path, node, settings)
     return {

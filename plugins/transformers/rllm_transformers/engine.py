@@ -37,6 +37,7 @@ from transformers import DynamicCache
 from rllm.engine import (
     PROMPT_TOO_LONG,
     ConversationPrompts,
+    EpisodeView,
     Generation,
     ModelOutput,
     RolloutEngine,
@@ -420,34 +421,20 @@ class TransformersEngine(RolloutEngine):
         return text
 
 
-class EpisodeEngine(RolloutEngine):
+class EpisodeEngine(EpisodeView):
     """One episode's view of a :class:`TransformersEngine`: the engine's batches, the episode's random stream."""
 
+    engine: TransformersEngine
+
     def __init__(self, engine: TransformersEngine, generator: torch.Generator) -> None:
-        self.engine = engine
+        super().__init__(engine)
         self.generator = generator
         self.conversation = ConversationPrompts(engine.tokenizer)
         self.chat_parser = engine.chat_parser
 
     @property
-    def tokenizer(self) -> Any:
-        return self.engine.tokenizer
-
-    @property
     def max_response_length(self) -> int:
         return self.engine.max_response_length
-
-    @property
-    def weight_version(self) -> int:  # type: ignore[override]
-        return self.engine.weight_version
-
-    @property
-    def is_validation(self) -> bool:  # type: ignore[override]
-        return self.engine.is_validation
-
-    @property
-    def supports_token_in_token_out(self) -> bool:
-        return True
 
     async def _get_model_response(self, messages: list[dict[str, Any]], **kwargs: Any) -> ModelOutput:
         return await self.engine.respond(messages, self.generator, self.conversation, **kwargs)

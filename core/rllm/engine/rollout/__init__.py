@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from rllm.engine.rollout.rollout_engine import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine, engine_problem
+from rllm.engine.rollout.rollout_engine import (
+    PROMPT_TOO_LONG,
+    EpisodeView,
+    Generation,
+    ModelOutput,
+    RolloutEngine,
+    engine_problem,
+)
 from rllm.engine.rollout.types import TokenInput, Tokenizer, TokenOutput
 
 __all__ = [
     "PROMPT_TOO_LONG",
+    "EpisodeView",
     "Generation",
     "ModelOutput",
     "RolloutEngine",

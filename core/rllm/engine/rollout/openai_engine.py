@@ -49,7 +49,7 @@ from typing import Any
 from rllm.engine.chat import ConversationPrompts, completion_output, template_ids
 from rllm.engine.rollout import answers
 from rllm.engine.rollout.http import Answer, ServerTimeout, ServerUnreachable, request_json
-from rllm.engine.rollout.rollout_engine import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine
+from rllm.engine.rollout.rollout_engine import PROMPT_TOO_LONG, EpisodeView, Generation, ModelOutput, RolloutEngine
 from rllm.errors import DataError, EngineCallError, InferenceServerError, RLLMWarning
 from rllm.types import TerminationEvent, TerminationReason
 
@@ -543,11 +543,13 @@ def _check_seed(kwargs: dict[str, Any], door: str) -> None:
         raise EngineCallError(f"{door} got seed={seed!r}; give an int in [0, 2**63).")
 
 
-class _EpisodeView(RolloutEngine):
+class _EpisodeView(EpisodeView):
     """One episode's view of an :class:`OpenAIEngine`: its server, its session id, its stream of request seeds."""
 
+    engine: OpenAIEngine
+
     def __init__(self, engine: OpenAIEngine, session: str, seed: int) -> None:
-        self.engine = engine
+        super().__init__(engine)
         self.session = session
         self.first: int | None = seed
         self.rng = random.Random(seed)
@@ -558,22 +560,6 @@ class _EpisodeView(RolloutEngine):
             seed, self.first = self.first, None
             return seed
         return self.rng.getrandbits(63)
-
-    @property
-    def tokenizer(self) -> Any:  # type: ignore[override]
-        return self.engine.tokenizer
-
-    @property
-    def weight_version(self) -> int:  # type: ignore[override]
-        return self.engine.weight_version
-
-    @property
-    def is_validation(self) -> bool:  # type: ignore[override]
-        return self.engine.is_validation
-
-    @property
-    def supports_token_in_token_out(self) -> bool:
-        return True
 
     async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
         return await self.engine.sample_ids(prompt_ids, max_tokens, self.session, self._seed())

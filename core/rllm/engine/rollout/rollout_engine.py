@@ -30,7 +30,7 @@ from rllm.errors import DataError, EngineCallError
 if TYPE_CHECKING:
     from rllm.engine.chat import ChatParser
 
-__all__ = ["PROMPT_TOO_LONG", "Generation", "ModelOutput", "RolloutEngine", "engine_problem"]
+__all__ = ["PROMPT_TOO_LONG", "EpisodeView", "Generation", "ModelOutput", "RolloutEngine", "engine_problem"]
 
 PROMPT_TOO_LONG = "prompt_length"
 """``Generation.finish_reason`` of a prompt longer than the engine takes: nothing was generated."""
@@ -212,6 +212,34 @@ class RolloutEngine(Protocol):
 
     async def sleep(self) -> None:
         """Free what sampling holds while the trainer updates (a server's KV cache, weights); default nothing."""
+
+
+class EpisodeView(RolloutEngine):
+    """What :meth:`RolloutEngine.for_episode` returns for a sampling engine: its own randomness, the engine's state.
+
+    The tokenizer, weight version and validation flag are read from ``engine`` at every call, so
+    an update or the start of validation reaches the views already handed out; a subclass adds
+    the calls, each passing its episode's seed or generator on to the engine.
+    """
+
+    def __init__(self, engine: RolloutEngine) -> None:
+        self.engine = engine
+
+    @property
+    def tokenizer(self) -> Any:  # type: ignore[override]
+        return self.engine.tokenizer
+
+    @property
+    def weight_version(self) -> int:  # type: ignore[override]
+        return self.engine.weight_version
+
+    @property
+    def is_validation(self) -> bool:  # type: ignore[override]
+        return self.engine.is_validation
+
+    @property
+    def supports_token_in_token_out(self) -> bool:
+        return True
 
 
 def engine_problem(engine: object) -> str | None:

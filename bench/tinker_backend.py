@@ -1,0 +1,100 @@
+"""``rllm.backend=tinker`` through ``rllm serve --tinker`` against the in-process transformers backend: steps/s.
+
+``python bench/tinker_backend.py`` (needs ``pip install 'rllm[tinker]'``; ``--steps N``). The
+same run twice: the built-in digit task on the tiny digit model (seed 0), 20 tasks x 8 rollouts
+per step, lr 3e-3, no validation, once with ``rllm.backend=transformers`` (sampling and the update
+in the trainer's process) and once with ``rllm.backend=tinker`` against a ``rllm serve --tinker``
+subprocess on 127.0.0.1 serving the same model (every sample, ``forward_backward``,
+``optim_step`` and sampler save an HTTP round trip through the official SDK). Steps per second
+are wall-clock, from the metrics' ``wall_time`` between the second and the last step (the first
+warms up); the ratio printed is the transformers backend's rate over the tinker backend's
+(the client direction's overhead; the issue's goal: at most 1.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+COMMON = (
+    "rllm.data.train_batch_size=20",
+    "rllm.rollout.n=8",
+    "rllm.trainer.logger=[jsonl]",
+    "rllm.trainer.val_before_train=false",
+    "rllm.trainer.test_freq=0",
+    "rllm.trainer.save_freq=0",
+)
+TRANSFORMERS = ("rllm.backend=transformers", "rllm.transformers.device=cpu", "rllm.transformers.lr=0.003")
+GOAL = 1.5
+
+
+def _port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _server(port: int) -> subprocess.Popen[bytes]:
+    words = ["--tinker", "rllm.transformers.model=tiny", "rllm.transformers.device=cpu", "--served-model-name", "tiny"]
+    command = [sys.executable, "-m", "rllm.cli.main", "serve", *words, "--host", "127.0.0.1", "--port", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/healthz", timeout=2).read()
+            return process
+        except OSError:
+            time.sleep(0.3)
+    process.terminate()
+    raise SystemExit("rllm serve --tinker did not answer /api/v1/healthz within 60 s")
+
+
+def _rate(run_dir: Path, words: tuple[str, ...], steps: int) -> float:
+    """Steps per second of one ``rllm train`` run, between its second and last step."""
+    env = {**os.environ, "TINKER_API_KEY": os.environ.get("TINKER_API_KEY", "tml-bench")}
+    command = [sys.executable, "-m", "rllm.cli.main", "train", *words, *COMMON]
+    command += [f"rllm.trainer.total_batches={steps}", f"rllm.trainer.output_dir={run_dir}"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-2000:])
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    times = [r["wall_time"] for r in map(json.loads, lines) if r["kind"] == "train"]
+    return (len(times) - 2) / (times[-1] - times[1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=12)
+    args = parser.parse_args()
+    port = _port()
+    server = _server(port)
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            local = _rate(Path(scratch) / "transformers", TRANSFORMERS, args.steps)
+            tinker = (
+                "rllm.backend=tinker",
+                f"rllm.tinker.base_url=http://127.0.0.1:{port}",
+                "rllm.tinker.base_model=tiny",
+                "rllm.tinker.lr=0.003",
+            )
+            remote = _rate(Path(scratch) / "tinker", tinker, args.steps)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    ratio = local / remote
+    print(f"transformers backend (in process): {local:.3f} steps/s")
+    print(f"tinker backend via rllm serve --tinker: {remote:.3f} steps/s")
+    print(f"ratio (transformers / tinker): {ratio:.2f}x (goal <= {GOAL}x: {'met' if ratio <= GOAL else 'not met'})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
