@@ -17,8 +17,8 @@ from serving import SERVED, SERVED_RUN, get_json, post_json, running
 
 skip_module_without("torch", "transformers", "safetensors", "fastapi", "uvicorn", install="pip install 'rllm[serve]'")
 
-import torch  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
+import torch
+from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
 PROMPT = [3, 4, 5, 6]

@@ -163,4 +163,3 @@ def _check_optimizer(
                     f"Checkpoint file {tensors_file!r} holds {index}.{name} of shape {tuple(entry[name].shape)} "
                     f"for a parameter of shape {shape}."
                 )
-

@@ -25,7 +25,9 @@ def cast_weights(state: dict[str, torch.Tensor], dtype: str | None) -> dict[str,
     if dtype is None:
         return {name: tensor.detach() for name, tensor in state.items()}
     target = getattr(torch, dtype)
-    return {name: tensor.detach().to(target) if tensor.is_floating_point() else tensor for name, tensor in state.items()}
+    return {
+        name: tensor.detach().to(target) if tensor.is_floating_point() else tensor for name, tensor in state.items()
+    }
 
 
 def tied_names(model: torch.nn.Module) -> set[str]:
