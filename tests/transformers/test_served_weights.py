@@ -8,12 +8,11 @@ which dtype each sync asks for); vLLM is not installed here, so ``rllm serve`` t
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from extras import skip_module_without
-from serving import SERVED, SERVED_RUN, get_json, post_json, running
+from serving import SERVED, get_json, post_json, running, served_run
 
 skip_module_without("torch", "transformers", "safetensors", "fastapi", "uvicorn", install="pip install 'rllm[serve]'")
 
@@ -29,20 +28,14 @@ def test_a_tied_model_trains_against_a_server_on_its_weights_cast_to_bfloat16(tm
     run_dir = tmp_path / "run"
     with running(*SERVED, "rllm.transformers.precision=bf16-pure") as root:  # a server holding bfloat16 weights
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "rllm.cli.main",
-                "train",
-                "--no-progress",
-                *SERVED_RUN,
-                f"rllm.trainer.output_dir={run_dir}",
+            served_run(
+                run_dir,
                 "rllm.trainer.total_batches=1",
                 "rllm.trainer.test_freq=0",
                 "rllm.trainer.val_before_train=false",
                 f"rllm.rollout.openai.base_url=[{root}/v1]",
                 "rllm.rollout.openai.weight_sync_dtype=bfloat16",
-            ],
+            ),
             capture_output=True,
             text=True,
             timeout=300,
