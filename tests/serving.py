@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,12 @@ SERVED_RUN = (
     "rllm.trainer.logger=[jsonl]",
 )
 """A training run whose rollouts a server of :data:`SERVED` can give (add its base URL)."""
+
+
+def served_run(run_dir: Path, *overrides: str) -> list[str]:
+    """The command of ``rllm train`` :data:`SERVED_RUN` into ``run_dir`` (add the server's base URL)."""
+    train = [sys.executable, "-m", "rllm.cli.main", "train", "--no-progress"]
+    return [*train, *SERVED_RUN, f"rllm.trainer.output_dir={run_dir}", *overrides]
 
 
 def get_json(url: str) -> dict[str, Any]:

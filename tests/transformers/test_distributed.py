@@ -114,6 +114,41 @@ def test_two_ranks_give_one_process_metrics_for_the_first_three_steps(tmp_path: 
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
 
 
+@pytest.mark.slow
+def test_two_ranks_sampling_from_a_server_give_one_process_metrics(tmp_path: Path) -> None:
+    """Rollouts from an ``rllm serve`` on 127.0.0.1 (each rank sends its share of the batch; rank 0 alone pushes the
+    weights after each update while rank 1 waits): the first three steps equal one process's against the same
+    server, so steps 2 and 3 sampled from the weights rank 0 pushed."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    from serving import SERVED, get_json, running
+
+    settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2")
+    with running(*SERVED) as root:
+        served = (*settings, f"rllm.rollout.openai.base_url=[{root}/v1]")
+        one = subprocess.run(
+            [sys.executable, *_train(tmp_path / "one", *served)], env=ENV, capture_output=True, text=True, timeout=180
+        )
+        assert one.returncode == 0, one.stderr
+        two = subprocess.run(
+            _torchrun(2, tmp_path / "two", *served), env=ENV, capture_output=True, text=True, timeout=240
+        )
+        assert two.returncode == 0, two.stderr
+        assert get_json(f"{root}/health")["weight_version"] == 3  # the first weights, then one update per step
+    first, second = _records(tmp_path / "one"), _records(tmp_path / "two")
+    assert [r["step"] for r in first] == [r["step"] for r in second] == [1, 2, 3]
+    assert any(abs(r["actor/loss"]) > 1e-4 for r in first), first
+    assert (
+        first[0]["reward/solver/mean"] != first[2]["reward/solver/mean"]
+        or first[0]["actor/loss"] != first[2]["actor/loss"]
+    )  # the steps differ: the pushed weights sampled them
+    for mine, theirs in zip(first, second, strict=True):
+        for key in (*COMPARED, *COMPARED_ADVANTAGES):
+            assert abs(mine[key] - theirs[key]) <= 1e-5 * max(abs(mine[key]), 1e-12), (key, mine[key], theirs[key])
+        assert theirs["rollout/stale_steps"] == 0
+    assert sorted(p.name for p in (tmp_path / "two" / "weight_sync").iterdir()) == ["weights_v3"]  # rank 0's only
+
+
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [

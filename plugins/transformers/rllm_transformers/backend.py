@@ -48,7 +48,7 @@ try:  # the extra first: without it, selecting the backend is one line naming th
     import torch
 
     from rllm_transformers.batch import MiniBatchTotals, RowBatch, pack_rows, response_tokens
-    from rllm_transformers.checkpoint import load_training_state, save_training_state, state_dict_bytes
+    from rllm_transformers.checkpoint import load_training_state, save_training_state
     from rllm_transformers.distributed import Distributed
     from rllm_transformers.distributed import start as start_distributed
     from rllm_transformers.engine import Sampling, TransformersEngine
@@ -56,6 +56,7 @@ try:  # the extra first: without it, selecting the backend is one line naming th
     from rllm_transformers.lora import AdaptersOff, add_adapters, load_adapter, lora_settings, merged_weights, trainable
     from rllm_transformers.model import TINY, default_threads, has_digit_ids, load_policy, set_training, token_limits
     from rllm_transformers.rewards import check_estimators_see_the_penalty, subtract_from_rewards
+    from rllm_transformers.sync_weights import save_weights, weights_bytes
     from rllm_transformers.weights import load_checked
 except ImportError as exc:
     raise missing_extra_error(exc) from None
@@ -257,18 +258,30 @@ class TransformersBackend(BackendProtocol):
     def _update(self, version: int, weights: dict[str, torch.Tensor] | None) -> PolicyUpdate:
         """``weights`` (None: the model's) as the update of ``version`` a weight sync sends (LoRA: merged)."""
         state = merged_weights(self.model, weights)
+        directory = Path(str(self.config.rllm.trainer.output_dir)) / "weight_sync"
+        if self.distributed is not None and self.distributed.rank > 0:  # a rank resyncing a restarted server alone
+            directory = directory / f"rank{self.distributed.rank}"
         return PolicyUpdate(
             version=version,
-            save=lambda directory: self.model.save_pretrained(directory, state_dict=state),
-            state_bytes=lambda: state_dict_bytes(state),
-            directory=Path(str(self.config.rllm.trainer.output_dir)) / "weight_sync",
+            save=lambda directory, dtype=None: save_weights(self.model, state, directory, dtype),
+            state_bytes=lambda dtype=None: weights_bytes(state, dtype),
+            directory=directory,
         )
 
     def _push(self, version: int, weights: dict[str, torch.Tensor] | None) -> None:
-        """Every server on ``weights`` (None: the model's) as ``version``, through the run's weight sync."""
+        """Every server on ``weights`` (None: the model's) as ``version``, through the run's weight sync.
+
+        Under torchrun rank 0 pushes the whole weights, which every rank holds after an update (DDP's copies are
+        equal; FSDP gathers them), while the others wait at a barrier: no rank samples before the servers hold
+        the new version, and the servers load one copy, not one per rank (docs/serve.md). A push that fails stops
+        rank 0 with its line, and the others report it lost.
+        """
         if self.weight_sync is None:
             return
-        self.weight_sync.push(self._update(version, weights))
+        if self.distributed is None or self.distributed.rank == 0:
+            self.weight_sync.push(self._update(version, weights))
+        if self.distributed is not None:
+            self.distributed.barrier()
         self._rollout_version = version
 
     def _resync(self, server: str) -> None:
@@ -366,10 +379,6 @@ class TransformersBackend(BackendProtocol):
         max_new_tokens, max_prompt_length = token_limits(options, self.model)
         servers = [str(url) for url in self.config.rllm.rollout.openai.base_url]
         if servers:
-            if self.distributed is not None:
-                raise ConfigError(
-                    "rllm.rollout.openai.base_url with several torchrun ranks is not supported; run one process."
-                )
             sampling = self.sampling()
             params: dict[str, Any] = {"temperature": sampling.temperature}
             if sampling.top_p < 1.0:

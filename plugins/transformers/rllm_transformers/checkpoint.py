@@ -163,10 +163,3 @@ def _check_optimizer(
                     f"Checkpoint file {tensors_file!r} holds {index}.{name} of shape {tuple(entry[name].shape)} "
                     f"for a parameter of shape {shape}."
                 )
-
-
-def state_dict_bytes(state: dict[str, torch.Tensor]) -> bytes:
-    """A state dict as safetensors bytes (tied tensors copied apart, which safetensors requires)."""
-    from safetensors.torch import save
-
-    return save({name: tensor.detach().cpu().clone() for name, tensor in state.items()})
