@@ -69,7 +69,7 @@ def test_a_killed_server_under_failure_policy_fail_stops_the_run_naming_it(tmp_p
     try:
         run = served_run(
             tmp_path,
-            "rllm.trainer.total_batches=100",
+            "rllm.trainer.total_batches=60",  # within the epochs: a longer cap would add a warning line
             "rllm.trainer.test_freq=0",
             "rllm.trainer.val_before_train=false",
             "rllm.workflow.failure_policy=fail",
@@ -85,7 +85,7 @@ def test_a_killed_server_under_failure_policy_fail_stops_the_run_naming_it(tmp_p
     assert process.returncode == 2 and len(lines) == 1, err
     assert f"{root}/v1/completions: no answer (" in lines[0] and "after 2 attempts; start the server" in lines[0]
     assert "rllm.rollout.openai.base_url. Fix the workflow" in lines[0]
-    assert max(r["step"] for r in _records(tmp_path, "train")) < 100
+    assert max(r["step"] for r in _records(tmp_path, "train")) < 60
 
 
 def test_a_restarted_server_gets_the_current_weights_before_it_samples(tmp_path: Path) -> None:
