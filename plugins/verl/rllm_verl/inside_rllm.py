@@ -25,6 +25,8 @@ import numpy as np
 import rllm
 from rllm.plugins import EstimatorRegistrar
 from rllm.toolkit import AdvantageBatch, FloatArray, Option, Ragged
+from rllm_verl.backend_keys import rllm_register_backends, rllm_register_config_sections  # noqa: F401  (this entry
+# point's hooks too: rllm.backend=verl and its rllm.verl section)
 
 if TYPE_CHECKING:
     import torch
