@@ -38,7 +38,7 @@ class WorkerOptions:
     micro_batches: int = 1
     """Gradient-accumulation chunks per update on each rank (verl's ``micro_batch_size_per_gpu`` follows)."""
     micro_batch_size: int | None = None
-    """Rows per micro-batch on each rank (verl's ``ppo_micro_batch_size_per_gpu``); set, it replaces ``micro_batches``."""
+    """Rows per micro-batch on each rank (verl's ``ppo_micro_batch_size_per_gpu``); set, it overrides micro_batches."""
     loss: str = "vanilla"
     loss_agg_mode: str | None = None
     """None: ``token-mean``, or the mode the loss fixes (``sapo``, ``geo_mean``)."""
