@@ -51,6 +51,13 @@ def _inner_config(config: DictConfig) -> DictConfig:
     return inner
 
 
+def _refuse_keys(config: DictConfig) -> None:
+    """The settings the harness does not cover, by name."""
+    for key, value in unhonoured_keys(config, _REFUSED).items():
+        reason = next(text for prefix, text in _REFUSED.items() if key == prefix or key.startswith(prefix + "."))
+        raise ConfigError(f"{key}={value!r} is not supported by the verl backend: {reason}.")
+
+
 class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
     """``rllm.backend=verl`` (CPU: verl's worker on gloo, rollouts in process)."""
 
@@ -58,9 +65,10 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
     """Stage 5 writes the worker's old log-probs on the steps when an estimator reads them; nothing else."""
 
     def __init__(self, config: DictConfig, **kwargs: Any) -> None:
+        _refuse_keys(config)  # before the model is built
         super().__init__(_inner_config(config), **kwargs)
         self.verl = OmegaConf.select(config, SECTION)
-        self._refuse()  # before the worker is built: a refused key costs no model load
+        self._refuse_roles()  # before the worker is built
         from rllm_verl.cpu_platform import prepare_cpu_process
 
         self.owns_group = self.distributed is None
@@ -85,11 +93,8 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
         self.model.save_pretrained(self.model_dir)
         self.worker = VerlWorker(self.model_dir, options, pad_id=int(self.tokenizer.pad_token_id))
 
-    def _refuse(self) -> None:
-        """Settings the harness does not cover, by name, and roles routed to another loss than the default's."""
-        for key, value in unhonoured_keys(self.config, _REFUSED).items():
-            reason = next(text for prefix, text in _REFUSED.items() if key == prefix or key.startswith(prefix + "."))
-            raise ConfigError(f"{key}={value!r} is not supported by the verl backend: {reason}.")
+    def _refuse_roles(self) -> None:
+        """Roles routed to another loss than the default's: the worker holds one loss."""
         default = self.default_settings
         for role, settings in sorted(self.role_settings.items()):
             if (settings.name, settings.options, settings.agg_mode) != (
@@ -104,7 +109,8 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
 
     def validate_config(self) -> None:
         super().validate_config()
-        self._refuse()
+        _refuse_keys(self.config)
+        self._refuse_roles()
 
     def shutdown(self) -> None:
         super().shutdown()
