@@ -111,7 +111,7 @@ def test_one_update_through_the_verl_backend_is_the_transformers_backends(
     expected, got = (json.loads((updates[b] / f"{loss}.json").read_text()) for b in ("transformers", "verl"))
     for key in ("actor/loss", "actor/grad_norm"):
         assert abs(got[key] - expected[key]) <= TOLERANCE * abs(expected[key]), (key, got[key], expected[key])
-    assert got["actor/tokens"] == expected["actor/tokens"] == 5 + 4 + 7 + 2 + 4 + 6 + 4  # every response token
+    assert got["actor/tokens"] == expected["actor/tokens"] == 5 + 7 + 2 + 4 + 6 + 4  # every response token, both turns
     before, after = (load_file(str(updates[b] / f"{loss}.safetensors")) for b in ("transformers", "verl"))
     assert float((after.pop("old_log_probs") - before.pop("old_log_probs")).abs().max()) <= TOLERANCE
     moved = max(float((before[k] - after[k]).abs().max()) for k in before)
@@ -131,19 +131,19 @@ def _pass_at_1(run_dir: Path) -> list[float]:
 
 @pytest.mark.slow
 def test_rllm_train_on_verl_learns_the_digit_task(tmp_path: Path) -> None:
-    """The transformers backend's learning run (20 tasks x 8 rollouts) on verl's worker: greedy pass@1 from chance
-    to near every task solved."""
+    """20 steps of 20 tasks x 16 rollouts on verl's worker: greedy pass@1 from chance to 0.9 and over (measured 0.0 ->
+    0.93 at seed 0; with 8 rollouts a task it levels off near 0.89, as the transformers backend's does)."""
     done = _train(
         tmp_path,
         "rllm.data.train_batch_size=20",
-        "rllm.rollout.n=8",
-        "rllm.trainer.total_batches=30",
-        "rllm.trainer.test_freq=30",
+        "rllm.rollout.n=16",
+        "rllm.trainer.total_batches=20",
+        "rllm.trainer.test_freq=20",
     )
     assert done.returncode == 0, done.stderr[-4000:]
     curve = _pass_at_1(tmp_path)
     assert curve[0] <= 0.3 and curve[-1] >= 0.9, curve
-    assert (tmp_path / "checkpoints" / "step_30" / "model" / "model.safetensors").is_file()
+    assert (tmp_path / "checkpoints" / "step_20" / "model" / "model.safetensors").is_file()
 
 
 @pytest.mark.slow
