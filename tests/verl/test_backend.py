@@ -162,3 +162,39 @@ def test_a_resumed_run_gives_the_uninterrupted_metrics(tmp_path: Path) -> None:
         return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in _comparable(records)]
 
     assert same(_records(tmp_path / "resumed")) == same(_records(tmp_path / "clean"))
+
+
+@pytest.mark.slow
+def test_two_ranks_under_torchrun_give_the_one_rank_metrics(tmp_path: Path) -> None:
+    """Each rank rolls out its share (the transformers backend's split) and the worker shards the update over gloo."""
+    run = (
+        "rllm.data.train_batch_size=4",
+        "rllm.rollout.n=4",
+        "rllm.trainer.total_batches=3",
+        "rllm.trainer.test_freq=3",
+    )
+    one = _train(tmp_path / "one", *run)
+    assert one.returncode == 0, one.stderr[-4000:]
+    port = ["--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", *port, "-m", "rllm.cli.main"]
+    command += ["train", "--no-progress", "rllm.backend=verl", "rllm.trainer.logger=[jsonl]", *run]
+    two = subprocess.run(
+        [*command, f"rllm.trainer.output_dir={tmp_path / 'two'}"], capture_output=True, text=True, env=ENV, timeout=900
+    )
+    assert two.returncode == 0, two.stderr[-4000:]
+    for kind in ("train", "val"):
+        ones, twos = _records(tmp_path / "one", kind), _records(tmp_path / "two", kind)
+        assert [r["step"] for r in ones] == [r["step"] for r in twos] and ones
+        for a, b in zip(ones, twos, strict=True):
+            keys = [
+                k for k, v in a.items() if isinstance(v, float) and not k.startswith(("perf/", "time/", "wall_time"))
+            ]
+            assert keys and all(abs(a[k] - b[k]) <= TOLERANCE * max(abs(a[k]), 1e-6) for k in keys), (a, b)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
