@@ -23,8 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rllm.config import unhonoured_keys
 from rllm.errors import ConfigError, TrainerError
-from rllm.trainer import TrainerState, scheduled_lr
-from rllm.trainer.components import resolve_backend
+from rllm.trainer import TrainerState, resolve_backend, scheduled_lr
 from rllm_verl.backend_keys import SECTION, transformers_settings
 
 _Parent: Any = resolve_backend("transformers", OmegaConf.create())
