@@ -24,10 +24,11 @@ skip_module_without("torch", "transformers", "safetensors", install="pip install
 
 import torch
 from safetensors.torch import load_file, save_file
+from verl_batches import two_groups
 
 from rllm.config import load_config
 from rllm.trainer import TrainerState, UnifiedTrainer
-from rllm.types import Step, Trajectory, TrajectoryGroup
+from rllm.types import TrajectoryGroup
 
 pytestmark = pytest.mark.slow
 
@@ -53,30 +54,6 @@ def _config(tmp: Path, loss: str = "vanilla", mode: str = "token-mean", model: s
             f"rllm.trainer.output_dir={tmp / 'run'}",
         ]
     )
-
-
-def _groups(vocab: int, seed: int = 0) -> list[TrajectoryGroup]:
-    """Two groups of random tokens; one trajectory has two turns, the second prompt extending the first."""
-    g = torch.Generator().manual_seed(seed)
-
-    def tokens(n: int) -> list[int]:
-        return torch.randint(3, vocab, (n,), generator=g).tolist()
-
-    def advantage() -> float:
-        return float(torch.randn((), generator=g))
-
-    groups = []
-    for index, shapes in enumerate([[(4, 5), (3, 7), (5, 2)], [(6, 4), (2, 6)]]):
-        trajectories = [Trajectory(steps=[Step(prompt_ids=tokens(p), response_ids=tokens(r))]) for p, r in shapes]
-        groups.append(TrajectoryGroup(trajectories=trajectories, group_id=f"g{index}"))
-    first = groups[0].trajectories[0].steps[0]
-    second = Step(prompt_ids=first.prompt_ids + first.response_ids + tokens(3), response_ids=tokens(4))
-    groups[0].trajectories[0].steps.append(second)  # the observation's 3 tokens sit in the row with mask 0
-    for group in groups:
-        for trajectory in group.trajectories:
-            for step in trajectory.steps:
-                step.advantage = advantage()
-    return groups
 
 
 def _transformers_update(config: Any, groups: list[TrajectoryGroup]) -> tuple[Any, dict[str, float], Any]:
@@ -153,7 +130,7 @@ def _prepare(tmp: Path) -> dict[str, Any]:
     expected = {}
     for loss, mode in LOSSES:
         config = _config(tmp, loss, mode, str(model))
-        batch, metrics, updated = _transformers_update(config, _groups(vocab))
+        batch, metrics, updated = _transformers_update(config, two_groups(vocab))
         expected[loss] = (metrics, {k: v.detach().clone() for k, v in updated.state_dict().items()})
     options = config.rllm.transformers
     worker_options = {

@@ -30,6 +30,7 @@ _EXPORTS = {
     "UnifiedTrainer": "rllm.trainer.unified",
     "group_by_task_and_role": "rllm.trainer.grouping",
     "lr_factor": "rllm.trainer.lr_schedule",
+    "resolve_backend": "rllm.trainer.components",
     "scheduled_lr": "rllm.trainer.lr_schedule",
     "share_of": "rllm.trainer.parallel",
     "task_loader": "rllm.trainer.dataloading",

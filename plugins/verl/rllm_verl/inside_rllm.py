@@ -7,6 +7,9 @@ length is ``response_lengths`` when the estimator uses it and 1 otherwise), the 
 verl's ``index``, runs verl's registered function, and reads one advantage per response (or, for
 verl's per-token estimators, one per step) back.
 
+This entry point also carries ``rllm.backend=verl`` and its ``rllm.verl`` section
+(:mod:`rllm_verl.backend_keys`, whose hooks are imported here).
+
 verl's ``optimal_token_baseline``, ``tir_optimal_token_baseline`` (they need the policy's
 per-token ``sum_pi_squared`` and log-probabilities) and ``gdpo`` (it reads reward components from
 verl's own batch layout) are not offered: an rllm batch has no such inputs.
@@ -25,6 +28,7 @@ import numpy as np
 import rllm
 from rllm.plugins import EstimatorRegistrar
 from rllm.toolkit import AdvantageBatch, FloatArray, Option, Ragged
+from rllm_verl.backend_keys import rllm_register_backends, rllm_register_config_sections  # noqa: F401
 
 if TYPE_CHECKING:
     import torch

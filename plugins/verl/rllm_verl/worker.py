@@ -37,6 +37,8 @@ class WorkerOptions:
     max_grad_norm: float = 1.0
     micro_batches: int = 1
     """Gradient-accumulation chunks per update on each rank (verl's ``micro_batch_size_per_gpu`` follows)."""
+    micro_batch_size: int | None = None
+    """Rows per micro-batch on each rank (verl's ``ppo_micro_batch_size_per_gpu``); set, it overrides micro_batches."""
     loss: str = "vanilla"
     loss_agg_mode: str | None = None
     """None: ``token-mean``, or the mode the loss fixes (``sapo``, ``geo_mean``)."""
@@ -160,6 +162,8 @@ class VerlWorker:
     def _micro_rows(self, rows: int) -> int:
         """Rows per micro-batch: each rank's share cut into ``micro_batches`` equal pieces (DP padding fills them)."""
         share = -(-rows // self.world_size)
+        if self.options.micro_batch_size is not None:
+            return min(self.options.micro_batch_size, share)
         return -(-share // min(self.options.micro_batches, share))
 
     def _shard(self, batch: dict[str, torch.Tensor], micro_rows: int) -> Any:
@@ -240,6 +244,26 @@ class VerlWorker:
 
         module = self.worker.engine.module
         return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
+
+    def full_optimizer_state(self) -> dict[str, Any]:
+        """The whole optimizer state (every rank gathers it), keyed by the parameters' transformers names."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=False)
+        return dict(get_optimizer_state_dict(self.worker.engine.module, self.optimizer, options=options))
+
+    def load_full_state(self, weights: dict[str, torch.Tensor], optimizer_state: dict[str, Any] | None) -> None:
+        """Whole weights (and optimizer state keyed by names, as :meth:`full_optimizer_state` gives) into the shards."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        module, options = self.worker.engine.module, StateDictOptions(full_state_dict=True)
+        set_model_state_dict(module, weights, options=options)
+        if optimizer_state is not None:
+            set_optimizer_state_dict(module, self.optimizer, optimizer_state, options=options)
 
 
 def _scalar(value: Any) -> float | None:

@@ -1,0 +1,188 @@
+"""``rllm.backend=verl``: rllm's trainer with stage 5 and the update on verl's training worker (see docs/verl.md).
+
+The shipped plugins never import each other, so this backend does not import rllm_transformers:
+it takes the ``transformers`` backend class from core's backend registry when this module is
+imported (a run selecting ``verl`` imports it) and builds on it. The parent's parts stay as they
+are: in-process rollouts (its engine), stage 4's packed rows, checkpoints. Stage 5's old
+log-probs and stage 7's update run on :class:`rllm_verl.worker.VerlWorker` (verl's
+``TrainingWorker``, FSDP2, the CPU platform and gloo), and after each update the worker's weights
+are loaded into the model the rollouts sample from. The ``rllm.verl`` keys are turned into the
+``rllm.transformers`` settings those parts read (:func:`rllm_verl.backend_keys.transformers_settings`).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rllm.config import unhonoured_keys
+from rllm.errors import ConfigError, TrainerError
+from rllm.trainer import TrainerState, resolve_backend, scheduled_lr
+from rllm_verl.backend_keys import SECTION, transformers_settings
+
+_Parent: Any = resolve_backend("transformers", OmegaConf.create())
+"""The transformers backend, as core's registry gives it (a plugin uses another's parts through core only)."""
+
+_REFUSED = {
+    "rllm.algorithm.use_kl_loss": "the harness builds no reference worker; leave it false",
+    "rllm.algorithm.use_kl_in_reward": "the harness builds no reference worker; leave it false",
+    "rllm.algorithm.entropy_coeff": "verl's entropy bonus is not wired to rllm's losses here; set it to 0",
+    "rllm.algorithm.rollout_correction": "verl's rollout correction is not wired here; leave the section unset",
+    "rllm.async_training.enable": "the rollouts sample the model the update writes; leave it false",
+    "rllm.rollout.openai.base_url": "rollouts run in process on the CPU; leave it empty",
+    f"{SECTION}.actor.ppo_epochs": "the harness runs one pass per batch; set it to 1",
+    f"{SECTION}.actor.ppo_mini_batch_size": "the harness runs one optimizer step per batch; leave it null",
+}
+"""Keys this backend refuses when set away from their defaults (key: what to do)."""
+
+
+def _inner_config(config: DictConfig) -> DictConfig:
+    """The run's config with ``rllm.transformers`` holding what the ``rllm.verl`` keys say (the parent reads it)."""
+    inner = config.copy()
+    settings = transformers_settings(OmegaConf.select(config, SECTION))
+    inner.rllm.transformers = OmegaConf.merge(config.rllm.transformers, settings)
+    return inner
+
+
+def _refuse_keys(config: DictConfig) -> None:
+    """The settings the harness does not cover, by name."""
+    for key, value in unhonoured_keys(config, _REFUSED).items():
+        reason = next(text for prefix, text in _REFUSED.items() if key == prefix or key.startswith(prefix + "."))
+        raise ConfigError(f"{key}={value!r} is not supported by the verl backend: {reason}.")
+
+
+class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
+    """``rllm.backend=verl`` (CPU: verl's worker on gloo, rollouts in process)."""
+
+    batch_fields = frozenset({"old_log_probs"})
+    """Stage 5 writes the worker's old log-probs on the steps when an estimator reads them; nothing else."""
+
+    def __init__(self, config: DictConfig, **kwargs: Any) -> None:
+        _refuse_keys(config)  # before the model is built
+        super().__init__(_inner_config(config), **kwargs)
+        self.verl = OmegaConf.select(config, SECTION)
+        self._refuse_roles()  # before the worker is built
+        from rllm_verl.cpu_platform import prepare_cpu_process
+
+        self.owns_group = self.distributed is None
+        """One process: the worker's gloo group is this backend's to close (under torchrun the parent's is used)."""
+        prepare_cpu_process()
+        from rllm_verl.worker import VerlWorker, WorkerOptions
+
+        settings = self.default_settings
+        micro = self.verl.actor.ppo_micro_batch_size_per_gpu
+        options = WorkerOptions(
+            lr=float(self.options.lr),
+            betas=(float(self.options.adam_beta1), float(self.options.adam_beta2)),
+            weight_decay=float(self.options.weight_decay),
+            max_grad_norm=float(self.options.max_grad_norm),
+            micro_batch_size=None if micro is None else int(micro),
+            loss=settings.name,
+            loss_agg_mode=settings.agg_mode,
+            loss_options=dict(settings.options or {}),
+        )
+        self.model_dir = Path(tempfile.mkdtemp(prefix="rllm-verl-model-"))
+        """The initial weights the worker loads (the parent's model as built: the tiny model's seed, fp32)."""
+        self.model.save_pretrained(self.model_dir)
+        self.worker = VerlWorker(self.model_dir, options, pad_id=int(self.tokenizer.pad_token_id))
+
+    def _refuse_roles(self) -> None:
+        """Roles routed to another loss than the default's: the worker holds one loss."""
+        default = self.default_settings
+        for role, settings in sorted(self.role_settings.items()):
+            if (settings.name, settings.options, settings.agg_mode) != (
+                default.name,
+                default.options,
+                default.agg_mode,
+            ):
+                raise ConfigError(
+                    f"rllm.algorithm.loss_fn_map gives role {role!r} the loss {settings.describe()}, not the run's "
+                    f"{default.describe()}; the verl backend trains every role with one loss: map them all to one."
+                )
+
+    def validate_config(self) -> None:
+        super().validate_config()
+        _refuse_keys(self.config)
+        self._refuse_roles()
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        if self.owns_group:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        shutil.rmtree(self.model_dir, ignore_errors=True)
+
+    async def process_backend_batch(self, trainer_state: TrainerState) -> None:
+        """Stage 5: the old policy's log-probs from the worker (verl's ``infer_batch``)."""
+        batch = trainer_state.backend_batch
+        batch.old_logps = self.worker.log_probs(batch.ids, batch.attention, batch.mask)
+        if "old_log_probs" in self.token_fields:
+            batch.put_on_steps({"old_log_probs": batch.old_logps})
+        trainer_state.metrics.update(self._rollout_gap(batch))
+
+    async def update_policy(self, trainer_state: TrainerState) -> None:
+        """Stage 7: one ``train_batch`` on the worker, then its weights into the model the rollouts sample."""
+        batch = trainer_state.backend_batch
+        if batch.old_logps is None:
+            raise TrainerError("The policy update ran before stage 5 computed the old log-probs.")
+        started = time.perf_counter()
+        lr = scheduled_lr(float(self.options.lr), self.algorithm, trainer_state.global_step, trainer_state.total_steps)
+        old = batch.old_logps * batch.mask
+        verl_metrics = self.worker.update(batch.ids, batch.attention, batch.mask, old, batch.advantages(), lr)
+        loss = verl_metrics.get("loss", math.nan)
+        if not math.isfinite(loss):
+            raise TrainerError(
+                f"Step {trainer_state.global_step}: the policy loss {self.default_settings.name} is {loss} (not "
+                "finite) on verl's worker; no checkpoint of this step is written. Lower rllm.verl.actor.optim.lr or "
+                "check the advantages and rewards."
+            )
+        self.model.load_state_dict(self.worker.full_weights())
+        if self.engine is not None:  # what is sampled from now on has the new version
+            self.engine.weight_version += 1
+        tokens = float(batch.mask.sum())
+        metrics = {f"actor/{key}": value for key, value in verl_metrics.items() if not key.startswith("perf/")}
+        metrics.update(
+            {
+                "actor/lr": lr,
+                "actor/tokens": tokens,
+                "perf/update_tokens_per_s": tokens / max(time.perf_counter() - started, 1e-9),
+            }
+        )
+        if self.rollout_seconds > 0:
+            metrics["perf/rollout_tokens_per_s"] = self.rollout_tokens / self.rollout_seconds
+        self.rollout_tokens, self.rollout_seconds = 0, 0.0
+        trainer_state.metrics.update(metrics)
+
+    # -- checkpoints: the parent writes the model and its optimizer; the worker's state goes through them ------------
+    def prepare_checkpoint(self) -> None:
+        """The worker's whole optimizer state into the parent's optimizer (by parameter name), which the save writes."""
+        super().prepare_checkpoint()
+        named = self.worker.full_optimizer_state()
+        names = [name for name, _ in self.model.named_parameters()]
+        self.optimizer.load_state_dict(
+            {
+                "state": {names.index(name): value for name, value in named["state"].items()},
+                "param_groups": [{**g, "params": [names.index(n) for n in g["params"]]} for g in named["param_groups"]],
+            }
+        )
+
+    def load_checkpoint(self, directory: Path) -> None:
+        """The parent loads the model and optimizer; the worker's shards get both."""
+        super().load_checkpoint(directory)
+        state = self.optimizer.state_dict()
+        names = [name for name, _ in self.model.named_parameters()]
+        named = None
+        if state["state"]:
+            named = {
+                "state": {names[index]: value for index, value in state["state"].items()},
+                "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]],
+            }
+        self.worker.load_full_state(self.model.state_dict(), named)

@@ -1,0 +1,56 @@
+"""One update through the trainer's stages 4, 5 and 7 with ``rllm.backend=<name>``: ``python backend_run.py SPEC``.
+
+SPEC is a JSON file: ``backend`` (transformers or verl), ``out`` (a directory) and ``losses``
+(``[name, agg_mode]`` pairs). For each loss a fresh trainer (the tiny model, seed 0, 1 thread)
+takes the batch of :func:`verl_batches.two_groups` through its backend, and the process writes
+``<loss>.json`` (the step's metrics) and ``<loss>.safetensors`` (the updated weights and the
+old log-probs stage 5 left on the batch). A process of its own: the verl backend starts a
+process group and chooses verl's CPU platform before verl is imported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+
+def main(spec_path: str) -> None:
+    import torch
+    from safetensors.torch import save_file
+    from verl_batches import two_groups
+
+    from rllm.config import load_config
+    from rllm.trainer import TrainerState, UnifiedTrainer
+
+    torch.set_num_threads(1)
+    spec = json.loads(Path(spec_path).read_text())
+    out, name = Path(spec["out"]), spec["backend"]
+    section = {
+        "transformers": ["rllm.transformers.device=cpu", "rllm.transformers.num_threads=1"],
+        "verl": ["rllm.verl.num_threads=1"],
+    }[name]
+    for loss, mode in spec["losses"]:
+        overrides = [f"rllm.backend={name}", *section, f"rllm.algorithm.loss_fn={loss}"]
+        overrides += [f"rllm.algorithm.loss_agg_mode={mode}", f"rllm.trainer.output_dir={out / 'run'}"]
+        trainer = UnifiedTrainer(None, load_config(overrides=overrides), progress=False)
+        try:
+            backend = trainer.backend
+            vocab = int(backend.model.get_input_embeddings().num_embeddings)
+            state = TrainerState(global_step=1, total_steps=1, trajectory_groups=two_groups(vocab))
+            state.backend_batch = backend.transform_to_backend_batch(state)
+            asyncio.run(backend.process_backend_batch(state))
+            old = state.backend_batch.old_logps  # the transformers backend fills them in the update's forward
+            asyncio.run(backend.update_policy(state))
+            old = state.backend_batch.old_logps if old is None else old
+            tensors = {key: value.detach().clone().contiguous() for key, value in backend.model.state_dict().items()}
+            tensors["old_log_probs"] = (old * state.backend_batch.mask).contiguous()
+            save_file(tensors, str(out / f"{loss}.safetensors"))
+            (out / f"{loss}.json").write_text(json.dumps(state.metrics))
+        finally:
+            trainer.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
