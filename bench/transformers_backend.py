@@ -3,8 +3,17 @@
 ``python bench/transformers_backend.py`` (needs ``pip install 'rllm[transformers]'``; the TRL part
 also needs ``pip install trl``, which is installed for the benchmark only and skipped, saying so,
 when absent). ``--steps N`` sets the digit race's length (default 150), ``--text-steps N`` the text
-race's (default 60), ``--tasks digit text`` which races run, ``--seed N`` both sides' seed in the
-races (default 0), ``--skip-default`` leaves out the first part.
+race's (default 60), ``--vocab-steps N`` the vocabulary race's (default 20), ``--tasks digit text
+vocab`` which races run, ``--seed N`` both sides' seed in the races (default 0), ``--repeats N``
+how many times each side runs, alternating, with the median ratio (default 1), ``--precision
+bf16-mixed`` both sides in bf16 autocast (default fp32), ``--trl-as-installed`` TRL with its own
+defaults (unequal work), ``--skip-default`` leaves out the first part.
+
+Equal work (every race prints both sides' settings): TRL 1.16's ``GRPOConfig`` turns on bf16
+autocast and gradient checkpointing, and without Triton (the CPU) its fused LM head scores every
+prompt position too. The races set both sides to fp32 without checkpointing (rllm's default, the
+precision its equality tests check; checkpointing only saves memory that is not short here) and make
+TRL score completion positions only, as it does on CUDA; one torch thread each.
 
 1. ``rllm train rllm.backend=transformers`` with every default, in a subprocess on this
    machine: wall time and validation pass@1 (greedy) before, after, and where it first reaches 0.9.
@@ -23,6 +32,9 @@ races (default 0), ``--skip-default`` leaves out the first part.
      template), up to 10 tokens per generation (``Answer: D<|im_end|>`` is 10), scored by
      :func:`rllm.tasks.text_reward`: rLLM's ``SimpleWorkflow`` on rllm's side, TRL's
      conversational dataset and a reward function reading the completion's content on TRL's.
+   - ``vocab``: the text race at Qwen2.5's vocabulary, 151,936 (:func:`_vocab_data`: the warm
+     start's embedding padded), 4 prompts x 4 generations a step: the LM head, softmax, sampler and
+     log-prob passes at a real model's size while the rest stays tiny.
 
    Each side first runs 3 untimed steps (its own short run): the process's one-off imports and
    compilations would otherwise land in the loop of the side that runs first. Reported: seconds
@@ -36,12 +48,8 @@ races (default 0), ``--skip-default`` leaves out the first part.
    inside generate-and-score, the update's forward outside it) and ``training_step``, and hooks on
    the optimizer's step. The ratio is rllm's steps per second over TRL's.
 
-   On quiet cores (2026-12-05; docs/transformers.md has the breakdown), ``python
-   bench/transformers_backend.py --skip-default --tasks digit``: 1.55x-1.81x TRL's steps/s over
-   the loop in five runs at seed 0 (1.42x-1.62x at the median step, e.g. 34.8 ms/step against
-   62.1), reward 0.93 vs 0.94; ``--seed 1``, ``2``, ``3``: 2.01x, 1.68x and 1.90x, reward 0.96 vs
-   0.97, 0.95 vs 0.92 and 0.96 vs 0.96. Text: 1.96x and 1.88x (338.9 ms/step against 662.7),
-   reward 0.86 vs 0.83.
+   docs/transformers.md ("Figures") has the ratios, the breakdowns and the commands; the digit and
+   text figures before 2026-12-06 ran TRL as installed (bf16 autocast and checkpointing).
 """
 
 from __future__ import annotations
@@ -59,7 +67,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +87,7 @@ class Work:
     """The choices that set how much work a step does, printed for each side and equal on both by default."""
 
     precision: str
-    """Weights, optimizer state and compute: ``fp32``, or mixed (autocast) / pure low precision."""
+    """``fp32`` or ``bf16-mixed`` (float32 weights and AdamW state, the forward under bf16 autocast), rllm's names."""
     checkpointing: bool
     """Activation checkpointing in the update (recomputes the forward in the backward)."""
     scored: str
@@ -89,14 +97,19 @@ class Work:
 
     def line(self) -> str:
         checkpointing = "on" if self.checkpointing else "off"
-        return f"{self.precision}, gradient checkpointing {checkpointing}, scores {self.scored}, {self.threads} thread"
+        autocast = "no autocast" if self.precision == "fp32" else "bf16 autocast, fp32 weights"
+        return (
+            f"{self.precision} ({autocast}), gradient checkpointing {checkpointing}, scores {self.scored}, "
+            f"{self.threads} thread"
+        )
 
 
-EQUAL = Work("fp32 (no autocast)", False, "completion positions only", 1)
-"""Both sides by default. fp32: rllm's default and TRL's with ``bf16=False``; on this CPU bf16 autocast makes
-a 64-wide model's matmuls slower, not faster, and checkpointing only trades time for memory that is not short here.
-TRL scores completion positions only where Triton runs (CUDA/XPU); the race turns that on for the CPU too."""
-TRL_AS_INSTALLED = Work("bf16-mixed (autocast, fp32 weights)", True, "every position (prompt and completion)", 1)
+COMPLETION = "completion positions only"
+EQUAL = Work("fp32", False, COMPLETION, 1)
+"""Both sides by default (``--precision bf16-mixed`` for the other equal choice). fp32: rllm's default, the
+precision its equality tests check, TRL's with ``bf16=False``. Checkpointing only trades time for memory that is not
+short here. TRL scores completion positions only where Triton runs (CUDA/XPU); the race turns that on for the CPU."""
+TRL_AS_INSTALLED = Work("bf16-mixed", True, "every position (prompt and completion)", 1)
 """TRL 1.16's GRPOConfig defaults on a CPU without Triton (``--trl-as-installed``)."""
 
 
@@ -276,7 +289,7 @@ def _vocab_data(tmp: Path) -> tuple[Path, list[dict[str, Any]]]:
     return padded, tasks
 
 
-def rllm_race(task: str, steps: int, out: Path, seed: int = 0) -> Result:
+def rllm_race(task: str, steps: int, out: Path, seed: int = 0, work: Work = EQUAL) -> Result:
     from simple_workflow import text_reward_function, upstream_simple_workflow
 
     from rllm.config import load_config
@@ -291,9 +304,9 @@ def rllm_race(task: str, steps: int, out: Path, seed: int = 0) -> Result:
         "rllm.transformers.device=cpu",
         f"rllm.transformers.lr={LR}",
         f"rllm.transformers.seed={seed}",
-        "rllm.transformers.precision=fp32",
-        "rllm.transformers.gradient_checkpointing=false",
-        f"rllm.transformers.num_threads={EQUAL.threads}",  # the padded model is over the one-thread size
+        f"rllm.transformers.precision={work.precision}",
+        f"rllm.transformers.gradient_checkpointing={str(work.checkpointing).lower()}",
+        f"rllm.transformers.num_threads={work.threads}",  # the padded model is over the one-thread size
         f"rllm.data.train_batch_size={prompts}",
         f"rllm.rollout.n={generations}",
         f"rllm.trainer.total_batches={steps}",
@@ -383,7 +396,7 @@ def trl_race(task: str, steps: int, out: Path, seed: int = 0, work: Work = EQUAL
     args = GRPOConfig(
         output_dir=str(out),
         use_cpu=True,
-        bf16=work.precision.startswith("bf16"),
+        bf16=work.precision == "bf16-mixed",
         gradient_checkpointing=work.checkpointing,
         per_device_train_batch_size=prompts * generations,
         num_generations=generations,
@@ -436,7 +449,7 @@ def trl_race(task: str, steps: int, out: Path, seed: int = 0, work: Work = EQUAL
 
 @contextmanager
 def _trl_scores(work: Work) -> Iterator[None]:
-    """TRL's fused LM head scores completion positions only where Triton runs; with ``EQUAL`` it does so here too.
+    """TRL's fused LM head scores completion positions only where Triton runs; at equal work it does so here too.
 
     ``trl.trainer.utils`` asks ``_use_triton(device)`` whether to project only the positions whose
     label is not -100 (the kernels themselves ask their own module, so the CPU keeps torch's tiles).
@@ -444,7 +457,7 @@ def _trl_scores(work: Work) -> Iterator[None]:
     from trl.trainer import utils
 
     original = utils._use_triton
-    if work.scored == EQUAL.scored:
+    if work.scored == COMPLETION:
         utils._use_triton = lambda device: True
     try:
         yield
@@ -470,25 +483,25 @@ RACES = {
 }
 
 
-def race(task: str, steps: int, seed: int = 0, repeats: int = 1, trl_work: Work = EQUAL) -> None:
+def race(task: str, steps: int, seed: int = 0, repeats: int = 1, work: Work = EQUAL, trl_work: Work = EQUAL) -> None:
     prompts, generations = batch_of(task)
     what = RACES[task].format(prompts=prompts, generations=generations, tokens=TEXT_TOKENS, vocab=REAL_VOCAB)
     print(f"\n2. the race on {what}: lr {LR}, {steps} steps, seed {seed}")
     trl = importlib.util.find_spec("trl") is not None
-    print(f"   rllm settings: {EQUAL.line()}; {prompts} prompts x {generations} rollouts, lr {LR}, {steps} steps")
+    print(f"   rllm settings: {work.line()}; {prompts} prompts x {generations} rollouts, lr {LR}, {steps} steps")
     print(f"   TRL settings:  {trl_work.line()}; {prompts} prompts x {generations} rollouts, lr {LR}, {steps} steps")
-    if trl_work != EQUAL:
+    if trl_work != work:
         print("   (TRL as installed: unequal work, for comparison with the published ratios only)")
     with tempfile.TemporaryDirectory() as tmp:
         # untimed warm-ups: the process's one-off imports and compilations (transformers' masking code, torch's
         # kernels, numba's loops) would otherwise land in whichever side's loop runs first
         warm_up = 1 if task == "vocab" else WARM_UP  # a step at this vocabulary compiles nothing new
-        rllm_race(task, warm_up, Path(tmp, "rllm-warm-up"))
+        rllm_race(task, warm_up, Path(tmp, "rllm-warm-up"), work=work)
         if trl:
             trl_race(task, warm_up, Path(tmp, "trl-warm-up"), work=trl_work)
         ratios: list[tuple[float, float, float]] = []
         for run in range(repeats):  # the sides alternate, so a change in the machine's load lands on both
-            ours = rllm_race(task, steps, Path(tmp, f"rllm-{run}"), seed)
+            ours = rllm_race(task, steps, Path(tmp, f"rllm-{run}"), seed, work)
             print(f"   rllm transformers backend: {ours.line()}")
             print(f"      {ours.breakdown()}")
             if not trl:
@@ -526,12 +539,16 @@ def main() -> None:
     parser.add_argument(
         "--trl-as-installed", action="store_true", help="TRL with its own defaults (bf16, checkpointing): unequal work"
     )
+    parser.add_argument(
+        "--precision", choices=["fp32", "bf16-mixed"], default="fp32", help="both sides' precision (default fp32)"
+    )
     args = parser.parse_args()
+    work = replace(EQUAL, precision=args.precision)
     if not args.skip_default:
         default_run()
     steps = {"digit": args.steps, "text": args.text_steps, "vocab": args.vocab_steps}
     for task in args.tasks:
-        race(task, steps[task], args.seed, args.repeats, TRL_AS_INSTALLED if args.trl_as_installed else EQUAL)
+        race(task, steps[task], args.seed, args.repeats, work, TRL_AS_INSTALLED if args.trl_as_installed else work)
 
 
 if __name__ == "__main__":
