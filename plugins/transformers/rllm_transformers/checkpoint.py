@@ -124,6 +124,9 @@ OPTIMIZER_KEYS = {
     "weight_decay": "rllm.transformers.weight_decay",
 }
 """The optimizer settings a config key gives; the others are AdamW's own defaults."""
+IMPLEMENTATION_KEYS = ("params", "lr", "fused", "foreach")
+"""Not compared on resume: the schedule sets ``lr`` each step, and ``fused``/``foreach`` say how a step runs (a
+checkpoint written before the backend's AdamW was fused resumes)."""
 
 
 def _check_optimizer(
@@ -139,7 +142,7 @@ def _check_optimizer(
         raise CheckpointError(f"The optimizer in {where} has other parameter groups than this run's model.")
     for saved, mine in zip(groups, current, strict=True):
         for key, value in mine.items():
-            if key not in ("params", "lr") and saved.get(key) != value:
+            if key not in IMPLEMENTATION_KEYS and saved.get(key) != value:
                 source = OPTIMIZER_KEYS.get(key, "AdamW's default")
                 raise CheckpointError(
                     f"The optimizer in {where} has {key}={saved.get(key)!r} where this run's settings give "

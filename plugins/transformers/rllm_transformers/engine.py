@@ -81,7 +81,7 @@ class SampleRequest:
 
 def sampling_log_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     """Log-probabilities of the distribution tokens are drawn from: tempered, then cut by top-k and top-p."""
-    logits = logits.float() / sampling.temperature
+    logits = logits.float() if sampling.temperature == 1.0 else logits.float() / sampling.temperature  # x / 1 is x
     if sampling.top_k > 0 and sampling.top_k < logits.shape[-1]:
         kth = torch.topk(logits, sampling.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -92,7 +92,7 @@ def score_tokens(
     if torch.is_grad_enabled() and (inputs.requires_grad or (weight is not None and weight.requires_grad)):
         outputs = _ChunkedScores.apply(inputs, weight, bias, picked, chunk, dtype, wanted, squares)
     else:
-        outputs = _scores(inputs, weight, bias, picked, chunk, dtype, wanted, squares)
+        outputs = _scores(inputs, weight, bias, picked, chunk, dtype, wanted, squares)[:3]
     chosen, entropies, sums = outputs
     return TokenScores(
         _placed(chosen, valid, start),
@@ -154,18 +154,15 @@ def _chunks(count: int, chunk: int) -> Iterator[slice]:
         yield slice(begin, min(begin + chunk, count))
 
 
-def _log_softmax(
+def _logits(
     inputs: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype
 ) -> torch.Tensor:
-    """One chunk's float32 log-softmax: of its logits as given, or of its hidden states through the output layer
-    (in ``dtype``, as autocast would run it)."""
+    """One chunk's float32 logits: as given, or its hidden states through the output layer (in ``dtype``, as
+    autocast would run it)."""
     if weight is None:
-        logits = inputs
-    else:
-        logits = torch.nn.functional.linear(
-            inputs.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)
-        )
-    return torch.log_softmax(logits.float(), dim=-1)
+        return inputs.float()
+    logits = torch.nn.functional.linear(inputs.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype))
+    return logits.float()
 
 
 def _scores(
@@ -177,27 +174,36 @@ def _scores(
     dtype: torch.dtype,
     wanted: int,
     squares: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Chosen log-probs, entropies (``wanted`` > 0) and sums of squares (``squares``) of every position, no graph."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Chosen log-probs, entropies (``wanted`` > 0), sums of squares (``squares``) and log-normalisers (the
+    log-sum-exp of each position's logits, which the backward's softmax reuses) of every position, no graph."""
     count = int(inputs.shape[0])
     chosen = torch.zeros(count, device=inputs.device)
+    normalisers = torch.zeros(count, device=inputs.device)
     entropy = torch.zeros(count if wanted else 0, device=inputs.device)
     sums = torch.zeros(count if squares else 0, device=inputs.device)
     with torch.no_grad():
         for part in _chunks(count, chunk):
-            log_p = _log_softmax(inputs[part], weight, bias, dtype)
-            chosen[part] = log_p.gather(-1, targets[part, None]).squeeze(-1)
+            logits = _logits(inputs[part], weight, bias, dtype)
+            log_p = torch.log_softmax(logits, dim=-1)
+            picked = targets[part, None]
+            chosen[part] = log_p.gather(-1, picked).squeeze(-1)
+            normalisers[part] = logits.gather(-1, picked).squeeze(-1) - chosen[part]
             if wanted or squares:
                 p = log_p.exp()
-                if wanted:
-                    entropy[part] = -(p * log_p).sum(-1)
                 if squares:
-                    sums[part] = (p**2).sum(-1)
-    return chosen, entropy, sums
+                    sums[part] = (p * p).sum(-1)
+                if wanted:
+                    entropy[part] = -p.mul_(log_p).sum(-1)
+    return chosen, entropy, sums, normalisers
 
 
 class _ChunkedScores(torch.autograd.Function):
-    """:func:`_scores` with a gradient: the backward recomputes each chunk's log-softmax rather than keep the logits.
+    """:func:`_scores` with a gradient: the backward recomputes each chunk's logits rather than keep them.
+
+    It takes the softmax from the forward's log-normalisers, in place on the recomputed logits
+    (no second log-softmax, no zeroed gradient buffer: at vocabulary 151,936 these passes over
+    the chunk were most of the output layer's backward).
 
     d log p_t / d z = onehot(t) - p and d H / d z = -p (log p + H), per position; the output
     layer's weight gradient is accumulated in float32 across the chunks.
@@ -215,8 +221,8 @@ class _ChunkedScores(torch.autograd.Function):
         wanted: int,
         squares: bool,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        chosen, entropy, sums = _scores(inputs, weight, bias, targets, chunk, dtype, wanted, squares)
-        ctx.save_for_backward(inputs, weight, bias, targets, entropy)
+        chosen, entropy, sums, normalisers = _scores(inputs, weight, bias, targets, chunk, dtype, wanted, squares)
+        ctx.save_for_backward(inputs, weight, bias, targets, entropy, normalisers)
         ctx.chunk, ctx.dtype, ctx.entropy_grad = chunk, dtype, wanted == 2
         ctx.mark_non_differentiable(sums)
         if wanted != 2:
@@ -227,22 +233,27 @@ class _ChunkedScores(torch.autograd.Function):
     def backward(  # type: ignore[override]
         ctx: Any, grad_chosen: torch.Tensor | None, grad_entropy: torch.Tensor | None, _grad_sums: Any
     ) -> tuple[Any, ...]:
-        inputs, weight, bias, targets, entropy = ctx.saved_tensors
+        inputs, weight, bias, targets, entropy, normalisers = ctx.saved_tensors
         needs_inputs, needs_weight, needs_bias = ctx.needs_input_grad[:3]
         grad_inputs = torch.zeros_like(inputs) if needs_inputs else None
         grad_weight = torch.zeros(weight.shape, device=weight.device) if needs_weight else None
         grad_bias = torch.zeros(bias.shape, device=bias.device) if needs_bias else None
         projected = None if weight is None else weight.to(ctx.dtype)
         for part in _chunks(int(inputs.shape[0]), ctx.chunk):
-            log_p = _log_softmax(inputs[part], projected, bias, ctx.dtype)
-            p = log_p.exp()
-            grad = torch.zeros_like(p)
-            if grad_chosen is not None:
-                g = grad_chosen[part, None].float()
-                grad = grad - p * g
+            # in place on the chunk's fresh logits (a copy where they are the inputs): one chunk-sized tensor
+            logits = _logits(inputs[part], projected, bias, ctx.dtype)
+            logits = logits.clone() if projected is None else logits
+            log_p = logits.sub_(normalisers[part, None])
+            g = None if grad_chosen is None else grad_chosen[part, None].float()
+            if ctx.entropy_grad and grad_entropy is not None:  # -p (g + g_H (log p + H))
+                p = log_p.exp()
+                grad = log_p.add_(entropy[part, None]).mul_(-grad_entropy[part, None].float())
+                grad = (grad if g is None else grad.sub_(g)).mul_(p)
+            else:  # -p g
+                grad = torch.exp(log_p, out=log_p)
+                grad = grad.zero_() if g is None else grad.mul_(-g)
+            if g is not None:
                 grad.scatter_add_(-1, targets[part, None], g)
-            if ctx.entropy_grad and grad_entropy is not None:
-                grad = grad - grad_entropy[part, None].float() * p * (log_p + entropy[part, None])
             if projected is None:
                 if grad_inputs is not None:
                     grad_inputs[part] = grad.to(inputs.dtype)
