@@ -57,11 +57,13 @@ SMALL = [
     "rllm.trainer.logger=[jsonl]",
     "rllm.data.train_batch_size=2",
     "rllm.rollout.n=2",
-    "rllm.embedded.n_features=256",
 ]
+EMBEDDED_SMALL = "rllm.embedded.n_features=256"
+"""The embedded backend's smaller policy; another backend's run refuses the embedded section's keys."""
 
 
 def _command(run_dir: Path, *overrides: str) -> list[str]:
+    other_backend = any(o.startswith("rllm.backend=") and o != "rllm.backend=embedded" for o in overrides)
     return [
         sys.executable,
         "-m",
@@ -69,6 +71,7 @@ def _command(run_dir: Path, *overrides: str) -> list[str]:
         "train",
         "--no-progress",
         *SMALL,
+        *(() if other_backend else (EMBEDDED_SMALL,)),
         f"rllm.trainer.output_dir={run_dir}",
         *overrides,
     ]

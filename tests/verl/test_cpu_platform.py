@@ -83,8 +83,11 @@ def test_a_row_without_a_response_token_is_one_line() -> None:
         to_verl_batch(ids, attention, mask, {}, pad_id=0)
 
 
-def test_the_workers_loss_is_checked_by_rllm_and_carried_by_verls_actor_config() -> None:
+def test_the_workers_loss_is_checked_by_rllm_and_carried_by_verls_actor_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rllm.losses import registry
     from rllm_verl.worker import WorkerOptions, _actor_config
+
+    monkeypatch.setattr(registry, "_ANNOUNCED", set())  # the warning is said once per process; say it here
 
     config = _actor_config(WorkerOptions(loss="gspo", loss_options={"clip_ratio_high": 0.28}))
     assert (config.policy_loss.loss_mode, config.loss_agg_mode, config.clip_ratio_high) == (

@@ -139,10 +139,9 @@ class TransformersBackend(BackendProtocol):
             lr=float(options.lr),
             betas=(float(options.adam_beta1), float(options.adam_beta2)),
             weight_decay=float(options.weight_decay),
-            # one kernel per tensor (torch's default on the CPU is a loop of ops over each): at vocabulary 151,936
-            # the step took 105 ms of a 790 ms step, 19 ms fused (bench/transformers_backend.py's vocab race).
-            # Not for FSDP's sharded parameters, which keep torch's default.
-            fused=self.distributed is None or not self.distributed.sharded,
+            # torch's default implementation for every layout: the fused kernel (19 ms against 105 ms of a 790 ms
+            # step at vocabulary 151,936) rounds differently from the one FSDP's sharded parameters take, and the
+            # one-process, sharded and asynchronous runs must give the same numbers.
         )
         # each role's loss from the registry, resolved and checked once per run; use_kl_loss adds the KL term
         self.default_settings = LossSettings.from_algorithm(self.algorithm, "", DEFAULT_LOSS)
