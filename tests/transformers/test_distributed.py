@@ -39,6 +39,12 @@ COMPARED = ("actor/loss", "actor/grad_norm", "reward/solver/mean", "reward/solve
 COMPARED_ADVANTAGES = ("advantage/solver/mean", "advantage/solver/std", "advantage/solver/max", "advantage/solver/min")
 
 
+def _agree(a: float, b: float) -> bool:
+    """Within 1e-5 relative, or 1e-7 absolute for values under 0.01: a loss is a mean of terms near 1 that can
+    cancel to 1e-4, where float32's rounding of those terms (6e-8) is most of the value's last digits."""
+    return abs(a - b) <= 1e-5 * max(abs(a), 1e-2)
+
+
 def _port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -110,7 +116,7 @@ def test_two_ranks_give_one_process_metrics_for_the_first_three_steps(tmp_path: 
     assert any(abs(r["actor/loss"]) > 1e-4 for r in first), first
     for mine, theirs in zip(first, second, strict=True):
         for key in (*COMPARED, *COMPARED_ADVANTAGES):
-            assert abs(mine[key] - theirs[key]) <= 1e-5 * max(abs(mine[key]), 1e-12), (key, mine[key], theirs[key])
+            assert _agree(mine[key], theirs[key]), (key, mine[key], theirs[key])
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
 
 
@@ -144,7 +150,7 @@ def test_two_ranks_sampling_from_a_server_give_one_process_metrics(tmp_path: Pat
     )  # the steps differ: the pushed weights sampled them
     for mine, theirs in zip(first, second, strict=True):
         for key in (*COMPARED, *COMPARED_ADVANTAGES):
-            assert abs(mine[key] - theirs[key]) <= 1e-5 * max(abs(mine[key]), 1e-12), (key, mine[key], theirs[key])
+            assert _agree(mine[key], theirs[key]), (key, mine[key], theirs[key])
         assert theirs["rollout/stale_steps"] == 0
     assert sorted(p.name for p in (tmp_path / "two" / "weight_sync").iterdir()) == ["weights_v3"]  # rank 0's only
 
@@ -194,7 +200,7 @@ def test_a_checkpoint_resumes_under_another_layout_as_if_uninterrupted(
     whole, split = _records(tmp_path / "whole"), _records(tmp_path / "split")
     assert [r["step"] for r in split] == [1, 2, 3]
     for key in COMPARED:
-        assert abs(whole[2][key] - split[2][key]) <= 1e-5 * max(abs(whole[2][key]), 1e-12), (key, whole[2], split[2])
+        assert _agree(whole[2][key], split[2][key]), (key, whole[2], split[2])
 
 
 def test_a_rendezvous_that_times_out_is_one_line_naming_the_timeout(
