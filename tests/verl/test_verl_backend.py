@@ -198,3 +198,14 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def test_without_verl_the_backend_names_itself_and_its_extras(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+    import sys
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "verl" else real(name, *a))
+    monkeypatch.delitem(sys.modules, "rllm_verl.backend", raising=False)
+    with pytest.raises(ConfigError, match=r"^rllm\.backend=verl needs verl: pip install 'rllm\[verl,transformers\]'"):
+        importlib.import_module("rllm_verl.backend")

@@ -12,6 +12,7 @@ are loaded into the model the rollouts sample from. The ``rllm.verl`` keys are t
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import shutil
 import tempfile
@@ -26,6 +27,12 @@ from rllm.errors import ConfigError, TrainerError
 from rllm.trainer import TrainerState, resolve_backend, scheduled_lr
 from rllm_verl.backend_keys import SECTION, transformers_settings
 
+_MISSING = [name for name in ("verl", "torch", "transformers") if importlib.util.find_spec(name) is None]
+if _MISSING:  # named for this backend, not for the transformers backend it builds on
+    raise ConfigError(
+        f"rllm.backend=verl needs {', '.join(_MISSING)}: pip install 'rllm[verl,transformers]' (on a machine without "
+        "a GPU, install torch's CPU build first; docs/verl.md)."
+    )
 _Parent: Any = resolve_backend("transformers", OmegaConf.create())
 """The transformers backend, as core's registry gives it (a plugin uses another's parts through core only)."""
 
