@@ -112,7 +112,9 @@ def test_a_restarted_server_gets_the_current_weights_before_it_samples(tmp_path:
     finally:
         stop(server)
     assert process.returncode == 0, err
-    assert restarted["start_id"] != first_start and restarted["weight_version"] == 0
+    # the trainer may re-send the weights before this test reads the health route: the log line below is the proof
+    # that the server came back with its first weights (version 0) and was brought up to date
+    assert restarted["start_id"] != first_start
     assert final["start_id"] == restarted["start_id"] and final["weight_version"] == 5  # one update per step
     assert re.search(rf"{root}/v1 lost the policy's weights \(weight_version 0 where [2-5] was expected", err), err
     records = _records(tmp_path, "train")
