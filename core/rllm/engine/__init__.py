@@ -12,7 +12,7 @@ OpenAI's completion API as rllm's servers speak it.
 from __future__ import annotations
 
 from rllm.engine import openai_api
-from rllm.engine.chat import ConversationPrompts, TemplateChatParser, completion_output, template_ids
+from rllm.engine.chat import ConversationPrompts, TemplateChatParser, completion_output, generation_output, template_ids
 from rllm.engine.messages import check_messages
 from rllm.engine.rollout import PROMPT_TOO_LONG, EpisodeView, Generation, ModelOutput, RolloutEngine, engine_problem
 from rllm.engine.rollout.openai_engine import OpenAIEngine
@@ -45,6 +45,7 @@ __all__ = [
     "check_messages",
     "completion_output",
     "engine_problem",
+    "generation_output",
     "openai_api",
     "same_vocabulary",
     "template_ids",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rllm.engine.messages import check_messages
-from rllm.engine.rollout.rollout_engine import ModelOutput
+from rllm.engine.rollout.rollout_engine import PROMPT_TOO_LONG, Generation, ModelOutput
 from rllm.engine.tool_calls import ToolCall, format_tool_call, parse_tool_calls
 
 __all__ = [
@@ -220,4 +220,22 @@ def completion_output(
         completion_length=len(completion_ids),
         finish_reason=finish_reason,
         metrics={"invalid_tool_calls": parts.invalid_tool_calls},
+    )
+
+
+def generation_output(generation: Generation) -> ModelOutput:
+    """The :class:`ModelOutput` of one sampled generation; a prompt that was too long ends the episode.
+
+    What every engine that samples token ids answers rLLM's chat calls with (OpenAI servers, Tinker).
+    """
+    from rllm.types import TerminationEvent, TerminationReason
+
+    if generation.finish_reason == PROMPT_TOO_LONG:
+        raise TerminationEvent(TerminationReason.MAX_PROMPT_LENGTH_EXCEEDED)
+    return completion_output(
+        generation.text,
+        prompt_ids=generation.prompt_ids,
+        completion_ids=generation.response_ids,
+        logprobs=generation.logprobs,
+        finish_reason=generation.finish_reason,
     )

@@ -23,7 +23,7 @@ from rllm.engine import (
     ModelOutput,
     RolloutEngine,
     TemplateChatParser,
-    completion_output,
+    generation_output,
     template_ids,
 )
 from rllm.errors import DataError, EngineCallError
@@ -145,15 +145,7 @@ class TinkerEngine(RolloutEngine):
 
     @staticmethod
     def model_output(generation: Generation) -> ModelOutput:
-        if generation.finish_reason == PROMPT_TOO_LONG:
-            raise TerminationEvent(TerminationReason.MAX_PROMPT_LENGTH_EXCEEDED)
-        return completion_output(
-            generation.text,
-            prompt_ids=generation.prompt_ids,
-            completion_ids=generation.response_ids,
-            logprobs=generation.logprobs,
-            finish_reason=generation.finish_reason,
-        )
+        return generation_output(generation)
 
     async def _get_model_response(self, messages: list[dict[str, Any]], **kwargs: Any) -> ModelOutput:
         return await self.respond(messages, self.rng, **kwargs)

@@ -46,12 +46,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rllm.engine.chat import ConversationPrompts, completion_output, template_ids
+from rllm.engine.chat import ConversationPrompts, completion_output, generation_output, template_ids
 from rllm.engine.rollout import answers
 from rllm.engine.rollout.http import Answer, ServerTimeout, ServerUnreachable, request_json
 from rllm.engine.rollout.rollout_engine import PROMPT_TOO_LONG, EpisodeView, Generation, ModelOutput, RolloutEngine
 from rllm.errors import DataError, EngineCallError, InferenceServerError, RLLMWarning
-from rllm.types import TerminationEvent, TerminationReason
 
 __all__ = ["OpenAIEngine"]
 
@@ -518,15 +517,7 @@ class OpenAIEngine(RolloutEngine):
 
     def model_output(self, generation: Generation) -> ModelOutput:
         """The :class:`ModelOutput` of one generation; a prompt that was too long ends the episode."""
-        if generation.finish_reason == PROMPT_TOO_LONG:
-            raise TerminationEvent(TerminationReason.MAX_PROMPT_LENGTH_EXCEEDED)
-        return completion_output(
-            generation.text,
-            prompt_ids=generation.prompt_ids,
-            completion_ids=generation.response_ids,
-            logprobs=generation.logprobs,
-            finish_reason=generation.finish_reason,
-        )
+        return generation_output(generation)
 
 
 def _first_choice(answer: Answer, url: str) -> dict[str, Any]:
