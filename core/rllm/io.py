@@ -24,7 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, BinaryIO
 
-from rllm.errors import DataError, OutputFileError
+from rllm.errors import DataError, OutputFileError, RunDirError
 
 _CLEANUP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
@@ -200,4 +200,19 @@ def jsonable(value: Any, where: str) -> Any:
     raise DataError(
         f"{where} holds a value of type {type(value).__name__}, which has no JSON form; store plain data (or an object "
         "with to_dict()) there."
+    )
+
+
+def os_cause(exc: OSError) -> OSError:
+    """The operating system's error behind ``exc``: :func:`write_atomic` wraps it in an :class:`OutputFileError`."""
+    inner = exc.__context__
+    return inner if isinstance(exc, OutputFileError) and isinstance(inner, OSError) else exc
+
+
+def write_failure(path: Path, exc: OSError) -> RunDirError:
+    """A one-line error for a run file that cannot be written (full disk, permissions)."""
+    exc = os_cause(exc)
+    return RunDirError(
+        f"Cannot write {str(path)!r}: {exc.strerror or exc}; the last checkpoint is intact: free space or fix "
+        "permissions, then run the same command again to resume."
     )

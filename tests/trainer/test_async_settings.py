@@ -12,6 +12,7 @@ from rllm.experimental.unified_trainer import UnifiedTrainer
 from rllm.trainer.async_training import AheadSampler, SampledBatch, check_batch_version, lag_metrics
 from rllm.trainer.engine import EngineStats
 from rllm.trainer.parallel import ProcessGroup
+from rllm.rollouts.policy import RolloutWeights
 from rllm.types import Episode, Step, Trajectory
 from rllm_builtin.embedded.backend import EmbeddedBackend, EmbeddedRolloutEngine
 
@@ -19,10 +20,21 @@ ASYNC = ("rllm.async_training.enable=true",)
 STALE = (*ASYNC, "rllm.async_training.staleness_threshold=1")
 
 
+class SharedWeights(RolloutWeights):
+    """Claims to overlap; its snapshots are nothing (the embedded engine samples the policy being trained)."""
+
+    overlaps = True
+
+    def snapshot(self) -> None:
+        return None
+
+
 class OverlappingBackend(EmbeddedBackend):
     """The embedded backend claiming it can overlap rollouts (only the checks before training run)."""
 
-    overlaps_rollouts = True  # type: ignore[assignment]
+    @property
+    def rollout_weights(self) -> RolloutWeights:
+        return SharedWeights()
 
 
 class TwoRanks(OverlappingBackend):
@@ -75,11 +87,11 @@ def test_a_threshold_above_its_bound_is_refused_in_one_line(make_config, key: st
 def test_the_lag_counts_stay_a_bounded_family_of_keys() -> None:
     episodes = [_episode(f"e{lag}:0", 100 - lag) for lag in range(0, 100, 3)]  # lags 0, 3, ..., 99
     metrics = lag_metrics(episodes, 100, 100_000)
-    counts = {key for key in metrics if key.startswith("async/staleness/count_")}
+    counts = {key for key in metrics if key.startswith("rollout/staleness/count_")}
     assert len(counts) == 32 + 2  # count_0 .. count_32, and count_over
-    assert metrics["async/staleness/count_over"] == float(len(range(33, 100, 3)))  # lags 33..99
-    assert metrics["async/staleness/count_3"] == 1.0 and metrics["async/staleness/count_4"] == 0.0
-    assert "async/staleness/count_over" not in lag_metrics(episodes[:2], 100, 3)  # lags 0 and 3: none above
+    assert metrics["rollout/staleness/count_over"] == float(len(range(33, 100, 3)))  # lags 33..99
+    assert metrics["rollout/staleness/count_3"] == 1.0 and metrics["rollout/staleness/count_4"] == 0.0
+    assert "rollout/staleness/count_over" not in lag_metrics(episodes[:2], 100, 3)  # lags 0 and 3: none above
 
 
 def test_a_backend_that_cannot_overlap_is_named(make_config) -> None:
@@ -128,12 +140,13 @@ def test_staleness_is_counted_per_episode_from_its_oldest_step() -> None:
     episodes = [_episode("a:0", 3, 4), _episode("b:0", 4), _episode("c:0", 2), _episode("d:0", None)]
     # policy version 4: lags 1 (oldest step 3), 0, 2; the unlabelled episode is not counted
     assert lag_metrics(episodes, 4, 2) == {
-        "async/staleness/min": 0.0,
-        "async/staleness/mean": 1.0,
-        "async/staleness/max": 2.0,
-        "async/staleness/count_0": 1.0,
-        "async/staleness/count_1": 1.0,
-        "async/staleness/count_2": 1.0,
+        "rollout/stale_steps": 2.0,  # the steps of versions 3 and 2
+        "rollout/staleness/min": 0.0,
+        "rollout/staleness/mean": 1.0,
+        "rollout/staleness/max": 2.0,
+        "rollout/staleness/count_0": 1.0,
+        "rollout/staleness/count_1": 1.0,
+        "rollout/staleness/count_2": 1.0,
     }
 
 
@@ -196,20 +209,26 @@ def test_the_producer_samples_in_order_and_never_beyond_its_lead(lead: int, pend
         assert any(step > done + 1 for step, done in started), started
 
 
-class SilentVersions(OverlappingBackend):
-    """Publishes and refreshes nothing: its engine says version 0 whatever the policy trained."""
+class StuckEngine(Versionless):
+    """Says the version it is given, but its answers say version 0 (a server whose weights someone else set)."""
 
-    def publish_weights(self, version: int) -> None:
-        pass
+    weight_version = 0
 
-    def refresh_rollout_weights(self, version: int, oldest: int) -> None:
-        pass
+    async def generate(self, prompt_ids: Any, max_tokens: int | None = 1) -> Any:
+        generation = await self.engine.generate(prompt_ids, max_tokens)
+        generation.weight_version = 0
+        return generation
 
 
-def test_an_engine_that_does_not_say_the_refreshed_version_stops_the_run(make_config) -> None:
-    trainer = _build(make_config, SilentVersions, *ASYNC, "rllm.trainer.total_batches=3", "rllm.trainer.test_freq=0")
+class StuckBackend(OverlappingBackend):
+    def init_rollout_engine(self, **kwargs: Any) -> Any:
+        return StuckEngine(super().init_rollout_engine(**kwargs))
+
+
+def test_a_batch_whose_answers_carry_another_version_stops_the_run(make_config) -> None:
+    trainer = _build(make_config, StuckBackend, *ASYNC, "rllm.trainer.total_batches=3", "rllm.trainer.test_freq=0")
     try:
-        with pytest.raises(TrainerError, match=r"to version 1, but its rollout engine .* reports weight_version 0"):
+        with pytest.raises(TrainerError, match=r"sampled from policy version 1 has a step sampled by weight_version 0"):
             trainer.fit()
     finally:
         trainer.shutdown()

@@ -57,6 +57,7 @@ def test_a_checkpoint_is_json_and_arrays_listed_in_its_manifest(make_config) -> 
     assert sorted(manifest["files"]) == [
         "embedded.json",
         "estimators.json",
+        "policy.json",
         "policy.npz",
         "rejection_state.json",
         "sampling.json",

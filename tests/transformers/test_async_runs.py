@@ -62,8 +62,8 @@ def test_staleness_0_gives_exactly_the_synchronous_runs_metrics(tiny_config, tmp
     assert _numbers(overlapped) == _numbers(sync)
     trained = [r for r in overlapped if r["kind"] == "train"]
     assert all(r[SAMPLER_GAP] < 1e-6 for r in trained)  # the same weights sampled: a gap of rounding only
-    assert [r["async/staleness/max"] for r in trained] == [0.0] * 4
-    assert [r["async/staleness/count_0"] for r in trained] == [16.0] * 4  # 4 tasks x 4 rollouts, all on-policy
+    assert [r["rollout/staleness/max"] for r in trained] == [0.0] * 4
+    assert [r["rollout/staleness/count_0"] for r in trained] == [16.0] * 4  # 4 tasks x 4 rollouts, all on-policy
 
 
 def test_staleness_1_with_a_slow_environment_still_learns_the_default_task(tiny_config, tmp_path: Path) -> None:
@@ -84,8 +84,8 @@ def test_staleness_1_with_a_slow_environment_still_learns_the_default_task(tiny_
     records = _fit(config, workflow_class=SlowEnvironmentWorkflow)
     trained = [r for r in records if r["kind"] == "train"]
     # each batch samples the weights of two steps before its own: one version behind, except the first
-    assert [r["async/staleness/max"] for r in trained] == [0.0] + [1.0] * 49
-    assert [r["async/staleness/count_1"] for r in trained[1:]] == [160.0] * 49  # 20 tasks x 8 rollouts
+    assert [r["rollout/staleness/max"] for r in trained] == [0.0] + [1.0] * 49
+    assert [r["rollout/staleness/count_1"] for r in trained[1:]] == [160.0] * 49  # 20 tasks x 8 rollouts
     # the synchronous run of these settings ends at 0.89 (its last 20 steps on one wrong digit for the small pairs)
     assert [r["val/digit_max/pass@1"] for r in records if r["kind"] == "val"][-1] >= 0.8
 
@@ -132,7 +132,7 @@ KILLED = (
 
 
 def _holds_a_batch(path: Path) -> bool:
-    """Whether a checkpoint's async.json lists a batch sampled ahead (False while it is being pruned)."""
+    """Whether a checkpoint's policy.json lists a batch sampled ahead (False while it is being pruned)."""
     try:
         return bool(json.loads(path.read_text())["pending"])
     except (OSError, ValueError):
@@ -155,7 +155,7 @@ def test_a_sigkilled_run_resumes_without_losing_or_repeating_an_episode(tmp_path
     run = subprocess.Popen([*command, str(first), *overrides], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 240
     while run.poll() is None and time.monotonic() < deadline:
-        if any(_holds_a_batch(path) for path in run_dir.glob("checkpoints/step_*/async.json")):
+        if any(_holds_a_batch(path) for path in run_dir.glob("checkpoints/step_*/policy.json")):
             run.send_signal(signal.SIGKILL)
             break
         time.sleep(0.005)
@@ -163,7 +163,7 @@ def test_a_sigkilled_run_resumes_without_losing_or_repeating_an_episode(tmp_path
     assert run.returncode == -signal.SIGKILL, "the run ended before a checkpoint held a sampled, untrained batch"
     intact = [int(path.parent.name.split("_")[1]) for path in run_dir.glob("checkpoints/step_*/MANIFEST.json")]
     resumed_from = max(intact)  # what resuming takes: the newest checkpoint written whole
-    pending = json.loads((run_dir / "checkpoints" / f"step_{resumed_from}" / "async.json").read_text())["pending"]
+    pending = json.loads((run_dir / "checkpoints" / f"step_{resumed_from}" / "policy.json").read_text())["pending"]
     assert pending and resumed_from < 15
     done = subprocess.run([*command, str(second), *overrides], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

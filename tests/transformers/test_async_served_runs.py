@@ -71,9 +71,9 @@ def test_staleness_1_through_a_server_overlaps_carries_its_versions_and_learns(s
     trained = [r for r in records if r["kind"] == "train"]
     # batch u samples the weights trained up to step u - 2 (policy version u - 2; the first two, the initial ones)
     assert _step_versions(run_dir) == {u: {max(0, u - 2)} for u in range(1, 13)}
-    assert [r["async/staleness/max"] for r in trained] == [0.0] + [1.0] * 11  # the bound, reached
+    assert [r["rollout/staleness/max"] for r in trained] == [0.0] + [1.0] * 11  # the bound, reached
     # every episode after the first batch one version behind: 6 batches of 16 tasks and one of 4 per epoch, x 8
-    assert [r["async/staleness/count_1"] for r in trained[1:]] == [128.0] * 5 + [32.0] + [128.0] * 5
+    assert [r["rollout/staleness/count_1"] for r in trained[1:]] == [128.0] * 5 + [32.0] + [128.0] * 5
     assert get_json(f"{server}/health")["weight_version"] == 12  # the final validation's, the newest weights
     passes = [r["val/digit_max/pass@1"] for r in records if r["kind"] == "val"]
     assert len(passes) == 2 and passes[-1] >= passes[0] + 0.3, passes
@@ -99,4 +99,4 @@ def test_staleness_0_through_a_server_gives_the_synchronous_runs_metrics(server:
     assert numbers(overlapped) == numbers(sync)
     for ours, theirs in zip(overlapped, sync, strict=True):
         assert ours.get(NOISE, 0.0) == pytest.approx(theirs.get(NOISE, 0.0), abs=1e-6)
-    assert [r["async/staleness/max"] for r in overlapped if r["kind"] == "train"] == [0.0] * 3
+    assert [r["rollout/staleness/max"] for r in overlapped if r["kind"] == "train"] == [0.0] * 3

@@ -52,7 +52,7 @@ def test_served_rollouts_train_as_the_in_process_engine(tmp_path: Path) -> None:
     assert abs(pass_served[-1] - pass_local[-1]) <= 0.05, (pass_local, pass_served)
     train_local, train_served = _records(tmp_path / "local", "train"), _records(tmp_path / "served", "train")
     assert train_served[0]["reward/solver/mean"] == train_local[0]["reward/solver/mean"]  # the same first samples
-    assert all(r["rollout/stale_steps"] == 0 and r["rollout/max_staleness"] == 0 for r in train_served)
+    assert all(r["rollout/stale_steps"] == 0 and r["rollout/staleness/max"] == 0 for r in train_served)
     assert all("time/weight_sync" in r for r in train_served)
 
 
@@ -121,7 +121,7 @@ def test_a_restarted_server_gets_the_current_weights_before_it_samples(tmp_path:
     assert [r["step"] for r in records] == list(range(1, 6))
     # no step sampled the restarted server's initial weights: every one carries the version trained, and its
     # rollout log-probs are the trainer's own forward pass of the sampled ids
-    assert all(r["rollout/stale_steps"] == 0 and r["rollout/max_staleness"] == 0 for r in records), records
+    assert all(r["rollout/stale_steps"] == 0 and r["rollout/staleness/max"] == 0 for r in records), records
     assert all(r["actor/rollout_logprob_diff"] <= 1e-5 for r in records), [
         r["actor/rollout_logprob_diff"] for r in records
     ]

@@ -57,7 +57,7 @@ _MASKS = tuple(reason.value for reason in TerminationReason)
 
 MAX_STALENESS = 32
 """``rllm.async_training.staleness_threshold``'s upper bound: each version a sample may lag is a batch sampled
-ahead (held in memory, with the weights that sample it) and one ``async/staleness/count_K`` metric; 32 is far past
+ahead (held in memory, with the weights that sample it) and one ``rollout/staleness/count_K`` metric; 32 is far past
 where off-policy corrections still hold."""
 
 CORE_KEYS: tuple[ConfigKey, ...] = (

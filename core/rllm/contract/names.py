@@ -55,8 +55,6 @@ BACKEND_METHODS: dict[str, bool] = {
     "get_dataloader": False,
     "builtin_task": False,
     "shutdown": False,
-    "publish_weights": False,
-    "refresh_rollout_weights": False,
     "prepare_checkpoint": False,
     "save_checkpoint": False,
     "load_checkpoint": False,

@@ -21,11 +21,12 @@ from rllm.engine import RolloutEngine
 from rllm.errors import DataError, TrainerError
 from rllm.estimators.collect import collect_advantages
 from rllm.estimators.state import EstimatorStates
+from rllm.rollouts.policy import RolloutWeights
 from rllm.types import Episode, TrajectoryGroup
 
 if TYPE_CHECKING:
-    from rllm.trainer.engine import WorkflowEngine
-    from rllm.trainer.parallel import ProcessGroup
+    from rllm.rollouts.parallel import ProcessGroup
+    from rllm.rollouts.workflow_engine import WorkflowEngine
     from rllm.workflows.workflow import Workflow
 
 
@@ -56,10 +57,10 @@ class TrainerState:
     sampling_state: Any = None
     """Dynamic sampling's position in its refill order (checkpointed)."""
     policy_version: int = 0
-    """Policy updates so far: the version the weights published after the last one carry."""
+    """Policy updates so far (checkpointed; a resumed run continues it): the version of the weights trained now."""
     pending: list[Any] = field(default_factory=list)
-    """Asynchronous training: the batches sampled ahead and not yet trained
-    (:class:`rllm.trainer.async_training.SampledBatch`, checkpointed)."""
+    """The batches sampled and not yet trained (:class:`rllm.rollouts.batch_source.SampledBatch` as JSON,
+    checkpointed)."""
 
     def reset_batch(self) -> None:
         """Forget the previous step's data; counters and the rejection-sampling state survive."""
@@ -152,36 +153,17 @@ class BackendProtocol:
 
     @property
     def process_group(self) -> ProcessGroup | None:
-        """This process's place in a data-parallel run (:mod:`rllm.trainer.parallel`); None (the default): the run
+        """This process's place in a data-parallel run (:mod:`rllm.rollouts.parallel`); None (the default): the run
         is this one process. With a group, each process rolls out its share of a batch and only rank 0 writes."""
         return None
 
     @property
-    def overlaps_rollouts(self) -> bool:
-        """Whether rollouts can sample while stages 4-7 run (``rllm.async_training``, docs/async.md); default False.
-
-        A backend that says True lets the trainer run :meth:`transform_to_backend_batch` through
-        :meth:`update_policy` on a worker thread while workflows sample on the event loop, from
-        the weights :meth:`refresh_rollout_weights` last loaded, never from weights being updated.
-        """
-        return False
-
-    def publish_weights(self, version: int) -> None:
-        """Asynchronous training, right after an update: keep the policy's weights aside as ``version``.
-
-        Called on the update thread while rollouts may be sampling; it must not change what they
-        sample from. The default refuses: a backend that overlaps rollouts implements it.
-        """
-        raise TrainerError(f"{type(self).__name__} must implement publish_weights() to train asynchronously.")
-
-    def refresh_rollout_weights(self, version: int, oldest: int) -> None:
-        """Asynchronous training, between batches: make the rollout engine sample the weights published as
-        ``version``, and say ``version`` as its ``weight_version``.
-
-        No later call asks for a version below ``oldest``: their weights can be freed. Nothing
-        samples meanwhile, but :meth:`publish_weights` may be running on the update thread.
-        """
-        raise TrainerError(f"{type(self).__name__} must implement refresh_rollout_weights() to train asynchronously.")
+    def rollout_weights(self) -> RolloutWeights:
+        """What this backend does for the policy channel (:mod:`rllm.rollouts.policy`): snapshot its trained weights,
+        load weights where its engine samples, describe them to a weight sync. The trainer's
+        :class:`~rllm.rollouts.policy.PolicyVersions` does the rest: numbering versions, publishing, refreshing and
+        re-syncing servers. The default suits an engine that samples the trained weights themselves."""
+        return RolloutWeights()
 
     def get_dataloader(self, dataset: Sequence[Any] | None, trainer_state: TrainerState) -> Iterable[Any]:
         """Batches of tasks for one pass over ``dataset``; called once per epoch and for validation."""
@@ -242,11 +224,9 @@ class BackendProtocol:
 
     # -- hooks ------------------------------------------------------------------------------
     async def on_policy_updated(self, trainer_state: TrainerState) -> None:
-        """Right after every :meth:`update_policy` (rLLM's name): send the new weights where rollouts are sampled.
-
-        A backend whose rollouts come from inference servers pushes the weights here (through
-        the run's weight sync, :mod:`rllm.engine.weight_sync`); raising stops the run before a
-        step samples from, and trains on, the old weights.
+        """Right after every :meth:`update_policy` (rLLM's name), before the trainer's
+        :class:`~rllm.rollouts.policy.PolicyVersions` takes the new weights to where rollouts sample (through
+        :attr:`rollout_weights`); raising stops the run before a step trains on the old weights.
         """
 
     async def on_train_start(self, trainer_state: TrainerState) -> None:
@@ -262,8 +242,8 @@ class BackendProtocol:
         """After the last batch of an epoch."""
 
     async def on_batch_start(self, trainer_state: TrainerState) -> None:
-        """Before a training batch's episodes are generated (asynchronous training: when its step starts training,
-        its episodes sampled already)."""
+        """When a step starts training, its batch sampled already (by the batch source, which may have sampled it
+        ahead: ``rllm.async_training``)."""
 
     async def on_batch_end(self, trainer_state: TrainerState) -> None:
         """After a training batch's update, before its metrics are logged."""

@@ -21,11 +21,10 @@ from typing import Any
 
 from rllm.errors import CheckpointError, CorruptCheckpointError
 from rllm.estimators.state import EstimatorStates
-from rllm.io import write_atomic
+from rllm.io import os_cause, write_atomic
 from rllm.trainer.backend_protocol import BackendProtocol, TrainerState
 from rllm.trainer.jsondata import decode_rejection_state, encode_rejection_state
 from rllm.trainer.rejection import RejectionSamplingState
-from rllm.trainer.rundir import os_cause
 from rllm.trainer.sampling import SamplingState
 
 FORMAT = "rllm-checkpoint"
@@ -39,8 +38,10 @@ TRAINER_FILE = "trainer.json"
 RS_FILE = "rejection_state.json"
 ESTIMATORS_FILE = "estimators.json"
 SAMPLING_FILE = "sampling.json"
+POLICY_FILE = "policy.json"
+"""The policy version and the batches sampled and not yet trained (read when the manifest lists it)."""
 ASYNC_FILE = "async.json"
-"""Asynchronous runs only: the policy version and the batches sampled ahead, not yet trained (read when listed)."""
+""":data:`POLICY_FILE`'s earlier name, which only asynchronous runs wrote; read from their checkpoints."""
 LATEST = "latest"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _SCRATCH = re.compile(r"^(\.step_\d+\.(partial|discard)-\d+|\.latest\..+\.tmp)$")
@@ -88,12 +89,15 @@ def _count(counters: Any, key: str) -> int:
 
 
 def _in_flight(path: Path) -> tuple[int, list[Any]]:
-    """The policy version and the batches sampled ahead in :data:`ASYNC_FILE`, when the manifest lists it."""
-    if ASYNC_FILE not in json.loads((path / MANIFEST).read_bytes())["files"]:
+    """The policy version and the batches sampled and not yet trained in :data:`POLICY_FILE` (or its earlier name),
+    when the manifest lists it."""
+    listed = json.loads((path / MANIFEST).read_bytes())["files"]
+    name = next((name for name in (POLICY_FILE, ASYNC_FILE) if name in listed), None)
+    if name is None:
         return 0, []
-    from rllm.trainer.async_training import SampledBatch
+    from rllm.rollouts.batch_source import SampledBatch
 
-    data = json.loads((path / ASYNC_FILE).read_bytes())
+    data = json.loads((path / name).read_bytes())
     version = _count(data, "policy_version")
     pending = list(data["pending"])
     for batch in pending:
@@ -108,12 +112,10 @@ class CheckpointManager:
     ...); resuming under different settings is refused rather than silently mixing runs.
     """
 
-    def __init__(self, root: Path, fingerprint: dict[str, Any], keep: int = 3, asynchronous: bool = False) -> None:
+    def __init__(self, root: Path, fingerprint: dict[str, Any], keep: int = 3) -> None:
         self.root = Path(root)
         self.fingerprint = fingerprint
         self.keep = max(int(keep), 1)
-        self.asynchronous = asynchronous
-        """Write :data:`ASYNC_FILE` (``rllm.async_training.enable``)."""
 
     def steps(self) -> list[tuple[int, Path]]:
         """Every ``step_N`` directory, intact or not, oldest first."""
@@ -201,8 +203,7 @@ class CheckpointManager:
             write_atomic(tmp / RS_FILE, json.dumps(rs_data))
             write_atomic(tmp / ESTIMATORS_FILE, estimators)
             write_atomic(tmp / SAMPLING_FILE, json.dumps(sampling))
-            if self.asynchronous:
-                write_atomic(tmp / ASYNC_FILE, in_flight)
+            write_atomic(tmp / POLICY_FILE, in_flight)
             files = {
                 p.relative_to(tmp).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p, sync=True)}
                 for p in sorted(tmp.rglob("*"))

@@ -6,12 +6,15 @@ matplotlib is an optional extra (``pip install 'rllm[plot]'``), imported only he
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rllm.errors import RLLMError
 from rllm.io import open_output
 from rllm.trainer.logging import METRICS_FILE, read_metrics
+from rllm.trainer.run_files import LEARNING_CURVE
+from rllm.trainer.trackers import Trackers
 
 DEFAULT_NAME = "learning_curves.png"
 """File name of the figure when the output is a folder (or not given, in ``rllm train --plot``)."""
@@ -81,3 +84,17 @@ def plot_runs(run_dirs: Sequence[Path], output: Path, labels: Sequence[str] | No
     with open_output(output) as out:  # a read-only folder is one OutputFileError naming the path
         out.write(image.getvalue())
     return output
+
+
+def draw_learning_curve(output_dir: Path, logger: Trackers, step: int) -> Path | None:
+    """``learning_curve.png`` of a run from its ``metrics.jsonl`` (when the jsonl tracker wrote one), handed to every
+    tracker; None when there is nothing to draw or matplotlib is missing (said on stderr)."""
+    if not read_metrics(output_dir / METRICS_FILE):
+        return None
+    try:
+        curve = plot_runs([output_dir], output_dir / LEARNING_CURVE)
+    except PlotUnavailableError as exc:
+        print(f"rllm: no learning curve: {exc}", file=sys.stderr)
+        return None
+    logger.log_image("learning_curve", curve, step)
+    return curve

@@ -19,10 +19,12 @@ from omegaconf import DictConfig
 
 from rllm.config.loading import CONFIG_FILE, save_config
 from rllm.errors import RunDirError
+from rllm.io import os_cause
+from rllm.rollouts.episode_log import EpisodeLogger
 from rllm.trainer.backend_protocol import BackendProtocol, TrainerState
 from rllm.trainer.checkpoint import CheckpointManager
-from rllm.trainer.logging import METRICS_FILE, EpisodeLogger, truncate_metrics
-from rllm.trainer.rundir import RunDirectory, os_cause
+from rllm.trainer.logging import METRICS_FILE, truncate_metrics
+from rllm.trainer.rundir import RunDirectory
 
 LEARNING_CURVE = "learning_curve.png"
 """Written into the run directory by ``rllm train`` after training."""

@@ -25,19 +25,13 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from rllm.errors import OutputFileError, RunDirError, RunDirLockedError
-from rllm.io import write_atomic
+from rllm.errors import RunDirError, RunDirLockedError
+from rllm.io import os_cause, write_atomic
 
 LOCK_FILE = ".rllm.lock"
 OWNED_FILE = ".rllm-run.json"
 FORMAT = "rllm-run"
 _PID_WIDTH = 24
-
-
-def os_cause(exc: OSError) -> OSError:
-    """The operating system's error behind ``exc``: ``write_atomic`` wraps it in an :class:`OutputFileError`."""
-    inner = exc.__context__
-    return inner if isinstance(exc, OutputFileError) and isinstance(inner, OSError) else exc
 
 
 def _failure(what: str, exc: OSError) -> RunDirError:

@@ -37,25 +37,3 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     metrics["batch/num_episodes"] = float(len(episodes))
     metrics["batch/accuracy"] = float(np.mean([ep.is_correct for ep in episodes])) if episodes else 0.0
     return metrics
-
-
-def staleness_metrics(episodes: Sequence[Episode], version: int | None) -> dict[str, float]:
-    """Steps sampled by older weights than the policy about to be trained (``version``), counted.
-
-    ``rollout/stale_steps`` counts the steps whose ``weight_version`` is below ``version`` and
-    ``rollout/max_staleness`` is the largest gap; steps that carry no version are not judged.
-    """
-    if version is None:
-        return {}
-    versions = [
-        step.weight_version
-        for episode in episodes
-        for trajectory in episode.trajectories
-        for step in trajectory.steps
-        if step.weight_version is not None
-    ]
-    gaps = [version - int(sampled) for sampled in versions]
-    return {
-        "rollout/stale_steps": float(sum(gap > 0 for gap in gaps)),
-        "rollout/max_staleness": float(max(gaps, default=0)),
-    }

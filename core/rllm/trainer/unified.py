@@ -1,49 +1,32 @@
-"""The backend-agnostic RL loop: episodes -> groups -> filtering -> advantages -> policy update.
+"""The backend-agnostic trainer: builds a run's parts from its config, then trains, validates, saves and resumes.
 
-Eight stages per training batch: (1) the backend generates episodes through the workflow
-engine, (2) the grouping hook turns them into trajectory groups, (3) rejection sampling and
-filtering, (4) the backend converts groups to its batch, (5) processes it (log-probs, ...),
-(6) advantages are computed with rllm's estimators, (7) the backend updates the policy (and
-its ``on_policy_updated`` hook sends the weights to where rollouts are sampled), (8) metrics are
-logged. Validation, checkpoints and resume wrap around that loop.
-
-This module is the orchestration; the parts it drives live beside it: the settings read once
-(:mod:`rllm.trainer.run_settings`), the validation pass (:mod:`rllm.trainer.validation`), the
-config-named parts (:mod:`rllm.trainer.components`), the run directory's files and resuming
-(:mod:`rllm.trainer.run_files`), the settings a checkpoint is tied to
-(:mod:`rllm.trainer.fingerprint`), dynamic sampling on a batch (:mod:`rllm.trainer.refill`)
-and the step's timings and episode metrics (:mod:`rllm.trainer.step_metrics`).
+Each step takes a batch from the rollout side's batch source (stage 1, :mod:`rllm.rollouts`) and
+trains it (stages 2-8, :mod:`rllm.trainer.train_step`) in one loop (:mod:`rllm.trainer.step_loop`),
+for the synchronous and the asynchronous run alike; the policy version and its weights' way to
+the rollouts belong to :class:`~rllm.rollouts.policy.PolicyVersions`. Beside it: the settings
+read once (:mod:`~rllm.trainer.run_settings`), validation (:mod:`~rllm.trainer.validation`),
+the config-named parts (:mod:`~rllm.trainer.components`), the run directory and resuming
+(:mod:`~rllm.trainer.run_files`) and what a checkpoint is tied to (:mod:`~rllm.trainer.fingerprint`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import math
 import sys
 import threading
-import time
-import warnings
 from collections.abc import Mapping, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from rllm.config.loading import load_config
-from rllm.errors import ConfigError, RLLMWarning, TrainerError
-from rllm.estimators.collect import collect_advantages
-from rllm.trainer.async_training import (
-    AheadSampler,
-    AsyncSettings,
-    SampledBatch,
-    UpdateThread,
-    check_batch_version,
-    check_weight_versions,
-    lag_metrics,
-    stamp_weight_version,
-)
+from rllm.engine.weight_sync import weight_sync_for
+from rllm.errors import ConfigError, TrainerError
+from rllm.rollouts.episode_log import EpisodeLogger
+from rllm.rollouts.policy import PolicyVersions, check_weight_versions
+from rllm.rollouts.workflow_engine import WorkflowEngine
+from rllm.trainer.async_training import AsyncSettings
 from rllm.trainer.backend_protocol import BackendProtocol, TrainerState
 from rllm.trainer.checkpoint import CheckpointManager
 from rllm.trainer.components import (
@@ -53,39 +36,24 @@ from rllm.trainer.components import (
     resolve_backend,
     resolve_grouping_hook,
 )
-from rllm.trainer.engine import EngineStats, WorkflowEngine
 from rllm.trainer.fingerprint import NUMBER_SETTINGS, run_fingerprint
-from rllm.trainer.grouping import (
-    GroupingHook,
-    check_estimator_roles,
-    transform_episodes_to_trajectory_groups,
-)
-from rllm.trainer.logging import METRICS_FILE, EpisodeLogger, read_metrics
+from rllm.trainer.grouping import GroupingHook
+from rllm.trainer.logging import METRICS_FILE, read_metrics
 from rllm.trainer.long_lived import long_lived_objects_frozen
-from rllm.trainer.refill import apply_dynamic_sampling
-from rllm.trainer.rejection import (
-    RejectionSamplingState,
-    apply_rejection_sampling_and_filtering,
-)
+from rllm.trainer.plot import draw_learning_curve
+from rllm.trainer.rejection import RejectionSamplingState
 from rllm.trainer.run_files import LEARNING_CURVE, RunFiles
-from rllm.trainer.run_report import FILTERED, RunReport
+from rllm.trainer.run_report import RunReport
 from rllm.trainer.run_settings import RunSettings
-from rllm.trainer.step_metrics import episode_metrics, stage_timer, staleness_metrics
+from rllm.trainer.step_loop import Cadence, StepLoop, count_steps
 from rllm.trainer.trackers import TrackerRun, Trackers
+from rllm.trainer.train_step import TrainStep
 from rllm.trainer.validation import Validation
-from rllm.types import Episode, TrajectoryGroup
 from rllm.usercode import UserThreads
 from rllm.workflows.workflow import Workflow
 
 TRAINER_OPTIONS = ("executor", "progress", "learning_curve")
 """Keyword arguments accepted beyond the documented ones."""
-
-
-def _finite_floats(groups: Sequence[TrajectoryGroup]) -> bool:
-    """Whether every reward of ``groups`` is a finite float, which the reward check of stage 6 accepts: only a batch
-    with another reward needs the check run before the filters (it costs about what the estimator does)."""
-    rewards = [trajectory.reward for group in groups for trajectory in group.trajectories]
-    return all(type(reward) is float for reward in rewards) and math.isfinite(sum(rewards))
 
 
 class UnifiedTrainer:
@@ -138,7 +106,6 @@ class UnifiedTrainer:
         self.draws_curve = bool(kwargs.get("learning_curve", False))
         self.learning_curve: Path | None = None
         """The learning curve drawn at the end of the run (``learning_curve=True``, matplotlib installed)."""
-        self._unused_roles_warned: set[str] = set()
         self.report = RunReport()
         """This process's steps left untrained and rollouts timed out: said each step and at the end."""
 
@@ -148,8 +115,6 @@ class UnifiedTrainer:
         self.val_pass_at_k = settings.val_pass_at_k
         self.async_settings = AsyncSettings.from_config(self.config)
         """``rllm.async_training``: sample the next batches while the policy updates (docs/async.md)."""
-        self._versions: dict[int, int] = {}
-        """Asynchronous training: the policy version after each step this process trained (what steps ahead sample)."""
         backend_type = resolve_backend(backend_cls, self.config)
         check_backend_fills(backend_type, self.algorithm_config)
         if not isinstance(backend_cls, type):  # a backend by name: another's section is set for nothing
@@ -164,9 +129,6 @@ class UnifiedTrainer:
         self.backend.validate_config()
         self.process_group = self.backend.process_group
         """This process's place in a data-parallel run (None: one process); only rank 0 writes the run directory."""
-        self.async_settings.check(
-            self.backend, self.algorithm_config, self.process_group, self.ds_config.enabled, self.rs_config.mode
-        )
         self._setup_task()
 
         trainer_cfg = self.rllm_config.trainer
@@ -175,7 +137,6 @@ class UnifiedTrainer:
             self.output_dir / "checkpoints",
             run_fingerprint(self.config, self.algorithm_config, self.ds_config),
             keep=int(trainer_cfg.max_checkpoints),
-            asynchronous=self.async_settings.enabled,
         )
         episode_logging = self.rllm_config.episode_logging
         self.episode_logger = (
@@ -207,8 +168,27 @@ class UnifiedTrainer:
                 f"{type(rollout_engine).__name__}, not from those servers; use rllm.backend=transformers, or leave "
                 "base_url empty."
             )
+        weights = self.backend.rollout_weights
+        self.async_settings.check(
+            f"{str(self.rllm_config.backend)!r} ({type(self.backend).__name__})",
+            weights,
+            self.algorithm_config,
+            self.process_group,
+            self.ds_config.enabled,
+            self.rs_config.mode,
+        )
         if self.async_settings.enabled:
             check_weight_versions(rollout_engine)
+        servers = [str(url) for url in self.rllm_config.rollout.openai.base_url]
+        self.policy = PolicyVersions(
+            rollout_engine,
+            weights,
+            asynchronous=self.async_settings.enabled,
+            lead=self.async_settings.lead,
+            servers=weight_sync_for(self.config, servers) if servers else None,
+            group=self.process_group,
+        )
+        """The run's policy version, and the channel that takes its weights to where rollouts sample."""
         workflow = self.rllm_config.workflow
         self.agent_workflow_engine = WorkflowEngine(
             workflow_cls=self.workflow_class,  # type: ignore[arg-type]
@@ -231,6 +211,16 @@ class UnifiedTrainer:
             self.cf_config,
             self.algorithm_config,
             self.val_pass_at_k,
+        )
+        self.train_step = TrainStep(
+            self.backend,
+            self.agent_workflow_engine,
+            self.policy,
+            settings,
+            self.traj_grouping_hook,
+            self.train_dataset,
+            self.report,
+            self.async_settings.staleness if self.async_settings.enabled else 0,
         )
 
     @property
@@ -304,7 +294,7 @@ class UnifiedTrainer:
                 self.run_files.start(self.config)
             step = await self._fit_locked()
             if self.draws_curve and self.writes:
-                self._draw_learning_curve(step)
+                self.learning_curve = draw_learning_curve(self.output_dir, self.logger, step)
         finally:
             self.logger.finish()
             if self.writes:
@@ -323,6 +313,7 @@ class UnifiedTrainer:
             kept=read_metrics(self.output_dir / METRICS_FILE) if resumed else (),
         )
         await self.backend.on_train_start(state)
+        await asyncio.to_thread(self.policy.start, state.policy_version, state.global_step)
         trainer_cfg = self.rllm_config.trainer
         with long_lived_objects_frozen():
             if trainer_cfg.val_only:
@@ -340,23 +331,10 @@ class UnifiedTrainer:
                         file=sys.stderr,
                     )
             else:
-                await self._fit_async(state)
+                await self._steps().run(state)
         await self.backend.on_train_end(state)
         self.report.finish(bool(trainer_cfg.require_update))
         return state.global_step
-
-    def _draw_learning_curve(self, step: int) -> None:
-        """``learning_curve.png`` from metrics.jsonl (when the jsonl tracker wrote it), given to every tracker."""
-        from rllm.trainer.plot import PlotUnavailableError, plot_runs
-
-        if not read_metrics(self.output_dir / METRICS_FILE):
-            return
-        try:
-            self.learning_curve = plot_runs([self.output_dir], self.output_dir / LEARNING_CURVE)
-        except PlotUnavailableError as exc:
-            print(f"rllm: no learning curve: {exc}", file=sys.stderr)
-            return
-        self.logger.log_image("learning_curve", self.learning_curve, step)
 
     def _resume(self, state: TrainerState) -> bool:
         """Resume from the newest usable checkpoint; in a data-parallel run rank 0 first (it tidies the run
@@ -386,283 +364,25 @@ class UnifiedTrainer:
 
     def _total_steps(self, state: TrainerState) -> int:
         trainer_cfg = self.rllm_config.trainer
-        total_batches = int(trainer_cfg.total_batches or -1)
         loader = self.backend.get_dataloader(self.train_dataset, state)
-        try:
-            per_epoch = len(loader)  # type: ignore[arg-type]
-        except TypeError:
-            if total_batches <= 0:
-                raise TrainerError(
-                    "The training dataloader has no length; set rllm.trainer.total_batches to bound the run."
-                ) from None
-            return total_batches
-        by_epochs = per_epoch * int(trainer_cfg.total_epochs)
-        if total_batches > by_epochs and self.writes:
-            warnings.warn(
-                f"rllm.trainer.total_batches={total_batches} is more than the {by_epochs} steps that "
-                f"rllm.trainer.total_epochs={int(trainer_cfg.total_epochs)} allows ({per_epoch} batches an epoch): "
-                "the run stops there; raise rllm.trainer.total_epochs to train longer.",
-                RLLMWarning,
-                stacklevel=2,
-            )
-        return min(total_batches, by_epochs) if total_batches > 0 else by_epochs
+        return count_steps(loader, int(trainer_cfg.total_batches or -1), int(trainer_cfg.total_epochs), self.writes)
 
-    async def _fit_async(self, state: TrainerState) -> None:
-        if self.async_settings.enabled:
-            await self._fit_overlapped(state)
-            return
+    def _steps(self) -> StepLoop:
         trainer_cfg = self.rllm_config.trainer
-        test_freq, save_freq = int(trainer_cfg.test_freq), int(trainer_cfg.save_freq)
-        validated_at = saved_at = -1
-        start_epoch, skip = state.epoch, state.batches_done
-        for epoch in range(start_epoch, int(trainer_cfg.total_epochs)):
-            if state.global_step >= state.total_steps:
-                break
-            state.epoch = epoch
-            state.batches_done = skip if epoch == start_epoch else 0
-            await self.backend.on_epoch_start(state)
-            for index, batch in enumerate(self.backend.get_dataloader(self.train_dataset, state)):
-                if index < state.batches_done:
-                    continue
-                if state.global_step >= state.total_steps:
-                    break
-                state.reset_batch()
-                state.global_step += 1
-                await self.backend.on_batch_start(state)
-                with stage_timer("step", state.timing_dict):
-                    await self._train_batch_async(batch, state)
-                engine = self.agent_workflow_engine
-                state.metrics.update(engine.stats.as_metrics())  # every round of the step
-                self.report.step_done(state.global_step, engine.stats, engine.timeout)
-                state.batches_done = index + 1
-                await self.backend.on_batch_end(state)
-                timings = {f"time/{k}": v for k, v in state.timing_dict.items()}
-                self.logger.log({**state.metrics, **timings}, step=state.global_step, epoch=epoch)
-                if test_freq > 0 and state.global_step % test_freq == 0:
-                    await self._validate_async(state)
-                    validated_at = state.global_step
-                if save_freq > 0 and state.global_step % save_freq == 0:
-                    self._save(state)
-                    saved_at = state.global_step
-            await self.backend.on_epoch_end(state)
-        if test_freq > 0 and validated_at != state.global_step:
-            await self._validate_async(state)
-        if save_freq > 0 and saved_at != state.global_step:
-            self._save(state)
-
-    async def _fit_overlapped(self, state: TrainerState) -> None:
-        """The run of :meth:`_fit_async` with the batches of the steps ahead sampled while each step trains.
-
-        The producer (:class:`AheadSampler`) samples in the order the synchronous loop would, each
-        batch seeded by the step it is for, so with ``staleness_threshold=0`` the run is the
-        synchronous one; checkpoints keep the batches sampled and not yet trained.
-        """
-        trainer_cfg, settings = self.rllm_config.trainer, self.async_settings
-        test_freq, save_freq = int(trainer_cfg.test_freq), int(trainer_cfg.save_freq)
-        validated_at = saved_at = -1
-        pending = [SampledBatch.from_json(data) for data in state.pending]
-        self.backend.publish_weights(state.policy_version)
-        first, self._versions = state.global_step, {state.global_step: state.policy_version}
-        updates = UpdateThread()
-        sampler = AheadSampler(
-            self._positions(state, pending),
-            partial(self._sample_ahead, first=first),
-            trained=state.global_step,
-            last_step=state.total_steps,
-            lead=settings.lead,
-            pending=pending,
+        cadence = Cadence(int(trainer_cfg.total_epochs), int(trainer_cfg.test_freq), int(trainer_cfg.save_freq))
+        return StepLoop(
+            self.backend,
+            self.agent_workflow_engine,
+            self.policy,
+            self.train_step,
+            self.validation,
+            self.logger,
+            self.report,
+            self._save,
+            self.train_dataset,
+            cadence,
+            overlapped=self.async_settings.enabled,
         )
-        sampler.start()
-        epoch_open = False
-        try:
-            while state.global_step < state.total_steps:
-                with stage_timer("wait_rollouts", waited := {}):
-                    sampled, ahead = await sampler.take()
-                if sampled is None:
-                    break
-                if not epoch_open or sampled.epoch != state.epoch:
-                    if epoch_open:
-                        await self.backend.on_epoch_end(state)
-                    state.epoch, epoch_open = sampled.epoch, True
-                    await self.backend.on_epoch_start(state)
-                state.reset_batch()
-                state.global_step += 1
-                state.timing_dict.update(waited)
-                await self.backend.on_batch_start(state)
-                with stage_timer("step", state.timing_dict):
-                    state.episodes = sampled.episodes
-                    state.timing_dict["generate"] = sampled.seconds
-                    state.metrics.update(lag_metrics(sampled.episodes, state.policy_version, settings.staleness))
-                    state.metrics["async/batches_ahead"] = float(ahead)
-                    await self._train_episodes(state, sampled.stats, state.policy_version, updates)
-                self._versions[state.global_step] = state.policy_version
-                await sampler.step_trained()
-                state.metrics.update(sampled.stats.as_metrics())
-                self.report.step_done(state.global_step, sampled.stats, self.agent_workflow_engine.timeout)
-                state.batches_done = sampled.index + 1
-                await self.backend.on_batch_end(state)
-                timings = {f"time/{k}": v for k, v in state.timing_dict.items()}
-                self.logger.log({**state.metrics, **timings}, step=state.global_step, epoch=state.epoch)  # type: ignore[union-attr]
-                if test_freq > 0 and state.global_step % test_freq == 0:
-                    async with sampler.paused():
-                        await self._validate_newest(state, sampler, first)
-                    validated_at = state.global_step
-                if save_freq > 0 and state.global_step % save_freq == 0:
-                    state.pending = [batch.to_json() for batch in sampler.pending()]
-                    self._save(state)
-                    saved_at = state.global_step
-            if epoch_open:
-                await self.backend.on_epoch_end(state)
-            async with sampler.paused():
-                if test_freq > 0 and validated_at != state.global_step:
-                    await self._validate_newest(state, sampler, first)
-                if save_freq > 0 and saved_at != state.global_step:
-                    state.pending = [batch.to_json() for batch in sampler.pending()]
-                    self._save(state)
-        finally:
-            await sampler.stop()
-            updates.close()
-
-    def _positions(self, state: TrainerState, pending: Sequence[SampledBatch]) -> Any:
-        """Every ``(epoch, index, batch)`` of the run in training order, from the first not yet sampled."""
-        start = (pending[-1].epoch, pending[-1].index + 1) if pending else (state.epoch, state.batches_done)
-        for epoch in range(start[0], int(self.rllm_config.trainer.total_epochs)):
-            view = TrainerState(epoch=epoch, global_step=state.global_step, total_steps=state.total_steps)
-            for index, batch in enumerate(self.backend.get_dataloader(self.train_dataset, view)):
-                if (epoch, index) >= start:
-                    yield epoch, index, batch
-
-    async def _sample_ahead(self, epoch: int, index: int, batch: Any, step: int, first: int) -> SampledBatch:
-        """Stage 1 for a step ahead, seeded by its step as in the synchronous run, with the weights trained up to
-        ``lead`` steps before it (always those, however fast the update ran: a run is reproducible)."""
-        version = self._versions[max(first, step - 1 - self.async_settings.lead)]
-        self._refresh_rollout_weights(version, version)
-        engine = self.agent_workflow_engine
-        engine.set_training_step(step, mode="train", epoch=epoch)
-        started = time.perf_counter()
-        episodes = await self.backend.generate_episodes(batch, agent_workflow_engine=engine)
-        stamp_weight_version(episodes, version)
-        check_batch_version(episodes, version)
-        return SampledBatch(
-            epoch, index, step, version, episodes, dataclasses.replace(engine.stats), time.perf_counter() - started
-        )
-
-    def _refresh_rollout_weights(self, version: int, oldest: int) -> None:
-        """The rollout engine on the weights of ``version``; its ``weight_version`` must say so."""
-        self.backend.refresh_rollout_weights(version, oldest)
-        reported = getattr(self.agent_workflow_engine.rollout_engine, "weight_version", None)
-        if reported != version:
-            kind = type(self.agent_workflow_engine.rollout_engine)
-            raise TrainerError(
-                f"Backend {type(self.backend).__name__} refreshed the rollout weights to version {version}, but its "
-                f"rollout engine {kind.__qualname__} reports weight_version {reported!r}: the engine cannot report "
-                "weight versions, so stale samples cannot be told apart; set rllm.async_training.enable=false."
-            )
-
-    async def _validate_newest(self, state: TrainerState, sampler: AheadSampler, first: int) -> None:
-        """Validation of the policy trained so far (no batch samples meanwhile; the next keeps its version)."""
-        upcoming = min(state.global_step, max(first, sampler.next_step - 1 - self.async_settings.lead))
-        self._refresh_rollout_weights(self._versions[state.global_step], self._versions[upcoming])
-        await self._validate_async(state)
-
-    async def _train_batch_async(self, batch: Any, state: TrainerState) -> None:
-        """Stages 1-8 for one batch; an empty stage ends the step early without an update."""
-        engine = self.agent_workflow_engine
-        engine.set_training_step(state.global_step, mode="train", epoch=state.epoch)
-        with stage_timer("generate", state.timing_dict):  # stage 1
-            version = getattr(engine.rollout_engine, "weight_version", None)
-            state.episodes = await self.backend.generate_episodes(batch, agent_workflow_engine=engine)
-            stamp_weight_version(state.episodes, version)
-        await self._train_episodes(state, engine.stats, getattr(engine.rollout_engine, "weight_version", None))
-
-    async def _train_episodes(
-        self, state: TrainerState, stats: EngineStats, trained_version: int | None, updates: UpdateThread | None = None
-    ) -> None:
-        """Stages 2-8 on ``state.episodes`` for the policy of ``trained_version``; stages 4-7 on ``updates``' thread
-        when given (asynchronous training)."""
-        timings = state.timing_dict
-        state.metrics.update(episode_metrics(state.episodes))
-        state.metrics.update(staleness_metrics(state.episodes, trained_version))
-        if not state.has_episodes:
-            state.metrics["batch/updated"] = 0.0
-            self.report.no_episodes(state.global_step, stats)
-            return
-        with stage_timer("group", timings):  # stages 2 and 3
-            groups, transform_metrics = self._grouped(state.episodes)
-            self._warn_unused_roles(groups)
-            groups, episodes, rs_metrics = apply_rejection_sampling_and_filtering(
-                state.episodes, groups, self.rs_config, state.rs_state
-            )
-        state.metrics.update(transform_metrics)
-        state.metrics.update(rs_metrics)
-        with stage_timer("dynamic_sampling", timings):
-            groups, episodes = await apply_dynamic_sampling(
-                groups, episodes, state, self.ds_config, self.train_dataset, partial(self._generate_round, state=state)
-            )
-        state.trajectory_groups, state.episodes = groups, episodes
-        state.metrics["batch/updated"] = float(state.has_trajectory_groups)
-        if not state.has_trajectory_groups:
-            if state.rs_state.groups:  # episode-mode rejection sampling holds them back, as configured
-                return
-            self.report.untrained_step(state.global_step, FILTERED)
-            return
-        if updates is None:
-            await self._update(state)
-        else:
-            await updates.run(self._update(state, publish=True))
-        state.policy_version += 1
-
-    async def _update(self, state: TrainerState, publish: bool = False) -> None:
-        """Stages 4-7; with ``publish`` the new weights are then published as the next policy version."""
-        timings = state.timing_dict
-        with stage_timer("backend_batch", timings):  # stages 4 and 5
-            state.backend_batch = self.backend.transform_to_backend_batch(state)
-            await self.backend.process_backend_batch(state)
-        if not state.has_backend_batch:
-            raise TrainerError(
-                f"Backend {type(self.backend).__name__} left trainer_state.backend_batch empty; "
-                "transform_to_backend_batch must return the batch."
-            )
-        with stage_timer("advantage", timings):  # stage 6
-            await self.backend.compute_advantages(state, self.algorithm_config)
-        with stage_timer("update", timings):  # stage 7
-            await self.backend.update_policy(state)
-        with stage_timer("weight_sync", timings):
-            await self.backend.on_policy_updated(state)
-        if publish:
-            self.backend.publish_weights(state.policy_version + 1)
-
-    def _grouped(self, episodes: Sequence[Episode]) -> tuple[list[TrajectoryGroup], dict[str, float]]:
-        """Stage 2, then the reward check of ``nonfinite_rewards=error`` before any filter can drop a group unseen.
-
-        Rejection and dynamic sampling would otherwise discard a group with a NaN reward (as
-        uniform, or too small) and the run would train on without the RewardError naming it.
-        """
-        groups, metrics = transform_episodes_to_trajectory_groups(episodes, self.traj_grouping_hook, self.cf_config)
-        if self.algorithm_config.nonfinite_rewards == "error" and not _finite_floats(groups):
-            collect_advantages(groups, self.algorithm_config, write_steps=False, collect_advantage=False)
-        return groups, metrics
-
-    async def _generate_round(
-        self, tasks: list[Any], state: TrainerState
-    ) -> tuple[list[TrajectoryGroup], list[Episode]]:
-        """Stages 1-3 for the tasks of a dynamic-sampling refill round (its grouping metrics are not logged)."""
-        fresh = await self.backend.generate_episodes(tasks, agent_workflow_engine=self.agent_workflow_engine)
-        more, _ = self._grouped(fresh)
-        more, fresh, _ = apply_rejection_sampling_and_filtering(fresh, more, self.rs_config, state.rs_state)
-        return more, fresh
-
-    def _warn_unused_roles(self, groups: Sequence[Any]) -> None:
-        for role in check_estimator_roles(groups, self.algorithm_config.estimator_map):
-            if role not in self._unused_roles_warned:
-                self._unused_roles_warned.add(role)
-                roles = sorted({g.group_role for g in groups})
-                warnings.warn(
-                    f"rllm.algorithm.estimator_map names role {role!r}, but this batch's groups have roles "
-                    f"{roles}; check the spelling (its estimator is not used).",
-                    RLLMWarning,
-                    stacklevel=3,
-                )
 
     async def _validate_async(self, state: TrainerState) -> dict[str, float]:
         return await self.validation.run(state, self.logger)
