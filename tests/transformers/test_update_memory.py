@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from rllm.errors import ConfigError, RLLMWarning
 from rllm.trainer import UnifiedTrainer
 from rllm.trainer.logging import METRICS_FILE, read_metrics
-from rllm_transformers import backend as backend_module
+from rllm_transformers import scoring, update
 from rllm_transformers.backend import within_budget
 
 MakeConfig = Callable[..., DictConfig]
@@ -77,13 +77,14 @@ def test_stage_5_computes_entropy_and_squares_only_for_an_estimator_that_reads_t
     tiny_config: MakeConfig, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     calls: list[tuple[bool, bool, bool]] = []
-    original = backend_module.score_tokens
+    original = scoring.score_tokens
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         calls.append((torch.is_grad_enabled(), kwargs.get("entropy", False), kwargs.get("squares", False)))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(backend_module, "score_tokens", spy)
+    monkeypatch.setattr(scoring, "score_tokens", spy)  # stage 5's
+    monkeypatch.setattr(update, "score_tokens", spy)  # the update's
     for estimator, wanted in (("grpo", (False, False)), ("optimal_token_baseline", (False, True))):
         calls.clear()
         where = f"rllm.trainer.output_dir={tmp_path / estimator}"

@@ -14,23 +14,23 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import math
 import threading
+import time
 import warnings
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from rllm.config import unhonoured_keys
-from rllm.engine import OpenAIEngine, PolicyUpdate, WeightSync, same_vocabulary, weight_sync_for
+from rllm.engine import OpenAIEngine, PolicyUpdate, WeightSync, weight_sync_for
 from rllm.errors import ConfigError, RLLMWarning, TrainerError
-from rllm.losses import KLInReward, LossSettings, check_kl_coef, rejection_mask
+from rllm.losses import KLInReward, LossSettings
 from rllm.tasks import VOCAB, ArithmeticWorkflow, build_tasks
-from rllm.toolkit import TOKEN_FIELDS, get_estimator
+from rllm.toolkit import TOKEN_FIELDS
 from rllm.trainer import (
     BackendProtocol,
     ProcessGroup,
@@ -42,21 +42,31 @@ from rllm.trainer import (
     task_loader,
 )
 from rllm.types import Episode
-from rllm_transformers.plugin import TOKENIZERS, missing_extra_error
+from rllm_transformers.plugin import missing_extra_error
 
 try:  # the extra first: without it, selecting the backend is one line naming the extra, not an ImportError
     import torch
 
-    from rllm_transformers.batch import MiniBatchTotals, RowBatch, pack_rows, response_tokens
-    from rllm_transformers.checkpoint import load_training_state, save_training_state
+    from rllm_transformers.batch import RowBatch, pack_rows, response_tokens
+    from rllm_transformers.checkpointing import Checkpointing
     from rllm_transformers.distributed import Distributed
     from rllm_transformers.distributed import start as start_distributed
     from rllm_transformers.engine import Sampling, TransformersEngine
-    from rllm_transformers.logprobs import TokenScores, score_tokens
-    from rllm_transformers.lora import AdaptersOff, add_adapters, load_adapter, lora_settings, merged_weights, trainable
-    from rllm_transformers.model import TINY, default_threads, has_digit_ids, load_policy, set_training, token_limits
-    from rllm_transformers.rewards import check_estimators_see_the_penalty, subtract_from_rewards
+    from rllm_transformers.lora import AdaptersOff, add_adapters, lora_settings, merged_weights, trainable
+    from rllm_transformers.model import (
+        checkpoint_activations,
+        default_threads,
+        has_digit_ids,
+        load_policy,
+        set_training,
+        token_limits,
+    )
+    from rllm_transformers.rewards import check_estimators_see_the_penalty
+    from rllm_transformers.scoring import BatchScoring
     from rllm_transformers.sync_weights import save_weights, weights_bytes
+    from rllm_transformers.teacher import load_teacher
+    from rllm_transformers.update import UpdateSteps
+    from rllm_transformers.update import within_budget as within_budget  # its import path before the update's module
     from rllm_transformers.weights import load_checked
 except ImportError as exc:
     raise missing_extra_error(exc) from None
@@ -71,7 +81,7 @@ def _unfit(version: int, problem: str) -> TrainerError:
     return TrainerError(f"The published weights of policy version {version} do not fit the rollout model ({problem}).")
 
 
-class TransformersBackend(BackendProtocol):
+class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProtocol):
     """``rllm.backend=transformers`` (the plugin registers this class's path, so it is imported when selected)."""
 
     batch_fields = frozenset(TOKEN_FIELDS)
@@ -119,7 +129,7 @@ class TransformersBackend(BackendProtocol):
         self.device = self.policy.device
         self.precision = self.policy.precision
         if bool(options.gradient_checkpointing):
-            self._checkpoint_activations()
+            checkpoint_activations(self.model)
         self.grad_scaler = self.precision.grad_scaler(self.device)
         """fp16-mixed: the loss scale (a step whose scaled gradient overflows is skipped and the scale lowered)."""
         seed = int(options.seed)
@@ -153,7 +163,8 @@ class TransformersBackend(BackendProtocol):
         self.token_fields = self._required_token_fields()
         """The per-token fields the run's estimators need, which stage 5 writes onto the steps."""
         self.entropy_bonus = any(s.entropy_coeff > 0 for s in [self.default_settings, *self.role_settings.values()])
-        self.teacher = self._teacher()
+        needed = "teacher_log_probs" in self.token_fields
+        self.teacher = load_teacher(options, needed, self.algorithm.estimator, self.tokenizer, self.device)
         """The frozen teacher whose log-probs stage 5 writes as ``teacher_log_probs`` (distillation); else None."""
         self.reference: torch.nn.Module | AdaptersOff | None = None
         in_loss = any(s.kl_coef > 0 for s in [self.default_settings, *self.role_settings.values()])
@@ -183,51 +194,6 @@ class TransformersBackend(BackendProtocol):
         """The workflow the last episodes came from, named by stage 4's errors about their token ids."""
         self.rollout_tokens, self.rollout_seconds = 0, 0.0
         """The step's response tokens and the wall-clock seconds its rollouts took: ``perf/rollout_tokens_per_s``."""
-
-    # -- setup ------------------------------------------------------------------------------
-    def _checkpoint_activations(self) -> None:
-        """``rllm.transformers.gradient_checkpointing``: transformers' own, non-reentrant (it takes keyword arguments
-        and leaves the inputs' ``requires_grad`` alone); it acts in training mode only, so sampling is unchanged."""
-        model = self.model
-        if not getattr(model, "supports_gradient_checkpointing", False):
-            raise ConfigError(
-                f"rllm.transformers.gradient_checkpointing=true, but {type(model).__name__} does not support it "
-                "(supports_gradient_checkpointing is false); set it to false."
-            )
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-
-    def _teacher(self) -> torch.nn.Module | None:
-        """``rllm.transformers.teacher`` loaded and frozen, when the run's estimators read its log-probs.
-
-        Either without the other is refused: an estimator reading ``teacher_log_probs`` needs the
-        key, and the key without such an estimator would load a model nothing uses.
-        """
-        name = self.options.teacher
-        needed = "teacher_log_probs" in self.token_fields
-        if name is None:
-            if needed:
-                raise ConfigError(
-                    f"Estimator {self.algorithm.estimator!r} needs teacher_log_probs: set rllm.transformers.teacher "
-                    "to a model with the student's tokenizer (a directory, a hub id, or tiny)."
-                )
-            return None
-        if not needed:
-            raise ConfigError(
-                f"rllm.transformers.teacher={name!r} is set but no estimator of the run reads teacher_log_probs; "
-                "use rllm.algorithm.adv_estimator=distill, or leave the key unset."
-            )
-        options = OmegaConf.merge(self.options, {"model": str(name), "seed": int(self.options.seed) + 1})
-        if str(name) != TINY:
-            options.tokenizer = TOKENIZERS[0]  # a model directory or hub id brings its own tokenizer
-        teacher = load_policy(options)
-        if not same_vocabulary(self.tokenizer, teacher.tokenizer):
-            student = str(self.options.model)
-            raise ConfigError(
-                f"rllm.transformers.teacher={name!r} has another tokenizer ({len(teacher.tokenizer)} tokens, EOS "
-                f"{teacher.tokenizer.eos_token!r}) than the student rllm.transformers.model={student!r} "
-                f"({len(self.tokenizer)} tokens, EOS {self.tokenizer.eos_token!r}); distillation needs one vocabulary."
-            )
-        return teacher.model.to(self.device).eval().requires_grad_(False)
 
     @property
     def process_group(self) -> ProcessGroup | None:
@@ -418,8 +384,6 @@ class TransformersBackend(BackendProtocol):
     async def generate_episodes(
         self, batch: Sequence[Any], agent_workflow_engine: WorkflowEngine, is_validation: bool = False
     ) -> list[Episode]:
-        import time
-
         self.workflow_name = f"Workflow {agent_workflow_engine.workflow_cls.__name__}"
         started = time.perf_counter()
         episodes = await super().generate_episodes(batch, agent_workflow_engine, is_validation)
@@ -449,148 +413,6 @@ class TransformersBackend(BackendProtocol):
             )
         return batch
 
-    async def process_backend_batch(self, trainer_state: TrainerState) -> None:
-        """The old policy's log-probs (PPO's denominator), the reference policy's, and the KL-in-reward penalty.
-
-        The penalty uses the policy that sampled the batch (the old log-probs) against the
-        reference and reaches the rewards here, before stage 6 computes advantages.
-        """
-        batch: RowBatch = trainer_state.backend_batch
-        set_training(self.model, False)  # LoRA's dropout: the old policy's log-probs are the model's, not a draw
-        with torch.no_grad():
-            entropy = squares = None
-            wanted = {"entropy", "sum_pi_squared"} & self.token_fields
-            if self.algorithm.rollout_correction.bypass_mode:
-                batch.old_logps = batch.rollout_logps
-                if wanted:
-                    _, entropy, squares = self._statistics(self.model, batch, wanted)
-            elif not self._old_policy_is_the_updates():
-                batch.old_logps, entropy, squares = self._statistics(self.model, batch, wanted)
-            if self.reference is not None:
-                batch.ref_logps = self._statistics(self.reference, batch)[0]
-            teacher = None if self.teacher is None else self._statistics(self.teacher, batch)[0]
-        if self.token_fields:
-            per_token = {
-                "old_log_probs": batch.old_logps,
-                "entropy": entropy,
-                "sum_pi_squared": squares,
-                "teacher_log_probs": teacher,
-            }
-            batch.put_on_steps({k: v for k, v in per_token.items() if k in self.token_fields and v is not None})
-        correction = self.default_settings.checked
-        if correction.rejection:  # verl's rejection leaves the normalisers too: the kept tokens are counted
-            keep, metrics = rejection_mask(
-                batch.old_logps, torch.nan_to_num(batch.rollout_logps) * batch.mask, batch.mask, correction.rejection
-            )
-            batch.counted = batch.mask * keep
-            trainer_state.metrics.update({f"actor/{k}": v for k, v in metrics.items()})
-        if batch.old_logps is not None:
-            trainer_state.metrics.update(self._rollout_gap(batch))
-        if self.kl_in_reward is not None and batch.ref_logps is not None:
-            penalty, metrics = self.kl_in_reward.penalty(batch.old_logps, batch.ref_logps, batch.mask)
-            metrics.update(subtract_from_rewards(trainer_state.trajectory_groups, batch.steps, batch.per_step(penalty)))
-            trainer_state.metrics.update(metrics)
-
-    def _old_policy_is_the_updates(self) -> bool:
-        """Whether the old log-probs are those the update's one forward pass computes, so stage 5 skips its pass.
-
-        So it is with one optimizer step per batch (``ppo_epochs`` and ``mini_batches`` 1) in one
-        process, when nothing before the update reads them: no estimator's per-token field, no
-        KL in the reward, no rollout rejection, no LoRA dropout. The update's forward runs on the weights stage 5
-        would have scored with; its log-probs, detached, are the old policy's (as TRL skips the
-        pass when generation and optimisation are aligned).
-        """
-        options = self.options
-        return (
-            self.distributed is None
-            and int(options.ppo_epochs) == 1
-            and int(options.mini_batches) == 1
-            and not self.token_fields
-            and self.kl_in_reward is None
-            and not self.default_settings.checked.rejection
-            and (self.lora is None or self.lora.dropout == 0)  # the update's forward draws LoRA's dropout
-        )
-
-    @staticmethod
-    def _rollout_gap(batch: RowBatch) -> dict[str, float]:
-        """``actor/rollout_logprob_diff``: how far the sampler's log-probs are from the old policy's."""
-        known = (batch.mask > 0) & ~torch.isnan(batch.rollout_logps)
-        if batch.old_logps is None or not bool(known.any()):
-            return {}
-        return {"actor/rollout_logprob_diff": float((batch.old_logps - batch.rollout_logps).abs()[known].mean())}
-
-    def _statistics(
-        self,
-        model: Any,
-        batch: RowBatch,
-        wanted: Collection[str] = (),
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """The batch's token log-probs under ``model``, and the ``wanted`` ones of its entropies and sums of squared
-        probabilities (None when not wanted: at a real vocabulary each is a pass over every position's logits).
-
-        With several ranks each computes its share of the rows, then all hold all.
-        """
-        entropy, squares = "entropy" in wanted, "sum_pi_squared" in wanted
-        group = self.distributed
-        if group is None:
-            scores = score_tokens(model, batch.ids, batch.attention, batch.start, entropy=entropy, squares=squares)
-            return scores.log_probs, scores.entropy, scores.sum_pi_squared
-        rows = group.rows(batch.rows)
-        if len(rows):
-            ids, attention = batch.ids[rows.start : rows.stop], batch.attention[rows.start : rows.stop]
-            scores = score_tokens(model, ids, attention, batch.start, entropy=entropy, squares=squares)
-            parts = (scores.log_probs, scores.entropy, scores.sum_pi_squared)
-        else:
-            empty = batch.mask[:0].float()
-            parts = (empty, empty if entropy else None, empty if squares else None)
-        gathered = [None if part is None else group.gather_rows(part, batch.rows) for part in parts]
-        return gathered[0], gathered[1], gathered[2]  # type: ignore[return-value]
-
-    def _micro_batches(self, mini: torch.Tensor, lengths: torch.Tensor) -> list[torch.Tensor]:
-        """This rank's micro-batches of a mini-batch (``lengths``: every row's tokens).
-
-        With several ranks the mini-batch is cut into ``micro_batches`` pieces rounded up to a
-        multiple of the world size, and each rank takes as many consecutive pieces: the cut is
-        the one process's at that count, so the gradient sums the same pieces in the same order
-        (2 ranks give 1 process's gradient bit for bit). A piece may be empty (fewer rows than
-        pieces); its rank still joins the all-reduce. With ``max_tokens_per_micro_batch`` each
-        piece is cut further (:func:`within_budget`).
-        """
-        group, wanted = self.distributed, int(self.options.micro_batches)
-        if group is None:
-            pieces = list(torch.tensor_split(mini, min(wanted, len(mini))))
-        else:
-            count = group.world_size * math.ceil(wanted / group.world_size)
-            mine = group.rows(count)
-            pieces = list(torch.tensor_split(mini, count)[mine.start : mine.stop])
-        budget = int(self.options.max_tokens_per_micro_batch)
-        if budget <= 0:
-            return pieces
-        return [part for piece in pieces for part in (within_budget(piece, lengths, budget) if len(piece) else [piece])]
-
-    def _micro_scores(self, batch: RowBatch, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The rows' log-probs and entropies under the trained model, as ``[rows, batch width - 1]``.
-
-        The forward runs on the rows cut to their longest (the padding after it changes nothing
-        before it) from their first response token; the entropy has a gradient with an entropy
-        bonus, else it is computed without one for ``actor/entropy`` and the losses that read it.
-        """
-        mask = batch.mask[rows]
-        width = int(batch.attention[rows].sum(1).max())
-        responses = mask[:, : max(width - 1, 0)].any(0).nonzero()
-        start = int(responses[0]) if len(responses) else 0
-        scores: TokenScores = score_tokens(
-            self.trained,
-            batch.ids[rows, :width],
-            batch.attention[rows, :width],
-            start,
-            entropy=True,
-            entropy_grad=self.entropy_bonus,
-        )
-        after = (0, mask.shape[1] - scores.log_probs.shape[1])
-        entropy = scores.entropy if scores.entropy is not None else torch.zeros_like(scores.log_probs)
-        return torch.nn.functional.pad(scores.log_probs, after), torch.nn.functional.pad(entropy, after)
-
     async def update_policy(self, trainer_state: TrainerState) -> None:
         batch: RowBatch = trainer_state.backend_batch
         from_update = batch.old_logps is None and self._old_policy_is_the_updates()
@@ -598,8 +420,6 @@ class TransformersBackend(BackendProtocol):
             batch.old_logps = torch.zeros_like(batch.mask)
         if batch.old_logps is None:
             raise TrainerError("The policy update ran before stage 5 computed the old log-probs.")
-        import time
-
         started = time.perf_counter()
         options = self.options
         advantages = batch.advantages()
@@ -628,8 +448,7 @@ class TransformersBackend(BackendProtocol):
                     sync = group is None or index == len(pieces) - 1
                     with nullcontext() if group is None else group.no_sync(self.trained, sync):
                         if not len(rows):  # a rank without rows here still joins the gradient all-reduce
-                            idle = score_tokens(self.trained, batch.ids[mini[:1]], batch.attention[mini[:1]])
-                            self._backward(idle.log_probs.sum() * 0.0, group)
+                            self._idle_backward(batch, mini[:1])
                             continue
                         logp, entropy = self._micro_scores(batch, rows)
                         if from_update:
@@ -640,45 +459,10 @@ class TransformersBackend(BackendProtocol):
                         self._backward(loss * scale, group)
                     mini_loss += float(loss.detach())
                     self._token_metrics(sums, batch.mask[rows], entropy.detach(), logp, batch.old_logps[rows])
-                if group is not None:
-                    mini_loss = group.total(mini_loss)
-                if not math.isfinite(mini_loss):
-                    self.optimizer.zero_grad(set_to_none=True)
-                    raise TrainerError(
-                        f"Step {trainer_state.global_step}: the policy loss {losses} is "
-                        f"{mini_loss} (not finite); the model was not updated and no checkpoint of this "
-                        "step is written. Lower rllm.transformers.lr or check the advantages and rewards."
-                    )
-                scaler = self.grad_scaler
-                if scaler is not None:  # the gradient as the loss's own, before clipping (overflows are recorded)
-                    scaler.unscale_(self.optimizer)
-                norm = torch.nn.utils.clip_grad_norm_(self.trained.parameters(), float(options.max_grad_norm))
-                norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP: a DTensor
-                finite = bool(torch.isfinite(norm))
-                if not finite and scaler is None:
-                    self.optimizer.zero_grad(set_to_none=True)
-                    raise TrainerError(
-                        f"Step {trainer_state.global_step}: the gradient of the policy loss {losses} "
-                        "is not finite; the model was not updated and no checkpoint of this step is written."
-                    )
-                if scaler is None:
-                    self.optimizer.step()
-                else:  # an overflow skips the step and lowers the scale, as torch.amp does
-                    scaler.step(self.optimizer)
-                    scaler.update()
-                    sums["actor/loss_scale"].append(float(scaler.get_scale()))
-                    sums["actor/skipped_steps"].append(0.0 if finite else 1.0)
-                sums["actor/loss"].append(mini_loss)
-                if finite:
-                    sums["actor/grad_norm"].append(float(norm))
+                self._step_optimizer(mini_loss, losses, trainer_state.global_step, sums)
         if group is not None and group.sharded:  # rollouts and stage 5 sample and score with the whole weights
             self.model.load_state_dict(group.full_weights(self.trained))
-        if group is not None:  # the micro-batch metrics of every rank (the loss and norm are the same on all)
-            merged: dict[str, list[float]] = defaultdict(list)
-            for part in group.gather(dict(sums)):
-                for key, values in part.items():
-                    merged[key].extend(values)
-            sums = merged
+        sums = self._all_ranks(sums)
         if from_update:
             trainer_state.metrics.update(self._rollout_gap(batch))
         if self.engine is not None and not self.asynchronous:  # what is sampled from now on has the new version
@@ -693,172 +477,3 @@ class TransformersBackend(BackendProtocol):
             metrics["perf/rollout_tokens_per_s"] = self.rollout_tokens / self.rollout_seconds
         self.rollout_tokens, self.rollout_seconds = 0, 0.0
         trainer_state.metrics.update(metrics)
-
-    def _required_token_fields(self) -> set[str]:
-        algorithm = self.algorithm
-        names = [algorithm.estimator, *algorithm.estimator_map.values()]
-        needed = {f for n in names for f in get_estimator(str(getattr(n, "value", n))).requires}
-        return needed & set(TOKEN_FIELDS)
-
-    def _backward(self, loss: torch.Tensor, group: Distributed | None) -> None:
-        """``loss.backward()`` (fp16-mixed: of the scaled loss); under DDP a lost rank there is the one-line error,
-        not a traceback."""
-        if self.grad_scaler is not None:
-            loss = self.grad_scaler.scale(loss)
-        if group is None:
-            loss.backward()
-            return
-        with group.collective("all-reducing gradients"):
-            loss.backward()
-
-    def _settings(self, role: str) -> LossSettings:
-        return self.role_settings.get(role, self.default_settings)
-
-    def _micro_loss(
-        self,
-        batch: RowBatch,
-        rows: torch.Tensor,
-        logp: torch.Tensor,
-        entropy: torch.Tensor,
-        advantages: torch.Tensor,
-        role_of: torch.Tensor,
-        role_names: list[str],
-        totals: MiniBatchTotals,
-        sums: dict[str, list[float]],
-    ) -> torch.Tensor:
-        """The micro-batch's share of its mini-batch's loss: each role's rows through that role's registered loss."""
-        loss = torch.zeros((), device=self.device)
-        if batch.old_logps is None:
-            raise TrainerError("The policy update ran before stage 5 computed the old log-probs.")
-        for index, role in enumerate(role_names):
-            mine = role_of[rows] == index
-            if not bool(mine.any()):
-                continue
-            picked = rows[mine]
-            mask = batch.mask[picked]
-            settings = self._settings(role)
-            part, metrics = settings.compute(
-                log_probs=logp[mine],
-                old_log_probs=batch.old_logps[picked],
-                advantages=advantages[picked],
-                response_mask=mask,
-                rollout_log_probs=torch.nan_to_num(batch.rollout_logps[picked]) * mask,
-                ref_log_probs=None if batch.ref_logps is None else batch.ref_logps[picked],
-                entropy=entropy[mine],
-                prompt_ids=batch.prompts[picked],
-                batch_num_tokens=totals.tokens,
-                global_batch_size=totals.rows,
-                prompt_num_tokens=totals.prompt_tokens[picked],
-                num_prompts=totals.prompts,
-            )
-            loss = loss + part
-            # the role's loss over its own tokens (or sequences, prompts), as if it were the whole mini-batch
-            if settings.agg_mode == "prompt-mean":
-                share = float(totals.prompts) / max(len(set(batch.prompts[picked].tolist())), 1)
-            elif settings.agg_mode.startswith("seq"):
-                share = totals.rows / len(picked)
-            else:
-                share = float(totals.tokens / mask.sum())
-            sums[f"actor/{role}/loss"].append(float(part.detach()) * share)
-            for key, value in metrics.items():
-                sums[f"actor/{key}"].append(float(value))
-        return loss
-
-    @staticmethod
-    def _token_metrics(
-        sums: dict[str, list[float]], mask: torch.Tensor, entropy: torch.Tensor, logp: torch.Tensor, old: torch.Tensor
-    ) -> None:
-        """Token means of one micro-batch: entropy and the approximate KL to the old policy."""
-        with torch.no_grad():
-            count = mask.sum().clamp(min=1)
-            sums["actor/entropy"].append(float((entropy * mask).sum() / count))
-            sums["actor/approx_kl"].append(float(((old - logp.detach()) * mask).sum() / count))
-
-    # -- checkpoints --------------------------------------------------------------------------
-    def prepare_checkpoint(self) -> None:
-        """Under FSDP, every rank gathers the whole optimizer state that rank 0 then writes."""
-        group = self.distributed
-        if group is not None and group.sharded:
-            named = group.full_optimizer(self.trained, self.optimizer)
-            names = [name for name, _ in self.trained.named_parameters()]
-            self._gathered_optimizer = {
-                "state": {names.index(name): value for name, value in named["state"].items()},
-                "param_groups": [{**g, "params": [names.index(n) for n in g["params"]]} for g in named["param_groups"]],
-            }
-
-    def _optimizer_state(self) -> dict[str, Any]:
-        """The optimizer's state as one process's AdamW over the whole model holds it (what a checkpoint stores)."""
-        if self.distributed is None or not self.distributed.sharded:
-            return self.optimizer.state_dict()
-        if self._gathered_optimizer is None:
-            raise TrainerError("save_checkpoint ran under FSDP without prepare_checkpoint gathering the optimizer.")
-        return self._gathered_optimizer
-
-    def _load_sharded(self) -> None:
-        """Under FSDP, a loaded checkpoint reaches the sharded copy at the next update, where every rank is."""
-        group, state = self.distributed, self._pending_optimizer
-        if group is None or not group.sharded or state is None:
-            return
-        names = [name for name, _ in self.trained.named_parameters()]
-        named = {
-            "state": {names[index]: value for index, value in state["state"].items()},
-            "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]],
-        }
-        group.load_sharded(self.trained, self.optimizer, self.model.state_dict(), named if named["state"] else None)
-        self._pending_optimizer = None
-
-    def save_checkpoint(self, directory: Path) -> None:
-        """The model, optimizer and generators (:func:`save_training_state`), and the KL-in-reward coefficient.
-
-        The coefficient is checked as :meth:`load_checkpoint` checks it before any file is
-        written, so a value the loader would refuse fails the save instead of the resume.
-        """
-        extra: dict[str, Any] = {}
-        if self.grad_scaler is not None:
-            extra["grad_scaler"] = self.grad_scaler.state_dict()
-        if self.kl_in_reward is not None:
-            extra["kl_in_reward_coef"] = check_kl_coef(self.kl_in_reward.coef, "The KL-in-reward coefficient")
-        if self.lora is not None:
-            extra["lora"] = self.lora.as_json()
-        model = self.model if self.adapted is None else self.adapted  # peft's save_pretrained: the adapter alone
-        save_training_state(directory, model, self.tokenizer, self._optimizer_state(), self._generators(), extra)
-
-    def load_checkpoint(self, directory: Path) -> None:
-        sharded = self.distributed is not None and self.distributed.sharded
-        apply = self._keep_for_sharded if sharded else self.optimizer.load_state_dict
-        saved = load_training_state(directory, self.model, self.optimizer, self._generators(), apply, self._adapter())
-        if self.grad_scaler is not None and "grad_scaler" in saved:
-            self.grad_scaler.load_state_dict(saved["grad_scaler"])
-        if self.kl_in_reward is not None and "kl_in_reward_coef" in saved:  # else: a checkpoint of a run without it
-            self.kl_in_reward.coef = saved["kl_in_reward_coef"]
-
-    def _adapter(self) -> Any:
-        """With LoRA, what loads a checkpoint's model part: the adapter onto this run's base model."""
-        adapted, settings = self.adapted, self.lora
-        if adapted is None or settings is None:
-            return None
-        return lambda model_dir, saved: load_adapter(adapted, model_dir, settings, saved.get("lora"))
-
-    def _keep_for_sharded(self, state: dict[str, Any]) -> None:
-        self._pending_optimizer = state
-
-    def _generators(self) -> dict[str, torch.Generator]:
-        return {"sample": self.sample_rng, "update": self.update_rng}
-
-
-def within_budget(rows: torch.Tensor, lengths: torch.Tensor, budget: int) -> list[torch.Tensor]:
-    """``rows`` cut into consecutive pieces whose rows x longest row's tokens is at most ``budget``.
-
-    The rows are taken longest first, so each piece's padding is small; a row longer than the
-    budget is a piece of its own. The loss of every piece uses the mini-batch's normalisers,
-    so the gradient is the same sum in another grouping.
-    """
-    order = rows[torch.argsort(lengths[rows], descending=True, stable=True)]
-    sizes = lengths[order].tolist()
-    pieces: list[torch.Tensor] = []
-    begin = 0
-    for index in range(1, len(sizes) + 1):
-        if index == len(sizes) or (index - begin + 1) * sizes[begin] > budget:
-            pieces.append(order[begin:index])
-            begin = index
-    return pieces

@@ -330,3 +330,14 @@ def set_training(model: torch.nn.Module, mode: bool) -> None:
 
 def parameter_count(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def checkpoint_activations(model: Any) -> None:
+    """``rllm.transformers.gradient_checkpointing``: transformers' own, non-reentrant (it takes keyword arguments
+    and leaves the inputs' ``requires_grad`` alone); it acts in training mode only, so sampling is unchanged."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ConfigError(
+            f"rllm.transformers.gradient_checkpointing=true, but {type(model).__name__} does not support it "
+            "(supports_gradient_checkpointing is false); set it to false."
+        )
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -1,0 +1,107 @@
+"""The transformers backend's checkpoint methods: what a checkpoint holds (:mod:`rllm_transformers.checkpoint`
+writes and reads the files), and under FSDP the optimizer state gathered whole for rank 0 and sharded again on load.
+
+:class:`Checkpointing` is part of :class:`~rllm_transformers.backend.TransformersBackend`; the attributes declared
+here are the backend's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rllm.errors import TrainerError
+from rllm.losses import KLInReward, check_kl_coef
+from rllm_transformers.checkpoint import load_training_state, save_training_state
+from rllm_transformers.distributed import Distributed
+from rllm_transformers.lora import LoraSettings, load_adapter
+
+
+class Checkpointing:
+    """``prepare_checkpoint``, ``save_checkpoint`` and ``load_checkpoint`` of the transformers backend."""
+
+    model: torch.nn.Module
+    adapted: Any
+    lora: LoraSettings | None
+    tokenizer: Any
+    trained: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    distributed: Distributed | None
+    grad_scaler: Any
+    kl_in_reward: KLInReward | None
+    sample_rng: torch.Generator
+    update_rng: torch.Generator
+    _gathered_optimizer: dict[str, Any] | None
+    _pending_optimizer: dict[str, Any] | None
+
+    def prepare_checkpoint(self) -> None:
+        """Under FSDP, every rank gathers the whole optimizer state that rank 0 then writes."""
+        group = self.distributed
+        if group is not None and group.sharded:
+            named = group.full_optimizer(self.trained, self.optimizer)
+            names = [name for name, _ in self.trained.named_parameters()]
+            self._gathered_optimizer = {
+                "state": {names.index(name): value for name, value in named["state"].items()},
+                "param_groups": [{**g, "params": [names.index(n) for n in g["params"]]} for g in named["param_groups"]],
+            }
+
+    def _optimizer_state(self) -> dict[str, Any]:
+        """The optimizer's state as one process's AdamW over the whole model holds it (what a checkpoint stores)."""
+        if self.distributed is None or not self.distributed.sharded:
+            return self.optimizer.state_dict()
+        if self._gathered_optimizer is None:
+            raise TrainerError("save_checkpoint ran under FSDP without prepare_checkpoint gathering the optimizer.")
+        return self._gathered_optimizer
+
+    def _load_sharded(self) -> None:
+        """Under FSDP, a loaded checkpoint reaches the sharded copy at the next update, where every rank is."""
+        group, state = self.distributed, self._pending_optimizer
+        if group is None or not group.sharded or state is None:
+            return
+        names = [name for name, _ in self.trained.named_parameters()]
+        named = {
+            "state": {names[index]: value for index, value in state["state"].items()},
+            "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]],
+        }
+        group.load_sharded(self.trained, self.optimizer, self.model.state_dict(), named if named["state"] else None)
+        self._pending_optimizer = None
+
+    def save_checkpoint(self, directory: Path) -> None:
+        """The model, optimizer and generators (:func:`save_training_state`), and the KL-in-reward coefficient.
+
+        The coefficient is checked as :meth:`load_checkpoint` checks it before any file is
+        written, so a value the loader would refuse fails the save instead of the resume.
+        """
+        extra: dict[str, Any] = {}
+        if self.grad_scaler is not None:
+            extra["grad_scaler"] = self.grad_scaler.state_dict()
+        if self.kl_in_reward is not None:
+            extra["kl_in_reward_coef"] = check_kl_coef(self.kl_in_reward.coef, "The KL-in-reward coefficient")
+        if self.lora is not None:
+            extra["lora"] = self.lora.as_json()
+        model = self.model if self.adapted is None else self.adapted  # peft's save_pretrained: the adapter alone
+        save_training_state(directory, model, self.tokenizer, self._optimizer_state(), self._generators(), extra)
+
+    def load_checkpoint(self, directory: Path) -> None:
+        sharded = self.distributed is not None and self.distributed.sharded
+        apply = self._keep_for_sharded if sharded else self.optimizer.load_state_dict
+        saved = load_training_state(directory, self.model, self.optimizer, self._generators(), apply, self._adapter())
+        if self.grad_scaler is not None and "grad_scaler" in saved:
+            self.grad_scaler.load_state_dict(saved["grad_scaler"])
+        if self.kl_in_reward is not None and "kl_in_reward_coef" in saved:  # else: a checkpoint of a run without it
+            self.kl_in_reward.coef = saved["kl_in_reward_coef"]
+
+    def _adapter(self) -> Any:
+        """With LoRA, what loads a checkpoint's model part: the adapter onto this run's base model."""
+        adapted, settings = self.adapted, self.lora
+        if adapted is None or settings is None:
+            return None
+        return lambda model_dir, saved: load_adapter(adapted, model_dir, settings, saved.get("lora"))
+
+    def _keep_for_sharded(self, state: dict[str, Any]) -> None:
+        self._pending_optimizer = state
+
+    def _generators(self) -> dict[str, torch.Generator]:
+        return {"sample": self.sample_rng, "update": self.update_rng}
