@@ -4,16 +4,18 @@ The model lives on the server. A LoRA training client (``rllm.tinker.base_model`
 trains it; workflows sample through a :class:`~rllm_tinker.engine.TinkerEngine` on a sampling
 client of the latest weights. Stage 7 turns each role's trajectories into datums
 (:mod:`rllm_tinker.transform`), runs ``forward_backward`` with the role's Tinker loss and one
-``optim_step`` with the scheduled learning rate; :meth:`TinkerBackend.on_policy_updated` saves
-sampler weights and swaps the engine's sampling client. A checkpoint is the server's saved
-state (its ``tinker://`` path in ``tinker_state.json``). The API key is handed to the SDK in
-memory only: config.yaml keeps its interpolation, and nothing this backend writes holds it.
+``optim_step`` with the scheduled learning rate; after each update the trainer's policy channel
+has :class:`SamplerWeights` save sampler weights and swap the engine's sampling client. A
+checkpoint is the server's saved state (its ``tinker://`` path in ``tinker_state.json``). The
+API key is handed to the SDK in memory only: config.yaml keeps its interpolation, and nothing
+this backend writes holds it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 import warnings
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -26,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from rllm import rLLMAdvantageEstimator
 from rllm.config import unhonoured_keys
 from rllm.errors import ConfigError, DataError, TrainerError
+from rllm.rollouts import RolloutWeights
 from rllm.tasks import ArithmeticWorkflow, build_tasks
 from rllm.trainer import BackendProtocol, TaskLoader, TaskSetup, TrainerState, scheduled_lr, task_loader
 from rllm_tinker.engine import TinkerEngine, TinkerSampling
@@ -47,7 +50,7 @@ _REFUSED = {
 CLIPPED = ("ppo", "cispo")
 """The Tinker losses whose clip thresholds come from ``rllm.algorithm.eps_clip`` / ``eps_clip_high``."""
 STATE_FILE = "tinker_state.json"
-"""A checkpoint's record of the server's saved state (its path) and the policy version."""
+"""A checkpoint's record of the server's saved state (its path)."""
 
 
 def _sdk() -> Any:
@@ -100,6 +103,21 @@ def default_loss(algorithm: Any) -> str:
     return "ppo" if str(algorithm.estimator) == str(rLLMAdvantageEstimator.GRPO) else "importance_sampling"
 
 
+class SamplerWeights(RolloutWeights):
+    """The policy channel's part only the service can do: sampler weights of the trained state, as a new client."""
+
+    def __init__(self, backend: TinkerBackend) -> None:
+        self.backend = backend
+
+    def load(self, snapshot: Any | None) -> None:
+        """The engine samples the weights trained now (there are no snapshots: the run is synchronous)."""
+        backend = self.backend
+        with remote(backend.base_url, "save_weights_and_get_sampling_client"):
+            sampler = backend.training.save_weights_and_get_sampling_client().result()
+        if backend.engine is not None:
+            backend.engine.swap(sampler)
+
+
 class TinkerBackend(BackendProtocol):
     """``rllm.backend=tinker`` (the plugin registers this class's path, so the SDK is imported when selected)."""
 
@@ -127,8 +145,7 @@ class TinkerBackend(BackendProtocol):
                 train_unembed=bool(self.options.train_unembed),
             ).result()
         self.engine: TinkerEngine | None = None
-        self.version = 0
-        """The policy version the sampling client holds (raised by every update)."""
+        self._rollout_weights = SamplerWeights(self)
 
     # -- setup ------------------------------------------------------------------------------
     def _route_losses(self) -> dict[str, str]:
@@ -280,33 +297,24 @@ class TinkerBackend(BackendProtocol):
         metrics["actor/tokens"] = tokens
         trainer_state.metrics.update(metrics)
 
-    async def on_policy_updated(self, trainer_state: TrainerState) -> None:
-        """Sampler weights of the update, and the engine samples them from the next step on."""
-        import asyncio
-
-        await asyncio.to_thread(self._refresh_sampler, self.version + 1)
-
-    def _refresh_sampler(self, version: int) -> None:
-        with remote(self.base_url, "save_weights_and_get_sampling_client"):
-            sampler = self.training.save_weights_and_get_sampling_client().result()
-        self.version = version
-        if self.engine is not None:
-            self.engine.swap(sampler, version)
+    @property
+    def rollout_weights(self) -> SamplerWeights:
+        return self._rollout_weights
 
     # -- checkpoints --------------------------------------------------------------------------
     def save_checkpoint(self, directory: Path) -> None:
         """The server saves the weights and optimizer state; the checkpoint holds its path (never the key)."""
-        name = f"rllm-step-{self.version}-{os.getpid()}"
+        name = f"rllm-{os.getpid()}-{time.time_ns()}"
         with remote(self.base_url, f"save_state {name}"):
             path = self.training.save_state(name).result().path
-        record = {"state_path": path, "base_model": str(self.options.base_model), "policy_version": self.version}
+        record = {"state_path": path, "base_model": str(self.options.base_model)}
         (directory / STATE_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
 
     def load_checkpoint(self, directory: Path) -> None:
         file = directory / STATE_FILE
         try:
             record = json.loads(file.read_text(encoding="utf-8"))
-            path, version = str(record["state_path"]), int(record["policy_version"])
+            path = str(record["state_path"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise DataError(
                 f"{file}: not a tinker backend checkpoint ({exc}); resume from one this backend wrote."
@@ -315,4 +323,3 @@ class TinkerBackend(BackendProtocol):
         with warnings.catch_warnings(), remote(self.base_url, f"load_state_with_optimizer {path}"):
             warnings.simplefilter("ignore", FutureWarning)
             self.training.load_state_with_optimizer(path).result()
-        self._refresh_sampler(version)

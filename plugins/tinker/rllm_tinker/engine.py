@@ -4,8 +4,8 @@ Token in, token out: the prompt ids go to the server as they are and the reply's
 log-probs come back exactly as the server sampled them (no re-tokenising). Each call carries a
 seed: an episode's view (:meth:`TinkerEngine.for_episode`) draws its calls' seeds from the
 episode's seed, so what an episode samples does not depend on which episodes ran beside it.
-The backend swaps the sampling client after every update (:meth:`TinkerEngine.swap`) and
-raises :attr:`weight_version` with it.
+After every update the backend swaps the sampling client (:meth:`TinkerEngine.swap`) and the
+trainer's policy channel sets :attr:`weight_version`.
 """
 
 from __future__ import annotations
@@ -61,10 +61,9 @@ class TinkerEngine(RolloutEngine):
     def max_response_length(self) -> int:
         return self.sampling.max_new_tokens
 
-    def swap(self, sampler: Any, version: int) -> None:
-        """Sample from ``sampler`` (the weights of policy ``version``) from now on."""
+    def swap(self, sampler: Any) -> None:
+        """Sample from ``sampler`` from now on."""
         self.sampler = sampler
-        self.weight_version = version
 
     def for_episode(self, seed: int) -> TinkerEpisode:
         return TinkerEpisode(self, random.Random(int(seed)))

@@ -12,9 +12,7 @@ the model part is a ``save_pretrained`` directory, so any checkpoint loads with
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import threading
 import time
 import warnings
 from collections import defaultdict
@@ -26,7 +24,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rllm.config import unhonoured_keys
-from rllm.engine import OpenAIEngine, PolicyUpdate, WeightSync, weight_sync_for
+from rllm.engine import OpenAIEngine
 from rllm.errors import ConfigError, RLLMWarning, TrainerError
 from rllm.losses import KLInReward, LossSettings
 from rllm.tasks import VOCAB, ArithmeticWorkflow, build_tasks
@@ -52,7 +50,7 @@ try:  # the extra first: without it, selecting the backend is one line naming th
     from rllm_transformers.distributed import Distributed
     from rllm_transformers.distributed import start as start_distributed
     from rllm_transformers.engine import Sampling, TransformersEngine
-    from rllm_transformers.lora import AdaptersOff, add_adapters, lora_settings, merged_weights, trainable
+    from rllm_transformers.lora import AdaptersOff, add_adapters, lora_settings, trainable
     from rllm_transformers.model import (
         checkpoint_activations,
         default_threads,
@@ -62,12 +60,11 @@ try:  # the extra first: without it, selecting the backend is one line naming th
         token_limits,
     )
     from rllm_transformers.rewards import check_estimators_see_the_penalty
+    from rllm_transformers.rollout_weights import ModelWeights
     from rllm_transformers.scoring import BatchScoring
-    from rllm_transformers.sync_weights import save_weights, weights_bytes
     from rllm_transformers.teacher import load_teacher
     from rllm_transformers.update import UpdateSteps
     from rllm_transformers.update import within_budget as within_budget  # its import path before the update's module
-    from rllm_transformers.weights import load_checked
 except ImportError as exc:
     raise missing_extra_error(exc) from None
 
@@ -75,10 +72,6 @@ DEFAULT_LOSS = "vanilla"
 
 _REFUSED = {"rllm.algorithm.router_replay": "its models are trained without router replay; set it to disabled"}
 """rLLM's keys this backend cannot honour when set (key: what to do). Every other key is honoured."""
-
-
-def _unfit(version: int, problem: str) -> TrainerError:
-    return TrainerError(f"The published weights of policy version {version} do not fit the rollout model ({problem}).")
 
 
 class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProtocol):
@@ -175,20 +168,17 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
                 else AdaptersOff(self.adapted)
             )
         self.engine: TransformersEngine | OpenAIEngine | None = None
-        self.weight_sync: WeightSync | None = None
-        """With ``rllm.rollout.openai.base_url``: what takes each update's weights to the servers."""
-        self.asynchronous = bool(config.rllm.async_training.enable)
-        """``rllm.async_training``: rollouts sample from other weights than the update's (a copy, or the servers'),
-        refreshed between batches."""
+        asynchronous = bool(config.rllm.async_training.enable)
         served = bool(list(config.rllm.rollout.openai.base_url))
-        self.rollout_model: torch.nn.Module = (
-            copy.deepcopy(self.model).eval().requires_grad_(False) if self.asynchronous and not served else self.model
+        self.rollout_model: torch.nn.Module = (  # asynchronously rollouts sample a copy (or the servers' weights)
+            copy.deepcopy(self.model).eval().requires_grad_(False) if asynchronous and not served else self.model
         )
-        self._published: dict[int, dict[str, torch.Tensor]] = {}
-        """Asynchronous training: the weights of each policy version a batch may still sample from."""
-        self._publishing = threading.Lock()
-        self._rollout_version: int | None = None
-        """The version of the weights the rollouts sample (the rollout copy's, or the servers'); None: not yet set."""
+        self._rollout_weights = ModelWeights(
+            self.model,
+            self.rollout_model,
+            lambda: Path(str(self.config.rllm.trainer.output_dir)) / "weight_sync",
+            self.distributed,
+        )
         self.workflow_name = "the workflow"
         self.history_break_said = False
         """The workflow the last episodes came from, named by stage 4's errors about their token ids."""
@@ -205,68 +195,9 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         if self.distributed is not None:
             self.distributed.close()
 
-    async def on_train_start(self, trainer_state: TrainerState) -> None:
-        """With servers: send them this run's weights first, so the first step samples from the trained model.
-
-        Asynchronous runs number them by the policy version (the steps' versions are those), synchronous ones by
-        the step.
-        """
-        if isinstance(self.engine, OpenAIEngine):
-            version = trainer_state.policy_version if self.asynchronous else trainer_state.global_step
-            self.engine.weight_version = version
-            await asyncio.to_thread(self._push, version, None)
-
-    async def on_policy_updated(self, trainer_state: TrainerState) -> None:
-        """With servers, synchronously: the new weights reach every one of them before the next step samples (a
-        refusal stops). Asynchronous runs push in :meth:`refresh_rollout_weights`, between batches, instead: here
-        the servers may be sampling the next batch."""
-        if self.weight_sync is None or self.engine is None or self.asynchronous:
-            return
-        await asyncio.to_thread(self._push, self.engine.weight_version, None)
-
-    def _update(self, version: int, weights: dict[str, torch.Tensor] | None) -> PolicyUpdate:
-        """``weights`` (None: the model's) as the update of ``version`` a weight sync sends (LoRA: merged)."""
-        state = merged_weights(self.model, weights)
-        directory = Path(str(self.config.rllm.trainer.output_dir)) / "weight_sync"
-        if self.distributed is not None and self.distributed.rank > 0:  # a rank resyncing a restarted server alone
-            directory = directory / f"rank{self.distributed.rank}"
-        return PolicyUpdate(
-            version=version,
-            save=lambda directory, dtype=None: save_weights(self.model, state, directory, dtype),
-            state_bytes=lambda dtype=None: weights_bytes(state, dtype),
-            directory=directory,
-        )
-
-    def _push(self, version: int, weights: dict[str, torch.Tensor] | None) -> None:
-        """Every server on ``weights`` (None: the model's) as ``version``, through the run's weight sync.
-
-        Under torchrun rank 0 pushes the whole weights, which every rank holds after an update (DDP's copies are
-        equal; FSDP gathers them), while the others wait at a barrier: no rank samples before the servers hold
-        the new version, and the servers load one copy, not one per rank (docs/serve.md). A push that fails stops
-        rank 0 with its line, and the others report it lost.
-        """
-        if self.weight_sync is None:
-            return
-        if self.distributed is None or self.distributed.rank == 0:
-            self.weight_sync.push(self._update(version, weights))
-        if self.distributed is not None:
-            self.distributed.barrier()
-        self._rollout_version = version
-
-    def _resync(self, server: str) -> None:
-        """A server lost the policy's weights (restarted): it gets those of the engine's version again, before it
-        samples (an asynchronous run's are the published ones the batch samples, not the model's)."""
-        if self.weight_sync is None or self.engine is None:
-            return
-        version = self.engine.weight_version
-        with self._publishing:
-            weights = self._published.get(version)
-        if self.asynchronous and weights is None:
-            raise TrainerError(
-                f"{server} lost its weights and needs policy version {version} again, which is no longer kept "
-                f"(published: {sorted(self._published)})."
-            )
-        self.weight_sync.push_to(self._update(version, weights if self.asynchronous else None), server)
+    @property
+    def rollout_weights(self) -> ModelWeights:
+        return self._rollout_weights
 
     @property
     def loss_description(self) -> str:
@@ -274,38 +205,6 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
             f", role {role}: {settings.describe()}" for role, settings in sorted(self.role_settings.items())
         )
         return self.default_settings.describe() + roles
-
-    @property
-    def overlaps_rollouts(self) -> bool:
-        """Rollouts sample from their own copy of the weights (or the servers' weights), so they can run while the
-        update runs."""
-        return True
-
-    def publish_weights(self, version: int) -> None:
-        weights = {name: tensor.detach().clone() for name, tensor in self.model.state_dict().items()}
-        with self._publishing:
-            self._published[version] = weights
-
-    def refresh_rollout_weights(self, version: int, oldest: int) -> None:
-        """The rollout copy loads ``version``'s weights; with servers the weight sync pushes them (nothing samples now,
-        so every step of the next batch carries the version the servers report)."""
-        engine = self.engine
-        with self._publishing:
-            weights = self._published.get(version)
-            for old in [v for v in self._published if v < oldest]:
-                del self._published[old]
-        if engine is None or weights is None:
-            raise TrainerError(
-                f"The rollout weights of policy version {version} were asked for, but they were not published "
-                f"(published: {sorted(self._published)})."
-            )
-        if version != self._rollout_version:
-            if self.weight_sync is not None:
-                self._push(version, weights)  # outside the lock: the update thread may publish meanwhile
-            else:
-                load_checked(self.rollout_model, weights, lambda problem: _unfit(version, problem))
-                self._rollout_version = version
-        engine.weight_version = version
 
     def validate_config(self) -> None:
         for key, value in unhonoured_keys(self.config, _REFUSED).items():
@@ -341,8 +240,8 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
     def init_rollout_engine(self, **kwargs: Any) -> TransformersEngine | OpenAIEngine:
         """The in-process engine, or with ``rllm.rollout.openai.base_url`` an :class:`OpenAIEngine` over those servers.
 
-        Either way this backend does the update; with servers, :meth:`on_policy_updated` sends them the
-        new weights through the run's weight sync (and :meth:`on_train_start` the first ones).
+        Either way this backend does the update; the trainer's policy channel takes each version's weights to the
+        servers through the run's weight sync (:attr:`rollout_weights` describes them).
         """
         options = self.options
         max_new_tokens, max_prompt_length = token_limits(options, self.model)
@@ -354,7 +253,6 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
                 params["top_p"] = sampling.top_p
             if sampling.top_k > 0:
                 params["top_k"] = sampling.top_k
-            self.weight_sync = weight_sync_for(self.config, servers)
             self.engine = OpenAIEngine.from_config(
                 self.config,
                 self.tokenizer,
@@ -364,7 +262,6 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
                 greedy_validation=bool(options.greedy_validation),
                 seed=int(options.seed),
             )
-            self.engine.resync = self._resync
             return self.engine
         self.engine = TransformersEngine(
             self.rollout_model,
@@ -465,8 +362,6 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         sums = self._all_ranks(sums)
         if from_update:
             trainer_state.metrics.update(self._rollout_gap(batch))
-        if self.engine is not None and not self.asynchronous:  # what is sampled from now on has the new version
-            self.engine.weight_version += 1
         tokens = float(batch.mask.sum())
         elapsed = time.perf_counter() - started
         metrics = {key: sum(values) / len(values) for key, values in sums.items() if values}

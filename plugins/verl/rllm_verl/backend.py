@@ -151,9 +151,7 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
                 "finite) on verl's worker; no checkpoint of this step is written. Lower rllm.verl.actor.optim.lr or "
                 "check the advantages and rewards."
             )
-        self.model.load_state_dict(self.worker.full_weights())
-        if self.engine is not None:  # what is sampled from now on has the new version
-            self.engine.weight_version += 1
+        self.model.load_state_dict(self.worker.full_weights())  # the weights the policy channel takes to rollouts
         tokens = float(batch.mask.sum())
         metrics = {f"actor/{key}": value for key, value in verl_metrics.items() if not key.startswith("perf/")}
         metrics.update(
