@@ -9,10 +9,10 @@ import pytest
 
 from rllm.errors import ConfigError, TrainerError
 from rllm.experimental.unified_trainer import UnifiedTrainer
+from rllm.rollouts.policy import RolloutWeights
 from rllm.trainer.async_training import AheadSampler, SampledBatch, check_batch_version, lag_metrics
 from rllm.trainer.engine import EngineStats
 from rllm.trainer.parallel import ProcessGroup
-from rllm.rollouts.policy import RolloutWeights
 from rllm.types import Episode, Step, Trajectory
 from rllm_builtin.embedded.backend import EmbeddedBackend, EmbeddedRolloutEngine
 

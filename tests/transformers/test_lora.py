@@ -281,8 +281,7 @@ def test_a_server_receives_the_merged_weights_through_the_weight_sync(
 
     weights.send = deliver  # type: ignore[method-assign]
     backend = trained.backend
-    backend.weight_sync = weights
-    backend._push(7, None)
+    weights.push(backend.rollout_weights.server_update(7, None))
     got, expected = server.policy.model.state_dict(), _peft_merged(backend.adapted)
     assert got.keys() == expected.keys() and server.weight_version == 7
     assert max(float((got[k] - expected[k]).abs().max()) for k in got) <= 1e-6
