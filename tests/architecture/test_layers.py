@@ -30,6 +30,7 @@ PUBLIC_MODULES = (  # a name is public if the module's __all__ lists it (or, wit
     "rllm.types",
     "rllm.plugins",
     "rllm.trainer",
+    "rllm.rollouts",
     "rllm.workflows",
     "rllm.losses",
     "rllm.tasks",

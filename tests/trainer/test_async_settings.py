@@ -9,8 +9,8 @@ import pytest
 
 from rllm.errors import ConfigError, TrainerError
 from rllm.experimental.unified_trainer import UnifiedTrainer
-from rllm.rollouts.policy import RolloutWeights
-from rllm.trainer.async_training import AheadSampler, SampledBatch, check_batch_version, lag_metrics
+from rllm.rollouts.policy import RolloutWeights, check_batch_version, lag_metrics
+from rllm.trainer.async_training import AheadSampler, SampledBatch
 from rllm.trainer.engine import EngineStats
 from rllm.trainer.parallel import ProcessGroup
 from rllm.types import Episode, Step, Trajectory

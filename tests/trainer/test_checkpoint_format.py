@@ -15,10 +15,10 @@ import pytest
 from rllm.errors import CheckpointError, CorruptCheckpointError
 from rllm.experimental.unified_trainer import UnifiedTrainer
 from rllm.trainer.checkpoint import MANIFEST, CheckpointManager
-from rllm.trainer.jsondata import decode_rejection_state, decode_value, encode_rejection_state, encode_value
 from rllm.trainer.logging import METRICS_FILE, read_metrics
 from rllm.trainer.protocol import TrainerState
 from rllm.trainer.rejection import RejectionSamplingState
+from rllm.trainer.rejection_state import decode_rejection_state, decode_value, encode_rejection_state, encode_value
 from rllm.types import Episode, Step, TerminationReason, Trajectory, TrajectoryGroup
 
 FOUR_STEPS = ("rllm.trainer.total_batches=4", "rllm.trainer.save_freq=1", "rllm.trainer.test_freq=0")

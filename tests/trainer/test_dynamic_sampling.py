@@ -12,9 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from rllm.errors import ConfigError, RewardError
-from rllm.trainer.grouping import group_by_task_and_role
-from rllm.trainer.logging import METRICS_FILE, read_metrics
-from rllm.trainer.sampling import (
+from rllm.trainer.dynamic_sampling import (
     DynamicSamplingConfig,
     SamplingState,
     informative,
@@ -22,6 +20,8 @@ from rllm.trainer.sampling import (
     reward_spread,
     substitute,
 )
+from rllm.trainer.grouping import group_by_task_and_role
+from rllm.trainer.logging import METRICS_FILE, read_metrics
 from rllm.trainer.unified import UnifiedTrainer
 from rllm.types import Trajectory, TrajectoryGroup
 

@@ -1,8 +1,8 @@
 """Weight syncs: how a run's new policy weights reach the inference servers its rollouts come from.
 
-A backend whose rollouts are sampled by servers (``rllm.rollout.openai.base_url``) calls
-:func:`weight_sync_for` once and, in its ``on_policy_updated`` hook, hands every update to
-:meth:`WeightSync.push` as a :class:`PolicyUpdate`. Syncs are a plugin kind
+When a run's rollouts are sampled by servers (``rllm.rollout.openai.base_url``), the trainer's
+policy channel (:class:`rllm.rollouts.PolicyVersions`) calls :func:`weight_sync_for` once and
+hands it every version's weights as a :class:`PolicyUpdate`, which the backend describes. Syncs are a plugin kind
 (``rllm_register_weight_syncs``); the built-in ones speak ``rllm serve``'s routes:
 
 ``disk``
@@ -21,8 +21,8 @@ the sync, so a 1.5B model writes 3 GB per update rather than 6.
 A server that refuses an update, does not answer, or reports another version is a
 :class:`~rllm.errors.WeightSyncError` naming it: the run stops before a step samples from,
 and trains on, the old weights. A server that restarts comes back with its initial weights: the
-OpenAI engine notices (its answers report another ``weight_version``) and the backend gives it
-the current ones with :meth:`WeightSync.push_to` before sampling from it again.
+OpenAI engine notices (its answers report another ``weight_version``) and the policy channel gives
+it the current ones with :meth:`WeightSync.push_to` before sampling from it again.
 """
 
 from __future__ import annotations

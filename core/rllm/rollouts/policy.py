@@ -184,21 +184,27 @@ class PolicyVersions:
         self._snapshots: dict[int, Any] = {}
         """Asynchronous training: the weights of each version a batch may still sample from."""
         self._lock = threading.Lock()
+        if asynchronous:
+            check_weight_versions(engine)
         if servers is not None and hasattr(engine, "resync"):
             engine.resync = self.resync
 
     # -- the run's course --------------------------------------------------------------------------
-    def start(self, version: int, step: int) -> None:
-        """The run starts (or resumes) at ``version`` after ``step`` steps: rollouts sample it from the first batch."""
+    def start(self, state: Any) -> None:
+        """The run starts (or resumes) at the trainer state's version and step: rollouts sample it from the first
+        batch on."""
+        version, step = int(state.policy_version), int(state.global_step)
         self.version, self._first, self._after_step = version, step, {step: version}
         if self.asynchronous:
             self._snapshots = {version: self.weights.snapshot()}
         self._serve(version, self._snapshots.get(version))
 
-    def updated(self) -> None:
-        """One more policy update. Synchronously its weights go where rollouts sample before the next batch;
-        asynchronously (on the update thread, rollouts maybe sampling) they are kept aside as the next version."""
+    def updated(self, state: Any) -> None:
+        """One more policy update (recorded in the trainer state, which checkpoints it). Synchronously its weights go
+        where rollouts sample before the next batch; asynchronously (on the update thread, rollouts maybe
+        sampling) they are kept aside as the next version."""
         self.version += 1
+        state.policy_version = self.version
         if self.asynchronous:
             snapshot = self.weights.snapshot()
             with self._lock:

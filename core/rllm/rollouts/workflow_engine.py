@@ -22,6 +22,7 @@ from rllm.errors import ConfigError, DataError, PluginContractError, WorkflowErr
 from rllm.rollouts.episode_log import EpisodeLogger
 from rllm.rollouts.executors import Executor, LocalExecutor, WorkflowCall, episode_seed
 from rllm.rollouts.parallel import merge_counts, share_of
+from rllm.rollouts.policy import stamp_weight_version
 from rllm.types import Episode, TerminationReason
 from rllm.workflows.workflow import Workflow
 
@@ -168,6 +169,7 @@ class WorkflowEngine:
         self.failure_policy = failure_policy
         self.seed = int(seed)
         self.step = 0
+        self.version: int | None = None
         self.mode = "train"
         self.epoch = 0
         self.stats = EngineStats()
@@ -180,9 +182,10 @@ class WorkflowEngine:
             await self.executor.start()
             self._started = True
 
-    def set_training_step(self, step: int, mode: str = "train", epoch: int = 0) -> None:
-        """Where the next episodes belong (episode seeds and log files); starts a new count in ``stats``."""
-        self.step, self.mode, self.epoch = step, mode, epoch
+    def set_training_step(self, step: int, mode: str = "train", epoch: int = 0, version: int | None = None) -> None:
+        """Where the next episodes belong (episode seeds and log files) and the policy version they sample (stamped
+        on the steps no model call labelled, before the episode log sees them); starts a new count in ``stats``."""
+        self.step, self.mode, self.epoch, self.version = step, mode, epoch, version
         self.stats = EngineStats()
         self._calls_this_step = 0
 
@@ -251,6 +254,7 @@ class WorkflowEngine:
         if share is not None:
             episodes, task_ids, failed_groups = self._gathered(share, episodes, task_ids, failed_groups, stats)
             stats = self.stats
+        stamp_weight_version(episodes, self.version)
         if self.episode_logger is not None:
             self.episode_logger.log(episodes, step=self.step, mode=mode)
         if not failed_groups:

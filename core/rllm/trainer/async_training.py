@@ -18,7 +18,6 @@ from omegaconf import DictConfig
 
 from rllm.errors import ConfigError, TrainerError
 from rllm.rollouts.batch_source import BatchSource, SampledBatch
-from rllm.rollouts.policy import check_batch_version, check_weight_versions, lag_metrics, stamp_weight_version
 
 if TYPE_CHECKING:
     from rllm.config.algorithm import AlgorithmConfig
@@ -28,16 +27,7 @@ if TYPE_CHECKING:
 AheadSampler = BatchSource
 """The batch source's earlier name."""
 
-__all__ = [
-    "AheadSampler",
-    "AsyncSettings",
-    "SampledBatch",
-    "UpdateThread",
-    "check_batch_version",
-    "check_weight_versions",
-    "lag_metrics",
-    "stamp_weight_version",
-]
+__all__ = ["AheadSampler", "AsyncSettings", "SampledBatch", "UpdateThread"]
 
 SECTION = "rllm.async_training"
 

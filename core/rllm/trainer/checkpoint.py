@@ -23,9 +23,9 @@ from rllm.errors import CheckpointError, CorruptCheckpointError
 from rllm.estimators.state import EstimatorStates
 from rllm.io import os_cause, write_atomic
 from rllm.trainer.backend_protocol import BackendProtocol, TrainerState
-from rllm.trainer.jsondata import decode_rejection_state, encode_rejection_state
+from rllm.trainer.dynamic_sampling import SamplingState
 from rllm.trainer.rejection import RejectionSamplingState
-from rllm.trainer.sampling import SamplingState
+from rllm.trainer.rejection_state import decode_rejection_state, encode_rejection_state
 
 FORMAT = "rllm-checkpoint"
 VERSION = 2

@@ -13,8 +13,8 @@ from rllm.config.unhonoured import other_backend_keys
 from rllm.errors import ConfigError
 from rllm.plugins.contract import backend_class
 from rllm.plugins.manager import get_plugin_manager
+from rllm.rollouts.executors import Executor
 from rllm.trainer.backend_protocol import BackendProtocol
-from rllm.trainer.engine import Executor
 from rllm.trainer.grouping import GroupingHook, with_options
 
 
@@ -70,6 +70,6 @@ def configured_executor(workflow: DictConfig) -> Executor | None:
     """The executor ``rllm.workflow.executor`` names; None is the engine's local one."""
     if str(workflow.executor) != "ray":
         return None
-    from rllm.trainer.ray_executor import RayExecutor  # ray is an optional extra: imported only when chosen
+    from rllm.rollouts.ray_executor import RayExecutor  # ray is an optional extra: imported only when chosen
 
     return RayExecutor.from_config(workflow.ray)

@@ -8,7 +8,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rllm.config.algorithm import AlgorithmConfig, estimator_name
-from rllm.trainer.sampling import DynamicSamplingConfig
+from rllm.trainer.dynamic_sampling import DynamicSamplingConfig
 
 NUMBER_SETTINGS = (
     "rllm.grouping_hook",

@@ -1,6 +1,6 @@
 """Dynamic sampling applied to one step's batch: refill rounds (``drop``) or in-batch copies (``replace``).
 
-The policy (what counts as uniform, the refill order, the copies) is :mod:`rllm.trainer.sampling`;
+The policy (what counts as uniform, the refill order, the copies) is :mod:`rllm.trainer.dynamic_sampling`;
 this module runs it on a batch and reports the effective batch. A refill round's generation,
 grouping and filtering stay the trainer's: it hands them in as ``generate_round``.
 """
@@ -12,8 +12,8 @@ from typing import Any
 
 from rllm.errors import TrainerError
 from rllm.trainer.backend_protocol import TrainerState, task_id_of
+from rllm.trainer.dynamic_sampling import DynamicSamplingConfig, SamplingState, informative, refill_tasks, substitute
 from rllm.trainer.rejection import episodes_of
-from rllm.trainer.sampling import DynamicSamplingConfig, SamplingState, informative, refill_tasks, substitute
 from rllm.types import Episode, TrajectoryGroup
 
 GenerateRound = Callable[[list[Any]], Awaitable[tuple[list[TrajectoryGroup], list[Episode]]]]
@@ -28,7 +28,7 @@ async def apply_dynamic_sampling(
     dataset: Sequence[Any] | None,
     generate_round: GenerateRound,
 ) -> tuple[list[TrajectoryGroup], list[Episode]]:
-    """Drop or replace uniform groups (see :mod:`rllm.trainer.sampling`); the effective batch is always reported."""
+    """Drop or replace uniform groups (see :mod:`rllm.trainer.dynamic_sampling`); the effective batch is reported."""
     keep = informative(groups, config)
     target, rounds, dropped, replaced = len(groups), 1, keep.count(False), 0
     if config.enabled and config.strategy == "drop":

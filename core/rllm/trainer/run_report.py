@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from rllm.errors import RLLMWarning, TrainerError
-from rllm.trainer.engine import EngineStats
+from rllm.rollouts.workflow_engine import EngineStats
 
 DROPPED = "failure_policy=drop_group dropped every group (their workflows failed)"
 FILTERED = "every group was uniform or filtered out"

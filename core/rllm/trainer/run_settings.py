@@ -18,9 +18,9 @@ from rllm.config.algorithm import AlgorithmConfig
 from rllm.config.names import check_run_name
 from rllm.errors import ConfigError, RLLMWarning
 from rllm.estimators.compute import get_estimator
+from rllm.trainer.dynamic_sampling import DynamicSamplingConfig
 from rllm.trainer.grouping import CompactFilteringConfig
 from rllm.trainer.rejection import RejectionSamplingConfig
-from rllm.trainer.sampling import DynamicSamplingConfig
 
 
 @dataclass(frozen=True)

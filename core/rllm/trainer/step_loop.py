@@ -166,7 +166,7 @@ class StepLoop:
         """Stage 1 for ``step``: seeded by the step, sampled from the policy version the step is due."""
         version = self.policy.prepare(step)
         engine = self.engine
-        engine.set_training_step(step, mode="train", epoch=epoch)
+        engine.set_training_step(step, mode="train", epoch=epoch, version=version)
         started = time.perf_counter()
         episodes = await self.backend.generate_episodes(batch, agent_workflow_engine=engine)
         self.policy.label(episodes, version)

@@ -98,7 +98,6 @@ class TrainStep:
             await self._update(state)
         else:
             await updates.run(self._update(state))
-        state.policy_version = self.policy.version
 
     async def _update(self, state: TrainerState) -> None:
         """Stages 4-7, then the new weights to the policy channel."""
@@ -117,7 +116,7 @@ class TrainStep:
             await self.backend.update_policy(state)
         with stage_timer("weight_sync", timings):
             await self.backend.on_policy_updated(state)
-            await asyncio.to_thread(self.policy.updated)
+            await asyncio.to_thread(self.policy.updated, state)
 
     def grouped(self, episodes: Sequence[Episode]) -> tuple[list[TrajectoryGroup], dict[str, float]]:
         """Stage 2, then the reward check of ``nonfinite_rewards=error`` before any filter can drop a group unseen.

@@ -24,7 +24,7 @@ from rllm.config.loading import load_config
 from rllm.engine.weight_sync import weight_sync_for
 from rllm.errors import ConfigError, TrainerError
 from rllm.rollouts.episode_log import EpisodeLogger
-from rllm.rollouts.policy import PolicyVersions, check_weight_versions
+from rllm.rollouts.policy import PolicyVersions
 from rllm.rollouts.workflow_engine import WorkflowEngine
 from rllm.trainer.async_training import AsyncSettings
 from rllm.trainer.backend_protocol import BackendProtocol, TrainerState
@@ -177,8 +177,6 @@ class UnifiedTrainer:
             self.ds_config.enabled,
             self.rs_config.mode,
         )
-        if self.async_settings.enabled:
-            check_weight_versions(rollout_engine)
         servers = [str(url) for url in self.rllm_config.rollout.openai.base_url]
         self.policy = PolicyVersions(
             rollout_engine,
@@ -313,7 +311,7 @@ class UnifiedTrainer:
             kept=read_metrics(self.output_dir / METRICS_FILE) if resumed else (),
         )
         await self.backend.on_train_start(state)
-        await asyncio.to_thread(self.policy.start, state.policy_version, state.global_step)
+        await asyncio.to_thread(self.policy.start, state)
         trainer_cfg = self.rllm_config.trainer
         with long_lived_objects_frozen():
             if trainer_cfg.val_only:

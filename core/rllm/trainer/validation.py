@@ -21,7 +21,7 @@ from rllm.trainer.pass_at_k import pass_at_k_metrics, unbiased_pass_at_k
 from rllm.types import Episode
 
 if TYPE_CHECKING:
-    from rllm.trainer.engine import WorkflowEngine
+    from rllm.rollouts.workflow_engine import WorkflowEngine
     from rllm.trainer.trackers import Trackers
 
 __all__ = ["Validation", "pass_at_k_metrics", "unbiased_pass_at_k"]

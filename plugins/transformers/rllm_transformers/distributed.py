@@ -166,7 +166,7 @@ class Distributed:
 
     # -- the backend's tensors -----------------------------------------------------------------
     def rows(self, count: int) -> range:
-        """This rank's rows of a batch of ``count`` rows (:func:`rllm.trainer.parallel.share_of`)."""
+        """This rank's rows of a batch of ``count`` rows (:func:`rllm.rollouts.parallel.share_of`)."""
         return share_of(count, self.rank, self.world_size)
 
     def gather_rows(self, part: torch.Tensor, count: int) -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch
 
 from rllm.engine import PolicyUpdate
 from rllm.errors import TrainerError
-from rllm.rollouts.policy import RolloutWeights
+from rllm.rollouts import RolloutWeights
 from rllm_transformers.distributed import Distributed
 from rllm_transformers.lora import merged_weights
 from rllm_transformers.sync_weights import save_weights, weights_bytes
