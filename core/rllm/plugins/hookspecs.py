@@ -37,8 +37,8 @@ so is the call itself (an unknown keyword or a missing argument); a refusal name
 plugin and fails the whole plugin, so nothing half-registered stays.
 
 The hooks are written by family, each importable here: advantage estimation
-(:mod:`rllm.plugins.advantage_hooks`), training (:mod:`rllm.plugins.training_hooks`) and
-configuration (:mod:`rllm.plugins.config_hooks`); the markers are in :mod:`rllm.plugins.markers`.
+(``rllm.plugins.advantage_hooks``), training (``rllm.plugins.training_hooks``) and
+configuration (``rllm.plugins.config_hooks``); the markers are in ``rllm.plugins.markers``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ text it re-tokenised. Chat messages are rendered with the trainer's tokenizer an
 (``endpoint="completions"``, the default when a tokenizer with a chat template is given), or
 sent as messages to ``/v1/chat/completions`` (``endpoint="chat"``).
 
-Each episode's view (:meth:`OpenAIEngine.for_episode`, :mod:`~rllm.engine.rollout.openai_episode`) sticks to
+Each episode's view (:meth:`OpenAIEngine.for_episode`, ``openai_episode``) sticks to
 one server and seeds each request from the episode's seed (``seed_requests=False`` sends no seed: vLLM's faster
 shared generator, episodes that do not repeat). A request is retried and the servers are checked as
 :mod:`~rllm.engine.rollout.openai_servers` says; when it fails, ``rllm.workflow.failure_policy`` decides. Requests
