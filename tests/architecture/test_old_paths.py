@@ -10,6 +10,22 @@ MOVED = [
     # (old module, name, new module)
     ("rllm.engine.rollout.openai_engine", "OpenAIEngine", "rllm.engine.rollout.openai_engine"),
     ("rllm.engine", "OpenAIEngine", "rllm.engine.rollout.openai_engine"),
+    *(("rllm.plugins.hookspecs", name, "rllm.plugins.markers") for name in ("PROJECT_NAME", "hookimpl", "hookspec")),
+    *(
+        ("rllm.plugins.hookspecs", f"rllm_register_{hook}", f"rllm.plugins.{family}_hooks")
+        for family, hooks in {
+            "advantage": ("estimators", "grouping_hooks", "kernels", "batch_fields"),
+            "training": ("losses", "backends", "weight_syncs", "trackers"),
+            "config": ("config_sections",),
+        }.items()
+        for hook in hooks
+    ),
+    *(("rllm.types", name, "rllm.types.episodes") for name in ("Step", "Trajectory", "Episode", "DEFAULT_TRAJ_NAME")),
+    *(("rllm.types", name, "rllm.types.groups") for name in ("TrajectoryGroup", "DEFAULT_ROLE")),
+    *(("rllm.types", name, "rllm.types.tasks") for name in ("Task", "Action", "AgentConfig", "TerminationEvent")),
+    ("rllm.types", "TerminationReason", "rllm.contract.names"),
+    ("rllm.types", "AgentFlow", "rllm.agents.flow"),
+    ("rllm.types", "Evaluator", "rllm.eval.types"),
 ]
 
 
@@ -25,3 +41,16 @@ def test_the_openai_engine_keeps_its_server_methods() -> None:
     assert issubclass(OpenAIEngine, OpenAIServers)
     for method in ("connect", "call", "server_for"):
         assert callable(getattr(OpenAIEngine, method))
+
+
+def test_the_hook_specifications_are_all_still_in_hookspecs() -> None:
+    """pluggy reads the specs from ``hookspecs``: every hook of every family is there, and only those."""
+    import inspect
+
+    from rllm.plugins import advantage_hooks, config_hooks, hookspecs, training_hooks
+
+    def specs(module: object) -> set[str]:
+        return {name for name, fn in inspect.getmembers(module, inspect.isfunction) if hasattr(fn, "rllm_spec")}
+
+    families = [specs(advantage_hooks), specs(training_hooks), specs(config_hooks)]
+    assert sum(len(f) for f in families) == 9 and specs(hookspecs) == set().union(*families)
