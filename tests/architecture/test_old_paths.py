@@ -26,6 +26,10 @@ MOVED = [
     ("rllm.types", "TerminationReason", "rllm.contract.names"),
     ("rllm.types", "AgentFlow", "rllm.agents.flow"),
     ("rllm.types", "Evaluator", "rllm.eval.types"),
+    *(
+        ("rllm.plugins.contract", name, "rllm.plugins.hook_kinds")
+        for name in importlib.import_module("rllm.plugins.hook_kinds").__all__
+    ),
 ]
 
 
@@ -54,3 +58,10 @@ def test_the_hook_specifications_are_all_still_in_hookspecs() -> None:
 
     families = [specs(advantage_hooks), specs(training_hooks), specs(config_hooks)]
     assert sum(len(f) for f in families) == 9 and specs(hookspecs) == set().union(*families)
+
+
+def test_the_old_plugin_contract_path_gives_every_name_of_hook_kinds() -> None:
+    from rllm.plugins import contract, hook_kinds
+
+    assert len(hook_kinds.__all__) == 16 and sorted(contract.__all__) == sorted(hook_kinds.__all__)
+    assert contract.HOOK_KIND["kernels"] is hook_kinds.HOOK_KIND["kernels"]
