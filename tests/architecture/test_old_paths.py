@@ -10,6 +10,9 @@ MOVED = [
     # (old module, name, new module)
     ("rllm.engine.rollout.openai_engine", "OpenAIEngine", "rllm.engine.rollout.openai_engine"),
     ("rllm.engine", "OpenAIEngine", "rllm.engine.rollout.openai_engine"),
+    ("rllm.gateway.server", "Session", "rllm.gateway.session"),
+    ("rllm.gateway", "Session", "rllm.gateway.session"),
+    ("rllm.gateway.server", "MAX_BODY", "rllm.gateway.http_server"),
     *(("rllm.plugins.hookspecs", name, "rllm.plugins.markers") for name in ("PROJECT_NAME", "hookimpl", "hookspec")),
     *(
         ("rllm.plugins.hookspecs", f"rllm_register_{hook}", f"rllm.plugins.{family}_hooks")
