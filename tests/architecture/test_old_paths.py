@@ -13,6 +13,8 @@ MOVED = [
     ("rllm.gateway.server", "Session", "rllm.gateway.session"),
     ("rllm.gateway", "Session", "rllm.gateway.session"),
     ("rllm.gateway.server", "MAX_BODY", "rllm.gateway.http_server"),
+    ("rllm.testing.estimators", "Case", "rllm.testing.estimator_cases"),
+    ("rllm.testing.estimators", "cases", "rllm.testing.estimator_cases"),
     *(("rllm.plugins.hookspecs", name, "rllm.plugins.markers") for name in ("PROJECT_NAME", "hookimpl", "hookspec")),
     *(
         ("rllm.plugins.hookspecs", f"rllm_register_{hook}", f"rllm.plugins.{family}_hooks")
