@@ -129,17 +129,23 @@ def backend_problem(name: str, target: Any) -> str | None:
     )
 
 
+def _loaded_class(entry: Entry, what: str, problem: Callable[[str, Any], str | None]) -> type[Any]:
+    """The class of a claim: a lazy ``"module:Class"`` is imported now and checked by ``problem`` as a class
+    registered directly is at registration, so a wrong path or class is one line naming ``what`` and the plugin."""
+    if not isinstance(entry.target, str):
+        return entry.target  # type: ignore[no-any-return]
+    who = f"{what} {entry.name!r} of {entry.source.describe()}"
+    target = import_target(entry.target, who, "Install what the plugin needs, or fix its registration.")
+    found = problem(entry.name, target)
+    if found:
+        raise PluginContractError(f"{who}, loaded from {entry.target!r}, {found}.")
+    return target  # type: ignore[no-any-return]
+
+
 def backend_class(entry: Entry) -> type[Any]:
     """The class of a backend claim: a lazy ``"module:Class"`` is imported now and checked as a class registered
     directly is at registration, so a wrong path or class is one line naming the plugin."""
-    if not isinstance(entry.target, str):
-        return entry.target  # type: ignore[no-any-return]
-    who = f"Backend {entry.name!r} of {entry.source.describe()}"
-    target = import_target(entry.target, who, "Install what the plugin needs, or fix its registration.")
-    problem = backend_problem(entry.name, target)
-    if problem:
-        raise PluginContractError(f"{who}, loaded from {entry.target!r}, {problem}.")
-    return target  # type: ignore[no-any-return]
+    return _loaded_class(entry, "Backend", backend_problem)
 
 
 def weight_sync_problem(name: str, target: Any) -> str | None:
@@ -156,14 +162,7 @@ def weight_sync_problem(name: str, target: Any) -> str | None:
 
 def weight_sync_class(entry: Entry) -> type[Any]:
     """The class of a weight-sync claim, a lazy path imported and checked now, as :func:`backend_class` does."""
-    if not isinstance(entry.target, str):
-        return entry.target  # type: ignore[no-any-return]
-    who = f"Weight sync {entry.name!r} of {entry.source.describe()}"
-    target = import_target(entry.target, who, "Install what the plugin needs, or fix its registration.")
-    problem = weight_sync_problem(entry.name, target)
-    if problem:
-        raise PluginContractError(f"{who}, loaded from {entry.target!r}, {problem}.")
-    return target  # type: ignore[no-any-return]
+    return _loaded_class(entry, "Weight sync", weight_sync_problem)
 
 
 TRACKER_METHOD = "log_metrics"
@@ -183,14 +182,7 @@ def tracker_problem(name: str, target: Any) -> str | None:
 
 def tracker_class(entry: Entry) -> type[Any]:
     """The class of a tracker claim: a lazy ``"module:Class"`` is imported now and checked like a class."""
-    if not isinstance(entry.target, str):
-        return entry.target  # type: ignore[no-any-return]
-    who = f"Tracker {entry.name!r} of {entry.source.describe()}"
-    target = import_target(entry.target, who, "Install what the plugin needs, or fix its registration.")
-    problem = tracker_problem(entry.name, target)
-    if problem:
-        raise PluginContractError(f"{who}, loaded from {entry.target!r}, {problem}.")
-    return target  # type: ignore[no-any-return]
+    return _loaded_class(entry, "Tracker", tracker_problem)
 
 
 @dataclass(frozen=True)
