@@ -7,7 +7,7 @@ trainer's event loop): chat messages through ``get_model_response``, a completio
 the token-in/token-out pair. The answer's exact ids and log-probs become a :class:`~rllm.types.Step`
 of the session, so the trainer learns from what was sampled, never from re-tokenised text.
 
-The HTTP layer (:mod:`rllm.gateway.http_server`) is the standard library's threading server, on threads of its
+The HTTP layer (``rllm.gateway.http_server``) is the standard library's threading server, on threads of its
 own, never on the trainer's event loop: each request's thread hands the model call to the event loop the session
 was opened on and waits for it. Requests are read and answered in :mod:`rllm.engine.openai_api`'s
 dialect, as ``rllm serve`` does. It stays hand-made rather than uvicorn (``rllm serve``'s stack)
