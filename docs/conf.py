@@ -66,6 +66,9 @@ def _resolve_short_names(app, env, node, contnode):  # type: ignore[no-untyped-d
         if module is not None:
             target = f"{module}.{target.split('.', 1)[1]}"
     matches = [name for name in domain.objects if name == target or name.endswith("." + target)]
+    if not matches and target.startswith("rllm."):  # a re-export (rllm.types.AgentFlow): where it is defined
+        defined = _definition(target)
+        matches = [defined] if defined in domain.objects else []
     if len(matches) > 1:  # the same object re-exported (rllm.toolkit.Ragged): keep where it is defined
         matches = [name for name in matches if _defined_at(name)]
     if len(matches) != 1:
@@ -76,6 +79,19 @@ def _resolve_short_names(app, env, node, contnode):  # type: ignore[no-untyped-d
             1
         ]
     )
+
+
+def _definition(path: str) -> str | None:
+    """The dotted path where the object ``path`` names is defined (``rllm.types.AgentFlow``: ``rllm.agents.flow``'s)."""
+    import importlib
+
+    module, _, name = path.rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    defined_in, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    return f"{defined_in}.{qualname}" if defined_in and qualname else None
 
 
 def _defined_at(path: str) -> bool:

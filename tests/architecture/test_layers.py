@@ -128,7 +128,7 @@ def only_reexports(path: Path) -> bool:
     return bool(imports) and all(n in imports or _allowed_in_a_shim(n) for n in body)
 
 
-PUBLIC_FACES = {"rllm.toolkit"}
+PUBLIC_FACES = {"rllm.toolkit", "rllm.plugins.hookspecs"}  # hookspecs: the plugin author's reference
 """Modules that re-export on purpose as a curated public API, not for an old path."""
 
 

@@ -34,8 +34,8 @@ from rllm.errors import (
 from rllm.plugins import PluginManager, Source, hookspecs
 from rllm.plugins import discovery as discovery_module
 from rllm.plugins import manager as manager_module
-from rllm.plugins.contract import HOOK_KIND
 from rllm.plugins.discovery import Discovered
+from rllm.plugins.hook_kinds import HOOK_KIND
 from rllm.trainer.protocol import BackendProtocol
 from rllm_builtin.embedded.backend import EmbeddedBackend
 
@@ -140,7 +140,7 @@ def test_checking_a_backend_imports_no_trainer() -> None:
         [
             sys.executable,
             "-c",
-            "import sys; from rllm.plugins.contract import backend_problem\n"
+            "import sys; from rllm.plugins.hook_kinds import backend_problem\n"
             "class B:\n    pass\n"
             "print(backend_problem('b', B) is not None, 'rllm.trainer' in sys.modules)",
         ],

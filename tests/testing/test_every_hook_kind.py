@@ -11,7 +11,7 @@ import rllm
 from rllm.contract import ConfigKey
 from rllm.errors import ConformanceError
 from rllm.plugins import PluginManager, Source
-from rllm.plugins.contract import HOOK_KINDS
+from rllm.plugins.hook_kinds import HOOK_KINDS
 from rllm.testing import all_checks
 from rllm.toolkit import BatchField
 

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from rllm.plugins.contract import HOOK_KINDS
+from rllm.plugins.hook_kinds import HOOK_KINDS
 from rllm.plugins.manager import SLOW_PLUGIN_SECONDS, get_plugin_manager, strict_from_env
 
 

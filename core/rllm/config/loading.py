@@ -10,6 +10,8 @@ type, range and choices before anything runs. Overrides follow Hydra's grammar
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -284,8 +286,16 @@ def load_config(
     *sources: DictConfig | Mapping[str, Any] | str | Path,
     overrides: Iterable[str] = (),
 ) -> DictConfig:
-    """Merge ``sources`` (configs or YAML paths) and ``overrides`` onto the defaults, then check every value."""
+    """Merge ``sources`` (configs or YAML paths) and ``overrides`` onto the defaults, then check every value.
+
+    A config this function produced, given back unchanged and alone (``rllm train`` hands the one it
+    loaded to the trainer, which loads what it is given), is copied without checking it again.
+    """
     schema = current_schema()
+    overrides = list(overrides)
+    given = sources[0] if len(sources) == 1 and not overrides else None
+    if isinstance(given, DictConfig) and _checked.get(_fingerprint(given)) is schema:
+        return copy.deepcopy(given)
     config = OmegaConf.create(schema.defaults())
     for layer, source in [_as_layer(source) for source in sources]:
         layer = _nest_layer(layer, schema, source)
@@ -297,7 +307,22 @@ def load_config(
             raise ConfigError(f"Could not apply {source}: {_one_line(exc)}") from None
     for override in overrides:
         _apply(config, override, schema)
-    return validate_config(config, schema)
+    config = validate_config(config, schema)
+    _checked[_fingerprint(config)] = schema
+    while len(_checked) > _CHECKED_KEPT:
+        del _checked[next(iter(_checked))]
+    return config
+
+
+_CHECKED_KEPT = 16
+_checked: dict[str, Schema] = {}
+"""The configs :func:`load_config` produced, by content, with the schema they were checked against (the newest kept):
+one given back unchanged under the same schema (the same plugins) needs no second check."""
+
+
+def _fingerprint(config: DictConfig) -> str:
+    """The config's content, interpolations unresolved, as a digest: any change to a key or value changes it."""
+    return hashlib.sha256(OmegaConf.to_yaml(config).encode()).hexdigest()
 
 
 def _nest_layer(layer: DictConfig, schema: Schema, source: str) -> DictConfig:

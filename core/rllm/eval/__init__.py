@@ -1,7 +1,7 @@
-"""rLLM's evaluation types: what an :class:`~rllm.types.Evaluator` returns (:mod:`rllm.eval.types`)."""
+"""rLLM's evaluation types: the :class:`Evaluator` protocol and what it returns (:mod:`rllm.eval.types`)."""
 
 from __future__ import annotations
 
-from rllm.eval.types import EvalOutput, Evaluator, Signal  # Evaluator: rllm.types's protocol
+from rllm.eval.types import EvalOutput, Evaluator, Signal
 
 __all__ = ["EvalOutput", "Evaluator", "Signal"]

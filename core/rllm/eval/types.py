@@ -1,13 +1,13 @@
-"""What an evaluator returns for one episode, at rLLM's path; the protocol is :class:`rllm.types.Evaluator`."""
+"""What scores an episode, and what it returns, at rLLM's path: :class:`Evaluator` and :class:`EvalOutput`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from rllm.types import Evaluator as Evaluator  # the protocol, where rLLM also imports it from
+from rllm.types import Episode
 
-__all__ = ["EvalOutput", "Signal"]
+__all__ = ["EvalOutput", "Evaluator", "Signal"]
 
 
 @dataclass
@@ -27,3 +27,11 @@ class EvalOutput:
     is_correct: bool
     signals: list[Signal] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Evaluator(Protocol):
+    """Scores an :class:`~rllm.types.AgentFlow`'s episode (rLLM's ``Evaluator``); the reward is written onto
+    its steps. ``rllm.types`` exports it too, as rLLM does."""
+
+    def evaluate(self, task: Any, episode: Episode) -> EvalOutput: ...

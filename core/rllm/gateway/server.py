@@ -7,8 +7,8 @@ trainer's event loop): chat messages through ``get_model_response``, a completio
 the token-in/token-out pair. The answer's exact ids and log-probs become a :class:`~rllm.types.Step`
 of the session, so the trainer learns from what was sampled, never from re-tokenised text.
 
-The HTTP layer is the standard library's threading server, on threads of its own, never on the
-trainer's event loop: each request's thread hands the model call to the event loop the session
+The HTTP layer (``rllm.gateway.http_server``) is the standard library's threading server, on threads of its
+own, never on the trainer's event loop: each request's thread hands the model call to the event loop the session
 was opened on and waits for it. Requests are read and answered in :mod:`rllm.engine.openai_api`'s
 dialect, as ``rllm serve`` does. It stays hand-made rather than uvicorn (``rllm serve``'s stack)
 because agent flows are core, and core installs no HTTP server. A malformed request is answered
@@ -31,8 +31,6 @@ import uuid
 import warnings
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from rllm.engine import ModelOutput, RolloutEngine
@@ -46,9 +44,11 @@ from rllm.engine.openai_api import (
     number,
 )
 from rllm.errors import ConfigError, RLLMError, RLLMWarning
-from rllm.types import Step, TerminationEvent, TerminationReason
+from rllm.gateway.http_server import MAX_BODY, QuietServer, handler
+from rllm.gateway.session import Session
+from rllm.types import Step, TerminationEvent
 
-__all__ = ["DEFAULT_MODEL", "Gateway", "Session"]
+__all__ = ["BLOCKED", "DEFAULT_MODEL", "MAX_BODY", "Gateway", "Session"]
 
 NAME = "the rllm gateway"
 DEFAULT_MODEL = "policy"
@@ -57,40 +57,11 @@ SAMPLING_KEYS = ("temperature", "top_p", "top_k", "seed")
 """Request fields handed to the engine as they are: it samples with them or refuses them (naming them)."""
 BLOCKED_AFTER = 2.0
 """Seconds a call may wait for the loop while its own flow holds the loop, before the gateway calls it a deadlock."""
-MAX_BODY = 64 * 2**20
-"""The largest request body read (bytes); a larger one is a 413."""
 BLOCKED = (
     "the agent flow's async arun blocks the trainer's event loop while it waits for this call, which only that loop "
     "can answer (a synchronous client such as openai.OpenAI inside async def arun); use openai.AsyncOpenAI in arun, "
     "or define a synchronous run(task, config) instead"
 )
-
-
-@dataclass
-class Session:
-    """One episode's calls: the engine that answers them, the loop they run on, and the steps recorded."""
-
-    id: str
-    engine: RolloutEngine
-    loop: asyncio.AbstractEventLoop
-    base_url: str
-    steps: list[Step] = field(default_factory=list)
-    termination: TerminationReason | None = None
-    """Set when a call ended the episode (a prompt over the engine's limit): the episode ends with it."""
-    errors: list[str] = field(default_factory=list)
-    """Why calls were refused or failed, for the episode's error when the flow then fails."""
-    running_since: float | None = None
-    """``time.monotonic()`` when the episode's ``arun`` last resumed on the loop, None while it awaits (set by
-    :func:`rllm.workflows.agent_flow.run_agent_flow`): how the gateway tells a deadlock from a busy loop."""
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-
-    def recorded(self) -> list[Step]:
-        with self._lock:
-            return list(self.steps)
-
-    def record(self, step: Step) -> None:
-        with self._lock:
-            self.steps.append(step)
 
 
 class Gateway:
@@ -105,7 +76,7 @@ class Gateway:
         self._stopped = threading.Event()
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
-        self._server: _Server | None = None
+        self._server: QuietServer | None = None
         self._deadlocks = 0
         self._thread: threading.Thread | None = None
 
@@ -119,7 +90,7 @@ class Gateway:
         if self._server is not None:
             return self
         try:
-            server = _Server((self.host, self.port), _handler(self))
+            server = QuietServer((self.host, self.port), handler(self))
         except OSError as exc:
             raise ConfigError(
                 f"rllm.gateway could not listen on {self.host}:{self.port} ({exc.strerror or exc}); set "
@@ -366,68 +337,3 @@ def _tool_call(index: int, call: Any) -> dict[str, Any]:
 
 def _choice(output: ModelOutput, text: str) -> Choice:
     return Choice(text, list(output.completion_ids or []), list(output.logprobs or []), output.finish_reason)
-
-
-class _Server(ThreadingHTTPServer):
-    """The threading server, quiet about a connection that breaks: a client that hangs up or sends garbage must not
-    print a traceback into the trainer's output (its request is answered 400 where it can be read at all)."""
-
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Drop the connection without a word (the default prints the traceback to stderr)."""
-
-
-def _handler(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet: one line per request would flood a training run's output."""
-
-        def do_GET(self) -> None:
-            self._serve("GET", None)
-
-        def do_POST(self) -> None:
-            given = self.headers.get("Content-Length") or "0"
-            length = int(given) if given.strip().isdigit() else -1
-            if length < 0 or length > MAX_BODY:
-                self.close_connection = True  # the body's end is unknown: nothing more is read on this connection
-                status, why = (413, f"over {MAX_BODY} bytes") if length > MAX_BODY else (400, "not a byte count")
-                self._send(status, RequestError(f"Content-Length {given[:40]!r} is {why}.").body())
-                return
-            raw = self.rfile.read(length) if length else b""
-            if len(raw) < length:  # the client went away mid-body
-                self.close_connection = True
-                return
-            try:
-                body = json.loads(raw) if raw else None
-            except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested past the parser's depth
-                reason = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
-                self._send(400, RequestError(f"the request body is not valid JSON ({reason}).").body())
-                return
-            if not isinstance(body, dict):
-                self._send(400, RequestError("the request body must be a JSON object.").body())
-                return
-            self._serve("POST", body)
-
-        def _serve(self, method: str, body: dict[str, Any] | None) -> None:
-            try:
-                answer = gateway.answer(method, self.path, body)
-            except RequestError as exc:
-                self._send(exc.status, exc.body())
-                return
-            except Exception as exc:  # an engine failure: a 500 for this call, the gateway carries on
-                self._send(500, RequestError(f"{type(exc).__name__}: {exc}", None, 500).body())
-                return
-            self._send(200, answer)
-
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    return Handler

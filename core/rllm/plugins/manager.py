@@ -40,8 +40,8 @@ import pluggy
 
 from rllm.errors import PluginError
 from rllm.plugins import hookspecs
-from rllm.plugins.contract import CONFIG_SECTIONS, HOOK_KIND, HookKind
 from rllm.plugins.discovery import Discovered, Source
+from rllm.plugins.hook_kinds import CONFIG_SECTIONS, HOOK_KIND, HookKind
 from rllm.plugins.loading import LoadingMixin
 from rllm.plugins.registration import HOOK_NAMES, Claim, RegistrationMixin
 from rllm.plugins.registry import Entry, EstimatorEntry, LossEntry, Registry

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rllm.errors import PluginContractError
-from rllm.plugins.contract import CONFIG_SECTIONS, HOOK_KIND
 from rllm.plugins.discovery import Source
+from rllm.plugins.hook_kinds import CONFIG_SECTIONS, HOOK_KIND
 from rllm.plugins.hookspecs import (
     BackendRegistrar,
     BatchFieldRegistrar,

@@ -21,8 +21,8 @@ from rllm.contract.fields import OPTIONAL_FIELDS
 from rllm.contract.names import REFUSED_HOOKIMPL_OPTIONS
 from rllm.errors import PluginContractError, PluginHookError
 from rllm.plugins import hookspecs
-from rllm.plugins.contract import HOOK_KINDS, HookKind
 from rllm.plugins.discovery import Source
+from rllm.plugins.hook_kinds import HOOK_KINDS, HookKind
 from rllm.plugins.registrars import REGISTRARS
 from rllm.plugins.registry import Entry, EstimatorEntry, LossEntry, Registry, first_unknown
 from rllm.plugins.reporting import PluginInfo, ReportingMixin, _describe

@@ -17,8 +17,8 @@ from types import FrameType
 from typing import Any, Literal
 
 from rllm.errors import PluginError, PluginWarning, RLLMError
-from rllm.plugins.contract import CONFIG_SECTIONS, HOOK_KINDS, HookKind
 from rllm.plugins.discovery import BUILTIN_DISTRIBUTION, _normalise
+from rllm.plugins.hook_kinds import CONFIG_SECTIONS, HOOK_KINDS, HookKind
 from rllm.plugins.registry import Registry
 
 PluginStatus = Literal["ok", "failed", "blocked", "conflict", "inactive"]

@@ -77,7 +77,7 @@ def all_checks(
     plugin: str | None = None,
 ) -> list[Check]:
     """Every check for the parts named, plus (``plugin``) every part that plugin registers, of every hook kind."""
-    from rllm.plugins.contract import HOOK_KINDS
+    from rllm.plugins.hook_kinds import HOOK_KINDS
 
     parts: dict[str, list[Any]] = {kind.attribute: [] for kind in HOOK_KINDS}
     parts["estimators"] += [e if isinstance(e, Estimator) else Estimator(e) for e in estimators]
@@ -95,7 +95,7 @@ def all_checks(
 def _owned_by(plugin: str) -> dict[str, list[str]]:
     """The names ``plugin`` claims, per hook kind; a plugin that claims none is a named error."""
     from rllm.errors import ConformanceError
-    from rllm.plugins.contract import HOOK_KINDS
+    from rllm.plugins.hook_kinds import HOOK_KINDS
     from rllm.plugins.manager import get_plugin_manager
 
     manager = get_plugin_manager()

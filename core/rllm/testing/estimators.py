@@ -1,75 +1,24 @@
 """Conformance checks for an estimator, run through the doors users use.
 
 Each check takes the registered name and raises :class:`rllm.errors.ConformanceError` naming
-the property and the input that broke it. Inputs are small, fixed and deliberately awkward:
-group labels of mixed types (ints, strings, tuples) in shuffled order, ragged group sizes.
+the property and the input that broke it. The inputs are :mod:`rllm.testing.estimator_cases`'.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from rllm.errors import ConformanceError, EstimatorOptionError, RLLMError
+from rllm.testing.estimator_cases import Case, cases, shown
 
 PROPERTIES = ("zero_mean", "shift_invariant", "scale_invariant", "group_independent")
 """Group-wise properties an estimator may declare; each is checked on groups of two or more."""
 
 _TOLERANCE = 1e-6
-
-
-@dataclass(frozen=True)
-class Case:
-    """One input: rewards, group labels and the extra batch fields the estimator requires."""
-
-    rewards: list[float]
-    group_ids: list[Any]
-    fields: dict[str, Any] = field(default_factory=dict)
-
-    def describe(self) -> str:
-        shown = ", ".join(f"{k}={_short(v)}" for k, v in self.fields.items())
-        return f"rewards={_short(self.rewards)}, group_ids={self.group_ids!r}" + (f", {shown}" if shown else "")
-
-    def permuted(self, order: Sequence[int]) -> Case:
-        return Case(
-            [self.rewards[i] for i in order],
-            [self.group_ids[i] for i in order],
-            {k: np.asarray(v)[list(order)] for k, v in self.fields.items()},
-        )
-
-
-def _short(value: Any) -> str:
-    return np.array2string(np.asarray(value, dtype=float), precision=4, separator=", ", threshold=40)
-
-
-def _synthetic_field(name: str, n: int, rng: np.random.Generator) -> Any:
-    """Plausible values of a batch field for ``n`` trajectories (any unknown field: one number each)."""
-    if name == "response_lengths":
-        return rng.integers(1, 40, n).astype(float)
-    if name == "reward_components":
-        return rng.random((n, 2))
-    if name in ("roles", "task_ids"):
-        return np.array([f"r{i % 2}" for i in range(n)])
-    return rng.random(n)
-
-
-def cases(requires: Sequence[str] = (), seed: int = 0) -> list[Case]:
-    """The inputs every check uses: mixed label types, shuffled, ragged sizes, one group of one."""
-    rng = np.random.default_rng(seed)
-    labels: list[Any] = [7] * 4 + ["q:1"] * 3 + [("t", 2)] * 5 + [-1] * 2 + ["alone"]
-    order = rng.permutation(len(labels))
-    ids = [labels[i] for i in order]
-    rewards = [float(round(x, 3)) for x in rng.normal(0.5, 1.0, len(ids))]
-    binary = [float(x) for x in rng.integers(0, 2, len(ids))]
-    binary[:2] = [1.0, 0.0]
-    found = []
-    for values in (rewards, binary):
-        fields = {name: _synthetic_field(name, len(ids), rng) for name in requires}
-        found.append(Case(values, ids, fields))
-    return found
 
 
 def _fail(name: str, prop: str, case: Case, detail: str) -> ConformanceError:
@@ -123,7 +72,7 @@ def check_labels_any_type(name: str, options: Mapping[str, Any], case: Case) -> 
     renamed = Case(case.rewards, [renamed_map[(type(g), g)] for g in case.group_ids], case.fields)
     after = _compute(name, renamed, options, "labels of any type")
     if not np.allclose(after, base, rtol=_TOLERANCE, atol=_TOLERANCE):
-        raise _fail(name, "labels of any type", case, f"renaming the groups changed the advantages to {_short(after)}")
+        raise _fail(name, "labels of any type", case, f"renaming the groups changed the advantages to {shown(after)}")
 
 
 GROUP_COUNT_TOLERANCE = 0.1
@@ -160,7 +109,7 @@ def check_finite_output(name: str, options: Mapping[str, Any], case: Case) -> No
     """Finite rewards give finite advantages."""
     values = _compute(name, case, options, "finite output")
     if not np.isfinite(values).all():
-        raise _fail(name, "finite output", case, f"returned {_short(values)}")
+        raise _fail(name, "finite output", case, f"returned {shown(values)}")
 
 
 def check_options(name: str, options: Mapping[str, Any], case: Case) -> None:

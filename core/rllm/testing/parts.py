@@ -77,7 +77,7 @@ def check_weight_sync(name: str) -> None:
     import inspect
 
     from rllm.engine.weight_sync import WeightSync
-    from rllm.plugins.contract import weight_sync_class
+    from rllm.plugins.hook_kinds import weight_sync_class
     from rllm.plugins.manager import get_plugin_manager
 
     cls = weight_sync_class(get_plugin_manager().weight_syncs.resolve(name))

@@ -69,7 +69,7 @@ def check_backend(
     """A two-step ``rllm.backend=name`` run: each batch calls the stages once, in order, and
     every step has an advantage before ``update_policy``; two updates, then a checkpoint step."""
     from rllm.config import load_config
-    from rllm.plugins.contract import backend_class
+    from rllm.plugins.hook_kinds import backend_class
     from rllm.plugins.manager import get_plugin_manager
     from rllm.trainer.unified import UnifiedTrainer
 

@@ -21,20 +21,13 @@ from collections.abc import Coroutine, Generator
 from concurrent.futures import Executor
 from typing import Any
 
+from rllm.agents.flow import AgentFlow
 from rllm.engine import RolloutEngine
 from rllm.errors import ConfigError, DataError, UserCodeExit, WorkflowError
-from rllm.eval.types import EvalOutput
+from rllm.eval.types import EvalOutput, Evaluator
 from rllm.gateway import Gateway, Session
 from rllm.gateway.server import BLOCKED
-from rllm.types import (
-    DEFAULT_TRAJ_NAME,
-    AgentConfig,
-    AgentFlow,
-    Episode,
-    Evaluator,
-    TerminationReason,
-    Trajectory,
-)
+from rllm.types import DEFAULT_TRAJ_NAME, AgentConfig, Episode, TerminationReason, Trajectory
 from rllm.usercode import call_user, exit_error, is_real_interrupt
 from rllm.workflows.workflow import Workflow
 

@@ -9,22 +9,15 @@ text it re-tokenised. Chat messages are rendered with the trainer's tokenizer an
 (``endpoint="completions"``, the default when a tokenizer with a chat template is given), or
 sent as messages to ``/v1/chat/completions`` (``endpoint="chat"``).
 
-Each episode's view (:meth:`OpenAIEngine.for_episode`) sticks to one server (its session id
-picks it, and is sent as the request's ``user``) and seeds each request from the episode's
-seed, so a server that honours ``seed`` samples the same episode whatever else it serves
-(``seed_requests=False`` sends no seed: vLLM's faster shared generator, episodes that do not repeat). A
-request that gets no answer, a timeout, a 5xx or a 429 is retried ``api_retries`` times with
-doubling back-off (a loop of its own, not tenacity: that is no dependency of the core, and the loop also
-notes whether an attempt went unanswered, which :attr:`OpenAIEngine.resync` needs), then fails with one
-line naming the URL; the workflow engine's
-``rllm.workflow.failure_policy`` decides what the failure does. Requests run in a pool of
+Each episode's view (:meth:`OpenAIEngine.for_episode`, ``openai_episode``) sticks to
+one server and seeds each request from the episode's seed (``seed_requests=False`` sends no seed: vLLM's faster
+shared generator, episodes that do not repeat). A request is retried and the servers are checked as
+:mod:`~rllm.engine.rollout.openai_servers` says; when it fails, ``rllm.workflow.failure_policy`` decides. Requests
+run in a pool of
 ``max_concurrency`` threads (the standard library's ``http.client``, no extra dependency),
 which bounds how many are in flight. The context limit (the server's ``max_model_len``) is
 checked before a request is sent; a prompt over ``max_prompt_length`` ends its episode as the
-in-process engines do. On :meth:`OpenAIEngine.connect` the engine asks each server for its
-model and context, and, when it has the trainer's tokenizer, compares the server's vocabulary
-and end-of-sequence token with it (vLLM's ``/tokenize`` and ``/detokenize``), refusing a
-server whose tokenizer differs.
+in-process engines do.
 
 A server that lost the policy's weights (killed and restarted, it comes back with its initial
 ones) is given them again before the engine samples from it: when an answer reports another
@@ -38,34 +31,29 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-import time
 import uuid
 import warnings
-import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rllm.engine.chat import ConversationPrompts, completion_output, generation_output, template_ids
 from rllm.engine.rollout import answers
-from rllm.engine.rollout.http import Answer, ServerTimeout, ServerUnreachable, request_json
-from rllm.engine.rollout.rollout_engine import PROMPT_TOO_LONG, EpisodeView, Generation, ModelOutput, RolloutEngine
+from rllm.engine.rollout.http import Answer
+from rllm.engine.rollout.openai_episode import OpenAIEpisodeView
+from rllm.engine.rollout.openai_servers import OpenAIServers
+from rllm.engine.rollout.rollout_engine import PROMPT_TOO_LONG, Generation, ModelOutput, RolloutEngine
 from rllm.errors import DataError, EngineCallError, InferenceServerError, RLLMWarning
 
 __all__ = ["OpenAIEngine"]
 
-RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-"""Answers worth another attempt: the server is overloaded, restarting or timed out itself."""
 CHAT_OPTIONS = ("max_tokens", "application_id", "temperature", "top_p", "top_k", "seed", "stop")
 """What ``get_model_response`` takes besides the messages."""
 TOKEN_OPTIONS = ("max_tokens", "application_id", "seed")
 """What ``get_token_output_from_token_input`` takes besides the token ids."""
-ENABLE_IDS = (
-    "it must support vLLM's return_token_ids (vLLM >= 0.10.2 and rllm serve do; SGLang and OpenAI's API do not)"
-)
 
 
-class OpenAIEngine(RolloutEngine):
+class OpenAIEngine(OpenAIServers, RolloutEngine):
     """A rollout engine over one or several OpenAI-compatible servers (see the module's docstring)."""
 
     def __init__(
@@ -178,47 +166,6 @@ class OpenAIEngine(RolloutEngine):
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
 
-    # -- the servers -----------------------------------------------------------------------------
-    def server_for(self, session: str) -> str:
-        """The server a session sticks to (the same one for every call of an episode)."""
-        return self.base_urls[zlib.crc32(session.encode()) % len(self.base_urls)]
-
-    def _root(self, server: str) -> str:
-        return server[: -len("/v1")] if server.endswith("/v1") else server
-
-    def _headers(self, session: str | None) -> dict[str, str]:
-        headers = {"Authorization": f"Bearer {self.api_key}", "X-Request-Id": uuid.uuid4().hex}
-        if session:
-            headers["X-Session-Id"] = session
-        return headers
-
-    def call(self, url: str, body: dict[str, Any] | None, session: str | None = None) -> Answer:
-        """One request with its retries (blocking): the answer, or one line naming the URL and what went wrong."""
-        return self._attempts(url, body, session)[0]
-
-    def _attempts(self, url: str, body: dict[str, Any] | None, session: str | None) -> tuple[Answer, bool]:
-        """:meth:`call`'s answer, and whether an attempt before it got no answer (the server may have restarted)."""
-        delay, attempts, unanswered = self.retry_backoff, self.api_retries + 1, False
-        for attempt in range(1, attempts + 1):
-            try:
-                answer = request_json(url, body, timeout=self.timeout, headers=self._headers(session))
-            except (ServerUnreachable, ServerTimeout) as exc:
-                problem = str(exc).removeprefix(f"{url}: ")
-                unanswered = unanswered or isinstance(exc, ServerUnreachable)
-            else:
-                if answer.ok:
-                    return answer, unanswered
-                problem = f"HTTP {answer.status}: {answer.error_message()}"
-                if answer.status not in RETRIED_STATUSES:
-                    raise InferenceServerError(f"{url} refused the request ({problem}).")
-            if attempt < attempts:
-                time.sleep(delay)
-                delay *= 2
-        raise InferenceServerError(
-            f"{url}: {problem} after {attempts} attempt{'s' if attempts > 1 else ''}; start the server or fix "
-            "rllm.rollout.openai.base_url."
-        )
-
     async def _call(self, server: str, url: str, body: dict[str, Any], session: str | None) -> Answer:
         if not self._connected:  # the first request of an engine built without from_config
             await asyncio.to_thread(self.connect)
@@ -256,64 +203,6 @@ class OpenAIEngine(RolloutEngine):
             f"(version {self.weight_version}) again; it does not keep the weights it is sent."
         )
 
-    def connect(self) -> None:
-        """Ask every server for its model and context limit, and check its tokenizer against the trainer's."""
-        with self._connecting:
-            if self._connected:
-                return
-            limits = []
-            for server in self.base_urls:
-                cards = self.call(f"{server}/models", None).body.get("data") or []
-                names = [str(card.get("id")) for card in cards if isinstance(card, dict)]
-                if self.model is None:
-                    if not names:
-                        raise InferenceServerError(
-                            f"{server}/models lists no model; set rllm.rollout.openai.model to the served name."
-                        )
-                    self.model = names[0]
-                elif names and self.model not in names:
-                    raise InferenceServerError(
-                        f"{server} does not serve the model {self.model!r} (it serves {', '.join(names)}); "
-                        "fix rllm.rollout.openai.model."
-                    )
-                card = next((c for c in cards if isinstance(c, dict) and c.get("id") == self.model), {})
-                if card.get("max_model_len") is not None:  # a context must hold a prompt token and a sampled one
-                    limits.append(answers.integer(card["max_model_len"], f"{server}/models", "max_model_len", 2))
-                if self.tokenizer is not None:
-                    self._check_tokenizer(server)
-            if limits and self.max_model_length is None:
-                self.max_model_length = min(limits)
-            self._connected = True
-
-    def _check_tokenizer(self, server: str) -> None:
-        """Refuse a server whose vocabulary or end-of-sequence token differs from the trainer's tokenizer."""
-        tokenizer = self.tokenizer
-        size = len(tokenizer)
-        eos = tokenizer.eos_token_id
-        probe = sorted({0, size // 3, size // 2, size - 1} | ({int(eos)} if eos is not None else set()))
-        url = f"{self._root(server)}/detokenize"
-        try:
-            answer = request_json(url, {"model": self.model, "tokens": probe}, timeout=self.timeout)
-        except InferenceServerError:
-            answer = Answer(404, {})
-        if answer.status in (404, 405):
-            warnings.warn(
-                f"{server} has no /detokenize route (vLLM's), so its tokenizer could not be compared with the "
-                "trainer's; make sure it serves the same model.",
-                RLLMWarning,
-                stacklevel=3,
-            )
-            return
-        expected = tokenizer.decode(probe, skip_special_tokens=False)
-        text = answer.body.get("prompt")
-        if not answer.ok or text != expected:
-            said = answer.error_message() if not answer.ok else f"decodes them as {text!r}"
-            raise InferenceServerError(
-                f"{server} has another tokenizer than the trainer's: token ids {probe} (the end of sequence "
-                f"{eos}, the last of {size}) decode as {expected!r} here, and the server {said}; serve the trained "
-                "model's tokenizer."
-            )
-
     # -- what workflows call ---------------------------------------------------------------------
     def for_episode(self, seed: int) -> RolloutEngine:
         """The episode's view: one server, one session id, request seeds drawn from ``seed``.
@@ -322,7 +211,7 @@ class OpenAIEngine(RolloutEngine):
         episode's stream, so ``rllm serve`` samples a single-call episode exactly as the in-process
         engine would; later requests take seeds drawn from it.
         """
-        return _EpisodeView(self, f"episode-{int(seed)}", int(seed))
+        return OpenAIEpisodeView(self, f"episode-{int(seed)}", int(seed))
 
     async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
         return await self.sample_ids(prompt_ids, max_tokens, f"call-{uuid.uuid4().hex}", self.rng.getrandbits(31))
@@ -383,7 +272,7 @@ class OpenAIEngine(RolloutEngine):
         }
         url = f"{server}/completions"
         answer = await self._call(server, url, body, session)
-        choice = _first_choice(answer, url)
+        choice = answers.first_choice(answer, url)
         ids = self._token_ids(choice.get("token_ids"), url, "choices[0].token_ids")
         logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
         if logprobs is None:
@@ -411,13 +300,7 @@ class OpenAIEngine(RolloutEngine):
         """rLLM's chat call: rendered here and sent as ids (extending ``conversation``'s turns), or sent as messages.
 
         A caller's ``seed`` (a workflow's own) is sent instead of the episode's ``stream_seed``."""
-        unknown = sorted(set(kwargs) - set(CHAT_OPTIONS))
-        if unknown:
-            raise EngineCallError(
-                f"get_model_response got {', '.join(map(repr, unknown))}, which OpenAIEngine does not take; it takes "
-                f"{', '.join(CHAT_OPTIONS)}."
-            )
-        _check_seed(kwargs, "get_model_response")
+        _check_options(kwargs, CHAT_OPTIONS, "get_model_response")
         options = {k: v for k, v in kwargs.items() if k not in ("max_tokens", "application_id")}
         if self.endpoint == "completions" and getattr(self.tokenizer, "chat_template", None) is not None:
             ids = template_ids(self.tokenizer, messages) if conversation is None else conversation.prompt_ids(messages)
@@ -445,7 +328,7 @@ class OpenAIEngine(RolloutEngine):
         }
         url = f"{server}/chat/completions"
         answer = await self._call(server, url, body, session)
-        choice = _first_choice(answer, url)
+        choice = answers.first_choice(answer, url)
         ids = self._token_ids(choice.get("token_ids"), url, "choices[0].token_ids")
         prompt = self._token_ids(answer.body.get("prompt_token_ids"), url, "prompt_token_ids")
         content = (choice.get("logprobs") or {}).get("content")
@@ -470,13 +353,7 @@ class OpenAIEngine(RolloutEngine):
         self, token_input: Sequence[int], session: str, stream_seed: int, **kwargs: Any
     ) -> Generation:
         """Token ids in and out; a caller's ``seed`` (a workflow's own) wins over the episode's stream."""
-        unknown = sorted(set(kwargs) - set(TOKEN_OPTIONS))
-        if unknown:
-            raise EngineCallError(
-                f"get_token_output_from_token_input got {', '.join(map(repr, unknown))}, which OpenAIEngine does "
-                f"not take; it takes {', '.join(TOKEN_OPTIONS)}."
-            )
-        _check_seed(kwargs, "get_token_output_from_token_input")
+        _check_options(kwargs, TOKEN_OPTIONS, "get_token_output_from_token_input")
         options = {"seed": kwargs["seed"]} if "seed" in kwargs else {}
         return await self.sample_ids(token_input, kwargs.get("max_tokens"), session, stream_seed, **options)
 
@@ -491,16 +368,7 @@ class OpenAIEngine(RolloutEngine):
         limit: int,
     ) -> Generation:
         """The checked answer (log-probs checked where read): one per id, no more ids than asked for, the version."""
-        if len(logprobs) != len(ids):
-            raise InferenceServerError(
-                f"{url} answered {len(ids)} token ids with {len(logprobs)} log-probs; it must give one log-prob per "
-                "sampled token."
-            )
-        if len(ids) > limit:
-            raise InferenceServerError(
-                f"{url} answered {len(ids)} tokens when {limit} were asked for (max_tokens); the server does not "
-                "honour max_tokens, so its answers cannot be trained on."
-            )
+        answers.check_sampled(ids, logprobs, limit, url)
         text = choice.get("text")
         if text is None:
             text = (choice.get("message") or {}).get("content") or ""
@@ -511,8 +379,6 @@ class OpenAIEngine(RolloutEngine):
 
     def _token_ids(self, ids: Any, url: str, field: str) -> list[int]:
         """The answer's ``field``: token ids within the trainer's vocabulary (when the engine has its tokenizer)."""
-        if ids is None:
-            raise InferenceServerError(f"{url} answered without {field}; {ENABLE_IDS}.")
         return answers.token_ids(ids, url, field, None if self.tokenizer is None else len(self.tokenizer))
 
     def model_output(self, generation: Generation) -> ModelOutput:
@@ -520,46 +386,14 @@ class OpenAIEngine(RolloutEngine):
         return generation_output(generation)
 
 
-def _first_choice(answer: Answer, url: str) -> dict[str, Any]:
-    choices = answer.body.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise InferenceServerError(f"{url} answered without choices; it is not an OpenAI-compatible completion.")
-    return choices[0]
-
-
-def _check_seed(kwargs: dict[str, Any], door: str) -> None:
-    """A caller's ``seed``, when given, is an int a server takes (OpenAI's and vLLM's: 0 to 2**63 - 1)."""
+def _check_options(kwargs: dict[str, Any], allowed: tuple[str, ...], door: str) -> None:
+    """Refuse a keyword ``door`` does not take, and a ``seed`` a server would not (OpenAI's and vLLM's: [0, 2**63))."""
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise EngineCallError(
+            f"{door} got {', '.join(map(repr, unknown))}, which OpenAIEngine does not take; it takes "
+            f"{', '.join(allowed)}."
+        )
     seed = kwargs.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
         raise EngineCallError(f"{door} got seed={seed!r}; give an int in [0, 2**63).")
-
-
-class _EpisodeView(EpisodeView):
-    """One episode's view of an :class:`OpenAIEngine`: its server, its session id, its stream of request seeds."""
-
-    engine: OpenAIEngine
-
-    def __init__(self, engine: OpenAIEngine, session: str, seed: int) -> None:
-        super().__init__(engine)
-        self.session = session
-        self.first: int | None = seed
-        self.rng = random.Random(seed)
-        self.conversation = None if engine.tokenizer is None else ConversationPrompts(engine.tokenizer)
-
-    def _seed(self) -> int:
-        if self.first is not None:
-            seed, self.first = self.first, None
-            return seed
-        return self.rng.getrandbits(63)
-
-    async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
-        return await self.engine.sample_ids(prompt_ids, max_tokens, self.session, self._seed())
-
-    async def _get_model_response(self, messages: list[dict[str, Any]], **kwargs: Any) -> ModelOutput:
-        return await self.engine.respond(messages, self.session, self._seed(), self.conversation, **kwargs)
-
-    async def get_token_output_from_token_input(self, token_input: Sequence[int], **kwargs: Any) -> Generation:
-        return await self.engine.token_output(token_input, self.session, self._seed(), **kwargs)
-
-    def assemble_model_output(self, token_input: Sequence[int], token_output: Generation) -> ModelOutput:
-        return self.engine.model_output(token_output)

@@ -1,16 +1,8 @@
-"""The data model that rollouts, estimators and trainers exchange.
+"""Steps, trajectories and episodes: the records a rollout makes, and what estimators and trainers read.
 
 An :class:`Episode` is one rollout of one task; it holds one :class:`Trajectory` per
-agent role, each made of :class:`Step` objects. Trainers regroup trajectories into
-:class:`TrajectoryGroup` objects (all rollouts of one task and one role), which is the
-unit advantage estimators compare within.
-
-Identifiers keep their parts explicitly: a task id or a role may contain ``':'`` and still
-round-trip, because the parts are stored rather than re-parsed from the joined string.
-
-:class:`AgentFlow` and :class:`Evaluator` are rLLM's protocols of an agent program that knows
-nothing of the trainer (it talks to the model through the OpenAI-compatible URL its
-:class:`AgentConfig` gives) and of what scores its episode.
+agent role, each made of :class:`Step` objects. An episode id keeps its parts explicitly: a
+task id may contain ``':'`` and still round-trip (:func:`split_rollout_id`).
 
 ``metadata`` is rLLM's current name of ``info`` on steps, trajectories and episodes: one dict
 under both names, accepted by either name in the constructor. ``to_dict()`` / ``from_dict()``
@@ -23,8 +15,7 @@ import os
 from collections.abc import Mapping
 from copy import deepcopy
 from dataclasses import InitVar, dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any
 
 from rllm.contract.names import TerminationReason
 from rllm.errors import DataError
@@ -33,8 +24,7 @@ from rllm.records import metadata_alias as _metadata_alias
 from rllm.records import read_field as _read
 from rllm.records import take_metadata as _take_metadata
 
-if TYPE_CHECKING:
-    from rllm.eval.types import EvalOutput
+__all__ = ["DEFAULT_TRAJ_NAME", "Episode", "Step", "Trajectory", "split_rollout_id"]
 
 
 def _new_id() -> str:
@@ -47,54 +37,8 @@ def _new_id() -> str:
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
 
-DEFAULT_ROLE = "all_groups"
-"""Role of a group whose id names no role."""
-
 DEFAULT_TRAJ_NAME = "default_traj_name"
 """Name of a trajectory its workflow did not name."""
-
-
-class TerminationEvent(Exception):
-    """Raised in a workflow (or the engine it calls) to end the episode at once, for ``reason`` (rLLM's control flow).
-
-    Not an error: what was committed so far is the episode, and ``reason`` becomes its
-    ``termination_reason``.
-    """
-
-    def __init__(self, reason: TerminationReason | str = TerminationReason.UNKNOWN) -> None:
-        try:
-            self.reason = TerminationReason(reason)
-        except ValueError:
-            raise DataError(
-                f"TerminationEvent got reason {reason!r}; use one of {', '.join(r.value for r in TerminationReason)}."
-            ) from None
-        super().__init__(f"episode terminated: {self.reason.value}")
-
-
-@dataclass
-class Task:
-    """One problem instance: its id, what the agent sees, and where its files (verifier) live."""
-
-    id: str
-    instruction: str | list[dict[str, Any]]
-    metadata: dict[str, Any] = field(default_factory=dict)
-    dataset_dir: Path = field(default_factory=Path)
-    sub_dir: Path | None = None
-
-    @property
-    def task_dir(self) -> Path:
-        """``dataset_dir / sub_dir`` for a task with its own directory, else ``dataset_dir``."""
-        return self.dataset_dir / self.sub_dir if self.sub_dir else self.dataset_dir
-
-
-@dataclass
-class Action:
-    """What an agent decided, wrapped so that environments and reward functions get one object (rLLM's ``Action``)."""
-
-    action: Any = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"action": _jsonable(self.action, "Action.action")}
 
 
 @_metadata_alias
@@ -362,102 +306,3 @@ class Episode:
     @property
     def rollout_idx(self) -> int:
         return split_rollout_id(self.id)[1]
-
-
-@dataclass
-class TrajectoryGroup:
-    """Trajectories that an estimator compares with each other: one task, one role.
-
-    ``group_id`` is ``"{task_id}:{role}"``. Build groups with :meth:`for_task` (or pass
-    ``task_id`` and ``role``) so both parts survive ids that contain ':'. A group built from a
-    bare ``group_id`` derives its task id as rLLM does (``"t:solver"`` gives ``"t"``; a task id
-    in ``metadata`` that prefixes the id wins) and its role from the rest; an id with no role
-    or an empty one (``"t:"``) has the role ``all_groups``.
-    """
-
-    trajectories: list[Trajectory] = field(default_factory=list)
-    group_id: str = ""
-    metadata: list[dict[str, Any]] = field(default_factory=list)
-    task_id: str | None = None
-    role: str | None = None
-    weight_version: int = 0
-    """Version of the policy weights the group's rollouts were sampled with."""
-
-    def __post_init__(self) -> None:
-        if self.task_id is not None and self.role is not None and not self.group_id:
-            self.group_id = f"{self.task_id}:{self.role}"
-        if self.task_id is None and self.group_id:
-            self.task_id = self._split()[0]
-
-    @classmethod
-    def for_task(
-        cls,
-        task_id: str,
-        role: str,
-        trajectories: list[Trajectory],
-        metadata: list[dict[str, Any]] | None = None,
-    ) -> TrajectoryGroup:
-        return cls(
-            trajectories=trajectories,
-            group_id=f"{task_id}:{role}",
-            metadata=metadata if metadata is not None else [],
-            task_id=task_id,
-            role=role,
-        )
-
-    def _split(self) -> tuple[str, str]:
-        """(task id, role) of ``group_id``: a known task id prefix first, else the first ':'."""
-        known = self.task_id
-        if known is None and self.metadata:
-            known = self.metadata[0].get("task_id")
-        if known is not None and self.group_id.startswith(f"{known}:"):
-            task, role = known, self.group_id[len(known) + 1 :]
-        else:
-            task, _, role = self.group_id.partition(":")
-        return task, role or DEFAULT_ROLE
-
-    @property
-    def group_role(self) -> str:
-        return self.role if self.role is not None else self._split()[1]
-
-    @property
-    def group_task_id(self) -> str:
-        return self.task_id if self.task_id is not None else self._split()[0]
-
-
-@dataclass
-class AgentConfig:
-    """What an :class:`AgentFlow` is given for one episode (rLLM's ``AgentConfig``).
-
-    ``base_url`` is an OpenAI-compatible endpoint of this episode alone (pass it to
-    ``openai.OpenAI(base_url=...)``): every call through it is sampled by the trainer's policy
-    and recorded as a step of the episode. ``model`` is the name to put in requests.
-    ``sampling_params`` is informational: what sampling the trainer applies.
-    """
-
-    base_url: str
-    model: str
-    session_uid: str
-    metadata: dict[str, Any] = field(default_factory=dict)
-    is_validation: bool = False
-    sampling_params: dict[str, Any] = field(default_factory=dict)
-
-
-@runtime_checkable
-class AgentFlow(Protocol):
-    """An agent program that turns one task into an episode by calling the model at ``config.base_url``.
-
-    Implement ``run(task, config)`` (it runs in a worker thread, so blocking clients such as
-    ``openai.OpenAI`` are fine) or ``async arun(task, config)`` (preferred when both exist). It
-    may return None (the episode is its recorded calls), a :class:`Trajectory` or an
-    :class:`Episode`; trajectories without steps receive the recorded calls.
-    """
-
-    def run(self, task: Any, config: AgentConfig) -> Episode | Trajectory | None: ...
-
-
-@runtime_checkable
-class Evaluator(Protocol):
-    """Scores an :class:`AgentFlow`'s episode (rLLM's ``Evaluator``); the reward is written onto its steps."""
-
-    def evaluate(self, task: Any, episode: Episode) -> EvalOutput: ...
