@@ -184,7 +184,7 @@ class MemoryWeightSync(WeightSync):
 
 def weight_sync_for(config: Any, servers: Sequence[str]) -> WeightSync:
     """The run's weight sync: the class ``rllm.rollout.openai.weight_sync`` names, built for ``servers``."""
-    from rllm.plugins.contract import weight_sync_class
+    from rllm.plugins.hook_kinds import weight_sync_class
     from rllm.plugins.manager import get_plugin_manager
 
     name = str(config.rllm.rollout.openai.weight_sync)

@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from rllm.config.algorithm import AlgorithmConfig
 from rllm.config.unhonoured import other_backend_keys
 from rllm.errors import ConfigError
-from rllm.plugins.contract import backend_class
+from rllm.plugins.hook_kinds import backend_class
 from rllm.plugins.manager import get_plugin_manager
 from rllm.rollouts.executors import Executor
 from rllm.trainer.backend_protocol import BackendProtocol

@@ -181,7 +181,7 @@ class Trackers:
     def __init__(self, names: Iterable[str], run: TrackerRun, timeout: float | None = None) -> None:
         from dataclasses import replace
 
-        from rllm.plugins.contract import tracker_class
+        from rllm.plugins.hook_kinds import tracker_class
         from rllm.plugins.manager import get_plugin_manager
 
         registry = get_plugin_manager().trackers
