@@ -36,7 +36,7 @@ CLIENT_CONFIG = {
     "sample_use_retrieve_futures": False,
     "custom_loss_server_side": False,
     "sample_join_sampling_session": False,
-    "use_pyqwest_transport": False,
+    "use_pyqwest_transport": True,
 }
 """The SDK's feature flags as this server serves them: chunks of one ``forward_backward`` sent in turn (the queue
 runs in arrival order), uncompressed bodies (zstd is still read), per-request polling, custom losses client-side."""

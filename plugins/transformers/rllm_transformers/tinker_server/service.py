@@ -12,10 +12,12 @@ freed when its session finishes (``ServiceClient.close``) or stops heartbeating 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import math
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from rllm_transformers.engine import Sampling
 from rllm_transformers.tinker_server import losses
+from rllm_transformers.tinker_server.sampling import BATCH_WAIT, BATCH_WINDOW, SampleJob, batches, read_sample
 from rllm_transformers.tinker_server.trainer import ADAM_DEFAULTS, TinkerTrainer
 from rllm_transformers.tinker_server.wire import Batch, WireError, forward_output, sample_output
 
@@ -73,27 +75,33 @@ class TinkerService:
         """Sampling session id -> the ``tinker://`` path of its weights (none for a base-model session)."""
         self.results: dict[str, Pending] = {}
         self._ids = itertools.count(1)
-        self._queue: asyncio.Queue[tuple[str, Pending, Callable[[], Answer]]] = asyncio.Queue()
+        self._queue: deque[tuple[str, Pending, Callable[[], Answer] | SampleJob]] = deque()
         self._worker: asyncio.Task[None] | None = None
 
     # -- the queue ---------------------------------------------------------------------------
 
-    def submit(self, route: str, work: Callable[[], Answer], model_id: str | None = None) -> dict[str, Any]:
+    def submit(self, route: str, work: Callable[[], Answer] | SampleJob, model_id: str | None = None) -> dict[str, Any]:
         """Queue ``work``; the answer is the SDK's ``UntypedAPIFuture``. Work on a model runs only if that model
-        still holds the server when its turn comes (not if its session was freed meanwhile)."""
+        still holds the server when its turn comes (not if its session was freed meanwhile); a sample request is
+        a :class:`SampleJob`, sampled in a batch with those queued beside it."""
         request_id = f"req-{next(self._ids)}"
         pending = Pending()
         self.results[request_id] = pending
         for stale in list(itertools.islice(self.results, max(0, len(self.results) - RESULTS_KEPT))):
             del self.results[stale]
 
-        def checked() -> Answer:
-            if model_id is not None and (self.slot is None or self.slot.model_id != model_id):
-                freed = "was freed (its session finished or stopped heartbeating) before this request ran"
-                raise WireError(route, "model_id", f"model {model_id!r} {freed}.", 404)
-            return work()
+        if isinstance(work, SampleJob):
+            self._queue.append((route, pending, work))
+        else:
+            run = work
 
-        self._queue.put_nowait((route, pending, checked))
+            def checked() -> Answer:
+                if model_id is not None and (self.slot is None or self.slot.model_id != model_id):
+                    freed = "was freed (its session finished or stopped heartbeating) before this request ran"
+                    raise WireError(route, "model_id", f"model {model_id!r} {freed}.", 404)
+                return run()
+
+            self._queue.append((route, pending, checked))
         if self._worker is None or self._worker.done():
             self._worker = asyncio.ensure_future(self._work())
         answer: dict[str, Any] = {"request_id": request_id}
@@ -102,17 +110,38 @@ class TinkerService:
         return answer
 
     async def _work(self) -> None:
-        while not self._queue.empty():
-            route, pending, work = self._queue.get_nowait()
+        while self._queue:
+            route, pending, work = self._queue.popleft()
+            if isinstance(work, SampleJob):
+                await self._sample([(route, pending, work)])
+                continue
             try:
                 pending.future.set_result(await asyncio.to_thread(work))
-            except WireError as exc:
-                pending.future.set_result(_json(exc.body()))
             except Exception as exc:  # the request fails, the server carries on
-                first = (str(exc).strip().splitlines() or [""])[0]
-                pending.future.set_result(
-                    _json({"error": f"{route}: {type(exc).__name__}: {first}", "category": "server"})
-                )
+                pending.future.set_result(_failure(route, exc))
+
+    async def _sample(self, taken: list[tuple[str, Pending, SampleJob]]) -> None:
+        """Sample ``taken`` with the sample requests queued right behind it, in as few batched calls as their
+        weights and settings allow; a request that found the server idle first waits for concurrent ones."""
+        if not self._queue:
+            loop = asyncio.get_running_loop()
+            deadline, seen = loop.time() + BATCH_WAIT, -1
+            while len(self._queue) != seen and loop.time() < deadline:
+                seen = len(self._queue)
+                await asyncio.sleep(BATCH_WINDOW)
+        while self._queue and isinstance(self._queue[0][2], SampleJob):
+            route, pending, job = self._queue.popleft()
+            taken.append((route, pending, job))  # type: ignore[arg-type]
+        jobs = [job for _, _, job in taken]
+        for indices in batches(jobs):
+            try:
+                answers = await asyncio.to_thread(self.trainer.sample, [jobs[i] for i in indices])
+            except Exception as exc:  # the batch's requests fail, the server carries on
+                for i in indices:
+                    taken[i][1].future.set_result(_failure(taken[i][0], exc))
+                continue
+            for i, (sequences, prompt_logprobs) in zip(indices, answers, strict=True):
+                taken[i][1].future.set_result(functools.partial(sample_output, sequences, prompt_logprobs))
 
     async def retrieve(self, route: str, request_id: Any) -> Answer:
         pending = self.results.get(request_id) if isinstance(request_id, str) else None
@@ -419,57 +448,17 @@ class TinkerService:
         else:
             self.check_base_model(route, body.get("base_model"))
             weights = None
-        prompt = [int(t) for chunk in (body.get("prompt") or {}).get("chunks") or [] for t in chunk.get("tokens") or []]
-        if not prompt:
-            raise WireError(route, "prompt", "has no tokens.")
-        bad = [t for t in prompt if not 0 <= t < self.trainer.vocab]
-        if bad:
-            raise WireError(
-                route, "prompt", f"token id {bad[0]} is outside the vocabulary (0..{self.trainer.vocab - 1})."
-            )
-        room = self.trainer.context_limit - len(prompt)
-        if room < 1:
-            raise WireError(
-                route, "prompt", f"has {len(prompt)} tokens; the model's context is {self.trainer.context_limit}."
-            )
-        count = body.get("num_samples", 1)
-        if not isinstance(count, int) or count < 1:
-            raise WireError(route, "num_samples", f"must be a positive integer, got {count!r}.")
-        for key in ("topk_prompt_logprobs", "topk_sample_logprobs", "prompt_alt_tokens_k"):
-            if body.get(key):
-                raise WireError(route, key, "is not served by this server; leave it 0.")
-        for key in ("target_prompt_logprobs", "prompt_logprobs_last_n", "record_stability_info"):
-            if body.get(key):
-                raise WireError(route, key, "is not served by this server; leave it unset.")
-        params = body.get("sampling_params") or {}
-        max_tokens = params.get("max_tokens")
-        max_tokens = room if max_tokens is None else max_tokens
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise WireError(route, "sampling_params.max_tokens", f"must be a positive integer, got {max_tokens!r}.")
-        temperature = float(params.get("temperature", 1.0))
-        top_p, top_k = float(params.get("top_p", 1.0)), int(params.get("top_k", -1))
-        if temperature < 0 or not 0 < top_p <= 1:
-            raise WireError(route, "sampling_params", "needs temperature >= 0 and 0 < top_p <= 1.")
-        stop = params.get("stop")
-        stop = [stop] if isinstance(stop, str) else stop
-        if stop is not None and not stop:
-            raise WireError(route, "sampling_params.stop", "[] (no stop at all) is not served: sampling stops at EOS.")
-        stop_ids = {s for s in stop or [] if isinstance(s, int)}
-        stop_texts = [s for s in stop or [] if isinstance(s, str)]
-        sampling = Sampling(temperature, top_p, max(top_k, 0))
-        seed = params.get("seed")
-        with_prompt = bool(body.get("prompt_logprobs"))
-        ids = [f"seq-{uuid.uuid4().hex[:12]}" for _ in range(count)]
-
-        def work() -> Answer:
-            sequences, prompt_logprobs = self.trainer.sample(
-                weights, prompt, count, min(max_tokens, room), sampling, seed, stop_ids, stop_texts, with_prompt
-            )
-            return lambda proto: sample_output(sequences, prompt_logprobs, proto)
-
-        answer = self.submit(route, work)
-        answer["sample_sequence_ids"] = ids
+        job = read_sample(route, body, weights, self.trainer.vocab, self.trainer.context_limit)
+        answer = self.submit(route, job)
+        answer["sample_sequence_ids"] = [f"seq-{uuid.uuid4().hex[:12]}" for _ in range(job.count)]
         return answer
+
+
+def _failure(route: str, exc: Exception) -> Answer:
+    if isinstance(exc, WireError):
+        return _json(exc.body())
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return _json({"error": f"{route}: {type(exc).__name__}: {first}", "category": "server"})
 
 
 def _json(body: dict[str, Any]) -> Answer:
