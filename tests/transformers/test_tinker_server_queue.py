@@ -18,7 +18,7 @@ import numpy as np
 
 from rllm.config import load_config
 from rllm_transformers.model import load_policy
-from rllm_transformers.tinker_server.service import TinkerService
+from rllm_transformers.tinker_server.service import SNAPSHOTS_KEPT, TinkerService
 from rllm_transformers.tinker_server.trainer import TinkerTrainer
 from rllm_transformers.tinker_server.wire import WireError
 
@@ -113,3 +113,53 @@ def test_a_bad_sample_request_is_refused_when_it_arrives(trainer: TinkerTrainer,
     bad["sampling_params"]["seed"] = "7"
     assert asyncio.run(refused(bad)).where == "sampling_params.seed"
     assert rows == []
+
+
+async def _answer(service: TinkerService, queued: dict) -> dict:
+    content, _ = (await service.retrieve("/api/v1/retrieve_future", queued["request_id"]))(False)
+    return json.loads(content)
+
+
+def test_snapshots_past_the_newest_few_are_deleted_unless_a_queued_sample_reads_them(
+    trainer: TinkerTrainer, tmp_path: Path
+) -> None:
+    """save_weights_and_get_sampling_client once per step: the server keeps the newest SNAPSHOTS_KEPT snapshots
+    (and one a queued sample still reads) on disk, and a named save_weights_for_sampler for good."""
+    service, rows = _service(trainer, tmp_path)
+    save = "/api/v1/save_weights_for_sampler"
+
+    async def run() -> tuple[list[str], dict, str, dict]:
+        session = service.create_session()
+        created = service.create_model("/api/v1/create_model", {"session_id": session, "base_model": NAME})
+        model_id = (await _answer(service, created))["model_id"]
+
+        def snapshot(i: int) -> dict:
+            return service.save_for_sampler(save, {"model_id": model_id, "sampling_session_seq_id": i})
+
+        sessions = [(await _answer(service, snapshot(0)))["sampling_session_id"]]
+        named = await _answer(service, service.save_for_sampler(save, {"model_id": model_id, "path": "kept"}))
+        # queued behind more snapshots than are kept: a sample of the first one, which must still find it
+        queued = [snapshot(i) for i in range(1, SNAPSHOTS_KEPT + 3)]
+        body = {**_body([3, 5, 7], 5, 3), "sampling_session_id": sessions[0]}
+        del body["base_model"]
+        late = service.sample(ROUTE, body)
+        sessions += [(await _answer(service, q))["sampling_session_id"] for q in queued]
+        sampled = await _answer(service, late)
+        sessions.append((await _answer(service, snapshot(SNAPSHOTS_KEPT + 3)))["sampling_session_id"])
+        return sessions, sampled, named["path"], body
+
+    sessions, sampled, named, body = asyncio.run(run())
+    assert len(sampled["sequences"]) == 1 and rows == [1]
+    root = next(tmp_path.iterdir()) / "sampler_weights"
+    on_disk = sorted(p.name for p in root.iterdir())
+    newest = [s.split(":sample:")[1] for s in sessions[-SNAPSHOTS_KEPT:]]
+    assert on_disk == sorted([*newest, "kept"])
+    assert named.endswith("/sampler_weights/kept")
+    with pytest.raises(WireError) as caught:
+        asyncio.run(_refuse(service, body))
+    assert (caught.value.status, caught.value.where) == (404, "sampling_session_id")
+    assert f"{SNAPSHOTS_KEPT} newer ones exist" in caught.value.line
+
+
+async def _refuse(service: TinkerService, body: dict) -> None:
+    service.sample(ROUTE, body)

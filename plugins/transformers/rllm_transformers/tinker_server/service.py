@@ -15,6 +15,7 @@ import asyncio
 import functools
 import itertools
 import math
+import shutil
 import time
 import uuid
 from collections import deque
@@ -35,6 +36,9 @@ SESSION_TIMEOUT = 35.0
 script that exits without ``ServiceClient.close()`` sends no finish."""
 RESULTS_KEPT = 4096
 """Answers kept for ``retrieve_future`` (a client may ask again after a dropped connection)."""
+SNAPSHOTS_KEPT = 3
+"""Unnamed sampler snapshots (``save_weights_and_get_sampling_client``) kept on disk: the newest this many, and any
+a queued sample still reads; a named ``save_weights_for_sampler`` is the client's checkpoint and is never deleted."""
 LONG_POLL = 20.0
 """Seconds ``retrieve_future`` waits for a pending answer before saying ``try_again`` (the SDK waits 45)."""
 INPUT_NAMES = ("target_tokens", "weights", "logprobs", "advantages")
@@ -73,6 +77,8 @@ class TinkerService:
         """Sampling session id -> the weights directory it samples from (None: the base model)."""
         self.sampling_paths: dict[str, str] = {}
         """Sampling session id -> the ``tinker://`` path of its weights (none for a base-model session)."""
+        self.snapshots: list[str] = []
+        """The unnamed snapshots' directories, oldest first (those :meth:`_prune` has not deleted)."""
         self.results: dict[str, Pending] = {}
         self._ids = itertools.count(1)
         self._queue: deque[tuple[str, Pending, Callable[[], Answer] | SampleJob]] = deque()
@@ -119,6 +125,22 @@ class TinkerService:
                 pending.future.set_result(await asyncio.to_thread(work))
             except Exception as exc:  # the request fails, the server carries on
                 pending.future.set_result(_failure(route, exc))
+            self._prune()
+
+    def _prune(self) -> None:
+        """Delete the snapshots past the newest :data:`SNAPSHOTS_KEPT` that no queued sample reads, and their
+        sampling sessions (run between two requests, so none is sampling from them)."""
+        if len(self.snapshots) <= SNAPSHOTS_KEPT:
+            return
+        wanted = {work.weights for _, _, work in self._queue if isinstance(work, SampleJob)}
+        old, kept = self.snapshots[:-SNAPSHOTS_KEPT], self.snapshots[-SNAPSHOTS_KEPT:]
+        gone = {directory for directory in old if directory not in wanted}
+        self.snapshots = [directory for directory in old if directory in wanted] + kept
+        for session in [s for s, directory in self.sampling_sessions.items() if directory in gone]:
+            del self.sampling_sessions[session]
+            self.sampling_paths.pop(session, None)
+        for directory in gone:
+            shutil.rmtree(directory, ignore_errors=True)
 
     async def _sample(self, taken: list[tuple[str, Pending, SampleJob]]) -> None:
         """Sample ``taken`` with the sample requests queued right behind it, in as few batched calls as their
@@ -380,6 +402,7 @@ class TinkerService:
             if session is None:
                 return _json({"path": path, "type": "save_weights_for_sampler"})
             self.sampling_sessions[session], self.sampling_paths[session] = str(directory), path
+            self.snapshots.append(str(directory))
             # no path: SDK 0.18 asserts there is none when it asked for a sampling session
             return _json({"sampling_session_id": session, "type": "save_weights_for_sampler"})
 
@@ -427,7 +450,7 @@ class TinkerService:
     def sampler(self, route: str, sampling_session_id: str) -> dict[str, Any]:
         """``GET samplers/{id}``: what a sampling session samples from (the SDK asks for its base model)."""
         if sampling_session_id not in self.sampling_sessions:
-            raise WireError(route, "sampler_id", f"no sampling session {sampling_session_id!r}.", 404)
+            raise WireError(route, "sampler_id", _no_session(sampling_session_id), 404)
         path = self.sampling_paths.get(sampling_session_id)
         return {"sampler_id": sampling_session_id, "base_model": self.model_name, "model_path": path}
 
@@ -439,9 +462,7 @@ class TinkerService:
     def sample(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         if body.get("sampling_session_id") is not None:
             if body["sampling_session_id"] not in self.sampling_sessions:
-                raise WireError(
-                    route, "sampling_session_id", f"no sampling session {body['sampling_session_id']!r}.", 404
-                )
+                raise WireError(route, "sampling_session_id", _no_session(body["sampling_session_id"]), 404)
             weights = self.sampling_sessions[body["sampling_session_id"]]
         elif body.get("model_path") is not None:
             weights = str(self.directory(route, body["model_path"], "model_path"))
@@ -452,6 +473,13 @@ class TinkerService:
         answer = self.submit(route, job)
         answer["sample_sequence_ids"] = [f"seq-{uuid.uuid4().hex[:12]}" for _ in range(job.count)]
         return answer
+
+
+def _no_session(session: Any) -> str:
+    return (
+        f"no sampling session {session!r} (a save_weights_and_get_sampling_client snapshot is deleted once "
+        f"{SNAPSHOTS_KEPT} newer ones exist; save_weights_for_sampler(name) keeps one)."
+    )
 
 
 def _failure(route: str, exc: Exception) -> Answer:
