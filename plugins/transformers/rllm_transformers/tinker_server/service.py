@@ -1,9 +1,10 @@
-"""The Tinker service's state: sessions, the one training model, sampling sessions, checkpoints and futures.
+"""The Tinker service's state and routes: sessions, the one training model, sampling sessions and checkpoints.
 
 Every long request (create model, forward, forward_backward, optim_step, saves, loads, samples)
-is checked when it arrives (a bad one is answered at once, 400 or 404, naming the route and
-field) and then queued; one worker runs the queue in arrival order on a thread, and its answer
-waits under a request id for ``retrieve_future``. The server trains one model at a time: a
+is checked when it arrives (:mod:`.checks`; a bad one is answered at once, 400 or 404, naming
+the route and field) and then queued (:mod:`.work_queue`): one worker runs the queue in arrival
+order on a thread (concurrent samples in batches), and its answer waits under a request id for
+``retrieve_future``. The server trains one model at a time: a
 second ``create_model`` while another session's model is live is refused by name; the model is
 freed when its session finishes (``ServiceClient.close``) or stops heartbeating for
 :data:`SESSION_TIMEOUT` seconds, and the next ``create_model`` starts from the base weights.
@@ -11,40 +12,26 @@ freed when its session finishes (``ServiceClient.close``) or stops heartbeating 
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import itertools
-import math
 import shutil
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from rllm_transformers.tinker_server import losses
-from rllm_transformers.tinker_server.sampling import BATCH_WAIT, BATCH_WINDOW, SampleJob, batches, read_sample
-from rllm_transformers.tinker_server.trainer import ADAM_DEFAULTS, TinkerTrainer
-from rllm_transformers.tinker_server.wire import Batch, WireError, forward_output, sample_output
+from rllm_transformers.tinker_server.checks import adam_params, check_batch, read_sample
+from rllm_transformers.tinker_server.sampling import SampleJob
+from rllm_transformers.tinker_server.trainer import TinkerTrainer
+from rllm_transformers.tinker_server.wire import Batch, WireError, forward_output
+from rllm_transformers.tinker_server.work_queue import Answer, WorkQueue, json_answer
 
 SESSION_TIMEOUT = 35.0
 """Seconds without a heartbeat after which a session's training model is freed: the SDK beats every 10 s, and a
 script that exits without ``ServiceClient.close()`` sends no finish."""
-RESULTS_KEPT = 4096
-"""Answers kept for ``retrieve_future`` (a client may ask again after a dropped connection)."""
 SNAPSHOTS_KEPT = 3
 """Unnamed sampler snapshots (``save_weights_and_get_sampling_client``) kept on disk: the newest this many, and any
 a queued sample still reads; a named ``save_weights_for_sampler`` is the client's checkpoint and is never deleted."""
-LONG_POLL = 20.0
-"""Seconds ``retrieve_future`` waits for a pending answer before saying ``try_again`` (the SDK waits 45)."""
-INPUT_NAMES = ("target_tokens", "weights", "logprobs", "advantages")
-
-Answer = Callable[[bool], tuple[bytes, str]]
-"""A finished request's body for a client that does (True) or does not take protobuf."""
 
 
 @dataclass
@@ -61,11 +48,6 @@ class Slot:
     session_id: str
 
 
-@dataclass
-class Pending:
-    future: asyncio.Future[Answer] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-
-
 class TinkerService:
     def __init__(self, trainer: TinkerTrainer, model_name: str, root: Path) -> None:
         self.trainer = trainer
@@ -79,26 +61,14 @@ class TinkerService:
         """Sampling session id -> the ``tinker://`` path of its weights (none for a base-model session)."""
         self.snapshots: list[str] = []
         """The unnamed snapshots' directories, oldest first (those :meth:`_prune` has not deleted)."""
-        self.results: dict[str, Pending] = {}
-        self._ids = itertools.count(1)
-        self._queue: deque[tuple[str, Pending, Callable[[], Answer] | SampleJob]] = deque()
-        self._worker: asyncio.Task[None] | None = None
+        self.work = WorkQueue(trainer.sample, self._prune)
 
     # -- the queue ---------------------------------------------------------------------------
 
     def submit(self, route: str, work: Callable[[], Answer] | SampleJob, model_id: str | None = None) -> dict[str, Any]:
         """Queue ``work``; the answer is the SDK's ``UntypedAPIFuture``. Work on a model runs only if that model
-        still holds the server when its turn comes (not if its session was freed meanwhile); a sample request is
-        a :class:`SampleJob`, sampled in a batch with those queued beside it."""
-        request_id = f"req-{next(self._ids)}"
-        pending = Pending()
-        self.results[request_id] = pending
-        for stale in list(itertools.islice(self.results, max(0, len(self.results) - RESULTS_KEPT))):
-            del self.results[stale]
-
-        if isinstance(work, SampleJob):
-            self._queue.append((route, pending, work))
-        else:
+        still holds the server when its turn comes (not if its session was freed meanwhile)."""
+        if not isinstance(work, SampleJob):
             run = work
 
             def checked() -> Answer:
@@ -107,72 +77,14 @@ class TinkerService:
                     raise WireError(route, "model_id", f"model {model_id!r} {freed}.", 404)
                 return run()
 
-            self._queue.append((route, pending, checked))
-        if self._worker is None or self._worker.done():
-            self._worker = asyncio.ensure_future(self._work())
-        answer: dict[str, Any] = {"request_id": request_id}
+            work = checked
+        answer: dict[str, Any] = {"request_id": self.work.submit(route, work)}
         if model_id is not None:
             answer["model_id"] = model_id
         return answer
 
-    async def _work(self) -> None:
-        while self._queue:
-            route, pending, work = self._queue.popleft()
-            if isinstance(work, SampleJob):
-                await self._sample([(route, pending, work)])
-                continue
-            try:
-                pending.future.set_result(await asyncio.to_thread(work))
-            except Exception as exc:  # the request fails, the server carries on
-                pending.future.set_result(_failure(route, exc))
-            self._prune()
-
-    def _prune(self) -> None:
-        """Delete the snapshots past the newest :data:`SNAPSHOTS_KEPT` that no queued sample reads, and their
-        sampling sessions (run between two requests, so none is sampling from them)."""
-        if len(self.snapshots) <= SNAPSHOTS_KEPT:
-            return
-        wanted = {work.weights for _, _, work in self._queue if isinstance(work, SampleJob)}
-        old, kept = self.snapshots[:-SNAPSHOTS_KEPT], self.snapshots[-SNAPSHOTS_KEPT:]
-        gone = {directory for directory in old if directory not in wanted}
-        self.snapshots = [directory for directory in old if directory in wanted] + kept
-        for session in [s for s, directory in self.sampling_sessions.items() if directory in gone]:
-            del self.sampling_sessions[session]
-            self.sampling_paths.pop(session, None)
-        for directory in gone:
-            shutil.rmtree(directory, ignore_errors=True)
-
-    async def _sample(self, taken: list[tuple[str, Pending, SampleJob]]) -> None:
-        """Sample ``taken`` with the sample requests queued right behind it, in as few batched calls as their
-        weights and settings allow; a request that found the server idle first waits for concurrent ones."""
-        if not self._queue:
-            loop = asyncio.get_running_loop()
-            deadline, seen = loop.time() + BATCH_WAIT, -1
-            while len(self._queue) != seen and loop.time() < deadline:
-                seen = len(self._queue)
-                await asyncio.sleep(BATCH_WINDOW)
-        while self._queue and isinstance(self._queue[0][2], SampleJob):
-            route, pending, job = self._queue.popleft()
-            taken.append((route, pending, job))  # type: ignore[arg-type]
-        jobs = [job for _, _, job in taken]
-        for indices in batches(jobs):
-            try:
-                answers = await asyncio.to_thread(self.trainer.sample, [jobs[i] for i in indices])
-            except Exception as exc:  # the batch's requests fail, the server carries on
-                for i in indices:
-                    taken[i][1].future.set_result(_failure(taken[i][0], exc))
-                continue
-            for i, (sequences, prompt_logprobs) in zip(indices, answers, strict=True):
-                taken[i][1].future.set_result(functools.partial(sample_output, sequences, prompt_logprobs))
-
     async def retrieve(self, route: str, request_id: Any) -> Answer:
-        pending = self.results.get(request_id) if isinstance(request_id, str) else None
-        if pending is None:
-            raise WireError(route, "request_id", f"no request {request_id!r} on this server (it restarted?).", 404)
-        try:
-            return await asyncio.wait_for(asyncio.shield(pending.future), LONG_POLL)
-        except TimeoutError:
-            return _json({"type": "try_again", "request_id": request_id, "queue_state": "active"})
+        return await self.work.retrieve(route, request_id)
 
     # -- sessions and the model --------------------------------------------------------------
 
@@ -227,7 +139,7 @@ class TinkerService:
 
         def work() -> Answer:
             self.trainer.reset()
-            return _json({"model_id": model_id, "type": "create_model"})
+            return json_answer({"model_id": model_id, "type": "create_model"})
 
         return self.submit(route, work, model_id)
 
@@ -270,7 +182,7 @@ class TinkerService:
 
     def forward_backward(self, route: str, batch: Batch) -> dict[str, Any]:
         slot = self.model(route, batch.model_id)
-        settings = self._check_batch(route, batch)
+        settings = check_batch(route, batch, self.trainer.vocab, self.trainer.context_limit)
 
         def work() -> Answer:
             outputs, metrics = self.trainer.forward_backward(batch, settings)
@@ -278,83 +190,12 @@ class TinkerService:
 
         return self.submit(route, work, slot.model_id)
 
-    def _check_batch(self, route: str, batch: Batch) -> dict[str, float]:
-        name = batch.loss_fn
-        if name not in losses.LOSSES:
-            served = ", ".join(losses.LOSSES)
-            raise WireError(route, "loss_fn", f"unknown loss {name!r}; this server computes {served}.")
-        try:
-            settings = losses.check_config(name, batch.config)
-        except (KeyError, ValueError) as exc:
-            raise WireError(route, "loss_fn_config", f"{exc.args[0]}.") from None
-        if not batch.data:
-            raise WireError(route, "data", "is empty; give at least one Datum.")
-        wanted = ("target_tokens", *losses.LOSSES[name].inputs)
-        optional = {"weights"} if name == "cross_entropy" else set()
-        for i, datum in enumerate(batch.data):
-            where, length = f"data[{i}]", len(datum.tokens)
-            if not length:
-                raise WireError(route, f"{where}.model_input", "has no tokens.")
-            if length > self.trainer.context_limit:
-                raise WireError(
-                    route,
-                    f"{where}.model_input",
-                    f"has {length} tokens, more than the model's context ({self.trainer.context_limit}).",
-                )
-            bad = [t for t in datum.tokens if not 0 <= t < self.trainer.vocab]
-            if bad:
-                raise WireError(
-                    route,
-                    f"{where}.model_input",
-                    f"token id {bad[0]} is outside the vocabulary (0..{self.trainer.vocab - 1}).",
-                )
-            for key in datum.inputs:
-                if key not in wanted:
-                    raise WireError(
-                        route,
-                        f"{where}.loss_fn_inputs.{key}",
-                        f"is not an input of {name} (it takes {', '.join(wanted)}).",
-                    )
-            for key in wanted:
-                values = datum.inputs.get(key)
-                if values is None:
-                    if key in optional:
-                        continue
-                    raise WireError(
-                        route, f"{where}.loss_fn_inputs.{key}", f"missing; {name} needs {', '.join(wanted)}."
-                    )
-                if len(values) != length:
-                    raise WireError(
-                        route,
-                        f"{where}.loss_fn_inputs.{key}",
-                        f"has {len(values)} entries where model_input has {length} tokens; give one per input token.",
-                    )
-                if not bool(np.isfinite(values).all()):
-                    raise WireError(route, f"{where}.loss_fn_inputs.{key}", "holds a NaN or infinite value.")
-            targets = datum.inputs["target_tokens"]
-            if len(targets) and not (targets.min() >= 0 and targets.max() < self.trainer.vocab):
-                raise WireError(
-                    route,
-                    f"{where}.loss_fn_inputs.target_tokens",
-                    f"holds an id outside the vocabulary (0..{self.trainer.vocab - 1}).",
-                )
-        return settings
-
     def optim_step(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         slot = self.model(route, body.get("model_id"))
-        if "adam_params" not in body:
-            raise WireError(route, "adam_params", "missing; this server's optimizer is AdamW (give AdamParams).")
-        given = body["adam_params"] if isinstance(body["adam_params"], dict) else {}
-        params = {**ADAM_DEFAULTS, "grad_clip_norm": 0.0}
-        for key, value in given.items():
-            if key not in params:
-                raise WireError(route, f"adam_params.{key}", f"is not an AdamParams field ({', '.join(params)}).")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise WireError(route, f"adam_params.{key}", f"must be a finite number >= 0, got {value!r}.")
-            params[key] = float(value)
+        params = adam_params(route, body)
 
         def work() -> Answer:
-            return _json({"metrics": self.trainer.optim_step(params)})
+            return json_answer({"metrics": self.trainer.optim_step(params)})
 
         return self.submit(route, work, slot.model_id)
 
@@ -384,7 +225,7 @@ class TinkerService:
 
         def work() -> Answer:
             self.trainer.save_state(directory)
-            return _json({"path": path, "type": "save_weights"})
+            return json_answer({"path": path, "type": "save_weights"})
 
         return self.submit(route, work, slot.model_id)
 
@@ -400,13 +241,28 @@ class TinkerService:
         def work() -> Answer:
             self.trainer.save_sampler(directory)
             if session is None:
-                return _json({"path": path, "type": "save_weights_for_sampler"})
+                return json_answer({"path": path, "type": "save_weights_for_sampler"})
             self.sampling_sessions[session], self.sampling_paths[session] = str(directory), path
             self.snapshots.append(str(directory))
             # no path: SDK 0.18 asserts there is none when it asked for a sampling session
-            return _json({"sampling_session_id": session, "type": "save_weights_for_sampler"})
+            return json_answer({"sampling_session_id": session, "type": "save_weights_for_sampler"})
 
         return self.submit(route, work, slot.model_id)
+
+    def _prune(self) -> None:
+        """Delete the snapshots past the newest :data:`SNAPSHOTS_KEPT` that no queued sample reads, and their
+        sampling sessions (run between two requests, so none is sampling from them)."""
+        if len(self.snapshots) <= SNAPSHOTS_KEPT:
+            return
+        wanted = self.work.queued_weights()
+        old, kept = self.snapshots[:-SNAPSHOTS_KEPT], self.snapshots[-SNAPSHOTS_KEPT:]
+        gone = {directory for directory in old if directory not in wanted}
+        self.snapshots = [directory for directory in old if directory in wanted] + kept
+        for session in [s for s, directory in self.sampling_sessions.items() if directory in gone]:
+            del self.sampling_sessions[session]
+            self.sampling_paths.pop(session, None)
+        for directory in gone:
+            shutil.rmtree(directory, ignore_errors=True)
 
     def load_weights(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         directory = self.directory(route, body.get("path"))
@@ -427,7 +283,7 @@ class TinkerService:
         def work() -> Answer:
             self.trainer.reset()
             self.trainer.load_state(directory, with_optimizer)
-            return _json({"path": body["path"], "model_id": model_id, "type": "load_weights"})
+            return json_answer({"path": body["path"], "model_id": model_id, "type": "load_weights"})
 
         return self.submit(route, work, model_id)
 
@@ -480,17 +336,3 @@ def _no_session(session: Any) -> str:
         f"no sampling session {session!r} (a save_weights_and_get_sampling_client snapshot is deleted once "
         f"{SNAPSHOTS_KEPT} newer ones exist; save_weights_for_sampler(name) keeps one)."
     )
-
-
-def _failure(route: str, exc: Exception) -> Answer:
-    if isinstance(exc, WireError):
-        return _json(exc.body())
-    first = (str(exc).strip().splitlines() or [""])[0]
-    return _json({"error": f"{route}: {type(exc).__name__}: {first}", "category": "server"})
-
-
-def _json(body: dict[str, Any]) -> Answer:
-    import json
-
-    data = json.dumps(body).encode()
-    return lambda proto: (data, "application/json")
