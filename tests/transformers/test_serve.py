@@ -283,3 +283,29 @@ def test_a_port_in_use_is_one_line(server: str) -> None:
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert f"--host 127.0.0.1 --port {port}: the address is already in use" in lines[0]
+
+
+def test_connections_to_the_listening_socket_send_without_delay() -> None:
+    """Both servers' (``rllm serve`` and ``--tinker``) accepted connections have TCP_NODELAY: asyncio sets it only on
+    a TCP socket, and without it an answer written in two parts waited for the client's delayed ACK (~40 ms)."""
+    import socket
+
+    from rllm_transformers.serve import listen
+
+    async def accepted_nodelay() -> int:
+        sock = listen("127.0.0.1", 0)
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            seen.set_result(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(on_connect, sock=sock)
+        _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        try:
+            return await asyncio.wait_for(seen, 10)
+        finally:
+            writer.close()
+            server.close()
+
+    assert asyncio.run(accepted_nodelay()) != 0

@@ -1,9 +1,10 @@
-"""The Tinker service's state: sessions, the one training model, sampling sessions, checkpoints and futures.
+"""The Tinker service's state and routes: sessions, the one training model, sampling sessions and checkpoints.
 
 Every long request (create model, forward, forward_backward, optim_step, saves, loads, samples)
-is checked when it arrives (a bad one is answered at once, 400 or 404, naming the route and
-field) and then queued; one worker runs the queue in arrival order on a thread, and its answer
-waits under a request id for ``retrieve_future``. The server trains one model at a time: a
+is checked when it arrives (:mod:`.checks`; a bad one is answered at once, 400 or 404, naming
+the route and field) and then queued (:mod:`.work_queue`): one worker runs the queue in arrival
+order on a thread (concurrent samples in batches), and its answer waits under a request id for
+``retrieve_future``. The server trains one model at a time: a
 second ``create_model`` while another session's model is live is refused by name; the model is
 freed when its session finishes (``ServiceClient.close``) or stops heartbeating for
 :data:`SESSION_TIMEOUT` seconds, and the next ``create_model`` starts from the base weights.
@@ -11,34 +12,26 @@ freed when its session finishes (``ServiceClient.close``) or stops heartbeating 
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-import math
+import shutil
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from rllm_transformers.engine import Sampling
-from rllm_transformers.tinker_server import losses
-from rllm_transformers.tinker_server.trainer import ADAM_DEFAULTS, TinkerTrainer
-from rllm_transformers.tinker_server.wire import Batch, WireError, forward_output, sample_output
+from rllm_transformers.tinker_server.checks import adam_params, check_batch, read_sample
+from rllm_transformers.tinker_server.sampling import SampleJob
+from rllm_transformers.tinker_server.trainer import TinkerTrainer
+from rllm_transformers.tinker_server.wire import Batch, WireError, forward_output
+from rllm_transformers.tinker_server.work_queue import Answer, WorkQueue, json_answer
 
 SESSION_TIMEOUT = 35.0
 """Seconds without a heartbeat after which a session's training model is freed: the SDK beats every 10 s, and a
 script that exits without ``ServiceClient.close()`` sends no finish."""
-RESULTS_KEPT = 4096
-"""Answers kept for ``retrieve_future`` (a client may ask again after a dropped connection)."""
-LONG_POLL = 20.0
-"""Seconds ``retrieve_future`` waits for a pending answer before saying ``try_again`` (the SDK waits 45)."""
-INPUT_NAMES = ("target_tokens", "weights", "logprobs", "advantages")
-
-Answer = Callable[[bool], tuple[bytes, str]]
-"""A finished request's body for a client that does (True) or does not take protobuf."""
+SNAPSHOTS_KEPT = 3
+"""Unnamed sampler snapshots (``save_weights_and_get_sampling_client``) kept on disk: the newest this many, and any
+a queued sample still reads; a named ``save_weights_for_sampler`` is the client's checkpoint and is never deleted."""
 
 
 @dataclass
@@ -55,11 +48,6 @@ class Slot:
     session_id: str
 
 
-@dataclass
-class Pending:
-    future: asyncio.Future[Answer] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-
-
 class TinkerService:
     def __init__(self, trainer: TinkerTrainer, model_name: str, root: Path) -> None:
         self.trainer = trainer
@@ -71,57 +59,32 @@ class TinkerService:
         """Sampling session id -> the weights directory it samples from (None: the base model)."""
         self.sampling_paths: dict[str, str] = {}
         """Sampling session id -> the ``tinker://`` path of its weights (none for a base-model session)."""
-        self.results: dict[str, Pending] = {}
-        self._ids = itertools.count(1)
-        self._queue: asyncio.Queue[tuple[str, Pending, Callable[[], Answer]]] = asyncio.Queue()
-        self._worker: asyncio.Task[None] | None = None
+        self.snapshots: list[str] = []
+        """The unnamed snapshots' directories, oldest first (those :meth:`_prune` has not deleted)."""
+        self.work = WorkQueue(trainer.sample, self._prune)
 
     # -- the queue ---------------------------------------------------------------------------
 
-    def submit(self, route: str, work: Callable[[], Answer], model_id: str | None = None) -> dict[str, Any]:
+    def submit(self, route: str, work: Callable[[], Answer] | SampleJob, model_id: str | None = None) -> dict[str, Any]:
         """Queue ``work``; the answer is the SDK's ``UntypedAPIFuture``. Work on a model runs only if that model
         still holds the server when its turn comes (not if its session was freed meanwhile)."""
-        request_id = f"req-{next(self._ids)}"
-        pending = Pending()
-        self.results[request_id] = pending
-        for stale in list(itertools.islice(self.results, max(0, len(self.results) - RESULTS_KEPT))):
-            del self.results[stale]
+        if not isinstance(work, SampleJob):
+            run = work
 
-        def checked() -> Answer:
-            if model_id is not None and (self.slot is None or self.slot.model_id != model_id):
-                freed = "was freed (its session finished or stopped heartbeating) before this request ran"
-                raise WireError(route, "model_id", f"model {model_id!r} {freed}.", 404)
-            return work()
+            def checked() -> Answer:
+                if model_id is not None and (self.slot is None or self.slot.model_id != model_id):
+                    freed = "was freed (its session finished or stopped heartbeating) before this request ran"
+                    raise WireError(route, "model_id", f"model {model_id!r} {freed}.", 404)
+                return run()
 
-        self._queue.put_nowait((route, pending, checked))
-        if self._worker is None or self._worker.done():
-            self._worker = asyncio.ensure_future(self._work())
-        answer: dict[str, Any] = {"request_id": request_id}
+            work = checked
+        answer: dict[str, Any] = {"request_id": self.work.submit(route, work)}
         if model_id is not None:
             answer["model_id"] = model_id
         return answer
 
-    async def _work(self) -> None:
-        while not self._queue.empty():
-            route, pending, work = self._queue.get_nowait()
-            try:
-                pending.future.set_result(await asyncio.to_thread(work))
-            except WireError as exc:
-                pending.future.set_result(_json(exc.body()))
-            except Exception as exc:  # the request fails, the server carries on
-                first = (str(exc).strip().splitlines() or [""])[0]
-                pending.future.set_result(
-                    _json({"error": f"{route}: {type(exc).__name__}: {first}", "category": "server"})
-                )
-
     async def retrieve(self, route: str, request_id: Any) -> Answer:
-        pending = self.results.get(request_id) if isinstance(request_id, str) else None
-        if pending is None:
-            raise WireError(route, "request_id", f"no request {request_id!r} on this server (it restarted?).", 404)
-        try:
-            return await asyncio.wait_for(asyncio.shield(pending.future), LONG_POLL)
-        except TimeoutError:
-            return _json({"type": "try_again", "request_id": request_id, "queue_state": "active"})
+        return await self.work.retrieve(route, request_id)
 
     # -- sessions and the model --------------------------------------------------------------
 
@@ -176,7 +139,7 @@ class TinkerService:
 
         def work() -> Answer:
             self.trainer.reset()
-            return _json({"model_id": model_id, "type": "create_model"})
+            return json_answer({"model_id": model_id, "type": "create_model"})
 
         return self.submit(route, work, model_id)
 
@@ -219,7 +182,7 @@ class TinkerService:
 
     def forward_backward(self, route: str, batch: Batch) -> dict[str, Any]:
         slot = self.model(route, batch.model_id)
-        settings = self._check_batch(route, batch)
+        settings = check_batch(route, batch, self.trainer.vocab, self.trainer.context_limit)
 
         def work() -> Answer:
             outputs, metrics = self.trainer.forward_backward(batch, settings)
@@ -227,83 +190,12 @@ class TinkerService:
 
         return self.submit(route, work, slot.model_id)
 
-    def _check_batch(self, route: str, batch: Batch) -> dict[str, float]:
-        name = batch.loss_fn
-        if name not in losses.LOSSES:
-            served = ", ".join(losses.LOSSES)
-            raise WireError(route, "loss_fn", f"unknown loss {name!r}; this server computes {served}.")
-        try:
-            settings = losses.check_config(name, batch.config)
-        except (KeyError, ValueError) as exc:
-            raise WireError(route, "loss_fn_config", f"{exc.args[0]}.") from None
-        if not batch.data:
-            raise WireError(route, "data", "is empty; give at least one Datum.")
-        wanted = ("target_tokens", *losses.LOSSES[name].inputs)
-        optional = {"weights"} if name == "cross_entropy" else set()
-        for i, datum in enumerate(batch.data):
-            where, length = f"data[{i}]", len(datum.tokens)
-            if not length:
-                raise WireError(route, f"{where}.model_input", "has no tokens.")
-            if length > self.trainer.context_limit:
-                raise WireError(
-                    route,
-                    f"{where}.model_input",
-                    f"has {length} tokens, more than the model's context ({self.trainer.context_limit}).",
-                )
-            bad = [t for t in datum.tokens if not 0 <= t < self.trainer.vocab]
-            if bad:
-                raise WireError(
-                    route,
-                    f"{where}.model_input",
-                    f"token id {bad[0]} is outside the vocabulary (0..{self.trainer.vocab - 1}).",
-                )
-            for key in datum.inputs:
-                if key not in wanted:
-                    raise WireError(
-                        route,
-                        f"{where}.loss_fn_inputs.{key}",
-                        f"is not an input of {name} (it takes {', '.join(wanted)}).",
-                    )
-            for key in wanted:
-                values = datum.inputs.get(key)
-                if values is None:
-                    if key in optional:
-                        continue
-                    raise WireError(
-                        route, f"{where}.loss_fn_inputs.{key}", f"missing; {name} needs {', '.join(wanted)}."
-                    )
-                if len(values) != length:
-                    raise WireError(
-                        route,
-                        f"{where}.loss_fn_inputs.{key}",
-                        f"has {len(values)} entries where model_input has {length} tokens; give one per input token.",
-                    )
-                if not bool(np.isfinite(values).all()):
-                    raise WireError(route, f"{where}.loss_fn_inputs.{key}", "holds a NaN or infinite value.")
-            targets = datum.inputs["target_tokens"]
-            if len(targets) and not (targets.min() >= 0 and targets.max() < self.trainer.vocab):
-                raise WireError(
-                    route,
-                    f"{where}.loss_fn_inputs.target_tokens",
-                    f"holds an id outside the vocabulary (0..{self.trainer.vocab - 1}).",
-                )
-        return settings
-
     def optim_step(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         slot = self.model(route, body.get("model_id"))
-        if "adam_params" not in body:
-            raise WireError(route, "adam_params", "missing; this server's optimizer is AdamW (give AdamParams).")
-        given = body["adam_params"] if isinstance(body["adam_params"], dict) else {}
-        params = {**ADAM_DEFAULTS, "grad_clip_norm": 0.0}
-        for key, value in given.items():
-            if key not in params:
-                raise WireError(route, f"adam_params.{key}", f"is not an AdamParams field ({', '.join(params)}).")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise WireError(route, f"adam_params.{key}", f"must be a finite number >= 0, got {value!r}.")
-            params[key] = float(value)
+        params = adam_params(route, body)
 
         def work() -> Answer:
-            return _json({"metrics": self.trainer.optim_step(params)})
+            return json_answer({"metrics": self.trainer.optim_step(params)})
 
         return self.submit(route, work, slot.model_id)
 
@@ -333,7 +225,7 @@ class TinkerService:
 
         def work() -> Answer:
             self.trainer.save_state(directory)
-            return _json({"path": path, "type": "save_weights"})
+            return json_answer({"path": path, "type": "save_weights"})
 
         return self.submit(route, work, slot.model_id)
 
@@ -349,12 +241,28 @@ class TinkerService:
         def work() -> Answer:
             self.trainer.save_sampler(directory)
             if session is None:
-                return _json({"path": path, "type": "save_weights_for_sampler"})
+                return json_answer({"path": path, "type": "save_weights_for_sampler"})
             self.sampling_sessions[session], self.sampling_paths[session] = str(directory), path
+            self.snapshots.append(str(directory))
             # no path: SDK 0.18 asserts there is none when it asked for a sampling session
-            return _json({"sampling_session_id": session, "type": "save_weights_for_sampler"})
+            return json_answer({"sampling_session_id": session, "type": "save_weights_for_sampler"})
 
         return self.submit(route, work, slot.model_id)
+
+    def _prune(self) -> None:
+        """Delete the snapshots past the newest :data:`SNAPSHOTS_KEPT` that no queued sample reads, and their
+        sampling sessions (run between two requests, so none is sampling from them)."""
+        if len(self.snapshots) <= SNAPSHOTS_KEPT:
+            return
+        wanted = self.work.queued_weights()
+        old, kept = self.snapshots[:-SNAPSHOTS_KEPT], self.snapshots[-SNAPSHOTS_KEPT:]
+        gone = {directory for directory in old if directory not in wanted}
+        self.snapshots = [directory for directory in old if directory in wanted] + kept
+        for session in [s for s, directory in self.sampling_sessions.items() if directory in gone]:
+            del self.sampling_sessions[session]
+            self.sampling_paths.pop(session, None)
+        for directory in gone:
+            shutil.rmtree(directory, ignore_errors=True)
 
     def load_weights(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         directory = self.directory(route, body.get("path"))
@@ -375,7 +283,7 @@ class TinkerService:
         def work() -> Answer:
             self.trainer.reset()
             self.trainer.load_state(directory, with_optimizer)
-            return _json({"path": body["path"], "model_id": model_id, "type": "load_weights"})
+            return json_answer({"path": body["path"], "model_id": model_id, "type": "load_weights"})
 
         return self.submit(route, work, model_id)
 
@@ -398,7 +306,7 @@ class TinkerService:
     def sampler(self, route: str, sampling_session_id: str) -> dict[str, Any]:
         """``GET samplers/{id}``: what a sampling session samples from (the SDK asks for its base model)."""
         if sampling_session_id not in self.sampling_sessions:
-            raise WireError(route, "sampler_id", f"no sampling session {sampling_session_id!r}.", 404)
+            raise WireError(route, "sampler_id", _no_session(sampling_session_id), 404)
         path = self.sampling_paths.get(sampling_session_id)
         return {"sampler_id": sampling_session_id, "base_model": self.model_name, "model_path": path}
 
@@ -410,70 +318,21 @@ class TinkerService:
     def sample(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         if body.get("sampling_session_id") is not None:
             if body["sampling_session_id"] not in self.sampling_sessions:
-                raise WireError(
-                    route, "sampling_session_id", f"no sampling session {body['sampling_session_id']!r}.", 404
-                )
+                raise WireError(route, "sampling_session_id", _no_session(body["sampling_session_id"]), 404)
             weights = self.sampling_sessions[body["sampling_session_id"]]
         elif body.get("model_path") is not None:
             weights = str(self.directory(route, body["model_path"], "model_path"))
         else:
             self.check_base_model(route, body.get("base_model"))
             weights = None
-        prompt = [int(t) for chunk in (body.get("prompt") or {}).get("chunks") or [] for t in chunk.get("tokens") or []]
-        if not prompt:
-            raise WireError(route, "prompt", "has no tokens.")
-        bad = [t for t in prompt if not 0 <= t < self.trainer.vocab]
-        if bad:
-            raise WireError(
-                route, "prompt", f"token id {bad[0]} is outside the vocabulary (0..{self.trainer.vocab - 1})."
-            )
-        room = self.trainer.context_limit - len(prompt)
-        if room < 1:
-            raise WireError(
-                route, "prompt", f"has {len(prompt)} tokens; the model's context is {self.trainer.context_limit}."
-            )
-        count = body.get("num_samples", 1)
-        if not isinstance(count, int) or count < 1:
-            raise WireError(route, "num_samples", f"must be a positive integer, got {count!r}.")
-        for key in ("topk_prompt_logprobs", "topk_sample_logprobs", "prompt_alt_tokens_k"):
-            if body.get(key):
-                raise WireError(route, key, "is not served by this server; leave it 0.")
-        for key in ("target_prompt_logprobs", "prompt_logprobs_last_n", "record_stability_info"):
-            if body.get(key):
-                raise WireError(route, key, "is not served by this server; leave it unset.")
-        params = body.get("sampling_params") or {}
-        max_tokens = params.get("max_tokens")
-        max_tokens = room if max_tokens is None else max_tokens
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise WireError(route, "sampling_params.max_tokens", f"must be a positive integer, got {max_tokens!r}.")
-        temperature = float(params.get("temperature", 1.0))
-        top_p, top_k = float(params.get("top_p", 1.0)), int(params.get("top_k", -1))
-        if temperature < 0 or not 0 < top_p <= 1:
-            raise WireError(route, "sampling_params", "needs temperature >= 0 and 0 < top_p <= 1.")
-        stop = params.get("stop")
-        stop = [stop] if isinstance(stop, str) else stop
-        if stop is not None and not stop:
-            raise WireError(route, "sampling_params.stop", "[] (no stop at all) is not served: sampling stops at EOS.")
-        stop_ids = {s for s in stop or [] if isinstance(s, int)}
-        stop_texts = [s for s in stop or [] if isinstance(s, str)]
-        sampling = Sampling(temperature, top_p, max(top_k, 0))
-        seed = params.get("seed")
-        with_prompt = bool(body.get("prompt_logprobs"))
-        ids = [f"seq-{uuid.uuid4().hex[:12]}" for _ in range(count)]
-
-        def work() -> Answer:
-            sequences, prompt_logprobs = self.trainer.sample(
-                weights, prompt, count, min(max_tokens, room), sampling, seed, stop_ids, stop_texts, with_prompt
-            )
-            return lambda proto: sample_output(sequences, prompt_logprobs, proto)
-
-        answer = self.submit(route, work)
-        answer["sample_sequence_ids"] = ids
+        job = read_sample(route, body, weights, self.trainer.vocab, self.trainer.context_limit)
+        answer = self.submit(route, job)
+        answer["sample_sequence_ids"] = [f"seq-{uuid.uuid4().hex[:12]}" for _ in range(job.count)]
         return answer
 
 
-def _json(body: dict[str, Any]) -> Answer:
-    import json
-
-    data = json.dumps(body).encode()
-    return lambda proto: (data, "application/json")
+def _no_session(session: Any) -> str:
+    return (
+        f"no sampling session {session!r} (a save_weights_and_get_sampling_client snapshot is deleted once "
+        f"{SNAPSHOTS_KEPT} newer ones exist; save_weights_for_sampler(name) keeps one)."
+    )

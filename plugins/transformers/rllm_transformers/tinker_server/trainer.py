@@ -20,6 +20,7 @@ from rllm_transformers.checkpoint import MODEL_DIR, STATE_FILE, load_training_st
 from rllm_transformers.engine import SampleRequest, Sampling, TransformersEngine
 from rllm_transformers.model import Policy, set_training
 from rllm_transformers.tinker_server.losses import tinker_loss
+from rllm_transformers.tinker_server.sampling import SampleJob
 from rllm_transformers.tinker_server.wire import Batch, Sequence
 
 ADAM_DEFAULTS = {"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-12, "weight_decay": 0.0}
@@ -134,10 +135,16 @@ class TinkerTrainer:
             self.optimizer = self._new_optimizer()
 
     def save_sampler(self, directory: Path) -> None:
-        """The weights as ``save_pretrained`` writes them: a model directory ``rllm serve`` can serve too."""
+        """The weights as ``save_pretrained`` writes them: a model directory ``rllm serve`` can serve too.
+
+        The sampler takes them from memory at once, so the first sample from a fresh snapshot (the
+        next step's rollouts) does not read them back from disk.
+        """
         directory.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(directory, safe_serialization=True)
         self.policy.tokenizer.save_pretrained(directory)
+        self.sampler.load_state_dict(self.model.state_dict())
+        self.sampler_weights = str(directory)
 
     def _use_weights(self, directory: str | None) -> None:
         if directory == self.sampler_weights:
@@ -152,50 +159,47 @@ class TinkerTrainer:
             self.sampler.load_state_dict(AutoModelForCausalLM.from_pretrained(str(source)).state_dict())
         self.sampler_weights = directory
 
-    def sample(
-        self,
-        weights: str | None,
-        prompt: list[int],
-        count: int,
-        max_tokens: int,
-        sampling: Sampling,
-        seed: int | None,
-        stop_ids: set[int],
-        stop_texts: list[str],
-        with_prompt_logprobs: bool,
-    ) -> tuple[list[Sequence], list[float] | None]:
-        """``count`` continuations of ``prompt`` from the weights in ``weights`` and, if asked, the prompt's log-probs.
+    def sample(self, jobs: list[SampleJob]) -> list[tuple[list[Sequence], list[float] | None]]:
+        """Each job's continuations and, if asked, its prompt's log-probs, from one batched call of the engine.
 
-        The tokens and log-probs are the transformers engine's (those of the distribution drawn
-        from); a stop token ends a sequence after it, a stop string after the token completing it.
+        The jobs share their weights and sampling settings (:func:`~.sampling.batches`); each row
+        draws from its job's generator (the server's when the job has no seed). The tokens and
+        log-probs are the transformers engine's (those of the distribution drawn from); a stop
+        token ends a sequence after it, a stop string after the token completing it.
         """
-        from rllm_transformers.serve import apply_stop
-
-        self._use_weights(weights)
-        generator = self.generator if seed is None else torch.Generator().manual_seed(seed)
+        self._use_weights(jobs[0].weights)
+        sampling = jobs[0].sampling
         self.engine.sampling = sampling
         self.engine.is_validation = sampling.temperature == 0  # the engine's greedy path
-        requests = [SampleRequest(list(prompt), max_tokens, None, generator) for _ in range(count)]  # type: ignore[arg-type]
-        sequences = []
-        for generation in self.engine.sample(requests):
-            tokens, logprobs, reason = generation.response_ids, generation.logprobs, generation.finish_reason
-            cut = next((i for i, t in enumerate(tokens) if t in stop_ids), None)
-            if cut is not None:
-                tokens, logprobs, reason = tokens[: cut + 1], logprobs[: cut + 1], "stop"
-            if stop_texts:
-                stopped = apply_stop(
-                    Generation(tokens, logprobs, "", reason, prompt), stop_texts, self.policy.tokenizer
-                )
-                tokens, logprobs, reason = stopped.response_ids, stopped.logprobs, stopped.finish_reason
-            sequences.append(
-                Sequence(list(tokens), [float(v) for v in logprobs], "stop" if reason == "stop" else "length")
+        requests = []
+        for job in jobs:
+            generator = self.generator if job.seed is None else torch.Generator().manual_seed(job.seed)
+            requests += [SampleRequest(list(job.prompt), job.max_tokens, None, generator) for _ in range(job.count)]  # type: ignore[arg-type]
+        generations = iter(self.engine.sample(requests))
+        answers = []
+        for job in jobs:
+            sequences = [self._cut(job, next(generations)) for _ in range(job.count)]
+            answers.append((sequences, self._prompt_log_probs(job.prompt) if job.with_prompt_logprobs else None))
+        return answers
+
+    def _cut(self, job: SampleJob, generation: Generation) -> Sequence:
+        """The generation ended at the job's first stop token or stop string."""
+        from rllm_transformers.serve import apply_stop
+
+        tokens, logprobs, reason = generation.response_ids, generation.logprobs, generation.finish_reason
+        cut = next((i for i, t in enumerate(tokens) if t in job.stop_ids), None)
+        if cut is not None:
+            tokens, logprobs, reason = tokens[: cut + 1], logprobs[: cut + 1], "stop"
+        if job.stop_texts:
+            stopped = apply_stop(
+                Generation(tokens, logprobs, "", reason, job.prompt), list(job.stop_texts), self.policy.tokenizer
             )
-        prompt_logprobs = None
-        if with_prompt_logprobs:
-            set_training(self.sampler, False)
-            with torch.no_grad():
-                scored = (
-                    target_log_probs(self.sampler, [prompt[:-1]], [prompt[1:]], self.pad)[0] if len(prompt) > 1 else []
-                )
-            prompt_logprobs = [float("nan")] + [float(v) for v in scored]
-        return sequences, prompt_logprobs
+            tokens, logprobs, reason = stopped.response_ids, stopped.logprobs, stopped.finish_reason
+        return Sequence(list(tokens), [float(v) for v in logprobs], "stop" if reason == "stop" else "length")
+
+    def _prompt_log_probs(self, prompt: list[int]) -> list[float]:
+        """The prompt's log-probs under the sampler's weights; its first token has none (NaN)."""
+        set_training(self.sampler, False)
+        with torch.no_grad():
+            scored = target_log_probs(self.sampler, [prompt[:-1]], [prompt[1:]], self.pad)[0] if len(prompt) > 1 else []
+        return [float("nan")] + [float(v) for v in scored]
