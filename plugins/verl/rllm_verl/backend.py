@@ -6,7 +6,9 @@ imported (a run selecting ``verl`` imports it) and builds on it. The parent's pa
 are: in-process rollouts (its engine), stage 4's packed rows, checkpoints. Stage 5's old
 log-probs and stage 7's update run on :class:`rllm_verl.worker.VerlWorker` (verl's
 ``TrainingWorker``, FSDP2, the CPU platform and gloo), and after each update the worker's weights
-are loaded into the model the rollouts sample from. The ``rllm.verl`` keys are turned into the
+are loaded into the model the rollouts sample from. With a KL term (in the loss or the reward) a
+second, forward-only worker holds the frozen reference policy (verl's ``ref`` role) and stage 5
+scores the batch on it too. The ``rllm.verl`` keys are turned into the
 ``rllm.transformers`` settings those parts read (:func:`rllm_verl.backend_keys.transformers_settings`).
 """
 
@@ -37,9 +39,6 @@ _Parent: Any = resolve_backend("transformers", OmegaConf.create())
 """The transformers backend, as core's registry gives it (a plugin uses another's parts through core only)."""
 
 _REFUSED = {
-    "rllm.algorithm.use_kl_loss": "the harness builds no reference worker; leave it false",
-    "rllm.algorithm.use_kl_in_reward": "the harness builds no reference worker; leave it false",
-    "rllm.algorithm.entropy_coeff": "verl's entropy bonus is not wired to rllm's losses here; set it to 0",
     "rllm.algorithm.rollout_correction": "verl's rollout correction is not wired here; leave the section unset",
     "rllm.async_training.enable": "the rollouts sample the model the update writes; leave it false",
     "rllm.rollout.openai.base_url": "rollouts run in process on the CPU; leave it empty",
@@ -93,11 +92,18 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
             loss=settings.name,
             loss_agg_mode=settings.agg_mode,
             loss_options=dict(settings.options or {}),
+            kl_coef=float(settings.kl_coef),
+            kl_kind=str(settings.kl_kind),
+            entropy_coeff=float(settings.entropy_coeff),
         )
         self.model_dir = Path(tempfile.mkdtemp(prefix="rllm-verl-model-"))
         """The initial weights the worker loads (the parent's model as built: the tiny model's seed, fp32)."""
         self.model.save_pretrained(self.model_dir)
-        self.worker = VerlWorker(self.model_dir, options, pad_id=int(self.tokenizer.pad_token_id))
+        pad_id = int(self.tokenizer.pad_token_id)
+        self.worker = VerlWorker(self.model_dir, options, pad_id=pad_id)
+        if self.reference is not None:  # the KL loss or KL in the reward: verl's ref role holds the frozen policy
+            self.reference = VerlWorker(self.model_dir, WorkerOptions(reference=True), pad_id=pad_id)
+            """The parent's frozen copy, replaced by a forward-only verl worker on the same initial weights."""
 
     def _refuse_roles(self) -> None:
         """Roles routed to another loss than the default's: the worker holds one loss."""
@@ -127,13 +133,17 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
                 dist.destroy_process_group()
         shutil.rmtree(self.model_dir, ignore_errors=True)
 
-    async def process_backend_batch(self, trainer_state: TrainerState) -> None:
-        """Stage 5: the old policy's log-probs from the worker (verl's ``infer_batch``)."""
-        batch = trainer_state.backend_batch
-        batch.old_logps = self.worker.log_probs(batch.ids, batch.attention, batch.mask)
-        if "old_log_probs" in self.token_fields:
-            batch.put_on_steps({"old_log_probs": batch.old_logps})
-        trainer_state.metrics.update(self._rollout_gap(batch))
+    def _statistics(self, model: Any, batch: Any, wanted: Any = ()) -> tuple[Any, None, None]:
+        """Stage 5's scoring (the parent's ``process_backend_batch`` calls it) on verl's workers: the policy's on the
+        actor worker, the reference's on the ref worker; each shards the rows over the ranks itself."""
+        if wanted:
+            raise TrainerError(f"The verl backend's workers give log-probs only, not {', '.join(sorted(wanted))}.")
+        worker = self.worker if model is self.model else model
+        return worker.log_probs(batch.ids, batch.attention, batch.mask), None, None
+
+    def _old_policy_is_the_updates(self) -> bool:
+        """Never: the update on verl's worker takes the old log-probs stage 5 computed."""
+        return False
 
     async def update_policy(self, trainer_state: TrainerState) -> None:
         """Stage 7: one ``train_batch`` on the worker, then its weights into the model the rollouts sample."""
@@ -143,7 +153,8 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
         started = time.perf_counter()
         lr = scheduled_lr(float(self.options.lr), self.algorithm, trainer_state.global_step, trainer_state.total_steps)
         old = batch.old_logps * batch.mask
-        verl_metrics = self.worker.update(batch.ids, batch.attention, batch.mask, old, batch.advantages(), lr)
+        ref = None if batch.ref_logps is None else batch.ref_logps * batch.mask
+        verl_metrics = self.worker.update(batch.ids, batch.attention, batch.mask, old, batch.advantages(), lr, ref)
         loss = verl_metrics.get("loss", math.nan)
         if not math.isfinite(loss):
             raise TrainerError(

@@ -5,7 +5,8 @@ verl 0.9.1 ships CUDA, NPU and ROCm platforms only. Registered through verl's pl
 device "cpu", communication backend "gloo", device 0, and a device module whose memory
 statistics are 0. Two more things verl needs on a CPU are in :func:`prepare_cpu_process`:
 ``VERL_ENGINE_DEVICE=cuda`` (verl registers its FSDP engine for cuda and npu only) and the
-process group started with gloo before the worker (verl would ask for ``cpu:gloo,cpu:gloo``).
+process group started with gloo before the worker (verl would ask for ``cpu:gloo,cpu:gloo``), and
+the reference worker's CPU offload without pinned memory (torch pins only for an accelerator).
 
 The shims lean on verl internals, so verl versions other than :data:`TESTED_VERL` are refused by name.
 """
@@ -170,6 +171,18 @@ def register_cpu_platform() -> bool:
     return True
 
 
+def _unpinned_offload() -> None:
+    """verl's forward-only (reference) FSDP2 engine offloads to pinned CPU memory; with no accelerator torch cannot
+    pin, and the parameters are on the CPU already, so the CPU platform's offload policy pins nothing."""
+    import verl.workers.engine.fsdp.transformer_impl as engine
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    def unpinned(pin_memory: bool = True) -> CPUOffloadPolicy:
+        return CPUOffloadPolicy(pin_memory=False)
+
+    engine.CPUOffloadPolicy = unpinned  # type: ignore[attr-defined, assignment]
+
+
 def prepare_cpu_process(rank: int = 0, world_size: int = 1) -> None:
     """What a process needs before it builds verl's worker on the CPU: the platform, the engine, the process group.
 
@@ -188,6 +201,7 @@ def prepare_cpu_process(rank: int = 0, world_size: int = 1) -> None:
             "verl chose its platform before VERL_PLATFORM=cpu was set; set it in the environment before verl is "
             "imported (or call rllm_verl.cpu_platform.prepare_cpu_process first)."
         )
+    _unpinned_offload()
     if dist.is_initialized():
         return
     for key, value in (
