@@ -39,11 +39,12 @@ _Parent: Any = resolve_backend("transformers", OmegaConf.create())
 """The transformers backend, as core's registry gives it (a plugin uses another's parts through core only)."""
 
 _REFUSED = {
-    "rllm.algorithm.rollout_correction": "verl's rollout correction is not wired here; leave the section unset",
+    "rllm.algorithm.rollout_correction": (
+        "the sampler's log-probs and verl's rollout_is_weights are not passed to verl's worker; leave the section "
+        "unset, or train with rllm.backend=transformers"
+    ),
     "rllm.async_training.enable": "the rollouts sample the model the update writes; leave it false",
     "rllm.rollout.openai.base_url": "rollouts run in process on the CPU; leave it empty",
-    f"{SECTION}.actor.ppo_epochs": "the harness runs one pass per batch; set it to 1",
-    f"{SECTION}.actor.ppo_mini_batch_size": "the harness runs one optimizer step per batch; leave it null",
 }
 """Keys this backend refuses when set away from their defaults (key: what to do)."""
 
@@ -146,22 +147,38 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
         return False
 
     async def update_policy(self, trainer_state: TrainerState) -> None:
-        """Stage 7: one ``train_batch`` on the worker, then its weights into the model the rollouts sample."""
+        """Stage 7: ``ppo_epochs`` passes over the batch shuffled (the transformers backend's order, from its update
+        generator) and cut into mini-batches of at most ``ppo_mini_batch_size`` rows, one ``train_batch`` (one
+        optimizer step) on the worker each; then the worker's weights into the model the rollouts sample."""
         batch = trainer_state.backend_batch
         if batch.old_logps is None:
             raise TrainerError("The policy update ran before stage 5 computed the old log-probs.")
+        import torch
+
         started = time.perf_counter()
         lr = scheduled_lr(float(self.options.lr), self.algorithm, trainer_state.global_step, trainer_state.total_steps)
         old = batch.old_logps * batch.mask
         ref = None if batch.ref_logps is None else batch.ref_logps * batch.mask
-        verl_metrics = self.worker.update(batch.ids, batch.attention, batch.mask, old, batch.advantages(), lr, ref)
-        loss = verl_metrics.get("loss", math.nan)
-        if not math.isfinite(loss):
-            raise TrainerError(
-                f"Step {trainer_state.global_step}: the policy loss {self.default_settings.name} is {loss} (not "
-                "finite) on verl's worker; no checkpoint of this step is written. Lower rllm.verl.actor.optim.lr or "
-                "check the advantages and rewards."
-            )
+        advantages = batch.advantages()
+        size = self.verl.actor.ppo_mini_batch_size
+        pieces = 1 if size is None else math.ceil(batch.rows / int(size))
+        runs: list[dict[str, float]] = []
+        for _epoch in range(int(self.verl.actor.ppo_epochs)):  # the transformers backend's passes and mini-batches
+            order = torch.randperm(batch.rows, generator=self.update_rng)
+            for mini in torch.tensor_split(order, min(pieces, batch.rows)):
+                part = None if ref is None else ref[mini]
+                run = self.worker.update(
+                    batch.ids[mini], batch.attention[mini], batch.mask[mini], old[mini], advantages[mini], lr, part
+                )
+                loss = run.get("loss", math.nan)
+                if not math.isfinite(loss):
+                    raise TrainerError(
+                        f"Step {trainer_state.global_step}: the policy loss {self.default_settings.name} is {loss} "
+                        "(not finite) on verl's worker; no checkpoint of this step is written. Lower "
+                        "rllm.verl.actor.optim.lr or check the advantages and rewards."
+                    )
+                runs.append(run)
+        verl_metrics = {key: sum(r[key] for r in runs if key in r) / sum(key in r for r in runs) for key in runs[0]}
         self.model.load_state_dict(self.worker.full_weights())
         if self.engine is not None:  # what is sampled from now on has the new version
             self.engine.weight_version += 1

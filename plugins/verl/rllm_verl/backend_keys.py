@@ -69,8 +69,9 @@ VERL_KEYS = (
         "actor.ppo_mini_batch_size",
         "int",
         None,
-        "verl's actor.ppo_mini_batch_size; null: the whole batch, one optimizer step per batch (the only setting "
-        "the harness runs: a value is refused).",
+        "verl's actor.ppo_mini_batch_size, counted in rows of the batch (verl counts prompts and multiplies by "
+        "rollout.n): each pass cuts the shuffled rows into ceil(rows / size) near-equal mini-batches, one optimizer "
+        "step each; null: the whole batch, one step.",
         minimum=1,
         nullable=True,
     ),
@@ -78,7 +79,7 @@ VERL_KEYS = (
         "actor.ppo_epochs",
         "int",
         1,
-        "verl's actor.ppo_epochs: passes over each batch (only 1 runs: a larger value is refused).",
+        "verl's actor.ppo_epochs: passes over each batch, each with the batch shuffled again.",
         minimum=1,
     ),
     ConfigKey("rollout.temperature", "float", 1.0, "verl's rollout.temperature.", minimum=0, above=True),
