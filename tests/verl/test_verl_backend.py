@@ -55,6 +55,24 @@ def test_what_the_harness_does_not_cover_is_refused_by_name(tmp_path: Path, over
     assert named in message and "verl backend" in message and "\n" not in message, message
 
 
+def test_cuda_without_a_gpu_is_refused_by_its_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    overrides = ["rllm.backend=verl", "rllm.verl.device=cuda", f"rllm.trainer.output_dir={tmp_path}"]
+    config = load_config(overrides=overrides)
+    with pytest.raises(ConfigError, match=r"^rllm\.verl\.device=cuda, but torch sees no CUDA device.*device=cpu\.$"):
+        UnifiedTrainer(None, config, progress=False)
+
+
+def test_rllm_train_refuses_cuda_without_a_gpu_in_one_line(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "rllm.cli.main", "train", "--no-progress", "rllm.backend=verl"]
+    command += ["rllm.verl.device=cuda", f"rllm.trainer.output_dir={tmp_path}"]
+    env = {**ENV, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert "rllm.verl.device=cuda, but torch sees no CUDA device" in _error_line(done)
+
+
 @pytest.mark.parametrize(
     ("override", "named"),
     [

@@ -65,21 +65,27 @@ def _refuse_keys(config: DictConfig) -> None:
 
 
 class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
-    """``rllm.backend=verl`` (CPU: verl's worker on gloo, rollouts in process)."""
+    """``rllm.backend=verl``: verl's worker on gloo (CPU) or its CUDA platform (one GPU), rollouts in process."""
 
     batch_fields = frozenset({"old_log_probs"})
     """Stage 5 writes the worker's old log-probs on the steps when an estimator reads them; nothing else."""
 
     def __init__(self, config: DictConfig, **kwargs: Any) -> None:
         _refuse_keys(config)  # before the model is built
+        on_gpu = OmegaConf.select(config, f"{SECTION}.device") == "cuda"
+        if on_gpu:  # named for this backend's key before the parent reads its own device
+            from rllm_verl.process_group import require_cuda
+
+            require_cuda()
         super().__init__(_inner_config(config), **kwargs)
         self.verl = OmegaConf.select(config, SECTION)
         self._refuse_roles()  # before the worker is built
         from rllm_verl.cpu_platform import prepare_cpu_process
+        from rllm_verl.process_group import prepare_cuda_process
 
         self.owns_group = self.distributed is None
-        """One process: the worker's gloo group is this backend's to close (under torchrun the parent's is used)."""
-        prepare_cpu_process()
+        """One process: the worker's group is this backend's to close (under torchrun the parent's is used)."""
+        prepare_cuda_process() if on_gpu else prepare_cpu_process()
         from rllm_verl.worker import VerlWorker, WorkerOptions
 
         settings = self.default_settings

@@ -110,6 +110,14 @@ VERL_KEYS = (
     ConfigKey(
         "tasks", "list[str]", ["digit_max"], "Built-in task families (as rllm.embedded.tasks).", names=_task_names
     ),
+    ConfigKey(
+        "device",
+        "str",
+        "cpu",
+        "Where verl's worker and the in-process rollouts run: cpu (verl's worker on gloo through rllm_verl's CPU "
+        "platform) or cuda (verl's own CUDA platform, one GPU).",
+        choices=("cpu", "cuda"),
+    ),
     ConfigKey("seed", "int", 0, "Seed of the initialisation, sampling and batch order.", minimum=0),
     ConfigKey("num_threads", "int", 0, "torch CPU threads; 0: one for a model under 1M parameters.", minimum=0),
 )
@@ -124,7 +132,7 @@ def transformers_settings(section: DictConfig) -> dict[str, Any]:
         "tokenizer": str(section.model.tokenizer),
         "hidden_size": int(section.model.hidden_size),
         "num_layers": int(section.model.num_layers),
-        "device": "cpu",
+        "device": str(section.device),
         "lr": float(section.actor.optim.lr),
         "weight_decay": float(section.actor.optim.weight_decay),
         "max_grad_norm": float(section.actor.grad_clip),

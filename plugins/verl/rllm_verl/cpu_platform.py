@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from rllm.errors import PluginError
+from rllm_verl.process_group import start_process_group
 
 PLATFORM = "cpu"
 TESTED_VERL = ("0.9.1",)
@@ -190,7 +191,6 @@ def prepare_cpu_process(rank: int = 0, world_size: int = 1) -> None:
     """
     os.environ["VERL_PLATFORM"] = PLATFORM
     os.environ["VERL_ENGINE_DEVICE"] = "cuda"  # verl registers its FSDP engine for cuda and npu only
-    import torch.distributed as dist
     import verl  # noqa: F401  (its plugin hook registers the platform, imported or not before)
 
     register_cpu_platform()
@@ -202,19 +202,4 @@ def prepare_cpu_process(rank: int = 0, world_size: int = 1) -> None:
             "imported (or call rllm_verl.cpu_platform.prepare_cpu_process first)."
         )
     _unpinned_offload()
-    if dist.is_initialized():
-        return
-    for key, value in (
-        ("RANK", str(rank)),
-        ("WORLD_SIZE", str(world_size)),
-        ("LOCAL_RANK", str(rank)),
-        ("MASTER_ADDR", "127.0.0.1"),
-    ):
-        os.environ.setdefault(key, value)
-    if "MASTER_PORT" not in os.environ:
-        import socket
-
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            os.environ["MASTER_PORT"] = str(probe.getsockname()[1])
-    dist.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    start_process_group("gloo", rank, world_size)

@@ -214,6 +214,8 @@ class VerlWorker:
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import no_padding_2_padding
 
+        device = ids.device  # verl takes the batch on the CPU (its engine moves each micro-batch) and returns it there
+        ids, attention, mask = ids.cpu(), attention.cpu(), mask.cpu()
         micro_rows = self._micro_rows(ids.shape[0])
         batch, layout = to_verl_batch(ids, attention, mask, {}, self.pad_id, self.world_size * micro_rows)
         data = self._shard(batch, micro_rows)
@@ -221,7 +223,7 @@ class VerlWorker:
         output = self.worker.infer_batch(data)
         values = no_padding_2_padding(tu.get(output, "log_probs"), data).float()
         whole = self._gather(values, layout.rows)
-        return from_responses(whole, layout)[: ids.shape[0]]
+        return from_responses(whole, layout)[: ids.shape[0]].to(device)
 
     def update(
         self,
@@ -244,9 +246,10 @@ class VerlWorker:
         if lr is not None:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-        fields = {"old_log_probs": old_log_probs, "advantages": advantages}
+        fields = {"old_log_probs": old_log_probs.cpu(), "advantages": advantages.cpu()}
         if self.options.kl_coef > 0 and ref_log_probs is not None:
-            fields["ref_log_prob"] = ref_log_probs  # verl's name in the actor's batch
+            fields["ref_log_prob"] = ref_log_probs.cpu()  # verl's name in the actor's batch
+        ids, attention, mask = ids.cpu(), attention.cpu(), mask.cpu()
         micro_rows = self._micro_rows(ids.shape[0])
         batch, _ = to_verl_batch(ids, attention, mask, fields, self.pad_id, self.world_size * micro_rows)
         data = self._shard(batch, micro_rows)
