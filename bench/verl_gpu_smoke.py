@@ -57,10 +57,10 @@ def save_model(directory: Path, vocab: int, seed: int = 0) -> None:
     same for every tokenizer row, so it changes no probability among them.
     """
     import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
+    from omegaconf import OmegaConf
     from transformers.utils import logging as transformers_logging
 
-    from rllm_transformers.model import text_tokenizer
+    from rllm_transformers.model import text_tokenizer, tiny_model
 
     transformers_logging.disable_progress_bar()
     tokenizer = text_tokenizer()
@@ -68,20 +68,8 @@ def save_model(directory: Path, vocab: int, seed: int = 0) -> None:
     if vocab < known:
         raise SystemExit(f"verl GPU smoke: --vocab {vocab} is below the tokenizer's {known} tokens; give more.")
     torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=vocab,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-    )
-    model = AutoModelForCausalLM.from_config(config)
+    shape = OmegaConf.create({"hidden_size": 64, "num_layers": 2})  # rllm's tiny model at its default shape
+    model = tiny_model(shape, vocab, tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id)
     with torch.no_grad():
         rows = model.get_input_embeddings().weight
         rows[:known, 0] = SHIFT
