@@ -153,9 +153,10 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
         return False
 
     async def update_policy(self, trainer_state: TrainerState) -> None:
-        """Stage 7: ``ppo_epochs`` passes over the batch shuffled (the transformers backend's order, from its update
-        generator) and cut into mini-batches of at most ``ppo_mini_batch_size`` rows, one ``train_batch`` (one
-        optimizer step) on the worker each; then the worker's weights into the model the rollouts sample."""
+        """Stage 7: ``ppo_epochs`` passes over the batch, shuffled when there is more than one step (the transformers
+        backend's order, from its update generator), and cut into mini-batches of at most ``ppo_mini_batch_size``
+        rows, one ``train_batch`` (one optimizer step) on the worker each; then the worker's weights into the model
+        the rollouts sample."""
         batch = trainer_state.backend_batch
         if batch.old_logps is None:
             raise TrainerError("The policy update ran before stage 5 computed the old log-probs.")
@@ -168,9 +169,12 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
         advantages = batch.advantages()
         size = self.verl.actor.ppo_mini_batch_size
         pieces = 1 if size is None else math.ceil(batch.rows / int(size))
+        epochs = int(self.verl.actor.ppo_epochs)
         runs: list[dict[str, float]] = []
-        for _epoch in range(int(self.verl.actor.ppo_epochs)):  # the transformers backend's passes and mini-batches
-            order = torch.randperm(batch.rows, generator=self.update_rng)
+        for _epoch in range(epochs):  # the transformers backend's passes and mini-batches
+            # one pass in one mini-batch: the rows in their order (a shuffle would only change float32's rounding)
+            one = epochs == 1 and pieces == 1
+            order = torch.arange(batch.rows) if one else torch.randperm(batch.rows, generator=self.update_rng)
             for mini in torch.tensor_split(order, min(pieces, batch.rows)):
                 part = None if ref is None else ref[mini]
                 run = self.worker.update(
