@@ -1,10 +1,12 @@
 """One update through the trainer's stages 4, 5 and 7 with ``rllm.backend=<name>``: ``python backend_run.py SPEC``.
 
-SPEC is a JSON file: ``backend`` (transformers or verl), ``out`` (a directory) and ``losses``
-(``[name, agg_mode]`` pairs). For each loss a fresh trainer (the tiny model, seed 0, 1 thread)
-takes the batch of :func:`verl_batches.two_groups` through its backend, and the process writes
-``<loss>.json`` (the step's metrics) and ``<loss>.safetensors`` (the updated weights and the
-old log-probs stage 5 left on the batch). A process of its own: the verl backend starts a
+SPEC is a JSON file: ``backend`` (transformers or verl), ``out`` (a directory), ``losses``
+(``[name, agg_mode]`` pairs), and optionally ``overrides`` (more config overrides, e.g. the KL's) and
+``steps`` (default 1). For each loss a fresh trainer (the tiny model, seed 0, 1 thread) takes the
+batch of :func:`verl_batches.two_groups` through its backend ``steps`` times, and the process
+writes ``<loss>.json`` (step 1's metrics), ``<loss>-<n>.json`` (step ``n``'s) and
+``<loss>.safetensors`` (the weights after the last update and the old log-probs stage 5 left on
+the first step's batch). A process of its own: the verl backend starts a
 process group and chooses verl's CPU platform before verl is imported.
 """
 
@@ -34,20 +36,27 @@ def main(spec_path: str) -> None:
     for loss, mode in spec["losses"]:
         overrides = [f"rllm.backend={name}", *section, f"rllm.algorithm.loss_fn={loss}"]
         overrides += [f"rllm.algorithm.loss_agg_mode={mode}", f"rllm.trainer.output_dir={out / 'run'}"]
+        overrides += spec.get("overrides", [])
         trainer = UnifiedTrainer(None, load_config(overrides=overrides), progress=False)
         try:
             backend = trainer.backend
             vocab = int(backend.model.get_input_embeddings().num_embeddings)
-            state = TrainerState(global_step=1, total_steps=1, trajectory_groups=two_groups(vocab))
-            state.backend_batch = backend.transform_to_backend_batch(state)
-            asyncio.run(backend.process_backend_batch(state))
-            old = state.backend_batch.old_logps  # the transformers backend fills them in the update's forward
-            asyncio.run(backend.update_policy(state))
-            old = state.backend_batch.old_logps if old is None else old
+            steps = int(spec.get("steps", 1))
+            for step in range(1, steps + 1):  # fresh groups each step: KL in the reward lowers their rewards
+                state = TrainerState(global_step=step, total_steps=steps, trajectory_groups=two_groups(vocab))
+                state.backend_batch = backend.transform_to_backend_batch(state)
+                asyncio.run(backend.process_backend_batch(state))
+                old = state.backend_batch.old_logps  # the transformers backend fills them in the update's forward
+                asyncio.run(backend.update_policy(state))
+                old = state.backend_batch.old_logps if old is None else old
+                if step == 1:
+                    old_log_probs = (old * state.backend_batch.mask).contiguous()
+                    (out / f"{loss}.json").write_text(json.dumps(state.metrics))
+                else:
+                    (out / f"{loss}-{step}.json").write_text(json.dumps(state.metrics))
             tensors = {key: value.detach().clone().contiguous() for key, value in backend.model.state_dict().items()}
-            tensors["old_log_probs"] = (old * state.backend_batch.mask).contiguous()
+            tensors["old_log_probs"] = old_log_probs
             save_file(tensors, str(out / f"{loss}.safetensors"))
-            (out / f"{loss}.json").write_text(json.dumps(state.metrics))
         finally:
             trainer.shutdown()
 

@@ -6,7 +6,9 @@ imported (a run selecting ``verl`` imports it) and builds on it. The parent's pa
 are: in-process rollouts (its engine), stage 4's packed rows, checkpoints. Stage 5's old
 log-probs and stage 7's update run on :class:`rllm_verl.worker.VerlWorker` (verl's
 ``TrainingWorker``, FSDP2, the CPU platform and gloo), and after each update the worker's weights
-are loaded into the model the rollouts sample from. The ``rllm.verl`` keys are turned into the
+are loaded into the model the rollouts sample from. With a KL term (in the loss or the reward) a
+second, forward-only worker holds the frozen reference policy (verl's ``ref`` role) and stage 5
+scores the batch on it too. The ``rllm.verl`` keys are turned into the
 ``rllm.transformers`` settings those parts read (:func:`rllm_verl.backend_keys.transformers_settings`).
 """
 
@@ -37,14 +39,12 @@ _Parent: Any = resolve_backend("transformers", OmegaConf.create())
 """The transformers backend, as core's registry gives it (a plugin uses another's parts through core only)."""
 
 _REFUSED = {
-    "rllm.algorithm.use_kl_loss": "the harness builds no reference worker; leave it false",
-    "rllm.algorithm.use_kl_in_reward": "the harness builds no reference worker; leave it false",
-    "rllm.algorithm.entropy_coeff": "verl's entropy bonus is not wired to rllm's losses here; set it to 0",
-    "rllm.algorithm.rollout_correction": "verl's rollout correction is not wired here; leave the section unset",
+    "rllm.algorithm.rollout_correction": (
+        "the sampler's log-probs and verl's rollout_is_weights are not passed to verl's worker; leave the section "
+        "unset, or train with rllm.backend=transformers"
+    ),
     "rllm.async_training.enable": "the rollouts sample the model the update writes; leave it false",
     "rllm.rollout.openai.base_url": "rollouts run in process on the CPU; leave it empty",
-    f"{SECTION}.actor.ppo_epochs": "the harness runs one pass per batch; set it to 1",
-    f"{SECTION}.actor.ppo_mini_batch_size": "the harness runs one optimizer step per batch; leave it null",
 }
 """Keys this backend refuses when set away from their defaults (key: what to do)."""
 
@@ -65,21 +65,27 @@ def _refuse_keys(config: DictConfig) -> None:
 
 
 class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
-    """``rllm.backend=verl`` (CPU: verl's worker on gloo, rollouts in process)."""
+    """``rllm.backend=verl``: verl's worker on gloo (CPU) or its CUDA platform (one GPU), rollouts in process."""
 
     batch_fields = frozenset({"old_log_probs"})
     """Stage 5 writes the worker's old log-probs on the steps when an estimator reads them; nothing else."""
 
     def __init__(self, config: DictConfig, **kwargs: Any) -> None:
         _refuse_keys(config)  # before the model is built
+        on_gpu = OmegaConf.select(config, f"{SECTION}.device") == "cuda"
+        if on_gpu:  # named for this backend's key before the parent reads its own device
+            from rllm_verl.process_group import require_cuda
+
+            require_cuda()
         super().__init__(_inner_config(config), **kwargs)
         self.verl = OmegaConf.select(config, SECTION)
         self._refuse_roles()  # before the worker is built
         from rllm_verl.cpu_platform import prepare_cpu_process
+        from rllm_verl.process_group import prepare_cuda_process
 
         self.owns_group = self.distributed is None
-        """One process: the worker's gloo group is this backend's to close (under torchrun the parent's is used)."""
-        prepare_cpu_process()
+        """One process: the worker's group is this backend's to close (under torchrun the parent's is used)."""
+        prepare_cuda_process() if on_gpu else prepare_cpu_process()
         from rllm_verl.worker import VerlWorker, WorkerOptions
 
         settings = self.default_settings
@@ -93,11 +99,18 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
             loss=settings.name,
             loss_agg_mode=settings.agg_mode,
             loss_options=dict(settings.options or {}),
+            kl_coef=float(settings.kl_coef),
+            kl_kind=str(settings.kl_kind),
+            entropy_coeff=float(settings.entropy_coeff),
         )
         self.model_dir = Path(tempfile.mkdtemp(prefix="rllm-verl-model-"))
         """The initial weights the worker loads (the parent's model as built: the tiny model's seed, fp32)."""
         self.model.save_pretrained(self.model_dir)
-        self.worker = VerlWorker(self.model_dir, options, pad_id=int(self.tokenizer.pad_token_id))
+        pad_id = int(self.tokenizer.pad_token_id)
+        self.worker = VerlWorker(self.model_dir, options, pad_id=pad_id)
+        if self.reference is not None:  # the KL loss or KL in the reward: verl's ref role holds the frozen policy
+            self.reference = VerlWorker(self.model_dir, WorkerOptions(reference=True), pad_id=pad_id)
+            """The parent's frozen copy, replaced by a forward-only verl worker on the same initial weights."""
 
     def _refuse_roles(self) -> None:
         """Roles routed to another loss than the default's: the worker holds one loss."""
@@ -127,30 +140,55 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
                 dist.destroy_process_group()
         shutil.rmtree(self.model_dir, ignore_errors=True)
 
-    async def process_backend_batch(self, trainer_state: TrainerState) -> None:
-        """Stage 5: the old policy's log-probs from the worker (verl's ``infer_batch``)."""
-        batch = trainer_state.backend_batch
-        batch.old_logps = self.worker.log_probs(batch.ids, batch.attention, batch.mask)
-        if "old_log_probs" in self.token_fields:
-            batch.put_on_steps({"old_log_probs": batch.old_logps})
-        trainer_state.metrics.update(self._rollout_gap(batch))
+    def _statistics(self, model: Any, batch: Any, wanted: Any = ()) -> tuple[Any, None, None]:
+        """Stage 5's scoring (the parent's ``process_backend_batch`` calls it) on verl's workers: the policy's on the
+        actor worker, the reference's on the ref worker; each shards the rows over the ranks itself."""
+        if wanted:
+            raise TrainerError(f"The verl backend's workers give log-probs only, not {', '.join(sorted(wanted))}.")
+        worker = self.worker if model is self.model else model
+        return worker.log_probs(batch.ids, batch.attention, batch.mask), None, None
+
+    def _old_policy_is_the_updates(self) -> bool:
+        """Never: the update on verl's worker takes the old log-probs stage 5 computed."""
+        return False
 
     async def update_policy(self, trainer_state: TrainerState) -> None:
-        """Stage 7: one ``train_batch`` on the worker, then its weights into the model the rollouts sample."""
+        """Stage 7: ``ppo_epochs`` passes over the batch, shuffled when there is more than one step (the transformers
+        backend's order, from its update generator), and cut into mini-batches of at most ``ppo_mini_batch_size``
+        rows, one ``train_batch`` (one optimizer step) on the worker each; then the worker's weights into the model
+        the rollouts sample."""
         batch = trainer_state.backend_batch
         if batch.old_logps is None:
             raise TrainerError("The policy update ran before stage 5 computed the old log-probs.")
+        import torch
+
         started = time.perf_counter()
         lr = scheduled_lr(float(self.options.lr), self.algorithm, trainer_state.global_step, trainer_state.total_steps)
         old = batch.old_logps * batch.mask
-        verl_metrics = self.worker.update(batch.ids, batch.attention, batch.mask, old, batch.advantages(), lr)
-        loss = verl_metrics.get("loss", math.nan)
-        if not math.isfinite(loss):
-            raise TrainerError(
-                f"Step {trainer_state.global_step}: the policy loss {self.default_settings.name} is {loss} (not "
-                "finite) on verl's worker; no checkpoint of this step is written. Lower rllm.verl.actor.optim.lr or "
-                "check the advantages and rewards."
-            )
+        ref = None if batch.ref_logps is None else batch.ref_logps * batch.mask
+        advantages = batch.advantages()
+        size = self.verl.actor.ppo_mini_batch_size
+        pieces = 1 if size is None else math.ceil(batch.rows / int(size))
+        epochs = int(self.verl.actor.ppo_epochs)
+        runs: list[dict[str, float]] = []
+        for _epoch in range(epochs):  # the transformers backend's passes and mini-batches
+            # one pass in one mini-batch: the rows in their order (a shuffle would only change float32's rounding)
+            one = epochs == 1 and pieces == 1
+            order = torch.arange(batch.rows) if one else torch.randperm(batch.rows, generator=self.update_rng)
+            for mini in torch.tensor_split(order, min(pieces, batch.rows)):
+                part = None if ref is None else ref[mini]
+                run = self.worker.update(
+                    batch.ids[mini], batch.attention[mini], batch.mask[mini], old[mini], advantages[mini], lr, part
+                )
+                loss = run.get("loss", math.nan)
+                if not math.isfinite(loss):
+                    raise TrainerError(
+                        f"Step {trainer_state.global_step}: the policy loss {self.default_settings.name} is {loss} "
+                        "(not finite) on verl's worker; no checkpoint of this step is written. Lower "
+                        "rllm.verl.actor.optim.lr or check the advantages and rewards."
+                    )
+                runs.append(run)
+        verl_metrics = {key: sum(r[key] for r in runs if key in r) / sum(key in r for r in runs) for key in runs[0]}
         self.model.load_state_dict(self.worker.full_weights())  # the weights the policy channel takes to rollouts
         tokens = float(batch.mask.sum())
         metrics = {f"actor/{key}": value for key, value in verl_metrics.items() if not key.startswith("perf/")}

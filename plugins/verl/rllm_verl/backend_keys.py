@@ -69,8 +69,9 @@ VERL_KEYS = (
         "actor.ppo_mini_batch_size",
         "int",
         None,
-        "verl's actor.ppo_mini_batch_size; null: the whole batch, one optimizer step per batch (the only setting "
-        "the harness runs: a value is refused).",
+        "verl's actor.ppo_mini_batch_size, counted in rows of the batch (verl counts prompts and multiplies by "
+        "rollout.n): each pass cuts the shuffled rows into ceil(rows / size) near-equal mini-batches, one optimizer "
+        "step each; null: the whole batch, one step.",
         minimum=1,
         nullable=True,
     ),
@@ -78,7 +79,7 @@ VERL_KEYS = (
         "actor.ppo_epochs",
         "int",
         1,
-        "verl's actor.ppo_epochs: passes over each batch (only 1 runs: a larger value is refused).",
+        "verl's actor.ppo_epochs: passes over each batch, each with the batch shuffled again.",
         minimum=1,
     ),
     ConfigKey("rollout.temperature", "float", 1.0, "verl's rollout.temperature.", minimum=0, above=True),
@@ -109,6 +110,14 @@ VERL_KEYS = (
     ConfigKey(
         "tasks", "list[str]", ["digit_max"], "Built-in task families (as rllm.embedded.tasks).", names=_task_names
     ),
+    ConfigKey(
+        "device",
+        "str",
+        "cpu",
+        "Where verl's worker and the in-process rollouts run: cpu (verl's worker on gloo through rllm_verl's CPU "
+        "platform) or cuda (verl's own CUDA platform, one GPU).",
+        choices=("cpu", "cuda"),
+    ),
     ConfigKey("seed", "int", 0, "Seed of the initialisation, sampling and batch order.", minimum=0),
     ConfigKey("num_threads", "int", 0, "torch CPU threads; 0: one for a model under 1M parameters.", minimum=0),
 )
@@ -123,7 +132,7 @@ def transformers_settings(section: DictConfig) -> dict[str, Any]:
         "tokenizer": str(section.model.tokenizer),
         "hidden_size": int(section.model.hidden_size),
         "num_layers": int(section.model.num_layers),
-        "device": "cpu",
+        "device": str(section.device),
         "lr": float(section.actor.optim.lr),
         "weight_decay": float(section.actor.optim.weight_decay),
         "max_grad_norm": float(section.actor.grad_clip),

@@ -5,7 +5,8 @@ verl 0.9.1 ships CUDA, NPU and ROCm platforms only. Registered through verl's pl
 device "cpu", communication backend "gloo", device 0, and a device module whose memory
 statistics are 0. Two more things verl needs on a CPU are in :func:`prepare_cpu_process`:
 ``VERL_ENGINE_DEVICE=cuda`` (verl registers its FSDP engine for cuda and npu only) and the
-process group started with gloo before the worker (verl would ask for ``cpu:gloo,cpu:gloo``).
+process group started with gloo before the worker (verl would ask for ``cpu:gloo,cpu:gloo``), and
+the reference worker's CPU offload without pinned memory (torch pins only for an accelerator).
 
 The shims lean on verl internals, so verl versions other than :data:`TESTED_VERL` are refused by name.
 """
@@ -19,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from rllm.errors import PluginError
+from rllm_verl.process_group import start_process_group
 
 PLATFORM = "cpu"
 TESTED_VERL = ("0.9.1",)
@@ -170,6 +172,18 @@ def register_cpu_platform() -> bool:
     return True
 
 
+def _unpinned_offload() -> None:
+    """verl's forward-only (reference) FSDP2 engine offloads to pinned CPU memory; with no accelerator torch cannot
+    pin, and the parameters are on the CPU already, so the CPU platform's offload policy pins nothing."""
+    import verl.workers.engine.fsdp.transformer_impl as engine
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    def unpinned(pin_memory: bool = True) -> CPUOffloadPolicy:
+        return CPUOffloadPolicy(pin_memory=False)
+
+    engine.CPUOffloadPolicy = unpinned  # type: ignore[attr-defined, assignment]
+
+
 def prepare_cpu_process(rank: int = 0, world_size: int = 1) -> None:
     """What a process needs before it builds verl's worker on the CPU: the platform, the engine, the process group.
 
@@ -177,7 +191,6 @@ def prepare_cpu_process(rank: int = 0, world_size: int = 1) -> None:
     """
     os.environ["VERL_PLATFORM"] = PLATFORM
     os.environ["VERL_ENGINE_DEVICE"] = "cuda"  # verl registers its FSDP engine for cuda and npu only
-    import torch.distributed as dist
     import verl  # noqa: F401  (its plugin hook registers the platform, imported or not before)
 
     register_cpu_platform()
@@ -188,19 +201,5 @@ def prepare_cpu_process(rank: int = 0, world_size: int = 1) -> None:
             "verl chose its platform before VERL_PLATFORM=cpu was set; set it in the environment before verl is "
             "imported (or call rllm_verl.cpu_platform.prepare_cpu_process first)."
         )
-    if dist.is_initialized():
-        return
-    for key, value in (
-        ("RANK", str(rank)),
-        ("WORLD_SIZE", str(world_size)),
-        ("LOCAL_RANK", str(rank)),
-        ("MASTER_ADDR", "127.0.0.1"),
-    ):
-        os.environ.setdefault(key, value)
-    if "MASTER_PORT" not in os.environ:
-        import socket
-
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            os.environ["MASTER_PORT"] = str(probe.getsockname()[1])
-    dist.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    _unpinned_offload()
+    start_process_group("gloo", rank, world_size)

@@ -18,13 +18,15 @@ from typing import Any
 
 import torch
 
-from rllm.errors import ConfigError
+from rllm.errors import ConfigError, TrainerError
 from rllm.losses import resolve_loss_options
 from rllm_verl.cpu_platform import check_verl_version
 from rllm_verl.losses_in_verl import PREFIX
 from rllm_verl.rows import from_responses, to_verl_batch
 
 FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+RENAMED = {"entropy_loss": "entropy_bonus"}
+"""verl's metric names that rllm's losses report under another name (the entropy term is rllm's ``entropy_bonus``)."""
 
 
 @dataclass
@@ -45,6 +47,14 @@ class WorkerOptions:
     loss_options: dict[str, Any] = field(default_factory=dict)
     """The loss's options by rllm's names (``clip_ratio_high``, ``dro_beta``, ...), set on verl's actor config."""
     attn_implementation: str = "sdpa"
+    kl_coef: float = 0.0
+    """Above 0: verl's ``use_kl_loss`` with this ``kl_loss_coef`` (the update then needs the reference's log-probs)."""
+    kl_kind: str = "low_var_kl"
+    """verl's ``kl_loss_type`` (rllm's ``kl_loss_type``: the same kinds)."""
+    entropy_coeff: float = 0.0
+    """Above 0: verl's entropy bonus (``entropy_coeff``; the update computes the entropy)."""
+    reference: bool = False
+    """verl's ``ref`` role: a frozen, forward-only worker (no optimizer) that only scores; the rest is unused."""
 
 
 def _shim_trl() -> None:
@@ -94,6 +104,10 @@ def _actor_config(options: WorkerOptions) -> Any:
         loss_agg_mode=mode,
         policy_loss=policy_loss,
         use_torch_compile=False,
+        use_kl_loss=options.kl_coef > 0,
+        kl_loss_coef=options.kl_coef,
+        kl_loss_type=options.kl_kind,
+        entropy_coeff=options.entropy_coeff,
         **on_actor,
     )
 
@@ -124,6 +138,8 @@ class VerlWorker:
         engine_config = FSDPEngineConfig(
             strategy="fsdp2",
             mixed_precision=dict(FP32),
+            model_dtype="fp32",  # verl loads a forward-only (reference) model in bf16 unless told
+            forward_only=options.reference,
             use_torch_compile=False,
             use_dynamic_bsz=False,
             micro_batch_size_per_gpu=1,
@@ -198,6 +214,8 @@ class VerlWorker:
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import no_padding_2_padding
 
+        device = ids.device  # verl takes the batch on the CPU (its engine moves each micro-batch) and returns it there
+        ids, attention, mask = ids.cpu(), attention.cpu(), mask.cpu()
         micro_rows = self._micro_rows(ids.shape[0])
         batch, layout = to_verl_batch(ids, attention, mask, {}, self.pad_id, self.world_size * micro_rows)
         data = self._shard(batch, micro_rows)
@@ -205,7 +223,7 @@ class VerlWorker:
         output = self.worker.infer_batch(data)
         values = no_padding_2_padding(tu.get(output, "log_probs"), data).float()
         whole = self._gather(values, layout.rows)
-        return from_responses(whole, layout)[: ids.shape[0]]
+        return from_responses(whole, layout)[: ids.shape[0]].to(device)
 
     def update(
         self,
@@ -215,20 +233,29 @@ class VerlWorker:
         old_log_probs: torch.Tensor,
         advantages: torch.Tensor,
         lr: float | None = None,
+        ref_log_probs: torch.Tensor | None = None,
     ) -> dict[str, float]:
-        """One optimizer step on the batch (rllm's per-position old log-probs and advantages); verl's metrics."""
+        """One optimizer step on the batch (rllm's per-position old log-probs and advantages; with a KL loss the
+        reference's log-probs too); verl's metrics."""
         from verl.utils import tensordict_utils as tu
 
+        if self.options.reference:
+            raise TrainerError("A reference worker (verl's ref role) only scores; it takes no update.")
+        if self.options.kl_coef > 0 and ref_log_probs is None:
+            raise TrainerError("The KL loss (kl_coef > 0) needs the reference policy's log-probs for the update.")
         if lr is not None:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-        fields = {"old_log_probs": old_log_probs, "advantages": advantages}
+        fields = {"old_log_probs": old_log_probs.cpu(), "advantages": advantages.cpu()}
+        if self.options.kl_coef > 0 and ref_log_probs is not None:
+            fields["ref_log_prob"] = ref_log_probs.cpu()  # verl's name in the actor's batch
+        ids, attention, mask = ids.cpu(), attention.cpu(), mask.cpu()
         micro_rows = self._micro_rows(ids.shape[0])
         batch, _ = to_verl_batch(ids, attention, mask, fields, self.pad_id, self.world_size * micro_rows)
         data = self._shard(batch, micro_rows)
         tu.assign_non_tensor(
             data,
-            calculate_entropy=False,
+            calculate_entropy=self.options.entropy_coeff > 0,
             compute_loss=True,
             global_token_num=None,
             global_batch_size=ids.shape[0],
@@ -236,7 +263,8 @@ class VerlWorker:
         )
         output = self.worker.train_batch(data)
         metrics = tu.get(output, "metrics")
-        return {key: _scalar(value) for key, value in metrics.items() if _scalar(value) is not None}
+        numbers = {key.removeprefix("actor/"): _scalar(value) for key, value in metrics.items()}
+        return {RENAMED.get(key, key): number for key, number in numbers.items() if number is not None}
 
     def full_weights(self) -> dict[str, torch.Tensor]:
         """The whole model's weights (every rank gathers them), under transformers' names."""
@@ -267,13 +295,18 @@ class VerlWorker:
 
 
 def _scalar(value: Any) -> float | None:
-    """A metric as one number: verl reports some per micro-batch (lists, ``Metric`` objects) or as tensors."""
+    """A metric as one number: verl reports the loss's as a list of ``Metric`` objects (one per rank, each holding
+    its micro-batches' values), which verl's own trainer reduces with ``Metric.aggregate_dp``; others as tensors."""
+    from verl.utils.metric.utils import Metric
+
+    if isinstance(value, list) and value and all(isinstance(v, Metric) for v in value):
+        return float(Metric.aggregate_dp(value))
+    if isinstance(value, Metric):
+        return float(value.aggregate())
     if isinstance(value, list):
         numbers = [_scalar(v) for v in value]
         numbers = [n for n in numbers if n is not None]
         return sum(numbers) / len(numbers) if numbers else None
-    if hasattr(value, "value") and not isinstance(value, torch.Tensor):
-        return _scalar(value.value)
     if isinstance(value, torch.Tensor):
         return float(value.detach().float().mean()) if value.numel() else None
     if isinstance(value, int | float):
