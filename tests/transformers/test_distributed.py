@@ -35,6 +35,8 @@ SMALL = (
     "rllm.trainer.val_before_train=false",
 )
 """Three steps of 4 tasks x 4 rollouts, no validation."""
+LORA = ("rllm.transformers.lora.rank=4", "rllm.transformers.lora.alpha=8", "rllm.transformers.lr=0.01")
+"""Adapters (peft) on the tiny model, at an adapter's learning rate."""
 COMPARED = ("actor/loss", "actor/grad_norm", "reward/solver/mean", "reward/solver/std")
 COMPARED_ADVANTAGES = ("advantage/solver/mean", "advantage/solver/std", "advantage/solver/max", "advantage/solver/min")
 
@@ -95,12 +97,31 @@ def test_share_of_splits_contiguously_with_the_first_ranks_taking_the_remainder(
     assert [len(share_of(1, r, 3)) for r in range(3)] == [1, 0, 0]
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_two_ranks_give_one_process_metrics_for_the_first_three_steps(tmp_path: Path, strategy: str) -> None:
+def _adapter(run_dir: Path, step: int) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(run_dir / "checkpoints" / f"step_{step}" / "model" / "adapter_model.safetensors")
+
+
+@pytest.mark.parametrize(
+    ("strategy", "adapters"),
+    [
+        ("ddp", ()),
+        ("fsdp", ()),
+        pytest.param("ddp", LORA, id="ddp-lora"),
+        pytest.param("fsdp", LORA, id="fsdp-lora", marks=pytest.mark.slow),
+    ],
+)
+def test_two_ranks_give_one_process_metrics_for_the_first_three_steps(
+    tmp_path: Path, strategy: str, adapters: tuple[str, ...]
+) -> None:
     """Same global batch, seed and settings (two mini-batches, so the loss is not zero; two micro-batches, the cut
     two ranks make): loss, gradient norm, rewards and advantages agree to 1e-5, and rank 0 alone writes. Under
-    FSDP the rollouts of steps 2 and 3 sample from the weights gathered after the sharded update."""
-    settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2")
+    FSDP the rollouts of steps 2 and 3 sample from the weights gathered after the sharded update. With LoRA each
+    rank trains the adapters on its rows, their gradients all-reduced: the adapters saved match one process's."""
+    if adapters:
+        pytest.importorskip("peft")
+    settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2", *adapters)
     one = subprocess.run(
         [sys.executable, *_train(tmp_path / "one", *settings)], env=ENV, capture_output=True, text=True, timeout=120
     )
@@ -118,6 +139,12 @@ def test_two_ranks_give_one_process_metrics_for_the_first_three_steps(tmp_path: 
         for key in (*COMPARED, *COMPARED_ADVANTAGES):
             assert _agree(mine[key], theirs[key]), (key, mine[key], theirs[key])
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
+    if adapters:
+        mine, theirs = _adapter(tmp_path / "one", 3), _adapter(tmp_path / "two", 3)
+        assert sorted(mine) == sorted(theirs) and any("lora_B" in name for name in mine), sorted(mine)
+        assert any(float(tensor.abs().max()) > 0 for name, tensor in mine.items() if "lora_B" in name)  # trained
+        for name, tensor in mine.items():
+            assert float((tensor - theirs[name]).abs().max()) <= 1e-6 + 1e-5 * float(tensor.abs().max()), name
 
 
 @pytest.mark.slow
@@ -178,12 +205,23 @@ def test_what_the_config_decides_is_refused_in_one_line_before_any_rendezvous(
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
-@pytest.mark.parametrize(("first", "then"), [("fsdp", None), (None, "fsdp")])
+@pytest.mark.parametrize(
+    ("first", "then", "adapters"),
+    [
+        ("fsdp", None, ()),
+        (None, "fsdp", ()),
+        pytest.param("fsdp", None, LORA, id="fsdp-lora-then-one", marks=pytest.mark.slow),
+        pytest.param(None, "fsdp", LORA, id="one-then-fsdp-lora", marks=pytest.mark.slow),
+    ],
+)
 def test_a_checkpoint_resumes_under_another_layout_as_if_uninterrupted(
-    tmp_path: Path, first: str | None, then: str | None
+    tmp_path: Path, first: str | None, then: str | None, adapters: tuple[str, ...]
 ) -> None:
-    """Checkpoints hold whole weights and optimizer state: FSDP's two ranks -> one process, and back."""
-    settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2")
+    """Checkpoints hold whole weights (with LoRA the adapter) and optimizer state numbered as one process's AdamW
+    numbers its parameters: FSDP's two ranks -> one process, and back."""
+    if adapters:
+        pytest.importorskip("peft")
+    settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2", *adapters)
 
     def run(run_dir: Path, steps: int, strategy: str | None) -> None:
         overrides = (*settings, f"rllm.trainer.total_batches={steps}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 from collections.abc import Sequence
+from contextlib import nullcontext
 
 import pytest
 from extras import skip_module_without
@@ -20,10 +21,12 @@ import torch
 from omegaconf import OmegaConf
 
 from rllm.engine import Generation, RolloutEngine
+from rllm.errors import RLLMWarning
 from rllm.tasks import EQUALS, ArithmeticWorkflow
 from rllm.trainer.engine import WorkflowCall, instantiate
 from rllm_transformers.engine import Sampling, TransformersEngine, draw_rows, row_uniforms, sampling_log_probs
 from rllm_transformers.model import char_tokenizer, tiny_model
+from rllm_transformers.precision import precision_of
 from rllm_transformers.workers import WorkerEngine
 
 EOS = 13
@@ -199,6 +202,27 @@ def test_a_worker_snapshot_samples_the_engines_episodes_and_batches_them() -> No
     assert [_ids(g) for g in remote] == [_ids(g) for g in before_update]
     assert [_ids(g) for g in remote] != [_ids(g) for g in after_update]
     assert worker.engine() is live and pickle.loads(pickle.dumps(worker))._engine is None
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "fp16-mixed", "bf16-pure"])
+def test_a_worker_samples_in_the_runs_precision(precision: str) -> None:
+    """The worker's model computes as the trainer's (weights' dtype, forward's autocast): the same tokens and the
+    same log-probs, which the float32 model's differ from (so the precision is what makes them agree)."""
+    engine, plain = _engine(), _engine()  # the same weights (one seed); the first in the run's precision
+    with pytest.warns(RLLMWarning) if precision == "bf16-pure" else nullcontext():
+        precision_of(OmegaConf.create({"precision": precision})).prepare(engine.model, torch.device("cpu"))
+    prompt = [4, 6, EQUALS]
+    trainers = [_alone(engine, s, prompt, 2) for s in range(4)]
+    worker = pickle.loads(pickle.dumps(engine.for_workers()))  # what a Ray worker unpickles
+    workers = [asyncio.run(_episode(worker, s, prompt, 2)) for s in range(4)]
+    float32 = [_alone(plain, s, prompt, 2) for s in range(4)]
+
+    def logprobs(episodes: list[list[Generation]]) -> list[list[float]]:
+        return [g.logprobs for generations in episodes for g in generations]
+
+    assert [_ids(g) for g in workers] == [_ids(g) for g in trainers]
+    assert logprobs(workers) == logprobs(trainers)
+    assert logprobs(float32) != logprobs(trainers)
 
 
 def test_a_snapshot_taken_while_validating_answers_greedily_in_the_worker() -> None:

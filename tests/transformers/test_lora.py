@@ -115,23 +115,6 @@ def test_without_peft_the_rank_names_the_extra_in_one_line(monkeypatch: pytest.M
         add_adapters(model, LoraSettings(2, 4.0, ("q_proj",), 0.0))
 
 
-def test_lora_under_several_torchrun_ranks_is_refused_and_the_group_closed(
-    tiny_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import rllm_transformers.backend as backend_module
-
-    closed: list[bool] = []
-
-    class Group:
-        def close(self) -> None:
-            closed.append(True)
-
-    monkeypatch.setattr(backend_module, "start_distributed", lambda config: Group())
-    with pytest.raises(ConfigError, match=r"^rllm.transformers.lora.rank > 0 under torchrun with several ranks"):
-        UnifiedTrainer(None, tiny_config(*LORA), progress=False)
-    assert closed == [True]
-
-
 # -- what trains -------------------------------------------------------------------------------------
 def test_the_optimizer_holds_the_adapters_only(tiny_config: MakeConfig) -> None:
     trainer = UnifiedTrainer(None, tiny_config(*LORA), progress=False)

@@ -8,6 +8,7 @@ them as they were.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from contextlib import nullcontext
 from typing import Any
@@ -23,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from rllm.errors import RLLMWarning
 from rllm_transformers import logprobs
+from rllm_transformers.engine import Sampling, TransformersEngine
 from rllm_transformers.logprobs import score_tokens
 from rllm_transformers.model import tiny_model
 from rllm_transformers.precision import precision_of
@@ -123,6 +125,28 @@ def test_no_logits_beyond_one_chunk_and_no_entropy_unless_asked(monkeypatch: pyt
         counts.append(watch.ops["exp"])
     assert counts[0] == (15 if grad else 0)  # the backward's softmax only: the forward takes no exp
     assert counts[1] > counts[0] and counts[2] > counts[0]
+
+
+class _Tokenizer:
+    """What the engine reads of a tokenizer to score ids: nothing but its pad and EOS ids."""
+
+    pad_token_id, eos_token_id, chat_template = 0, 1, None
+
+
+def test_the_engines_compute_logprobs_takes_no_entropy_pass() -> None:
+    """compute_logprobs (the distillation teacher's scoring) returns the log-probs of a full log_softmax, and runs
+    no exp over the vocabulary: no entropy is computed, since no caller reads one."""
+    model = qwen_vocabulary_model()
+    engine = TransformersEngine(
+        model, _Tokenizer(), torch.device("cpu"), torch.Generator().manual_seed(0), Sampling(), 4, 64, False
+    )
+    ids = batch(rows=1, width=12)[0]
+    with _Watch(model) as watch:
+        scored = asyncio.run(engine.compute_logprobs(ids[0].tolist()))
+    assert watch.ops["exp"] == 0, watch.ops
+    expected = reference(model, ids, torch.ones_like(ids))[0][0]
+    assert scored[0] == 0.0 and len(scored) == ids.shape[1]
+    torch.testing.assert_close(torch.tensor(scored[1:]), expected, rtol=0, atol=1e-5)
 
 
 def _one_step_changes(precision: str) -> float:

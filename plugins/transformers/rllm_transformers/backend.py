@@ -104,12 +104,6 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         """``rllm.transformers.lora.*``: None, or the adapters that train while the base model stays frozen."""
         self.distributed: Distributed | None = start_distributed(config)
         """Under torchrun with several ranks, this rank's process group (docs/scaling.md); else None."""
-        if self.lora is not None and self.distributed is not None:
-            self.distributed.close()
-            raise ConfigError(
-                "rllm.transformers.lora.rank > 0 under torchrun with several ranks is not supported yet; run one "
-                "process, or set rllm.transformers.lora.rank=0."
-            )
         self.policy = load_policy(options)
         self.adapted = None if self.lora is None else add_adapters(self.policy.model, self.lora)
         """With LoRA, the peft model around ``self.model`` (which holds its adapters): it saves and loads the adapter

@@ -41,7 +41,7 @@ class Checkpointing:
         group = self.distributed
         if group is not None and group.sharded:
             named = group.full_optimizer(self.trained, self.optimizer)
-            names = [name for name, _ in self.trained.named_parameters()]
+            names = self._trained_names()
             self._gathered_optimizer = {
                 "state": {names.index(name): value for name, value in named["state"].items()},
                 "param_groups": [{**g, "params": [names.index(n) for n in g["params"]]} for g in named["param_groups"]],
@@ -60,7 +60,7 @@ class Checkpointing:
         group, state = self.distributed, self._pending_optimizer
         if group is None or not group.sharded or state is None:
             return
-        names = [name for name, _ in self.trained.named_parameters()]
+        names = self._trained_names()
         named = {
             "state": {names[index]: value for index, value in state["state"].items()},
             "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]],
@@ -99,6 +99,11 @@ class Checkpointing:
         if adapted is None or settings is None:
             return None
         return lambda model_dir, saved: load_adapter(adapted, model_dir, settings, saved.get("lora"))
+
+    def _trained_names(self) -> list[str]:
+        """The names of the optimizer's parameters in its order (with LoRA the adapters only): a checkpoint's
+        optimizer state is numbered as one process's AdamW numbers them."""
+        return [name for name, parameter in self.trained.named_parameters() if parameter.requires_grad]
 
     def _keep_for_sharded(self, state: dict[str, Any]) -> None:
         self._pending_optimizer = state

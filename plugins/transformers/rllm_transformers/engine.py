@@ -46,11 +46,11 @@ from rllm.engine import (
 )
 from rllm.errors import DataError, EngineCallError
 from rllm.types import TerminationEvent, TerminationReason
-from rllm_transformers.batch import token_log_probs
 from rllm_transformers.draws import Sampling as Sampling  # the draws' names keep their import path here
 from rllm_transformers.draws import draw_rows as draw_rows
 from rllm_transformers.draws import row_uniforms as row_uniforms
 from rllm_transformers.draws import sampling_log_probs as sampling_log_probs
+from rllm_transformers.logprobs import score_tokens
 from rllm_transformers.model import set_training
 
 CHAT_OPTIONS = (
@@ -132,10 +132,13 @@ class TransformersEngine(RolloutEngine):
         return await self.submit(prompt_ids, max_tokens, self.generator)
 
     async def compute_logprobs(self, ids: Sequence[int]) -> list[float]:
-        """One forward pass at temperature 1: each token's log-prob after those before it (the first: 0.0)."""
+        """One forward pass at temperature 1: each token's log-prob after those before it (the first: 0.0).
+
+        No entropy: no caller reads one, and at a real vocabulary it is one more pass over every position's logits.
+        """
         with torch.no_grad():
             row = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
-            chosen, _ = token_log_probs(self.model, row, torch.ones_like(row))
+            chosen = score_tokens(self.model, row, torch.ones_like(row)).log_probs
         return [0.0, *chosen[0].tolist()] if len(ids) else []
 
     def chat_ids(

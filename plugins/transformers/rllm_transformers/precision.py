@@ -68,6 +68,15 @@ class Precision:
         return torch.amp.GradScaler(device.type) if self.scales_loss else None
 
 
+TABLE = {
+    "fp32": Precision("fp32", torch.float32, None),
+    "bf16-mixed": Precision("bf16-mixed", torch.float32, torch.bfloat16),
+    "fp16-mixed": Precision("fp16-mixed", torch.float32, torch.float16),
+    "bf16-pure": Precision("bf16-pure", torch.bfloat16, None),
+}
+"""Each of :data:`PRECISIONS` (``rllm.transformers.precision``'s values)."""
+
+
 def _autocast_forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
     """The class's forward under autocast in the model's compute dtype."""
     device = next(self.parameters()).device.type
@@ -118,9 +127,13 @@ def precision_of(options: DictConfig) -> Precision:
             RLLMWarning,
             stacklevel=2,
         )
-    return {
-        "fp32": Precision(name, torch.float32, None),
-        "bf16-mixed": Precision(name, torch.float32, torch.bfloat16),
-        "fp16-mixed": Precision(name, torch.float32, torch.float16),
-        "bf16-pure": Precision(name, torch.bfloat16, None),
-    }[name]
+    return TABLE[name]
+
+
+def precision_in(model: torch.nn.Module) -> Precision:
+    """The precision ``model`` was prepared in (:meth:`Precision.prepare`), for a copy built from its class elsewhere
+    (a Ray worker's) to compute as it does: its weights' dtype and its forward's autocast."""
+    weights = next(model.parameters()).dtype
+    compute = getattr(getattr(model, "module", model), AUTOCAST, None)
+    known = [p for p in TABLE.values() if p.weights == weights and p.compute == compute]
+    return known[0] if known else Precision(str(weights).removeprefix("torch."), weights, compute)

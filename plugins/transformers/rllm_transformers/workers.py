@@ -1,7 +1,8 @@
 """What the Ray executor sends its workers for the transformers engine, once per batch.
 
-:class:`WorkerEngine` is a snapshot of the trainer's engine: the model's class, config and
-weights as they are after the last update, the tokenizer and the sampling settings (the
+:class:`WorkerEngine` is a snapshot of the trainer's engine: the model's class, config,
+precision (its autocast: the worker's forward computes as the trainer's) and weights as they are
+after the last update, the tokenizer and the sampling settings (the
 validation flag included). It is plain picklable data; in a worker its first use builds a
 :class:`~rllm_transformers.engine.TransformersEngine` from it, which the worker's concurrent
 episodes share, so they are batched there as in the trainer's process. Each episode still
@@ -20,6 +21,7 @@ import torch
 from rllm.engine import Generation, RolloutEngine
 from rllm_transformers.engine import EpisodeEngine, Sampling, TransformersEngine
 from rllm_transformers.lora import merged_weights
+from rllm_transformers.precision import Precision, precision_in
 
 
 @dataclass
@@ -29,7 +31,8 @@ class WorkerEngine(RolloutEngine):
     model_class: type
     model_config: Any
     weights: dict[str, torch.Tensor]
-    dtype: torch.dtype
+    precision: Precision
+    """The run's precision (``rllm.transformers.precision``): the weights' dtype, and the autocast of the forward."""
     device_type: str
     tokenizer: Any = field()  # required: without field() the dataclass takes RolloutEngine.tokenizer's None
     sampling: Sampling
@@ -49,7 +52,7 @@ class WorkerEngine(RolloutEngine):
             type(model),
             model.config,
             weights,
-            next(model.parameters()).dtype,
+            precision_in(model),
             engine.device.type,
             engine.tokenizer,
             engine.sampling,
@@ -69,9 +72,10 @@ class WorkerEngine(RolloutEngine):
             if device.type == "cuda" and not torch.cuda.is_available():
                 device = torch.device("cpu")
             model = self.model_class(self.model_config)
-            model.to(dtype=self.dtype)
+            model.to(dtype=self.precision.weights)
             model.load_state_dict(self.weights)
-            model.to(device).eval()
+            self.precision.prepare(model, device)  # the trainer's autocast (and TF32 on CUDA): the same draws
+            model.eval()
             generator = torch.Generator()
             generator.seed()  # calls without an episode seed: a stream of this process's own, not a replayed copy
             self._engine = TransformersEngine(
