@@ -35,6 +35,24 @@ MOVED = [
         ("rllm.plugins.contract", name, "rllm.plugins.hook_kinds")
         for name in importlib.import_module("rllm.plugins.hook_kinds").__all__
     ),
+    *(
+        ("rllm.trainer.engine", name, "rllm.rollouts.executors")
+        for name in ("Executor", "LocalExecutor", "WorkflowCall", "episode_seed", "instantiate", "run_call")
+    ),
+    *(("rllm.trainer.engine", name, "rllm.rollouts.workflow_engine") for name in ("WorkflowEngine", "EngineStats")),
+    *(("rllm.trainer", name, "rllm.rollouts.executors") for name in ("Executor", "LocalExecutor", "WorkflowCall")),
+    ("rllm.trainer", "WorkflowEngine", "rllm.rollouts.workflow_engine"),
+    *(
+        ("rllm.trainer.parallel", name, "rllm.rollouts.parallel")
+        for name in ("ProcessGroup", "share_of", "merge_counts")
+    ),
+    *(("rllm.trainer", name, "rllm.rollouts.parallel") for name in ("ProcessGroup", "share_of")),
+    ("rllm.trainer.async_training", "SampledBatch", "rllm.rollouts.batch_source"),
+    ("rllm.trainer.async_training", "AheadSampler", "rllm.rollouts.batch_source"),
+    *(
+        ("rllm.trainer.distill.advantage", name, "rllm.workflows.distillation")
+        for name in ("compute_distill_reverse_kl", "compute_step_distill_advantage", "discounted_future_sum")
+    ),
 ]
 
 
