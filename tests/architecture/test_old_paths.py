@@ -48,7 +48,7 @@ MOVED = [
     ),
     *(("rllm.trainer", name, "rllm.rollouts.parallel") for name in ("ProcessGroup", "share_of")),
     ("rllm.trainer.async_training", "SampledBatch", "rllm.rollouts.batch_source"),
-    ("rllm.trainer.async_training", "AheadSampler", "rllm.rollouts.batch_source"),
+    ("rllm.trainer.async_training", "SampledBatch", "rllm.rollouts"),
     *(
         ("rllm.trainer.distill.advantage", name, "rllm.workflows.distillation")
         for name in ("compute_distill_reverse_kl", "compute_step_distill_advantage", "discounted_future_sum")
@@ -88,3 +88,10 @@ def test_the_old_plugin_contract_path_gives_every_name_of_hook_kinds() -> None:
 
     assert len(hook_kinds.__all__) == 16 and sorted(contract.__all__) == sorted(hook_kinds.__all__)
     assert contract.HOOK_KIND["kernels"] is hook_kinds.HOOK_KIND["kernels"]
+
+
+def test_the_ahead_sampler_is_the_batch_source_under_its_earlier_name() -> None:
+    from rllm.rollouts import BatchSource
+    from rllm.trainer.async_training import AheadSampler
+
+    assert AheadSampler is BatchSource
