@@ -124,6 +124,7 @@ class StepLoop:
                     state.timing_dict["generate"] = sampled.seconds
                     state.metrics["rollout/batches_ahead"] = float(ahead)
                     await self.step.run(state, sampled, updates)
+                state.timing_dict["step"] += waited["wait_rollouts"]  # a step's time includes waiting for its batch
                 self.policy.step_done(state.global_step)
                 await source.step_trained()
                 state.metrics.update(sampled.stats.as_metrics())
