@@ -108,6 +108,18 @@ def start(config: DictConfig) -> Distributed | None:
     return group
 
 
+def shard_by_layer(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` itself under FSDP2's ``fully_shard``: one unit per decoder layer (the model's ``_no_split_modules``)
+    and one for the rest (embeddings, final norm, output layer). bench/memory.py measures the same cut."""
+    from torch.distributed.fsdp import fully_shard
+
+    blocks = set(getattr(model, "_no_split_modules", None) or ())
+    for module in model.modules():
+        if type(module).__name__ in blocks:
+            fully_shard(module)
+    return fully_shard(model)  # type: ignore[no-any-return]
+
+
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     """A resolved config as ``{dotted key: leaf}``, the form in which two ranks' configs are compared."""
     if isinstance(value, dict):
@@ -199,14 +211,7 @@ class Distributed:
         """A copy of ``model`` under FSDP2's ``fully_shard``, one unit per decoder layer plus the rest: each rank keeps
         1/N of the weights (and of their gradients and optimizer state) and gathers a layer's weights for its forward
         and backward, freeing them after. Every rank must run the copy's forward as many times (it gathers)."""
-        from torch.distributed.fsdp import fully_shard
-
-        copied = copy.deepcopy(model)
-        blocks = set(getattr(copied, "_no_split_modules", None) or ())
-        for module in copied.modules():
-            if type(module).__name__ in blocks:
-                fully_shard(module)
-        return self._collective("sharding the model", fully_shard, copied)  # type: ignore[no-any-return]
+        return self._collective("sharding the model", shard_by_layer, copy.deepcopy(model))
 
     def no_sync(self, model: torch.nn.Module, sync: bool) -> Any:
         """Accumulate a micro-batch's gradient locally unless ``sync`` (the mini-batch's last, which all-reduces)."""
