@@ -22,6 +22,10 @@ checkpointing (non-reentrant), the loss over the response positions only:
   checkpointing, the whole ``[rows, tokens, vocab]`` float32 log-softmax, exp, entropy and
   squares (what the backend did until ``precision`` and ``score_tokens``).
 
+Then, for ``strategy=fsdp``, what rank 0 holds at 2, 4 and 8 ranks (``--ranks``) with a reference policy, before
+and after the reference was sharded and the whole-copy gathers dropped: the model sharded with the trainer's own
+cut on the meta device over a fake process group (``--fsdp-only``: that table alone, in seconds; docs/scaling.md).
+
 Run: ``python bench/memory.py`` (about a minute; ``--rows``/``--prompt``/``--response`` to change
 the batch). Needs ``pip install 'rllm[transformers]'`` and trl for the TRL side.
 """
