@@ -2,7 +2,8 @@
 
 Builds the transformers backend from the command line's overrides (FSDP, a KL term so a reference exists), then
 prints one JSON line per rank: the elements of the whole model, of the reference's parameters on this rank, the
-reference's log-probs against the whole model's on the same rows, and what the rank keeps of a checkpoint's
+reference's log-probs against the whole model's on the same rows (and on a batch of one row, which rank 1 has no
+share of), and what the rank keeps of a checkpoint's
 optimizer state after ``prepare_checkpoint``.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from types import SimpleNamespace
 
 import torch
 
@@ -35,6 +37,8 @@ def main() -> None:
     with torch.no_grad():
         reference = score_tokens(backend.reference, ids, attention).log_probs
         whole = score_tokens(backend.model, ids, attention).log_probs
+        one_row = SimpleNamespace(rows=1, ids=ids[:1], attention=attention[:1], start=0, mask=whole[:1])
+        alone = backend._statistics(backend.reference, one_row)[0]  # rank 1 has no row, yet joins the forward
     for parameter in backend.trained.parameters():  # one AdamW step, so the optimizer has state to gather
         parameter.grad = torch.zeros_like(parameter)
     backend.optimizer.step()
@@ -48,6 +52,7 @@ def main() -> None:
         "whole": sum(p.numel() for p in backend.model.parameters()),
         "reference": _local_elements(backend.reference),
         "reference_gap": float((reference - whole).abs().max()),
+        "one_row_gap": float((alone - whole[:1]).abs().max()),
         "optimizer_kept": kept is not None,
         "optimizer_devices": devices,
     }
