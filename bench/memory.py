@@ -22,6 +22,10 @@ checkpointing (non-reentrant), the loss over the response positions only:
   checkpointing, the whole ``[rows, tokens, vocab]`` float32 log-softmax, exp, entropy and
   squares (what the backend did until ``precision`` and ``score_tokens``).
 
+Then, for ``strategy=fsdp``, what rank 0 holds at 2, 4 and 8 ranks (``--ranks``) with a reference policy, before
+and after the reference was sharded and the whole-copy gathers dropped: the model sharded with the trainer's own
+cut on the meta device over a fake process group (``--fsdp-only``: that table alone, in seconds; docs/scaling.md).
+
 Run: ``python bench/memory.py`` (about a minute; ``--rows``/``--prompt``/``--response`` to change
 the batch). Needs ``pip install 'rllm[transformers]'`` and trl for the TRL side.
 """
@@ -152,6 +156,105 @@ def rllm_before(rows: int, prompt: int, response: int) -> Callable[[], tuple[Any
     return build
 
 
+FSDP_KEPT = (
+    "weights (shard)",
+    "gradients (shard)",
+    "AdamW state (shard)",
+    "whole model (rollouts, old log-probs)",
+    "reference policy",
+    "checkpoint's optimizer, kept",
+)
+"""What a rank holds throughout (the optimizer gathered for a checkpoint was kept on every rank until the next)."""
+FSDP_PASSING = ("gather after the update", "FSDP's unit gathers")
+"""What a rank holds for a moment, one at a time: the peak is the kept tensors plus the largest of these."""
+
+
+def fsdp_rank_bytes(world: int) -> dict[str, int]:
+    """What FSDP puts on rank 0 of ``world`` (the largest share: FSDP pads the last rows): the model of
+    :data:`SHAPE` on the meta device, sharded by :func:`rllm_transformers.distributed.shard_by_layer` (the trainer's
+    cut) over a fake process group of ``world`` ranks; the bytes are the shards' and units' real sizes."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from rllm_transformers.distributed import shard_by_layer
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        with torch.device("meta"):
+            model = _model(torch.float32)
+        whole = sum(p.numel() * p.element_size() for p in model.parameters())
+        largest = max(p.numel() * p.element_size() for p in model.parameters())
+        shard_by_layer(model)
+        local = sum(p.to_local().numel() * p.element_size() for p in model.parameters())
+        layers = [m for m in model.modules() if hasattr(m, "unshard") and m is not model]
+        in_layers = {id(p) for m in layers for p in m.parameters()}
+        rest = sum(p.numel() * p.element_size() for p in model.parameters() if id(p) not in in_layers)
+        unit = max([rest, *(sum(p.numel() * p.element_size() for p in m.parameters()) for m in layers)])
+    finally:
+        dist.destroy_process_group()
+    return {"whole": whole, "local": local, "largest": largest, "unit": unit}
+
+
+def fsdp_layouts(sizes: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Rank 0's tensors (:data:`FSDP_KEPT`, :data:`FSDP_PASSING`) in three layouts of one FSDP run with a reference
+    (a KL term), after its first checkpoint:
+
+    - **before**: a whole reference copy, the whole weights gathered as one state dict after each update, and the
+      checkpoint's whole AdamW state gathered on every rank's device and kept there until the next checkpoint;
+    - **now**: the reference sharded like the trained copy, the weights gathered into the model a tensor at a time,
+      the checkpoint's optimizer into rank 0's host memory (not the device);
+    - **floor** (not built): rollouts from servers and stage 5 on the sharded copies, so no whole model on a rank.
+    """
+    whole, local, largest, unit = sizes["whole"], sizes["local"], sizes["largest"], sizes["unit"]
+    trained = {"weights (shard)": local, "gradients (shard)": local, "AdamW state (shard)": 2 * local}
+    units = {"FSDP's unit gathers": 2 * unit}  # a unit's forward or backward gathers the next one's (prefetch)
+    return {
+        "before": {
+            **trained,
+            "whole model (rollouts, old log-probs)": whole,
+            "reference policy": whole,
+            "checkpoint's optimizer, kept": 2 * whole,
+            "gather after the update": whole,
+            **units,
+        },
+        "now": {
+            **trained,
+            "whole model (rollouts, old log-probs)": whole,
+            "reference policy": local,
+            "gather after the update": largest,
+            **units,
+        },
+        "floor": {**trained, "reference policy": local, **units},
+    }
+
+
+def fsdp_peak(layout: dict[str, int]) -> int:
+    """The kept tensors plus the largest passing one."""
+    return sum(layout.get(k, 0) for k in FSDP_KEPT) + max(layout.get(k, 0) for k in FSDP_PASSING)
+
+
+def fsdp_table(worlds: list[int]) -> None:
+    """Rank 0's bytes per layout at each world size, and the ratio before / now, printed."""
+    print(
+        "\nFSDP (strategy=fsdp) with a reference policy, per rank after the first checkpoint: float32 weights and "
+        "AdamW (bf16-mixed's), before activations (the rank's micro-batch's, the same in every layout). Sharded sizes "
+        "from fully_shard on the meta device over a fake process group of N ranks."
+    )
+    layouts = {world: fsdp_layouts(fsdp_rank_bytes(world)) for world in worlds}
+    header = "".join(f"{f'{w} ranks ' + name:>18}" for w in worlds for name in ("before", "now"))
+    print(f"{'GiB on rank 0':<40}{header}")
+    for item in (*FSDP_KEPT, *FSDP_PASSING):
+        cells = "".join(f"{layouts[w][name].get(item, 0) / GIB:18.2f}" for w in worlds for name in ("before", "now"))
+        print(f"{item + (' (passing)' if item in FSDP_PASSING else ''):<40}{cells}")
+    for world, layout in layouts.items():
+        before, now, floor = (fsdp_peak(layout[name]) for name in ("before", "now", "floor"))
+        print(
+            f"{world} ranks: peak per rank before {before / GIB:6.2f} GiB, now {now / GIB:6.2f} GiB "
+            f"({before / now:.2f}x less); floor with served rollouts and stage 5 sharded (not built) "
+            f"{floor / GIB:5.2f} GiB"
+        )
+
+
 class GlobalPeak(MemTracker):
     """MemTracker keeping the process's peak only: its per-module peaks walk every module on every op (minutes)."""
 
@@ -189,8 +292,13 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--prompt", type=int, default=512)
     parser.add_argument("--response", type=int, default=1536)
+    parser.add_argument("--ranks", type=int, nargs="*", default=[2, 4, 8], help="FSDP world sizes (none: skip)")
+    parser.add_argument("--fsdp-only", action="store_true", help="only the FSDP per-rank table (seconds)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
+    if args.fsdp_only:
+        fsdp_table(args.ranks)
+        return
     shape = (args.rows, args.prompt, args.response)
     print(
         f"One update of the Qwen2.5-1.5B shape ({SHAPE['num_hidden_layers']} layers, hidden {SHAPE['hidden_size']}, "
@@ -226,6 +334,8 @@ def main() -> None:
     if ours and theirs:
         ratios = [ours[i]["Total"] / theirs[i]["Total"] for i in (0, 1)]
         print(f"rllm / TRL peak: forward+backward {ratios[0]:.3f}x, whole update {ratios[1]:.3f}x (goal <= 1.0x)")
+    if args.ranks:
+        fsdp_table(args.ranks)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ SMALL = (
 """Three steps of 4 tasks x 4 rollouts, no validation."""
 LORA = ("rllm.transformers.lora.rank=4", "rllm.transformers.lora.alpha=8", "rllm.transformers.lr=0.01")
 """Adapters (peft) on the tiny model, at an adapter's learning rate."""
+KL = ("rllm.algorithm.use_kl_loss=true", "rllm.algorithm.kl_beta=0.1")
+"""A KL term in the loss: stage 5 scores the reference policy (under FSDP a sharded copy)."""
 COMPARED = ("actor/loss", "actor/grad_norm", "reward/solver/mean", "reward/solver/std")
 COMPARED_ADVANTAGES = ("advantage/solver/mean", "advantage/solver/std", "advantage/solver/max", "advantage/solver/min")
 
@@ -108,6 +110,7 @@ def _adapter(run_dir: Path, step: int) -> dict:
     [
         ("ddp", ()),
         ("fsdp", ()),
+        pytest.param("fsdp", KL, id="fsdp-kl"),
         pytest.param("ddp", LORA, id="ddp-lora"),
         pytest.param("fsdp", LORA, id="fsdp-lora", marks=pytest.mark.slow),
     ],
@@ -118,8 +121,9 @@ def test_two_ranks_give_one_process_metrics_for_the_first_three_steps(
     """Same global batch, seed and settings (two mini-batches, so the loss is not zero; two micro-batches, the cut
     two ranks make): loss, gradient norm, rewards and advantages agree to 1e-5, and rank 0 alone writes. Under
     FSDP the rollouts of steps 2 and 3 sample from the weights gathered after the sharded update. With LoRA each
-    rank trains the adapters on its rows, their gradients all-reduced: the adapters saved match one process's."""
-    if adapters:
+    rank trains the adapters on its rows, their gradients all-reduced: the adapters saved match one process's. With a
+    KL term the KL loss agrees too (FSDP: the reference's log-probs come from its sharded copy)."""
+    if adapters == LORA:
         pytest.importorskip("peft")
     settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2", *adapters)
     one = subprocess.run(
@@ -136,10 +140,12 @@ def test_two_ranks_give_one_process_metrics_for_the_first_three_steps(
     assert [r["step"] for r in first] == [r["step"] for r in second] == [1, 2, 3]
     assert any(abs(r["actor/loss"]) > 1e-4 for r in first), first
     for mine, theirs in zip(first, second, strict=True):
-        for key in (*COMPARED, *COMPARED_ADVANTAGES):
+        for key in (*COMPARED, *COMPARED_ADVANTAGES, *(("actor/kl_loss",) if adapters == KL else ())):
             assert _agree(mine[key], theirs[key]), (key, mine[key], theirs[key])
+    if adapters == KL:
+        assert any(r["actor/kl_loss"] > 1e-6 for r in first[1:]), first  # the policy moved away from the reference
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
-    if adapters:
+    if adapters == LORA:
         mine, theirs = _adapter(tmp_path / "one", 3), _adapter(tmp_path / "two", 3)
         assert sorted(mine) == sorted(theirs) and any("lora_B" in name for name in mine), sorted(mine)
         assert any(float(tensor.abs().max()) > 0 for name, tensor in mine.items() if "lora_B" in name)  # trained
@@ -344,3 +350,38 @@ def test_when_rank_0_refuses_the_run_directory_rank_1_does_not_only_advise_runni
     assert any("was written with different settings (rllm.backend: 'embedded' then" in line for line in lines), lines
     for line in (line for line in lines if "lost rank 0" in line):
         assert "If a rank printed an error, fix what it names" in line, line
+
+
+def test_under_fsdp_no_rank_holds_a_whole_reference_or_a_gathered_optimizer(tmp_path: Path) -> None:
+    """Each of 2 ranks holds half the reference's parameters (a sharded frozen copy, not a whole one) whose log-probs
+    are the whole model's, also for a one-row batch (rank 1 has no row but joins the sharded forward); a checkpoint's
+    optimizer state is gathered into rank 0's host memory only."""
+    script = Path(__file__).with_name("fsdp_rank_memory.py")
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1"]
+    overrides = (
+        *SMALL,
+        f"rllm.trainer.output_dir={tmp_path}",
+        "rllm.algorithm.use_kl_loss=true",
+        "rllm.transformers.distributed.timeout=20",  # a rank left alone in a collective fails the test soon
+    )
+    command = [
+        *launcher,
+        f"--master_port={_port()}",
+        str(script),
+        *overrides,
+        "rllm.transformers.distributed.strategy=fsdp",
+    ]
+    done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    records = sorted(
+        (json.loads(line.split(" ", 1)[1]) for line in done.stdout.splitlines() if line.startswith("rank-memory ")),
+        key=lambda r: r["rank"],
+    )
+    assert [r["rank"] for r in records] == [0, 1], done.stdout
+    whole = records[0]["whole"]
+    for record in records:
+        assert record["reference"] <= whole // 2 + 1024, record  # half, plus FSDP's padding of uneven rows
+        assert record["reference_gap"] <= 1e-6 and record["one_row_gap"] <= 1e-6, record
+    assert sum(r["reference"] for r in records) >= whole
+    assert records[0]["optimizer_kept"] and records[0]["optimizer_devices"] == ["cpu"], records[0]
+    assert not records[1]["optimizer_kept"], records[1]

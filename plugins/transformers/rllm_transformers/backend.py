@@ -122,7 +122,8 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         seed = int(options.seed)
         self.trained: torch.nn.Module = self.model
         """What the update runs forward and backward: the model, the model under DDP, or under FSDP a sharded copy
-        whose whole weights are gathered into ``self.model`` after each update (rollouts and stage 5 use those)."""
+        whose whole weights are gathered into ``self.model`` after each update, a tensor at a time (in-process
+        rollouts and stage 5's old log-probs use those; the reference is sharded, :meth:`_frozen_reference`)."""
         if self.distributed is not None:
             self.distributed.seed(seed)
             self.trained = self.distributed.wrap(self.model)
@@ -156,11 +157,7 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         self.reference: torch.nn.Module | AdaptersOff | None = None
         in_loss = any(s.kl_coef > 0 for s in [self.default_settings, *self.role_settings.values()])
         if in_loss or self.kl_in_reward is not None:
-            self.reference = (  # the frozen initial policy; with LoRA the base model, the adapters off
-                copy.deepcopy(self.model).eval().requires_grad_(False)
-                if self.adapted is None
-                else AdaptersOff(self.adapted)
-            )
+            self.reference = self._frozen_reference()
         self.engine: TransformersEngine | OpenAIEngine | None = None
         asynchronous = bool(config.rllm.async_training.enable)
         served = bool(list(config.rllm.rollout.openai.base_url))
@@ -178,6 +175,15 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         """The workflow the last episodes came from, named by stage 4's errors about their token ids."""
         self.rollout_tokens, self.rollout_seconds = 0, 0.0
         """The step's response tokens and the wall-clock seconds its rollouts took: ``perf/rollout_tokens_per_s``."""
+
+    def _frozen_reference(self) -> torch.nn.Module | AdaptersOff:
+        """The frozen initial policy: with LoRA the base model, the adapters off (no copy); under FSDP a sharded
+        copy (each rank holds 1/N of it, stage 5 runs its forward on every rank); else a whole copy."""
+        if self.adapted is not None:
+            return AdaptersOff(self.adapted)
+        group = self.distributed
+        frozen = copy.deepcopy(self.model) if group is None or not group.sharded else group.sharded_copy(self.model)
+        return frozen.eval().requires_grad_(False)
 
     @property
     def process_group(self) -> ProcessGroup | None:
@@ -352,7 +358,7 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
                     self._token_metrics(sums, batch.mask[rows], entropy.detach(), logp, batch.old_logps[rows])
                 self._step_optimizer(mini_loss, losses, trainer_state.global_step, sums)
         if group is not None and group.sharded:  # rollouts and stage 5 sample and score with the whole weights
-            self.model.load_state_dict(group.full_weights(self.trained))
+            group.gather_into(self.trained, self.model)
         sums = self._all_ranks(sums)
         if from_update:
             trainer_state.metrics.update(self._rollout_gap(batch))

@@ -1,5 +1,6 @@
 """The transformers backend's checkpoint methods: what a checkpoint holds (:mod:`rllm_transformers.checkpoint`
-writes and reads the files), and under FSDP the optimizer state gathered whole for rank 0 and sharded again on load.
+writes and reads the files), and under FSDP the optimizer state gathered whole into rank 0's host memory and sharded
+again on load.
 
 :class:`Checkpointing` is part of :class:`~rllm_transformers.backend.TransformersBackend`; the attributes declared
 here are the backend's.
@@ -37,10 +38,13 @@ class Checkpointing:
     _pending_optimizer: dict[str, Any] | None
 
     def prepare_checkpoint(self) -> None:
-        """Under FSDP, every rank gathers the whole optimizer state that rank 0 then writes."""
+        """Under FSDP, every rank takes part in gathering the whole optimizer state into rank 0's host memory, which
+        rank 0 then writes (the other ranks keep nothing of it)."""
         group = self.distributed
         if group is not None and group.sharded:
             named = group.full_optimizer(self.trained, self.optimizer)
+            if not named:  # not rank 0
+                return
             names = self._trained_names()
             self._gathered_optimizer = {
                 "state": {names.index(name): value for name, value in named["state"].items()},
@@ -83,6 +87,7 @@ class Checkpointing:
             extra["lora"] = self.lora.as_json()
         model = self.model if self.adapted is None else self.adapted  # peft's save_pretrained: the adapter alone
         save_training_state(directory, model, self.tokenizer, self._optimizer_state(), self._generators(), extra)
+        self._gathered_optimizer = None  # written: rank 0's host copy is not kept until the next checkpoint
 
     def load_checkpoint(self, directory: Path) -> None:
         sharded = self.distributed is not None and self.distributed.sharded

@@ -108,6 +108,18 @@ def start(config: DictConfig) -> Distributed | None:
     return group
 
 
+def shard_by_layer(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` itself under FSDP2's ``fully_shard``: one unit per decoder layer (the model's ``_no_split_modules``)
+    and one for the rest (embeddings, final norm, output layer). bench/memory.py measures the same cut."""
+    from torch.distributed.fsdp import fully_shard
+
+    blocks = set(getattr(model, "_no_split_modules", None) or ())
+    for module in model.modules():
+        if type(module).__name__ in blocks:
+            fully_shard(module)
+    return fully_shard(model)  # type: ignore[no-any-return]
+
+
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     """A resolved config as ``{dotted key: leaf}``, the form in which two ranks' configs are compared."""
     if isinstance(value, dict):
@@ -187,21 +199,19 @@ class Distributed:
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """What the update trains: ``model`` under DDP (gradients averaged in backward), or under FSDP2 a copy of it
-        sharded by decoder layer (``fully_shard``: each rank keeps 1/N of the weights, gradients and optimizer state,
-        gathering a layer's weights for its forward and backward). Every rank's model is the same (seeded alike)."""
+        sharded by decoder layer (:meth:`sharded_copy`). Every rank's model is the same (seeded alike)."""
         if self.sharded:
-            from torch.distributed.fsdp import fully_shard
-
-            trained = copy.deepcopy(model)
-            blocks = set(getattr(trained, "_no_split_modules", None) or ())
-            for module in trained.modules():
-                if type(module).__name__ in blocks:
-                    fully_shard(module)
-            return self._collective("sharding the model", fully_shard, trained)  # type: ignore[no-any-return]
+            return self.sharded_copy(model)
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [self.device.index] if self.device.type == "cuda" else None
         return self._collective("broadcasting rank 0's weights", DistributedDataParallel, model, device_ids=ids)
+
+    def sharded_copy(self, model: torch.nn.Module) -> torch.nn.Module:
+        """A copy of ``model`` under FSDP2's ``fully_shard``, one unit per decoder layer plus the rest: each rank keeps
+        1/N of the weights (and of their gradients and optimizer state) and gathers a layer's weights for its forward
+        and backward, freeing them after. Every rank must run the copy's forward as many times (it gathers)."""
+        return self._collective("sharding the model", shard_by_layer, copy.deepcopy(model))
 
     def no_sync(self, model: torch.nn.Module, sync: bool) -> Any:
         """Accumulate a micro-batch's gradient locally unless ``sync`` (the mini-batch's last, which all-reduces)."""
@@ -210,18 +220,22 @@ class Distributed:
             return nullcontext()
         return nullcontext() if sync else model.no_sync()  # type: ignore[operator]
 
-    def full_weights(self, trained: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """The sharded model's whole weights on every rank (all ranks call it: it gathers)."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        options = StateDictOptions(full_state_dict=True)
-        return self._collective("gathering the weights", get_model_state_dict, trained, options=options)
+    def gather_into(self, trained: torch.nn.Module, model: torch.nn.Module) -> None:
+        """The sharded ``trained``'s whole weights copied into ``model`` (its unsharded twin), one tensor at a time:
+        a rank holds one gathered tensor beside the model, not a second whole copy (all ranks call it: it gathers)."""
+        targets = model.state_dict(keep_vars=True)
+        with self.collective("gathering the weights"), torch.no_grad():
+            for name, value in trained.state_dict().items():
+                whole = value.full_tensor() if hasattr(value, "full_tensor") else value
+                targets[name].copy_(whole)
+                del whole
 
     def full_optimizer(self, trained: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """The sharded optimizer's whole state, keyed by parameter name, on every rank (it gathers)."""
+        """The sharded optimizer's whole state, keyed by parameter name, in rank 0's host memory (the other ranks get
+        ``{}``): no rank holds it whole on its device (all ranks call it: it gathers)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-        options = StateDictOptions(full_state_dict=True)
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return self._collective(
             "gathering the optimizer", get_optimizer_state_dict, trained, optimizer, options=options
         )

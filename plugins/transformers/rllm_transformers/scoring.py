@@ -117,7 +117,8 @@ class BatchScoring:
         """The batch's token log-probs under ``model``, and the ``wanted`` ones of its entropies and sums of squared
         probabilities (None when not wanted: at a real vocabulary each is a pass over every position's logits).
 
-        With several ranks each computes its share of the rows, then all hold all.
+        With several ranks each computes its share of the rows, then all hold all. Under FSDP the reference is
+        sharded, so a rank without rows still runs its forward once, on a row it discards.
         """
         entropy, squares = "entropy" in wanted, "sum_pi_squared" in wanted
         group = self.distributed
@@ -130,6 +131,8 @@ class BatchScoring:
             scores = score_tokens(model, ids, attention, batch.start, entropy=entropy, squares=squares)
             parts = (scores.log_probs, scores.entropy, scores.sum_pi_squared)
         else:
+            if group.sharded and model is self.reference:  # its forward gathers the layers: every rank runs one
+                score_tokens(model, batch.ids[:1], batch.attention[:1], batch.start)
             empty = batch.mask[:0].float()
             parts = (empty, empty if entropy else None, empty if squares else None)
         gathered = [None if part is None else group.gather_rows(part, batch.rows) for part in parts]

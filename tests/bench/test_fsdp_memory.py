@@ -1,0 +1,44 @@
+"""``bench/memory.py --fsdp-only``: rank 0's FSDP tensors for the Qwen2.5-1.5B shape, checked against the shape's
+parameter count worked out by hand, and the per-rank peaks printed as the items' sums."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from extras import skip_module_without
+
+skip_module_without("torch", "transformers", install="pip install 'rllm[transformers]'")
+
+ROOT = Path(__file__).resolve().parents[2]
+GIB = 1024**3
+HIDDEN, LAYERS, KV, MLP, VOCAB = 1536, 28, 2 * 128, 8960, 151_936
+LAYER = (HIDDEN * HIDDEN + HIDDEN) + 2 * (HIDDEN * KV + KV) + HIDDEN * HIDDEN + 3 * HIDDEN * MLP + 2 * HIDDEN
+WHOLE = 4 * (VOCAB * HIDDEN + LAYERS * LAYER + HIDDEN)
+"""Bytes of Qwen2.5-1.5B's float32 weights: tied embedding, 28 layers (q/k/v with biases, o, the MLP's three
+matrices, two norms), the final norm."""
+
+
+def test_the_fsdp_table_shards_the_reference_and_drops_the_whole_copies() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "memory.py"), "--fsdp-only", "--ranks", "2", "8"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {line[:40].strip(): [float(x) for x in line[40:].split()] for line in done.stdout.splitlines()[3:11]}
+    whole = round(WHOLE / GIB, 2)
+    assert rows["whole model (rollouts, old log-probs)"] == [whole] * 4  # columns: 2 before, 2 now, 8 before, 8 now
+    assert rows["reference policy"] == [whole, round(WHOLE / 2 / GIB, 2), whole, round(WHOLE / 8 / GIB, 2)]
+    assert rows["checkpoint's optimizer, kept"] == [round(2 * WHOLE / GIB, 2), 0.0] * 2
+    assert rows["AdamW state (shard)"][3] == round(2 * WHOLE / 8 / GIB, 2)
+    assert rows["gather after the update (passing)"][:2] == [whole, round(4 * VOCAB * HIDDEN / GIB, 2)]
+    eight = re.findall(r"^8 ranks: peak per rank before +([\d.]+) GiB, now +([\d.]+) GiB", done.stdout, re.M)
+    before, now = (float(x) for x in eight[0])
+    columns = list(zip(*rows.values(), strict=True))
+    for column, peak in ((columns[2], before), (columns[3], now)):  # the kept rows' sum and the largest passing one
+        assert abs(peak - (sum(column[:6]) + max(column[6:]))) <= 0.05
+    assert now < before / 2
