@@ -7,7 +7,6 @@ and the run's requests are seeded with each episode's seed, so the server draws 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ skip_module_without(
 
 import torch
 from safetensors.torch import load_file
-from serving import SERVED, get_json, post_json, start, stop
+from serving import SERVED, get_json, post_json, start, step_versions, stop
 from test_verl_backend import ENV, _records
 
 from rllm.config import load_config
@@ -82,23 +81,11 @@ def runs() -> Iterator[dict[str, Any]]:
         yield {"dir": tmp, "health": health, "samples": samples}
 
 
-def _step_versions(run_dir: Path) -> dict[int, set[int]]:
-    """Each training step's weight versions as the server reported them in its answers (the episode log)."""
-    versions: dict[int, set[int]] = {}
-    for path in sorted((run_dir / "episodes" / "train").glob("step_*.jsonl")):
-        step = int(path.name[len("step_") :].split("-")[0])
-        for line in path.read_text().splitlines():
-            episode = json.loads(line)
-            found = {s["weight_version"] for t in episode["trajectories"] for s in t["steps"]}
-            versions.setdefault(step, set()).update(found)
-    return versions
-
-
 def test_every_step_samples_the_policy_version_it_trains(runs: dict[str, Any]) -> None:
     """Synchronous: step u samples the weights of u - 1 updates (version 0: the server's own, the initial ones), and
     after the last step the server holds version 3 (the final validation sampled it)."""
     served = runs["dir"] / "served"
-    assert _step_versions(served) == {u: {u - 1} for u in range(1, STEPS + 1)}
+    assert step_versions(served) == {u: {u - 1} for u in range(1, STEPS + 1)}
     assert runs["health"]["weight_version"] == STEPS
     records = _records(served, "train")
     assert [r["step"] for r in records] == list(range(1, STEPS + 1))
