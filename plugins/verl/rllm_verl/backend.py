@@ -8,7 +8,9 @@ engine over inference servers), stage 4's packed rows, checkpoints. Stage 5's ol
 stage 7's update run on :class:`rllm_verl.worker.VerlWorker` (verl's ``TrainingWorker``, FSDP2,
 the CPU platform and gloo), and after each update the worker's weights are loaded into the
 parent's model, which the trainer's policy channel takes to where rollouts sample (the
-in-process engine samples that model; servers are sent it through the run's weight sync). With a
+in-process engine samples that model, or its copy in an asynchronous run, whose stages 4-7 and
+so every worker call run on the trainer's update thread; servers are sent it through the run's
+weight sync). With a
 KL term (in the loss or the reward) a second, forward-only worker holds the frozen reference
 policy (verl's ``ref`` role) and stage 5 scores the batch on it too. The ``rllm.verl`` keys are
 turned into the ``rllm.transformers`` settings those parts read
@@ -46,7 +48,6 @@ _REFUSED = {
         "the sampler's log-probs and verl's rollout_is_weights are not passed to verl's worker; leave the section "
         "unset, or train with rllm.backend=transformers"
     ),
-    "rllm.async_training.enable": "the rollouts sample the model the update writes; leave it false",
 }
 """Keys this backend refuses when set away from their defaults (key: what to do)."""
 
