@@ -38,6 +38,18 @@ def served_run(run_dir: Path, *overrides: str) -> list[str]:
     return [*train, *SERVED_RUN, f"rllm.trainer.output_dir={run_dir}", *overrides]
 
 
+def step_versions(run_dir: Path) -> dict[int, set[int]]:
+    """Each training step's weight versions as the server reported them in its answers (the run's episode log)."""
+    versions: dict[int, set[int]] = {}
+    for path in sorted((run_dir / "episodes" / "train").glob("step_*.jsonl")):
+        step = int(path.name[len("step_") :].split("-")[0])
+        for line in path.read_text().splitlines():
+            episode = json.loads(line)
+            found = {s["weight_version"] for t in episode["trajectories"] for s in t["steps"]}
+            versions.setdefault(step, set()).update(found)
+    return versions
+
+
 def get_json(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=10) as answer:
         return json.loads(answer.read())  # type: ignore[no-any-return]

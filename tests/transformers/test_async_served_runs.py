@@ -3,13 +3,12 @@ trainer updates, and take each batch's weights through the weight sync before it
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from extras import skip_module_without
-from serving import SERVED, SERVED_RUN, get_json, running
+from serving import SERVED, SERVED_RUN, get_json, running, step_versions
 
 skip_module_without("torch", "transformers", "safetensors", "fastapi", "uvicorn", install="pip install 'rllm[serve]'")
 
@@ -46,18 +45,6 @@ def _fit(run_dir: Path, *overrides: str) -> list[dict]:
     return read_metrics(run_dir / METRICS_FILE)
 
 
-def _step_versions(run_dir: Path) -> dict[int, set[int]]:
-    """Each training step's weight versions, as the episode log holds them (the server's, from its answers)."""
-    versions: dict[int, set[int]] = {}
-    for path in sorted((run_dir / "episodes" / "train").glob("step_*.jsonl")):
-        step = int(path.name[len("step_") :].split("-")[0])
-        for line in path.read_text().splitlines():
-            episode = json.loads(line)
-            found = {s["weight_version"] for t in episode["trajectories"] for s in t["steps"]}
-            versions.setdefault(step, set()).update(found)
-    return versions
-
-
 def test_staleness_1_through_a_server_overlaps_carries_its_versions_and_learns(server: str, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     records = _fit(
@@ -70,7 +57,7 @@ def test_staleness_1_through_a_server_overlaps_carries_its_versions_and_learns(s
     )
     trained = [r for r in records if r["kind"] == "train"]
     # batch u samples the weights trained up to step u - 2 (policy version u - 2; the first two, the initial ones)
-    assert _step_versions(run_dir) == {u: {max(0, u - 2)} for u in range(1, 13)}
+    assert step_versions(run_dir) == {u: {max(0, u - 2)} for u in range(1, 13)}
     assert [r["rollout/staleness/max"] for r in trained] == [0.0] + [1.0] * 11  # the bound, reached
     # every episode after the first batch one version behind: 6 batches of 16 tasks and one of 4 per epoch, x 8
     assert [r["rollout/staleness/count_1"] for r in trained[1:]] == [128.0] * 5 + [32.0] + [128.0] * 5

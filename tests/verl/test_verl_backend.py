@@ -40,8 +40,6 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "RLLM_DISABLED_PLUGINS": "fast", "M
 # -- refusals: before any model or worker is built, one line naming the key ------------------------------------------
 REFUSED = [
     ("rllm.algorithm.rollout_correction.tis_mode=token", "rllm.algorithm.rollout_correction.tis_mode='token'"),
-    ("rllm.async_training.enable=true", "rllm.async_training.enable=True"),
-    ("rllm.rollout.openai.base_url=[http://127.0.0.1:9/v1]", "rllm.rollout.openai.base_url"),
     ("rllm.algorithm.loss_fn_map={solver: gspo}", "role 'solver'"),
 ]
 

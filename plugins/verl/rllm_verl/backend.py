@@ -3,13 +3,18 @@
 The shipped plugins never import each other, so this backend does not import rllm_transformers:
 it takes the ``transformers`` backend class from core's backend registry when this module is
 imported (a run selecting ``verl`` imports it) and builds on it. The parent's parts stay as they
-are: in-process rollouts (its engine), stage 4's packed rows, checkpoints. Stage 5's old
-log-probs and stage 7's update run on :class:`rllm_verl.worker.VerlWorker` (verl's
-``TrainingWorker``, FSDP2, the CPU platform and gloo), and after each update the worker's weights
-are loaded into the model the rollouts sample from. With a KL term (in the loss or the reward) a
-second, forward-only worker holds the frozen reference policy (verl's ``ref`` role) and stage 5
-scores the batch on it too. The ``rllm.verl`` keys are turned into the
-``rllm.transformers`` settings those parts read (:func:`rllm_verl.backend_keys.transformers_settings`).
+are: the rollouts (its in-process engine, or with ``rllm.rollout.openai.base_url`` its OpenAI
+engine over inference servers), stage 4's packed rows, checkpoints. Stage 5's old log-probs and
+stage 7's update run on :class:`rllm_verl.worker.VerlWorker` (verl's ``TrainingWorker``, FSDP2,
+the CPU platform and gloo), and after each update the worker's weights are loaded into the
+parent's model, which the trainer's policy channel takes to where rollouts sample (the
+in-process engine samples that model, or its copy in an asynchronous run, whose stages 4-7 and
+so every worker call run on the trainer's update thread; servers are sent it through the run's
+weight sync). With a
+KL term (in the loss or the reward) a second, forward-only worker holds the frozen reference
+policy (verl's ``ref`` role) and stage 5 scores the batch on it too. The ``rllm.verl`` keys are
+turned into the ``rllm.transformers`` settings those parts read
+(:func:`rllm_verl.backend_keys.transformers_settings`).
 """
 
 from __future__ import annotations
@@ -43,8 +48,6 @@ _REFUSED = {
         "the sampler's log-probs and verl's rollout_is_weights are not passed to verl's worker; leave the section "
         "unset, or train with rllm.backend=transformers"
     ),
-    "rllm.async_training.enable": "the rollouts sample the model the update writes; leave it false",
-    "rllm.rollout.openai.base_url": "rollouts run in process on the CPU; leave it empty",
 }
 """Keys this backend refuses when set away from their defaults (key: what to do)."""
 
@@ -65,7 +68,8 @@ def _refuse_keys(config: DictConfig) -> None:
 
 
 class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
-    """``rllm.backend=verl``: verl's worker on gloo (CPU) or its CUDA platform (one GPU), rollouts in process."""
+    """``rllm.backend=verl``: verl's worker on gloo (CPU) or its CUDA platform (one GPU); rollouts in process or
+    from inference servers."""
 
     batch_fields = frozenset({"old_log_probs"})
     """Stage 5 writes the worker's old log-probs on the steps when an estimator reads them; nothing else."""
