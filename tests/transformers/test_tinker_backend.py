@@ -13,10 +13,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from extras import skip_module_without
-from serving import SERVED, running
+from serving import SERVED, running, step_versions
 
 skip_module_without(
     "torch", "transformers", "safetensors", "fastapi", "uvicorn", "tinker", install="pip install 'rllm[tinker,test]'"
@@ -230,6 +231,48 @@ def test_sampled_log_probs_equal_the_servers_forward(
         backend.shutdown()
 
 
+def test_a_snapshot_samples_the_weights_it_was_taken_of_while_training_goes_on(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asynchronous training's contract: a snapshot taken off the event loop while it samples (as on the update
+    thread) keeps sampling the same ids and log-probs after an update; a snapshot taken after the update does not."""
+    import asyncio
+
+    monkeypatch.setenv("TINKER_API_KEY", "tml-rllm-test")
+    backend = _backend(*_words(server, tmp_path), "rllm.tinker.max_new_tokens=4")
+    weights = backend.rollout_weights
+    try:
+        engine = backend.init_rollout_engine()
+
+        async def sample() -> list[tuple[list[int], list[float]]]:
+            prompts = [[a, b, 11] for a, b in ((1, 2), (7, 3), (5, 5), (0, 9))]
+            answers = [await engine.for_episode(seed).generate(p) for seed, p in enumerate(prompts)]
+            return [(g.response_ids, g.logprobs) for g in answers]
+
+        async def sample_while_snapshotting() -> Any:
+            return (await asyncio.gather(sample(), asyncio.to_thread(weights.snapshot)))[1]
+
+        assert weights.overlaps
+        old = asyncio.run(sample_while_snapshotting())
+        weights.load(old)
+        before = asyncio.run(sample())
+        check = types.Datum(
+            model_input=types.ModelInput.from_ints([1, 2, 11, 2]),
+            loss_fn_inputs={"target_tokens": np.array([2, 11, 2, 13], dtype=np.int64), "weights": np.ones(4)},
+        )
+        backend.training.forward_backward([check], "cross_entropy").result()
+        backend.training.optim_step(types.AdamParams(learning_rate=0.05)).result()
+        new = weights.snapshot()
+        assert asyncio.run(sample()) == before  # the engine still samples the old snapshot
+        weights.load(new)
+        trained = asyncio.run(sample())
+        weights.load(old)
+        assert asyncio.run(sample()) == before
+    finally:
+        backend.shutdown()
+    assert trained != before  # the update changed what the new snapshot samples
+
+
 @pytest.mark.parametrize(
     "words",
     [("rllm.algorithm.loss_fn=dro", "rllm.algorithm.loss_options.dro_beta=0.5"), ("rllm.algorithm.eps_clip=0.1",)],
@@ -300,6 +343,60 @@ def test_rllm_train_runs_steps_resumes_and_never_writes_the_key(server: str, tmp
         assert SECRET.encode() not in path.read_bytes(), path
     for run in (done, resumed):
         assert SECRET not in run.stdout and SECRET not in run.stderr
+
+
+ASYNC_RUN = (
+    "rllm.data.train_batch_size=4",
+    "rllm.rollout.n=4",
+    "rllm.trainer.total_batches=4",
+    "rllm.trainer.test_freq=2",
+    "rllm.trainer.val_before_train=false",
+    "rllm.tinker.lr=0.003",
+    "rllm.episode_logging.log_episodes=true",
+)
+
+
+def _numbers(run_dir: Path) -> list[dict]:
+    """Every record a run computed (training and validation), less the clocks and the asynchronous run's own."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [
+        {k: v for k, v in r.items() if k != "wall_time" and not k.startswith(("time/", "perf/", "async/"))}
+        for r in map(json.loads, lines)
+    ]
+
+
+@pytest.mark.slow
+def test_staleness_0_gives_exactly_the_synchronous_runs_metrics(server: str, tmp_path: Path) -> None:
+    """Overlapped at staleness 0, each batch still samples the newest weights: a snapshot client of the same state."""
+    synchronous = _train(server, tmp_path / "sync", *ASYNC_RUN)
+    assert synchronous.returncode == 0, synchronous.stderr[-3000:]
+    overlapped = _train(server, tmp_path / "async", *ASYNC_RUN, "rllm.async_training.enable=true")
+    assert overlapped.returncode == 0, overlapped.stderr[-3000:]
+    sync, run = _numbers(tmp_path / "sync"), _numbers(tmp_path / "async")
+    assert [r["kind"] for r in sync] == ["train", "train", "val", "train", "train", "val"]
+    assert run == sync
+    assert [r["rollout/staleness/max"] for r in run if r["kind"] == "train"] == [0.0] * 4
+    assert step_versions(tmp_path / "async") == {u: {u - 1} for u in range(1, 5)}
+
+
+@pytest.mark.slow
+def test_staleness_1_samples_the_snapshot_two_steps_back(server: str, tmp_path: Path) -> None:
+    """The server's losses take the sampler's log-probs as the old policy's, so the run trains uncorrected."""
+    run_dir = tmp_path / "run"
+    done = _train(
+        server,
+        run_dir,
+        *ASYNC_RUN,
+        "rllm.async_training.enable=true",
+        "rllm.async_training.staleness_threshold=1",
+        "rllm.async_training.allow_uncorrected=true",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    # batch u samples the weights trained up to step u - 2 (the first two batches, the initial weights)
+    assert step_versions(run_dir) == {u: {max(0, u - 2)} for u in range(1, 5)}
+    trained = _records(run_dir)
+    assert [r["rollout/staleness/max"] for r in trained] == [0.0, 1.0, 1.0, 1.0]
+    assert [r["rollout/staleness/count_1"] for r in trained] == [0.0, 16.0, 16.0, 16.0]  # 4 tasks x 4 rollouts
 
 
 @pytest.mark.slow

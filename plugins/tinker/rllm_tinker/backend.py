@@ -104,18 +104,30 @@ def default_loss(algorithm: Any) -> str:
 
 
 class SamplerWeights(RolloutWeights):
-    """The policy channel's part only the service can do: sampler weights of the trained state, as a new client."""
+    """The policy channel's part only the service can do: sampler weights of the trained state, as a new client.
+
+    A snapshot is the sampling client of an unnamed sampler save (``save_weights_and_get_sampling_client``, in every
+    tested SDK version): the server keeps those weights fixed while training goes on, so rollouts sample the snapshot
+    while the update runs (``rllm.async_training``). The SDK's sync ``.result()`` waits on the SDK's own event loop,
+    which is neither the update thread (``snapshot``, called off any event loop) nor the rollouts' loop.
+    """
+
+    overlaps = True
 
     def __init__(self, backend: TinkerBackend) -> None:
         self.backend = backend
 
-    def load(self, snapshot: Any | None) -> None:
-        """The engine samples the weights trained now (there are no snapshots: the run is synchronous)."""
+    def snapshot(self) -> Any:
+        """A sampling client of the weights trained now (the server's snapshot of them)."""
         backend = self.backend
         with remote(backend.base_url, "save_weights_and_get_sampling_client"):
-            sampler = backend.training.save_weights_and_get_sampling_client().result()
-        if backend.engine is not None:
-            backend.engine.swap(sampler)
+            return backend.training.save_weights_and_get_sampling_client().result()
+
+    def load(self, snapshot: Any | None) -> None:
+        """The engine samples ``snapshot`` (a client :meth:`snapshot` made), or a new one of the weights trained now."""
+        sampler = self.snapshot() if snapshot is None else snapshot
+        if self.backend.engine is not None:
+            self.backend.engine.swap(sampler)
 
 
 class TinkerBackend(BackendProtocol):
@@ -232,8 +244,7 @@ class TinkerBackend(BackendProtocol):
             max_prompt_length=None if options.max_prompt_length is None else int(options.max_prompt_length),
             greedy_validation=bool(options.greedy_validation),
         )
-        with remote(self.base_url, "save_weights_and_get_sampling_client"):
-            sampler = self.training.save_weights_and_get_sampling_client().result()
+        sampler = self._rollout_weights.snapshot()
         self.engine = TinkerEngine(sampler, self._tokenizer(), sampling, int(options.seed))
         return self.engine
 
