@@ -5,7 +5,8 @@ trains it; workflows sample through a :class:`~rllm_tinker.engine.TinkerEngine` 
 client of the latest weights. Stage 7 turns each role's trajectories into datums
 (:mod:`rllm_tinker.transform`), runs ``forward_backward`` with the role's Tinker loss and one
 ``optim_step`` with the scheduled learning rate; after each update the trainer's policy channel
-has :class:`SamplerWeights` save sampler weights and swap the engine's sampling client. A
+has :class:`SamplerWeights` save sampler weights and swap the engine's sampling client (asynchronously, each
+update's client is a snapshot kept aside until the batch due to sample it). A
 checkpoint is the server's saved state (its ``tinker://`` path in ``tinker_state.json``). The
 API key is handed to the SDK in memory only: config.yaml keeps its interpolation, and nothing
 this backend writes holds it.
