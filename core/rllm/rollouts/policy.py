@@ -281,10 +281,9 @@ class PolicyVersions:
         self.servers.push_to(self.weights.server_update(version, snapshot), server)
 
     # -- labels ----------------------------------------------------------------------------------
-    def label(self, episodes: Sequence[Episode], version: int) -> None:
-        """Stamp a batch sampled from ``version``; asynchronously, refuse one whose steps another version sampled (a
-        synchronous run's engine may number its own)."""
-        stamp_weight_version(episodes, version)
+    def check(self, episodes: Sequence[Episode], version: int) -> None:
+        """Asynchronously, refuse a batch sampled from ``version`` whose steps another version sampled (a synchronous
+        run's engine may number its own). The workflow engine stamped the steps no model call labelled."""
         if self.asynchronous:
             check_batch_version(episodes, version)
 

@@ -170,7 +170,7 @@ class StepLoop:
         engine.set_training_step(step, mode="train", epoch=epoch, version=version)
         started = time.perf_counter()
         episodes = await self.backend.generate_episodes(batch, agent_workflow_engine=engine)
-        self.policy.label(episodes, version)
+        self.policy.check(episodes, version)
         return SampledBatch(
             epoch, index, step, version, episodes, dataclasses.replace(engine.stats), time.perf_counter() - started
         )

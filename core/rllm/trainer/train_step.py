@@ -134,7 +134,7 @@ class TrainStep:
     ) -> tuple[list[TrajectoryGroup], list[Episode]]:
         """Stages 1-3 for the tasks of a dynamic-sampling refill round (its grouping metrics are not logged)."""
         fresh = await self.backend.generate_episodes(tasks, agent_workflow_engine=self.engine)
-        self.policy.label(fresh, version)
+        self.policy.check(fresh, version)
         more, _ = self.grouped(fresh)
         more, fresh, _ = apply_rejection_sampling_and_filtering(fresh, more, self.rs_config, state.rs_state)
         return more, fresh
