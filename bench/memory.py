@@ -23,8 +23,9 @@ checkpointing (non-reentrant), the loss over the response positions only:
   squares (what the backend did until ``precision`` and ``score_tokens``).
 
 Then, for ``strategy=fsdp``, what rank 0 holds at 2, 4 and 8 ranks (``--ranks``) with a reference policy, before
-and after the reference was sharded and the whole-copy gathers dropped: the model sharded with the trainer's own
-cut on the meta device over a fake process group (``--fsdp-only``: that table alone, in seconds; docs/scaling.md).
+and after the reference was sharded and the whole-copy gathers dropped, and with bf16-mixed's FSDP policy: the model
+sharded with the trainer's own cut and policy on the meta device over a fake process group (``--fsdp-only``: that
+table alone, in seconds; docs/scaling.md).
 
 Run: ``python bench/memory.py`` (about a minute; ``--rows``/``--prompt``/``--response`` to change
 the batch). Needs ``pip install 'rllm[transformers]'`` and trl for the TRL side.
@@ -167,47 +168,73 @@ FSDP_KEPT = (
 """What a rank holds throughout (the optimizer gathered for a checkpoint was kept on every rank until the next)."""
 FSDP_PASSING = ("gather after the update", "FSDP's unit gathers")
 """What a rank holds for a moment, one at a time: the peak is the kept tensors plus the largest of these."""
+FSDP_LAYOUTS = ("before", "now", "mixed")
+"""The columns per world size (:func:`fsdp_layouts`)."""
 
 
 def fsdp_rank_bytes(world: int) -> dict[str, int]:
     """What FSDP puts on rank 0 of ``world`` (the largest share: FSDP pads the last rows): the model of
-    :data:`SHAPE` on the meta device, sharded by :func:`rllm_transformers.distributed.shard_by_layer` (the trainer's
-    cut) over a fake process group of ``world`` ranks; the bytes are the shards' and units' real sizes."""
+    :data:`SHAPE` on the meta device, prepared in ``bf16-mixed`` and sharded by
+    :func:`rllm_transformers.distributed.shard_by_layer` with :func:`rllm_transformers.distributed.mixed_policy` (the
+    trainer's cut and policy) over a fake process group of ``world`` ranks; the bytes are the shards' and units' real
+    sizes, a unit's gathered in float32 (no policy) and in the policy's dtype."""
     import torch.distributed as dist
+    from omegaconf import OmegaConf
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from rllm_transformers.distributed import shard_by_layer
+    from rllm_transformers.distributed import mixed_policy, shard_by_layer
+    from rllm_transformers.precision import precision_of
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     try:
         with torch.device("meta"):
             model = _model(torch.float32)
+        precision_of(OmegaConf.create({"precision": "bf16-mixed"})).prepare(model, torch.device("meta"))
+        policy = mixed_policy(model)
         whole = sum(p.numel() * p.element_size() for p in model.parameters())
         largest = max(p.numel() * p.element_size() for p in model.parameters())
-        shard_by_layer(model)
+        shard_by_layer(model, policy)
         local = sum(p.to_local().numel() * p.element_size() for p in model.parameters())
         layers = [m for m in model.modules() if hasattr(m, "unshard") and m is not model]
         in_layers = {id(p) for m in layers for p in m.parameters()}
-        rest = sum(p.numel() * p.element_size() for p in model.parameters() if id(p) not in in_layers)
-        unit = max([rest, *(sum(p.numel() * p.element_size() for p in m.parameters()) for m in layers)])
+        root = sum(p.numel() for p in model.parameters() if id(p) not in in_layers)
+        layer = max(sum(p.numel() for p in m.parameters()) for m in layers)
+        gathered = {
+            dtype: root * dtype.itemsize + 2 * layer * dtype.itemsize for dtype in (torch.float32, policy.param_dtype)
+        }
     finally:
         dist.destroy_process_group()
-    return {"whole": whole, "local": local, "largest": largest, "unit": unit}
+    return {
+        "whole": whole,
+        "local": local,
+        "largest": largest,
+        "units": gathered[torch.float32],
+        "units_mixed": gathered[policy.param_dtype],
+    }
 
 
 def fsdp_layouts(sizes: dict[str, int]) -> dict[str, dict[str, int]]:
     """Rank 0's tensors (:data:`FSDP_KEPT`, :data:`FSDP_PASSING`) in three layouts of one FSDP run with a reference
-    (a KL term), after its first checkpoint:
+    (a KL term), after its first checkpoint. FSDP's passing gathers: the root unit (embeddings, final norm, head) stays
+    gathered through the forward and the backward (FSDP2 does not reshard the root after the forward), beside one
+    decoder layer and the next one prefetched.
 
     - **before**: a whole reference copy, the whole weights gathered as one state dict after each update, and the
       checkpoint's whole AdamW state gathered on every rank's device and kept there until the next checkpoint;
     - **now**: the reference sharded like the trained copy, the weights gathered into the model a tensor at a time,
-      the checkpoint's optimizer into rank 0's host memory (not the device);
+      the checkpoint's optimizer into rank 0's host memory (not the device), the units gathered in float32;
+    - **mixed**: now with ``bf16-mixed``'s FSDP policy: the units gathered in bfloat16 (half the bytes);
     - **floor** (not built): rollouts from servers and stage 5 on the sharded copies, so no whole model on a rank.
     """
-    whole, local, largest, unit = sizes["whole"], sizes["local"], sizes["largest"], sizes["unit"]
+    whole, local, largest = sizes["whole"], sizes["local"], sizes["largest"]
     trained = {"weights (shard)": local, "gradients (shard)": local, "AdamW state (shard)": 2 * local}
-    units = {"FSDP's unit gathers": 2 * unit}  # a unit's forward or backward gathers the next one's (prefetch)
+    now = {
+        **trained,
+        "whole model (rollouts, old log-probs)": whole,
+        "reference policy": local,
+        "gather after the update": largest,
+        "FSDP's unit gathers": sizes["units"],
+    }
     return {
         "before": {
             **trained,
@@ -215,16 +242,11 @@ def fsdp_layouts(sizes: dict[str, int]) -> dict[str, dict[str, int]]:
             "reference policy": whole,
             "checkpoint's optimizer, kept": 2 * whole,
             "gather after the update": whole,
-            **units,
+            "FSDP's unit gathers": sizes["units"],
         },
-        "now": {
-            **trained,
-            "whole model (rollouts, old log-probs)": whole,
-            "reference policy": local,
-            "gather after the update": largest,
-            **units,
-        },
-        "floor": {**trained, "reference policy": local, **units},
+        "now": now,
+        "mixed": {**now, "FSDP's unit gathers": sizes["units_mixed"]},
+        "floor": {**trained, "reference policy": local, "FSDP's unit gathers": sizes["units_mixed"]},
     }
 
 
@@ -238,20 +260,21 @@ def fsdp_table(worlds: list[int]) -> None:
     print(
         "\nFSDP (strategy=fsdp) with a reference policy, per rank after the first checkpoint: float32 weights and "
         "AdamW (bf16-mixed's), before activations (the rank's micro-batch's, the same in every layout). Sharded sizes "
-        "from fully_shard on the meta device over a fake process group of N ranks."
+        "from fully_shard on the meta device over a fake process group of N ranks; 'mixed': bf16-mixed's FSDP policy "
+        "(units gathered in bfloat16)."
     )
     layouts = {world: fsdp_layouts(fsdp_rank_bytes(world)) for world in worlds}
-    header = "".join(f"{f'{w} ranks ' + name:>18}" for w in worlds for name in ("before", "now"))
+    header = "".join(f"{f'{w} ranks ' + name:>18}" for w in worlds for name in FSDP_LAYOUTS)
     print(f"{'GiB on rank 0':<40}{header}")
     for item in (*FSDP_KEPT, *FSDP_PASSING):
-        cells = "".join(f"{layouts[w][name].get(item, 0) / GIB:18.2f}" for w in worlds for name in ("before", "now"))
+        cells = "".join(f"{layouts[w][name].get(item, 0) / GIB:18.2f}" for w in worlds for name in FSDP_LAYOUTS)
         print(f"{item + (' (passing)' if item in FSDP_PASSING else ''):<40}{cells}")
     for world, layout in layouts.items():
-        before, now, floor = (fsdp_peak(layout[name]) for name in ("before", "now", "floor"))
+        before, now, mixed, floor = (fsdp_peak(layout[name]) for name in (*FSDP_LAYOUTS, "floor"))
         print(
             f"{world} ranks: peak per rank before {before / GIB:6.2f} GiB, now {now / GIB:6.2f} GiB "
-            f"({before / now:.2f}x less); floor with served rollouts and stage 5 sharded (not built) "
-            f"{floor / GIB:5.2f} GiB"
+            f"({before / now:.2f}x less), mixed {mixed / GIB:6.2f} GiB ({before / mixed:.2f}x less); floor with "
+            f"served rollouts and stage 5 sharded (not built) {floor / GIB:5.2f} GiB"
         )
 
 

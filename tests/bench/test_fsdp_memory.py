@@ -19,9 +19,11 @@ LAYER = (HIDDEN * HIDDEN + HIDDEN) + 2 * (HIDDEN * KV + KV) + HIDDEN * HIDDEN + 
 WHOLE = 4 * (VOCAB * HIDDEN + LAYERS * LAYER + HIDDEN)
 """Bytes of Qwen2.5-1.5B's float32 weights: tied embedding, 28 layers (q/k/v with biases, o, the MLP's three
 matrices, two norms), the final norm."""
+ROOT_UNIT = VOCAB * HIDDEN + HIDDEN
+"""Parameters of FSDP's root unit: the tied embedding and the final norm (the decoder layers are their own units)."""
 
 
-def test_the_fsdp_table_shards_the_reference_and_drops_the_whole_copies() -> None:
+def test_the_fsdp_table_shards_the_reference_drops_the_whole_copies_and_gathers_bf16_units() -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "memory.py"), "--fsdp-only", "--ranks", "2", "8"],
         capture_output=True,
@@ -31,14 +33,29 @@ def test_the_fsdp_table_shards_the_reference_and_drops_the_whole_copies() -> Non
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {line[:40].strip(): [float(x) for x in line[40:].split()] for line in done.stdout.splitlines()[3:11]}
     whole = round(WHOLE / GIB, 2)
-    assert rows["whole model (rollouts, old log-probs)"] == [whole] * 4  # columns: 2 before, 2 now, 8 before, 8 now
-    assert rows["reference policy"] == [whole, round(WHOLE / 2 / GIB, 2), whole, round(WHOLE / 8 / GIB, 2)]
-    assert rows["checkpoint's optimizer, kept"] == [round(2 * WHOLE / GIB, 2), 0.0] * 2
-    assert rows["AdamW state (shard)"][3] == round(2 * WHOLE / 8 / GIB, 2)
-    assert rows["gather after the update (passing)"][:2] == [whole, round(4 * VOCAB * HIDDEN / GIB, 2)]
-    eight = re.findall(r"^8 ranks: peak per rank before +([\d.]+) GiB, now +([\d.]+) GiB", done.stdout, re.M)
-    before, now = (float(x) for x in eight[0])
+    # columns: 2 ranks before, now, mixed (bf16-mixed's FSDP policy); 8 ranks the same
+    assert rows["whole model (rollouts, old log-probs)"] == [whole] * 6
+    assert rows["reference policy"] == [
+        whole,
+        *[round(WHOLE / 2 / GIB, 2)] * 2,
+        whole,
+        *[round(WHOLE / 8 / GIB, 2)] * 2,
+    ]
+    assert rows["checkpoint's optimizer, kept"] == [round(2 * WHOLE / GIB, 2), 0.0, 0.0] * 2
+    assert rows["AdamW state (shard)"][4:] == [round(2 * WHOLE / 8 / GIB, 2)] * 2
+    assert rows["gather after the update (passing)"][:3] == [whole, *[round(4 * VOCAB * HIDDEN / GIB, 2)] * 2]
+    # the root unit stays gathered through forward and backward, beside a layer and the next one prefetched: float32
+    # (4 bytes) without a policy, bfloat16 (2 bytes) under bf16-mixed's
+    units = ROOT_UNIT + 2 * LAYER
+    assert rows["FSDP's unit gathers (passing)"] == [round(4 * units / GIB, 2)] * 2 + [round(2 * units / GIB, 2)] + [
+        round(4 * units / GIB, 2)
+    ] * 2 + [round(2 * units / GIB, 2)]
+    eight = re.findall(
+        r"^8 ranks: peak per rank before +([\d.]+) GiB, now +([\d.]+) GiB .*mixed +([\d.]+) GiB", done.stdout, re.M
+    )
+    before, now, mixed = (float(x) for x in eight[0])
     columns = list(zip(*rows.values(), strict=True))
-    for column, peak in ((columns[2], before), (columns[3], now)):  # the kept rows' sum and the largest passing one
+    for column, peak in ((columns[3], before), (columns[4], now), (columns[5], mixed)):  # kept rows + largest passing
         assert abs(peak - (sum(column[:6]) + max(column[6:]))) <= 0.05
     assert now < before / 2
+    assert abs((now - mixed) - (4 * units - max(2 * units, 4 * VOCAB * HIDDEN)) / GIB) <= 0.01

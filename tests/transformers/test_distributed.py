@@ -385,3 +385,68 @@ def test_under_fsdp_no_rank_holds_a_whole_reference_or_a_gathered_optimizer(tmp_
     assert sum(r["reference"] for r in records) >= whole
     assert records[0]["optimizer_kept"] and records[0]["optimizer_devices"] == ["cpu"], records[0]
     assert not records[1]["optimizer_kept"], records[1]
+
+
+def _ranks_say(command: list[str], prefix: str) -> list[dict]:
+    """Each rank's JSON line starting with ``prefix``, by rank."""
+    done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    lines = [line.split(" ", 1)[1] for line in done.stdout.splitlines() if line.startswith(prefix + " ")]
+    return sorted((json.loads(line) for line in lines), key=lambda r: r["rank"])
+
+
+BF16_MIXED = ("rllm.transformers.precision=bf16-mixed",)
+
+
+@pytest.mark.slow
+def test_under_fsdp_bf16_mixed_gathers_bfloat16_reduces_float32_and_keeps_float32_masters(tmp_path: Path) -> None:
+    """On 2 gloo ranks with FSDP and bf16-mixed: every all-gather moves bfloat16, every reduce-scatter float32; the
+    master weights and AdamW state are float32, so one step at lr 1e-6 moves >= 90% of the weights (bf16-pure moves
+    under 10%: tests/transformers/test_real_vocabulary.py). The sharded forward's log-probs and gradient differ from
+    one process's bf16-mixed by at most twice what autocast's own rounding moves them from float32: the policy adds
+    one more bfloat16 rounding (of the embedding rows and norm weights, and of the per-micro-batch gradient before
+    the float32 reduce) beside the one autocast already makes of every matmul's operands."""
+    script = Path(__file__).with_name("fsdp_mixed_precision.py")
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1"]
+    overrides = (
+        *SMALL,
+        *BF16_MIXED,
+        f"rllm.trainer.output_dir={tmp_path}",
+        "rllm.transformers.distributed.strategy=fsdp",
+        "rllm.transformers.distributed.timeout=20",
+    )
+    records = _ranks_say([*launcher, f"--master_port={_port()}", str(script), *overrides], "mixed-precision")
+    assert [r["rank"] for r in records] == [0, 1]
+    for record in records:
+        assert record["gathered"] == ["torch.bfloat16"] and record["reduced"] == ["torch.float32"], record
+        assert record["masters"] == ["torch.float32"] and record["adam_state"] == ["torch.float32"], record
+        assert record["changed"] >= 0.9, record
+        assert record["autocast_logp_gap"] > 0 and record["autocast_grad_gap"] > 0, record  # autocast rounds
+        assert record["sharded_logp_gap"] <= 2 * record["autocast_logp_gap"], record
+        assert record["sharded_grad_gap"] <= 2 * record["autocast_grad_gap"], record
+
+
+@pytest.mark.slow
+def test_under_fsdp_bf16_mixed_two_ranks_give_one_process_metrics_within_bfloat16_rounding(tmp_path: Path) -> None:
+    """bf16-mixed, 3 steps: FSDP's two ranks (bfloat16 gathers, float32 reduces) against one process (autocast on
+    float32 weights). The rollouts sample the float32 weights under autocast in both, so the rewards and advantages
+    are equal; the gradient norm agrees within 1% (the sharded gradient is within ~0.6% of one process's, the test
+    above) and the loss within 5e-3 absolute (its terms are advantages times ratios whose log-probs move by ~3e-3)."""
+    settings = (*SMALL, *BF16_MIXED, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2")
+    one = subprocess.run(
+        [sys.executable, *_train(tmp_path / "one", *settings)], env=ENV, capture_output=True, text=True, timeout=120
+    )
+    assert one.returncode == 0, one.stderr
+    layout = "rllm.transformers.distributed.strategy=fsdp"
+    two = subprocess.run(
+        _torchrun(2, tmp_path / "two", *settings, layout), env=ENV, capture_output=True, text=True, timeout=180
+    )
+    assert two.returncode == 0, two.stderr
+    first, second = _records(tmp_path / "one"), _records(tmp_path / "two")
+    assert [r["step"] for r in first] == [r["step"] for r in second] == [1, 2, 3]
+    assert any(r["actor/grad_norm"] > 0.1 for r in first), first
+    for mine, theirs in zip(first, second, strict=True):
+        for key in ("reward/solver/mean", "reward/solver/std", *COMPARED_ADVANTAGES):
+            assert _agree(mine[key], theirs[key]), (key, mine[key], theirs[key])
+        assert abs(mine["actor/grad_norm"] - theirs["actor/grad_norm"]) <= 0.01 * mine["actor/grad_norm"] + 1e-6
+        assert abs(mine["actor/loss"] - theirs["actor/loss"]) <= 5e-3, (mine["actor/loss"], theirs["actor/loss"])
