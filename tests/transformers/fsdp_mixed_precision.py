@@ -1,11 +1,12 @@
 """One rank of tests/transformers/test_distributed.py's FSDP mixed-precision check, started by torchrun.
 
-Builds the transformers backend from the command line's overrides (FSDP, ``precision=bf16-mixed``), then on the
-same rows runs a forward and a backward through the sharded copy under a dispatch mode that records the dtype of
-every all-gather and reduce-scatter, and the same through the unsharded model (one process's bf16-mixed) and a
-float32 twin of it. Prints one JSON line per rank: the collectives' dtypes, the dtypes of the master weights and of
-AdamW's state, the log-prob and gradient gaps (sharded against one process, and bf16-mixed against float32: the
-size of autocast's own rounding), and the fraction of the weights one AdamW step at lr 1e-6 changes.
+Builds the transformers backend from the command line's overrides (FSDP, ``precision=bf16-mixed``, a KL term so
+a sharded reference exists), then on the same rows runs a forward and a backward through the sharded copy under a
+dispatch mode that records the dtype of every all-gather and reduce-scatter, a forward through the sharded
+reference, and the same through the unsharded model (one process's bf16-mixed) and a float32 twin of it. Prints one
+JSON line per rank: the collectives' dtypes, the dtypes of the master weights and of AdamW's state, the log-prob and
+gradient gaps (sharded against one process, and bf16-mixed against float32: the size of autocast's own rounding), and
+the fraction of the weights one AdamW step at lr 1e-6 changes.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def main() -> None:
     config = load_config(overrides=sys.argv[1:])
     backend = TransformersBackend(config, algorithm=AlgorithmConfig.from_config(config))
     group = backend.distributed
-    assert group is not None and group.sharded
+    assert group is not None and group.sharded and backend.reference is not None
     vocab = int(backend.model.get_input_embeddings().num_embeddings)
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(3, vocab, (4, 12), generator=generator)
@@ -72,6 +73,8 @@ def main() -> None:
     del fp32.forward  # the class's forward: no autocast, float32 compute
     with Collectives() as seen:
         sharded, sharded_grads = _scores_and_grads(backend.trained, ids, advantages)
+    with Collectives() as seen_reference, torch.no_grad():  # the frozen reference: sharded with the same policy
+        reference = score_tokens(backend.reference, ids, torch.ones_like(ids)).log_probs.float()
     mixed, mixed_grads = _scores_and_grads(backend.model, ids, advantages)
     full, full_grads = _scores_and_grads(fp32, ids, advantages)
     before = {name: _whole(p).detach().clone() for name, p in backend.trained.named_parameters()}
@@ -84,7 +87,9 @@ def main() -> None:
         "reduced": sorted(seen.seen["reduce"]),
         "masters": sorted({str(p.dtype) for p in backend.trained.parameters()}),
         "adam_state": sorted({str(t.dtype) for s in optimizer.state.values() for t in s.values() if t.dim()}),
+        "reference_gathered": sorted(seen_reference.seen["gather"]),
         "sharded_logp_gap": float((sharded - mixed).abs().max()),
+        "reference_logp_gap": float((reference - mixed).abs().max()),
         "autocast_logp_gap": float((mixed - full).abs().max()),
         "sharded_grad_gap": _gap(sharded_grads, mixed_grads),
         "autocast_grad_gap": _gap(mixed_grads, full_grads),

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -398,9 +399,30 @@ def _ranks_say(command: list[str], prefix: str) -> list[dict]:
 BF16_MIXED = ("rllm.transformers.precision=bf16-mixed",)
 
 
+def test_the_fsdp_policy_gathers_in_the_compute_dtype_and_reduces_in_float32() -> None:
+    """Each precision's FSDP policy: none for float32 and bf16-pure (the weights gather in their own dtype)."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from rllm_transformers.distributed import mixed_policy
+    from rllm_transformers.precision import precision_of
+
+    expected = {"fp32": None, "bf16-pure": None, "bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}
+    for name, compute in expected.items():
+        model = torch.nn.Linear(2, 2)
+        with pytest.warns(Warning) if name == "bf16-pure" else nullcontext():
+            precision_of(OmegaConf.create({"precision": name})).prepare(model, torch.device("cpu"))
+        policy = mixed_policy(model)
+        if compute is None:
+            assert policy is None, name
+            continue
+        assert (policy.param_dtype, policy.reduce_dtype, policy.cast_forward_inputs) == (compute, torch.float32, False)
+
+
 @pytest.mark.slow
 def test_under_fsdp_bf16_mixed_gathers_bfloat16_reduces_float32_and_keeps_float32_masters(tmp_path: Path) -> None:
-    """On 2 gloo ranks with FSDP and bf16-mixed: every all-gather moves bfloat16, every reduce-scatter float32; the
+    """On 2 gloo ranks with FSDP and bf16-mixed: every all-gather moves bfloat16 (the trained copy's and the sharded
+    reference's), every reduce-scatter float32; the
     master weights and AdamW state are float32, so one step at lr 1e-6 moves >= 90% of the weights (bf16-pure moves
     under 10%: tests/transformers/test_real_vocabulary.py). The sharded forward's log-probs and gradient differ from
     one process's bf16-mixed by at most twice what autocast's own rounding moves them from float32: the policy adds
@@ -411,6 +433,7 @@ def test_under_fsdp_bf16_mixed_gathers_bfloat16_reduces_float32_and_keeps_float3
     overrides = (
         *SMALL,
         *BF16_MIXED,
+        *KL,
         f"rllm.trainer.output_dir={tmp_path}",
         "rllm.transformers.distributed.strategy=fsdp",
         "rllm.transformers.distributed.timeout=20",
@@ -423,6 +446,8 @@ def test_under_fsdp_bf16_mixed_gathers_bfloat16_reduces_float32_and_keeps_float3
         assert record["changed"] >= 0.9, record
         assert record["autocast_logp_gap"] > 0 and record["autocast_grad_gap"] > 0, record  # autocast rounds
         assert record["sharded_logp_gap"] <= 2 * record["autocast_logp_gap"], record
+        assert record["reference_gathered"] == ["torch.bfloat16"], record
+        assert record["reference_logp_gap"] <= 2 * record["autocast_logp_gap"], record
         assert record["sharded_grad_gap"] <= 2 * record["autocast_grad_gap"], record
 
 
