@@ -26,7 +26,11 @@ DOC = ROOT / "docs" / "verl.md"
 EXPECTED_FAILURES = {  # test id: text its error holds (docs/verl.md says why)
     **{
         f"test_verl_policy_loss.py::TestVerlActorPatch::{name}": "verl 0.9.1 does not have"
-        for name in ("test_patch_is_idempotent", "test_override_applied_and_restored", "test_no_override_passes_through")
+        for name in (
+            "test_patch_is_idempotent",
+            "test_override_applied_and_restored",
+            "test_no_override_passes_through",
+        )
     },
     **{
         f"trainer/verl/test_validate_config.py::{name}": "'VerlBackend' object has no attribute"
@@ -39,9 +43,8 @@ EXPECTED_FAILURES = {  # test id: text its error holds (docs/verl.md says why)
     "unified_trainer/test_verl_transform.py::test_transform_metrics_handle_all_filtered_groups": (
         "'TransformConfig' object is not callable"
     ),
-    "unified_trainer/test_verl_transform.py::TestRolloutLogProbsPropagation::test_empty_logprobs_no_rollout_log_probs_key": (
-        "has 0 logprobs for 3 completion ids"
-    ),
+    "unified_trainer/test_verl_transform.py::TestRolloutLogProbsPropagation::"
+    "test_empty_logprobs_no_rollout_log_probs_key": "has 0 logprobs for 3 completion ids",
     "trainer/test_sft_dispatcher.py": "cannot import name 'Dataset' from 'rllm.data'",
 }
 PASSING = 62
@@ -110,7 +113,8 @@ def test_every_rllm_key_sync_config_pairs_is_a_key_of_this_project() -> None:
     from rllm.config import core_keys
     from rllm_verl.upstream.utils import EPS_CLIP, EPS_CLIP_HIGH, SHARED_KEYS, TOTAL_STEPS
 
-    keys = {k.name for table in vars(core_keys).values() if isinstance(table, tuple) for k in table if hasattr(k, "name")}
+    tables = [table for table in vars(core_keys).values() if isinstance(table, tuple)]
+    keys = {key.name for table in tables for key in table if hasattr(key, "name")}
     wanted = {rllm for _, rllm in SHARED_KEYS} | {TOTAL_STEPS[1], EPS_CLIP, EPS_CLIP_HIGH, "rllm.algorithm.lr_schedule"}
     assert wanted - keys == set()
 

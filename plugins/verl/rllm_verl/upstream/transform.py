@@ -75,7 +75,8 @@ def _padded(rows: Sequence[torch.Tensor], width: int, pad: float, left: bool) ->
 
 def _check_lengths(data: AccumulatedData, max_prompt_length: int, max_response_length: int) -> None:
     for index, (prompt, response) in enumerate(zip(data.prompts, data.responses, strict=True)):
-        for size, limit, key in ((len(prompt), max_prompt_length, "prompt"), (len(response), max_response_length, "response")):
+        sizes = ((len(prompt), max_prompt_length, "prompt"), (len(response), max_response_length, "response"))
+        for size, limit, key in sizes:
             if size > limit:
                 raise DataError(
                     f"Row {data.trajectory_ids[index]} has a {key} of {size} tokens, over max_{key}_length={limit}; "

@@ -51,7 +51,7 @@ SHARED_KEYS: tuple[tuple[str, str], ...] = (
 """(verl's path, rllm's path) of each setting both layouts hold."""
 TOTAL_STEPS = ("trainer.total_training_steps", "rllm.trainer.total_batches")
 EPS_CLIP, EPS_CLIP_HIGH = "rllm.algorithm.eps_clip", "rllm.algorithm.eps_clip_high"
-CLIP, CLIP_LOW, CLIP_HIGH = (f"actor_rollout_ref.actor.{k}" for k in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"))
+CLIP, CLIP_LOW, CLIP_HIGH = (f"actor_rollout_ref.actor.clip_ratio{end}" for end in ("", "_low", "_high"))
 SCHEDULER_KEYS = ("lr_scheduler_type", "lr_decay_style", "decay_type")
 """The names verl's optimizer configs (FSDP, Megatron, ...) give the schedule."""
 
@@ -89,7 +89,8 @@ class _Sync:
         if verl not in self.explicit:
             return
         if conflict:
-            logger.warning("%s conflicts with %s; using %s. Set it as %s=... (the verl path is deprecated).", verl, rllm, rllm, rllm)
+            message = "%s conflicts with %s; using %s. Set it as %s=... (the verl path is deprecated)."
+            logger.warning(message, verl, rllm, rllm, rllm)
         else:
             logger.warning("%s is deprecated and will be removed; set %s=... instead.", verl, rllm)
 
