@@ -13,6 +13,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from extras import skip_module_without
@@ -127,3 +128,39 @@ def test_a_switched_off_plugin_makes_its_rllm_path_a_one_line_error() -> None:
     assert result.returncode != 0
     assert last.startswith("rllm.errors.PluginLoadError: rllm.trainer.verl.utils is the verl plugin's")
     assert "RLLM_DISABLED_PLUGINS" in last
+
+
+def _episode(prompt: list[int], reply: list[int], reward: float) -> object:
+    from rllm.types import Episode, Step, Trajectory
+
+    step = Step(prompt_ids=prompt, response_ids=reply, logprobs=[-0.5] * len(reply), reward=reward)
+    return Episode(id="task:0", trajectories=[Trajectory(steps=[step], reward=reward)])
+
+
+ENGINE = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=9), processor=None)
+"""What the transform reads of rLLM's rollout engine."""
+
+
+def test_the_rewards_sit_on_each_rows_last_response_token() -> None:
+    from rllm.trainer.verl.transform import transform_episodes_to_dataproto
+
+    batch = transform_episodes_to_dataproto([_episode([1, 2], [3, 4, 5], 0.75)], ENGINE, 4, 5)
+    assert batch.batch["traj_rewards"][0].tolist() == [0.0, 0.0, 0.75, 0.0, 0.0]
+    assert batch.batch["prompts"][0].tolist() == [9, 9, 1, 2] and batch.batch["responses"][0].tolist() == [
+        3,
+        4,
+        5,
+        9,
+        9,
+    ]
+    assert batch.batch["attention_mask"][0].tolist() == [0, 0, 1, 1, 1, 1, 1, 0, 0]
+    assert batch.batch["position_ids"][0].tolist()[2:7] == [0, 1, 2, 3, 4]
+
+
+def test_a_row_longer_than_the_maximum_is_a_one_line_error_not_a_cut() -> None:
+    from rllm.errors import DataError
+    from rllm.trainer.verl.transform import transform_episodes_to_dataproto
+
+    with pytest.raises(DataError, match=r"response of 3 tokens, over max_response_length=2; raise") as error:
+        transform_episodes_to_dataproto([_episode([1, 2], [3, 4, 5], 1.0)], ENGINE, 4, 2)
+    assert "\n" not in str(error.value)
