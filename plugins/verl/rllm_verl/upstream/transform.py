@@ -21,6 +21,7 @@ import torch
 
 from rllm.errors import DataError
 from rllm.types import Episode, Step, Trajectory
+from rllm_verl.rows import verl_fields
 from rllm_verl.upstream.dataclass import AccumulatedData, ProcessedStepData
 
 
@@ -111,21 +112,13 @@ def transform_episodes_to_dataproto(
     lengths = [len(r) for r in data.responses]
     prompt_attention = _padded([torch.ones_like(p) for p in data.prompts], max_prompt_length, 0, left=True)
     response_attention = _padded([torch.ones_like(r) for r in data.responses], max_response_length, 0, left=False)
-    attention = torch.cat([prompt_attention, response_attention], 1)
     step_rewards = torch.zeros((len(data), max_response_length))
     traj_rewards = torch.zeros((len(data), max_response_length))
     for row, length in enumerate(lengths):
         step_rewards[row, length - 1], traj_rewards[row, length - 1] = data.step_rewards[row], data.traj_rewards[row]
-    tensors = {
-        "prompts": prompts,
-        "responses": responses,
-        "input_ids": torch.cat([prompts, responses], 1),
-        "attention_mask": attention,
-        "position_ids": (attention.cumsum(1) - 1).clamp(min=0),
-        "response_mask": _padded(data.traj_mask, max_response_length, 0, left=False),
-        "step_rewards": step_rewards,
-        "traj_rewards": traj_rewards,
-    }
+    response_mask = _padded(data.traj_mask, max_response_length, 0, left=False)
+    tensors = verl_fields(prompts, prompt_attention, responses, response_attention, response_mask)
+    tensors.update({"step_rewards": step_rewards, "traj_rewards": traj_rewards})
     if len(data.rollout_logprobs) == len(data):
         tensors["rollout_log_probs"] = _padded(data.rollout_logprobs, max_response_length, 0.0, left=False)
     non_tensors = {
