@@ -164,3 +164,14 @@ def test_a_row_longer_than_the_maximum_is_a_one_line_error_not_a_cut() -> None:
     with pytest.raises(DataError, match=r"response of 3 tokens, over max_response_length=2; raise") as error:
         transform_episodes_to_dataproto([_episode([1, 2], [3, 4, 5], 1.0)], ENGINE, 4, 2)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("key", ["rllm.remote_runtime.enabled", "rllm.async_training.partial_rollout"])
+def test_the_keys_rllms_validate_config_tests_vary_are_refused_when_loaded(key: str) -> None:
+    """Why test_validate_config.py fails here (docs/verl.md): its keys never reach a backend."""
+    from rllm.config import load_config
+    from rllm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"'{key}' in override .* which rllm does not have; remove it") as error:
+        load_config(overrides=[f"{key}=true"])
+    assert "\n" not in str(error.value)

@@ -27,9 +27,8 @@ def become_plugin_module(path: str, plugin: str, module: str) -> None:
     try:
         target = importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        if exc.name != package and not module.startswith(f"{exc.name}."):
-            raise  # the plugin is there; a dependency of its module is not (its own message says which)
+        what = "is not installed" if exc.name == package else f"needs {exc.name}, which is not installed"
         raise PluginLoadError(
-            f"{path} is the {plugin} plugin's {module}, which is not installed: pip install 'rllm[{plugin}]'."
+            f"{path} is the {plugin} plugin's {module}, which {what}: pip install 'rllm[{plugin}]'."
         ) from None
     sys.modules[path] = target
