@@ -27,7 +27,7 @@ def plugin_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_the_core_path_becomes_the_plugins_module(plugin_package: str) -> None:
-    become_plugin_module("alias_core_path", "example", f"{plugin_package}.mod")
+    become_plugin_module("alias_core_path", "verl", f"{plugin_package}.mod")
     assert sys.modules["alias_core_path"] is sys.modules[f"{plugin_package}.mod"]
     assert sys.modules["alias_core_path"].X == 1
 
@@ -35,7 +35,7 @@ def test_the_core_path_becomes_the_plugins_module(plugin_package: str) -> None:
 @pytest.mark.parametrize(
     ("module", "says"),
     [
-        ("alias_absent_pkg.mod", "alias_absent_pkg.mod, which is not installed: pip install 'rllm[example]'."),
+        ("alias_absent_pkg.mod", "alias_absent_pkg.mod, which is not installed: pip install 'rllm[verl]'."),
         (
             "alias_plugin_pkg.needy",
             "alias_plugin_pkg.needy, which needs alias_missing_dependency, which is not installed: pip install",
@@ -44,13 +44,13 @@ def test_the_core_path_becomes_the_plugins_module(plugin_package: str) -> None:
 )
 def test_a_missing_plugin_or_dependency_is_one_line(plugin_package: str, module: str, says: str) -> None:
     with pytest.raises(PluginLoadError) as error:
-        become_plugin_module("alias_core_path", "example", module)
-    assert str(error.value).startswith("alias_core_path is the example plugin's ") and says in str(error.value)
+        become_plugin_module("alias_core_path", "verl", module)
+    assert str(error.value).startswith("alias_core_path is the verl plugin's ") and says in str(error.value)
     assert "\n" not in str(error.value) and "alias_core_path" not in sys.modules
 
 
 def test_a_switched_off_plugin_is_one_line(plugin_package: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RLLM_DISABLED_PLUGINS", "other,example")
-    with pytest.raises(PluginLoadError, match="RLLM_DISABLED_PLUGINS switches that plugin off; remove example"):
-        become_plugin_module("alias_core_path", "example", f"{plugin_package}.mod")
+    monkeypatch.setenv("RLLM_DISABLED_PLUGINS", "other,verl")
+    with pytest.raises(PluginLoadError, match="RLLM_DISABLED_PLUGINS switches that plugin off; remove verl"):
+        become_plugin_module("alias_core_path", "verl", f"{plugin_package}.mod")
     assert f"{plugin_package}.mod" not in sys.modules
