@@ -207,8 +207,8 @@ class AlgorithmConfig:
             if isinstance(value, tuple | list):
                 if len(value) != 2:
                     raise ConfigError(
-                        f"estimator_map[{role!r}] must be an estimator name or an (estimator, loss_fn) pair; "
-                        f"got {len(value)} elements."
+                        f"estimator_map[{role!r}] must be an estimator name or an (estimator, loss_fn) pair (exactly 2 "
+                        f"elements); got {len(value)} elements."
                     )
                 value, self.loss_fn_map[str(role)] = value[0], str(value[1])
             estimators[str(role)] = _as_estimator(value)

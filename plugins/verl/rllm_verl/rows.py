@@ -52,6 +52,26 @@ def _responses(values: torch.Tensor, layout: Layout, width: int) -> torch.Tensor
     return out
 
 
+def verl_fields(
+    prompts: torch.Tensor,
+    prompt_attention: torch.Tensor,
+    responses: torch.Tensor,
+    response_attention: torch.Tensor,
+    response_mask: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """verl's sequence fields of left-padded prompts and right-padded responses: the joined ids, attention and
+    positions (counted over the attended tokens), with the blocks themselves and the response mask."""
+    attention = torch.cat([prompt_attention, response_attention], 1)
+    return {
+        "prompts": prompts,
+        "responses": responses,
+        "input_ids": torch.cat([prompts, responses], 1),
+        "attention_mask": attention,
+        "position_ids": (attention.cumsum(1) - 1).clamp(min=0),
+        "response_mask": response_mask,
+    }
+
+
 def to_verl_batch(
     ids: torch.Tensor,
     attention: torch.Tensor,
@@ -87,15 +107,9 @@ def to_verl_batch(
         prompt_attention[row, prompt_width - p :] = 1
         responses[row, :n] = ids[row, p : p + n]
         response_attention[row, :n] = 1
-    full_attention = torch.cat([prompt_attention, response_attention], 1)
-    batch = {
-        "prompts": prompts,
-        "responses": responses,
-        "input_ids": torch.cat([prompts, responses], 1),
-        "attention_mask": full_attention,
-        "position_ids": (full_attention.cumsum(1) - 1).clamp(min=0),
-        "response_mask": _responses(mask, padded, response_width),
-    }
+    batch = verl_fields(
+        prompts, prompt_attention, responses, response_attention, _responses(mask, padded, response_width)
+    )
     batch.update({name: _responses(value, padded, response_width) for name, value in per_token.items()})
     return batch, padded
 
