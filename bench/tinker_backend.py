@@ -9,7 +9,9 @@ in the trainer's process) and once with ``rllm.backend=tinker`` against a ``rllm
 subprocess on 127.0.0.1 serving the same model (every sample, ``forward_backward``,
 ``optim_step`` and sampler save an HTTP round trip through the official SDK). Rates are
 wall-clock, from the metrics' ``wall_time`` between the second and the last step (the first
-warms up): trained tokens (``actor/tokens``) per second and steps per second; the ratio printed
+warms up): trained tokens (``actor/tokens``) per second and steps per second, beside the mean time of a
+step's sampling, update and weights (the trainer's ``time/generate``, ``time/update``,
+``time/weight_sync``); the ratio printed
 is the transformers backend's tokens/s over the tinker backend's (the client direction's
 overhead; the issue's goal: at most 1.5). To measure another checkout of rllm (an older commit),
 run this file with ``PYTHONPATH`` naming that checkout's ``core`` and ``plugins/*`` folders: the
@@ -28,6 +30,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 COMMON = (
     "rllm.data.train_batch_size=20",
@@ -63,8 +66,23 @@ def _server(port: int, model: tuple[str, ...]) -> subprocess.Popen[bytes]:
     raise SystemExit("rllm serve --tinker did not answer /api/v1/healthz within 60 s")
 
 
-def _rate(run_dir: Path, words: tuple[str, ...], steps: int) -> tuple[float, float]:
-    """Tokens and steps per second of one ``rllm train`` run, between its second and last step."""
+PARTS = (("time/generate", "sampling"), ("time/update", "update"), ("time/weight_sync", "weights"))
+"""Where a step's time goes (the trainer's own timers), printed as each run's mean over the timed steps."""
+
+
+class Rate(NamedTuple):
+    tokens: float
+    steps: float
+    parts: dict[str, float]
+
+    def line(self) -> str:
+        parts = ", ".join(f"{name} {self.parts[name] * 1000:.0f} ms" for _, name in PARTS)
+        return f"{self.tokens:.0f} tokens/s, {self.steps:.3f} steps/s (a step: {parts})"
+
+
+def _rate(run_dir: Path, words: tuple[str, ...], steps: int) -> Rate:
+    """Tokens and steps per second of one ``rllm train`` run, between its second and last step, and the mean time
+    of each part of those steps."""
     env = {**os.environ, "TINKER_API_KEY": os.environ.get("TINKER_API_KEY", "tml-bench")}
     command = [sys.executable, "-m", "rllm.cli.main", "train", *words, *COMMON]
     command += [f"rllm.trainer.total_batches={steps}", f"rllm.trainer.output_dir={run_dir}"]
@@ -75,14 +93,16 @@ def _rate(run_dir: Path, words: tuple[str, ...], steps: int) -> tuple[float, flo
     steps_run = [r for r in map(json.loads, lines) if r["kind"] == "train"]
     elapsed = steps_run[-1]["wall_time"] - steps_run[1]["wall_time"]
     tokens = sum(r["actor/tokens"] for r in steps_run[2:])
-    return tokens / elapsed, (len(steps_run) - 2) / elapsed
+    timed = steps_run[2:]
+    parts = {name: sum(r.get(key, 0.0) for r in timed) / len(timed) for key, name in PARTS}
+    return Rate(tokens / elapsed, (len(steps_run) - 2) / elapsed, parts)
 
 
 def _model(hidden: int, layers: int) -> tuple[str, ...]:
     return (f"rllm.transformers.hidden_size={hidden}", f"rllm.transformers.num_layers={layers}")
 
 
-def _compare(scratch: Path, model: tuple[str, ...], steps: int) -> tuple[tuple[float, float], tuple[float, float]]:
+def _compare(scratch: Path, model: tuple[str, ...], steps: int) -> tuple[Rate, Rate]:
     """(tokens/s, steps/s) of the in-process run and of the tinker run against a server of the same model."""
     port = _port()
     server = _server(port, model)
@@ -113,11 +133,11 @@ def main() -> int:
     for name, model in models:
         with tempfile.TemporaryDirectory() as scratch:
             local, remote = _compare(Path(scratch), model, args.steps)
-        ratio = local[0] / remote[0]
+        ratio = local.tokens / remote.tokens
         verdict = "met" if ratio <= GOAL else "not met"
         print(f"{name}:")
-        print(f"  transformers backend (in process): {local[0]:.0f} tokens/s, {local[1]:.3f} steps/s")
-        print(f"  tinker backend via rllm serve --tinker: {remote[0]:.0f} tokens/s, {remote[1]:.3f} steps/s")
+        print(f"  transformers backend (in process): {local.line()}")
+        print(f"  tinker backend via rllm serve --tinker: {remote.line()}")
         print(f"  ratio (transformers / tinker, tokens/s): {ratio:.2f}x (goal <= {GOAL}x: {verdict})", flush=True)
     return 0
 
