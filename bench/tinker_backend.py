@@ -1,13 +1,17 @@
 """``rllm.backend=tinker`` through ``rllm serve --tinker`` against the in-process transformers backend: tokens/s.
 
 ``python bench/tinker_backend.py`` (needs ``pip install 'rllm[tinker]'``; ``--steps N``). The
-same run twice: the built-in digit task on the tiny digit model (seed 0), 20 tasks x 8 rollouts
+same run twice, for each of two models: the built-in digit task on the tiny digit model (width 64,
+2 layers) and on a wider one (``--hidden``, ``--layers``; 128 and 4 by default; ``--hidden 0``
+leaves it out), where the model's compute is no longer negligible beside the calls; seed 0, 20 tasks x 8 rollouts
 per step, lr 3e-3, no validation, once with ``rllm.backend=transformers`` (sampling and the update
 in the trainer's process) and once with ``rllm.backend=tinker`` against a ``rllm serve --tinker``
 subprocess on 127.0.0.1 serving the same model (every sample, ``forward_backward``,
 ``optim_step`` and sampler save an HTTP round trip through the official SDK). Rates are
 wall-clock, from the metrics' ``wall_time`` between the second and the last step (the first
-warms up): trained tokens (``actor/tokens``) per second and steps per second; the ratio printed
+warms up): trained tokens (``actor/tokens``) per second and steps per second, beside the mean time of a
+step's sampling, update and weights (the trainer's ``time/generate``, ``time/update``,
+``time/weight_sync``); the ratio printed
 is the transformers backend's tokens/s over the tinker backend's (the client direction's
 overhead; the issue's goal: at most 1.5). To measure another checkout of rllm (an older commit),
 run this file with ``PYTHONPATH`` naming that checkout's ``core`` and ``plugins/*`` folders: the
@@ -26,6 +30,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 COMMON = (
     "rllm.data.train_batch_size=20",
@@ -45,8 +50,9 @@ def _port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _server(port: int) -> subprocess.Popen[bytes]:
-    words = ["--tinker", "rllm.transformers.model=tiny", "rllm.transformers.device=cpu", "--served-model-name", "tiny"]
+def _server(port: int, model: tuple[str, ...]) -> subprocess.Popen[bytes]:
+    words = ["--tinker", "rllm.transformers.model=tiny", "rllm.transformers.device=cpu", *model]
+    words += ["--served-model-name", "tiny"]
     command = [sys.executable, "-m", "rllm.cli.main", "serve", *words, "--host", "127.0.0.1", "--port", str(port)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
@@ -60,8 +66,23 @@ def _server(port: int) -> subprocess.Popen[bytes]:
     raise SystemExit("rllm serve --tinker did not answer /api/v1/healthz within 60 s")
 
 
-def _rate(run_dir: Path, words: tuple[str, ...], steps: int) -> tuple[float, float]:
-    """Tokens and steps per second of one ``rllm train`` run, between its second and last step."""
+PARTS = (("time/generate", "sampling"), ("time/update", "update"), ("time/weight_sync", "weights"))
+"""Where a step's time goes (the trainer's own timers), printed as each run's mean over the timed steps."""
+
+
+class Rate(NamedTuple):
+    tokens: float
+    steps: float
+    parts: dict[str, float]
+
+    def line(self) -> str:
+        parts = ", ".join(f"{name} {self.parts[name] * 1000:.0f} ms" for _, name in PARTS)
+        return f"{self.tokens:.0f} tokens/s, {self.steps:.3f} steps/s (a step: {parts})"
+
+
+def _rate(run_dir: Path, words: tuple[str, ...], steps: int) -> Rate:
+    """Tokens and steps per second of one ``rllm train`` run, between its second and last step, and the mean time
+    of each part of those steps."""
     env = {**os.environ, "TINKER_API_KEY": os.environ.get("TINKER_API_KEY", "tml-bench")}
     command = [sys.executable, "-m", "rllm.cli.main", "train", *words, *COMMON]
     command += [f"rllm.trainer.total_batches={steps}", f"rllm.trainer.output_dir={run_dir}"]
@@ -72,33 +93,52 @@ def _rate(run_dir: Path, words: tuple[str, ...], steps: int) -> tuple[float, flo
     steps_run = [r for r in map(json.loads, lines) if r["kind"] == "train"]
     elapsed = steps_run[-1]["wall_time"] - steps_run[1]["wall_time"]
     tokens = sum(r["actor/tokens"] for r in steps_run[2:])
-    return tokens / elapsed, (len(steps_run) - 2) / elapsed
+    timed = steps_run[2:]
+    parts = {name: sum(r.get(key, 0.0) for r in timed) / len(timed) for key, name in PARTS}
+    return Rate(tokens / elapsed, (len(steps_run) - 2) / elapsed, parts)
+
+
+def _model(hidden: int, layers: int) -> tuple[str, ...]:
+    return (f"rllm.transformers.hidden_size={hidden}", f"rllm.transformers.num_layers={layers}")
+
+
+def _compare(scratch: Path, model: tuple[str, ...], steps: int) -> tuple[Rate, Rate]:
+    """(tokens/s, steps/s) of the in-process run and of the tinker run against a server of the same model."""
+    port = _port()
+    server = _server(port, model)
+    try:
+        local = _rate(scratch / "transformers", (*TRANSFORMERS, *model), steps)
+        tinker = (
+            "rllm.backend=tinker",
+            f"rllm.tinker.base_url=http://127.0.0.1:{port}",
+            "rllm.tinker.base_model=tiny",
+            "rllm.tinker.lr=0.003",
+        )
+        remote = _rate(scratch / "tinker", tinker, steps)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    return local, remote
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=128, help="the wider model's width (0: tiny only)")
+    parser.add_argument("--layers", type=int, default=4, help="the wider model's layers")
     args = parser.parse_args()
-    port = _port()
-    server = _server(port)
-    try:
+    models = [("tiny (width 64, 2 layers)", _model(64, 2))]
+    if args.hidden:
+        models.append((f"wider (width {args.hidden}, {args.layers} layers)", _model(args.hidden, args.layers)))
+    for name, model in models:
         with tempfile.TemporaryDirectory() as scratch:
-            local = _rate(Path(scratch) / "transformers", TRANSFORMERS, args.steps)
-            tinker = (
-                "rllm.backend=tinker",
-                f"rllm.tinker.base_url=http://127.0.0.1:{port}",
-                "rllm.tinker.base_model=tiny",
-                "rllm.tinker.lr=0.003",
-            )
-            remote = _rate(Path(scratch) / "tinker", tinker, args.steps)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-    ratio = local[0] / remote[0]
-    print(f"transformers backend (in process): {local[0]:.0f} tokens/s, {local[1]:.3f} steps/s")
-    print(f"tinker backend via rllm serve --tinker: {remote[0]:.0f} tokens/s, {remote[1]:.3f} steps/s")
-    verdict = "met" if ratio <= GOAL else "not met"
-    print(f"ratio (transformers / tinker, tokens/s): {ratio:.2f}x (goal <= {GOAL}x: {verdict})")
+            local, remote = _compare(Path(scratch), model, args.steps)
+        ratio = local.tokens / remote.tokens
+        verdict = "met" if ratio <= GOAL else "not met"
+        print(f"{name}:")
+        print(f"  transformers backend (in process): {local.line()}")
+        print(f"  tinker backend via rllm serve --tinker: {remote.line()}")
+        print(f"  ratio (transformers / tinker, tokens/s): {ratio:.2f}x (goal <= {GOAL}x: {verdict})", flush=True)
     return 0
 
 

@@ -281,13 +281,16 @@ def test_an_update_sends_the_losses_settings(
     server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, words: tuple[str, ...]
 ) -> None:
     """dro's beta and PPO's clip thresholds reach the server (it refuses dro without a beta, and checks the
-    thresholds), and one update runs: forward_backward, then optim_step with the scheduled learning rate."""
+    thresholds), and one update runs: forward_backward, then optim_step with the scheduled learning rate, the
+    optim_step sent before forward_backward's answer is awaited (one wait per update, not one per call)."""
     import asyncio
 
     from rllm.trainer import TrainerState
 
     monkeypatch.setenv("TINKER_API_KEY", "tml-rllm-test")
     backend = _backend(*_words(server, tmp_path), "rllm.tinker.lr=0.01", *words)
+    calls: list[str] = []
+    backend.training = _Recording(backend.training, calls)
     try:
         steps = [_step([1, 2, 11], [2], [-2.0], 1.0), _step([1, 2, 11, 2], [13], [-1.5], 0.5)]
         state = TrainerState(global_step=1, total_steps=10)
@@ -298,6 +301,36 @@ def test_an_update_sends_the_losses_settings(
     loss = "dro" if "dro" in " ".join(words) else "ppo"
     assert state.metrics["actor/lr"] == pytest.approx(0.01) and f"actor/{loss}/loss:sum" in state.metrics
     assert state.metrics["actor/tokens"] == 2.0 and state.metrics["batch/steps_per_row"] == 2.0
+    assert calls == ["forward_backward", "optim_step", "await forward_backward", "await optim_step"]
+
+
+class _Awaited:
+    """An SDK future that notes when it is awaited."""
+
+    def __init__(self, future: Any, name: str, calls: list[str]) -> None:
+        self.future, self.name, self.calls = future, name, calls
+
+    def __await__(self) -> Any:
+        self.calls.append(f"await {self.name}")
+        return self.future.__await__()
+
+
+class _Recording:
+    """A training client that notes the order of its update calls and of the waits on their answers."""
+
+    def __init__(self, training: Any, calls: list[str]) -> None:
+        self.training, self.calls = training, calls
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.training, name)
+
+    def forward_backward(self, *args: Any) -> _Awaited:
+        self.calls.append("forward_backward")
+        return _Awaited(self.training.forward_backward(*args), "forward_backward", self.calls)
+
+    def optim_step(self, *args: Any) -> _Awaited:
+        self.calls.append("optim_step")
+        return _Awaited(self.training.optim_step(*args), "optim_step", self.calls)
 
 
 def _train(root: str, run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -275,25 +275,23 @@ class TinkerBackend(BackendProtocol):
         return by_loss
 
     async def update_policy(self, trainer_state: TrainerState) -> None:
-        """One ``forward_backward`` per loss (the gradients add up on the server), then one ``optim_step``."""
+        """One ``forward_backward`` per loss (the gradients add up on the server), then one ``optim_step``, all
+        submitted before any answer is awaited (the SDK sends them in order; the server runs them in order), so the
+        step pays one wait for the update rather than one per call."""
         types = self.tinker.types
         options = self.options
         lr = scheduled_lr(float(options.lr), self.algorithm, trainer_state.global_step, trainer_state.total_steps)
         metrics: dict[str, float] = {"actor/lr": lr}
         tokens = 0.0
+        submitted: list[tuple[str, int, Any]] = []
         for loss, sequences in sorted(self._sequences(trainer_state).items()):
             if not sequences:
                 continue
             datums = [to_datum(sequence) for sequence in sequences]
             tokens += sum(sum(sequence.mask) for sequence in sequences)
             with remote(self.base_url, f"forward_backward with loss {loss}"):
-                out = await self.training.forward_backward(datums, loss, self.loss_configs.get(loss))
-            for key, value in out.metrics.items():
-                metrics[f"actor/{loss}/{key}"] = float(value)
-            if len(out.loss_fn_outputs) != len(datums):
-                raise TrainerError(
-                    f"{self.base_url}/api/v1/forward_backward answered {len(out.loss_fn_outputs)} outputs for "
-                    f"{len(datums)} datums."
+                submitted.append(
+                    (loss, len(datums), self.training.forward_backward(datums, loss, self.loss_configs.get(loss)))
                 )
         adam = types.AdamParams(
             learning_rate=lr,
@@ -303,7 +301,19 @@ class TinkerBackend(BackendProtocol):
             weight_decay=float(options.weight_decay),
         )
         with remote(self.base_url, "optim_step"):
-            step = await self.training.optim_step(adam)
+            stepped = self.training.optim_step(adam)
+        for loss, count, future in submitted:
+            with remote(self.base_url, f"forward_backward with loss {loss}"):
+                out = await future
+            for key, value in out.metrics.items():
+                metrics[f"actor/{loss}/{key}"] = float(value)
+            if len(out.loss_fn_outputs) != count:
+                raise TrainerError(
+                    f"{self.base_url}/api/v1/forward_backward answered {len(out.loss_fn_outputs)} outputs for "
+                    f"{count} datums."
+                )
+        with remote(self.base_url, "optim_step"):
+            step = await stepped
         for key, value in (step.metrics or {}).items():
             metrics[f"actor/{key}"] = float(value)
         metrics["actor/tokens"] = tokens
