@@ -8,7 +8,7 @@ the model's). For each loss a fresh trainer (the tiny model, seed 0, 1 thread) t
 batch of :func:`verl_batches.two_groups` through its backend ``steps`` times, and the process
 writes ``<loss>.json`` (step 1's metrics), ``<loss>-<n>.json`` (step ``n``'s) and
 ``<loss>.safetensors`` (the weights after the last update and the old log-probs stage 5 left on
-the first step's batch). A process of its own: the verl backend starts a
+the first step's batch); under torchrun, rank 0 writes them. A process of its own: the verl backend starts a
 process group and chooses verl's CPU platform before verl is imported.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -31,6 +32,7 @@ def main(spec_path: str) -> None:
     torch.set_num_threads(1)
     spec = json.loads(Path(spec_path).read_text())
     out, name = Path(spec["out"]), spec["backend"]
+    writes = os.environ.get("RANK", "0") == "0"  # under torchrun rank 0 writes (every rank holds the same numbers)
     section = {
         "transformers": ["rllm.transformers.device=cpu", "rllm.transformers.num_threads=1"],
         "verl": ["rllm.verl.num_threads=1"],
@@ -54,12 +56,14 @@ def main(spec_path: str) -> None:
                 old = state.backend_batch.old_logps if old is None else old
                 if step == 1:
                     old_log_probs = (old * state.backend_batch.mask).contiguous()
-                    (out / f"{loss}.json").write_text(json.dumps(state.metrics))
-                else:
+                    if writes:
+                        (out / f"{loss}.json").write_text(json.dumps(state.metrics))
+                elif writes:
                     (out / f"{loss}-{step}.json").write_text(json.dumps(state.metrics))
             tensors = {key: value.detach().clone().contiguous() for key, value in backend.model.state_dict().items()}
             tensors["old_log_probs"] = old_log_probs
-            save_file(tensors, str(out / f"{loss}.safetensors"))
+            if writes:
+                save_file(tensors, str(out / f"{loss}.safetensors"))
         finally:
             trainer.shutdown()
 

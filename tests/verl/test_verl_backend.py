@@ -173,7 +173,7 @@ CORRECTED = [
 BYPASS = ["rllm.algorithm.rollout_correction.bypass_mode=true", "rllm.algorithm.rollout_correction.tis_mode=sequence"]
 ROUTED_LOSSES = [
     ("vanilla", "token-mean", ROUTED),  # the roles' losses share the mini-batch's token count
-    ("gspo", "seq-mean-token-mean", ROUTED),  # ... and its row count
+    ("gspo", "seq-mean-token-mean", ROUTED + CORRECTED),  # ... and its row count; with the correction too
     ("cispo", "token-mean", CORRECTED),  # truncated IS weights, and rejection out of the loss and its normaliser
     ("dppo_tv", "token-mean", BYPASS),  # the sampler's log-probs are the old policy's
 ]
@@ -215,6 +215,26 @@ def test_the_routed_and_corrected_batches_engage_what_they_test(routed_updates: 
     bypass = load_file(str(routed_updates["verl"] / "dppo_tv.safetensors"))["old_log_probs"]
     scored = load_file(str(routed_updates["verl"] / "vanilla.safetensors"))["old_log_probs"]
     assert float((bypass - scored).abs().max()) > 0.5  # the sampler's log-probs, not the worker's
+
+
+@pytest.mark.slow
+def test_two_ranks_give_the_one_rank_update_with_roles_and_rejection(routed_updates: dict[str, Path]) -> None:
+    """Each loss group is DP-padded on its own, and rejection's loss mask must stay empty on the padding rows: under
+    torchrun the routed and corrected update is the one rank's (one trainer: torchrun runs one per process)."""
+    out = routed_updates["verl"].parent / "two"
+    out.mkdir()
+    spec = {"backend": "verl", "out": str(out), "losses": ROUTED_LOSSES[1:2], "roles": ["solver", "judge"]}
+    (out.parent / "two.json").write_text(json.dumps({**spec, "sampler": True}))
+    port = ["--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", *port, str(RUNNER)]
+    done = subprocess.run(
+        [*command, str(out.parent / "two.json")], env=ENV, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    for loss, _, _ in ROUTED_LOSSES[1:2]:
+        one, two = (json.loads((where / f"{loss}.json").read_text()) for where in (routed_updates["verl"], out))
+        for key in ("actor/loss", "actor/grad_norm"):
+            assert abs(two[key] - one[key]) <= TOLERANCE * abs(one[key]), (loss, key, two[key], one[key])
 
 
 # -- the reference policy on verl's ref worker: the KL loss, the KL in the reward, the entropy bonus ----------------
