@@ -174,7 +174,6 @@ class VerlWorker:
         from verl.trainer.config import CheckpointConfig
         from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig, TrainingWorkerConfig
         from verl.workers.engine_workers import TrainingWorker
-        from verl.workers.utils.losses import ppo_loss
 
         self.options = options
         self.pad_id = pad_id
@@ -210,7 +209,6 @@ class VerlWorker:
             )
         )
         self.worker.reset()
-        self.worker.set_loss_fn(partial(ppo_loss, config=self.actor_config))
 
     @property
     def rank(self) -> int:
