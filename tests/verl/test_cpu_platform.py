@@ -76,6 +76,17 @@ def test_dp_padding_repeats_the_first_row_without_loss() -> None:
     assert batch["response_mask"][2:].sum() == 0 and batch["response_mask"][:2].sum() == 5
 
 
+def test_dp_padding_rows_keep_an_empty_loss_mask_when_the_loss_has_its_own() -> None:
+    """Rollout rejection gives the loss its own mask (a per-token ``response_mask``): the padding rows, copies of row
+    0, must not take row 0's mask with them, or they would add row 0's loss again on another rank."""
+    ids, attention, mask = _rows()
+    counted = mask.clone()
+    counted[0, 1] = 0  # a rejected token: the first of row 0's response
+    batch, _ = to_verl_batch(ids, attention, mask, {"response_mask": counted, "advantages": mask}, 0, multiple=4)
+    assert batch["response_mask"].tolist() == [[0, 1, 0, 1], [1, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
+    assert batch["advantages"][2:].sum() == 0
+
+
 def test_a_row_without_a_response_token_is_one_line() -> None:
     ids, attention, mask = _rows()
     mask[1] = 0

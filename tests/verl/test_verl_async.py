@@ -63,14 +63,17 @@ def test_staleness_0_gives_exactly_the_synchronous_runs_metrics(tmp_path: Path) 
 
 def test_staleness_1_samples_one_version_behind_while_the_worker_updates(tmp_path: Path) -> None:
     """Staleness 1: batch u is sampled while step u - 1 trains, from version u - 2 (the first two from the initial
-    weights). verl's worker takes no rollout correction (refused), so the off-policy update is accepted as it is."""
+    weights), and the off-policy update is corrected on verl's worker by the truncated importance weights of the
+    worker's old log-probs over the sampler's (a stale sampler: a gap far above rounding)."""
     overlapped = _train(
         tmp_path,
         "rllm.trainer.total_batches=5",
         "rllm.trainer.test_freq=0",
         "rllm.async_training.enable=true",
         "rllm.async_training.staleness_threshold=1",
-        "rllm.async_training.allow_uncorrected=true",
+        "rllm.algorithm.rollout_correction.tis_mode=token",
     )
     assert step_versions(tmp_path) == {u: {max(0, u - 2)} for u in range(1, 6)}
-    assert [r["rollout/staleness/max"] for r in overlapped if r["kind"] == "train"] == [0.0] + [1.0] * 4
+    trained = [r for r in overlapped if r["kind"] == "train"]
+    assert [r["rollout/staleness/max"] for r in trained] == [0.0] + [1.0] * 4
+    assert trained[0][GAP] < 1e-6 and all(r[GAP] > 1e-4 for r in trained[1:]), [r[GAP] for r in trained]

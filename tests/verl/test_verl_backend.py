@@ -39,8 +39,10 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "RLLM_DISABLED_PLUGINS": "fast", "M
 
 # -- refusals: before any model or worker is built, one line naming the key ------------------------------------------
 REFUSED = [
-    ("rllm.algorithm.rollout_correction.tis_mode=token", "rllm.algorithm.rollout_correction.tis_mode='token'"),
-    ("rllm.algorithm.loss_fn_map={solver: gspo}", "role 'solver'"),
+    (
+        "rllm.algorithm.rollout_correction.off_policy_mask_threshold=0.5",
+        "rllm.algorithm.rollout_correction.off_policy_mask_threshold=0.5",
+    ),
 ]
 
 
@@ -159,6 +161,80 @@ def test_epochs_and_mini_batches_on_verl_are_the_transformers_backends(epoch_upd
         assert abs(got[key] - expected[key]) <= TOLERANCE * abs(expected[key]), (key, got[key], expected[key])
     before, after = (load_file(str(epoch_updates[b] / "vanilla.safetensors")) for b in ("transformers", "verl"))
     assert max(float((before[k] - after[k]).abs().max()) for k in before) <= WEIGHTS
+
+
+# -- per-role losses and rollout correction: one optimizer step over every loss group ---------------------------------
+ROUTED = ["rllm.algorithm.loss_fn_map={judge: cispo}"]
+CORRECTED = [
+    "rllm.algorithm.rollout_correction.tis_mode=token",
+    "rllm.algorithm.rollout_correction.rollout_rs=token_k1",
+    "rllm.algorithm.rollout_correction.rollout_rs_threshold=0.5_2.0",
+]
+BYPASS = ["rllm.algorithm.rollout_correction.bypass_mode=true", "rllm.algorithm.rollout_correction.tis_mode=sequence"]
+ROUTED_LOSSES = [
+    ("vanilla", "token-mean", ROUTED),  # the roles' losses share the mini-batch's token count
+    ("gspo", "seq-mean-token-mean", ROUTED + CORRECTED),  # ... and its row count; with the correction too
+    ("cispo", "token-mean", CORRECTED),  # truncated IS weights, and rejection out of the loss and its normaliser
+    ("dppo_tv", "token-mean", BYPASS),  # the sampler's log-probs are the old policy's
+]
+
+
+@pytest.fixture(scope="module")
+def routed_updates() -> Iterator[dict[str, Path]]:
+    """Each backend's update on the batch of two roles (``solver``, ``judge``) whose steps carry sampler log-probs
+    unlike the model's; one trainer per entry of :data:`ROUTED_LOSSES`."""
+    spec = {"losses": ROUTED_LOSSES, "roles": ["solver", "judge"], "sampler": True}
+    with tempfile.TemporaryDirectory(prefix="rllm-verl-routed-") as name:
+        yield {backend: _run(Path(name), backend, **spec) for backend in ("transformers", "verl")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", [entry[0] for entry in ROUTED_LOSSES])
+def test_role_losses_and_rollout_correction_on_verl_are_the_transformers_backends(
+    routed_updates: dict[str, Path], loss: str
+) -> None:
+    expected, got = (json.loads((routed_updates[b] / f"{loss}.json").read_text()) for b in ("transformers", "verl"))
+    for key in ("actor/loss", "actor/grad_norm"):
+        assert abs(got[key] - expected[key]) <= TOLERANCE * abs(expected[key]), (key, got[key], expected[key])
+    if loss != "dppo_tv":  # bypass: the sampler is the old policy
+        assert expected["actor/rollout_logprob_diff"] > 0.5  # the sampler is far from the old policy
+    before, after = (load_file(str(routed_updates[b] / f"{loss}.safetensors")) for b in ("transformers", "verl"))
+    assert float((after.pop("old_log_probs") - before.pop("old_log_probs")).abs().max()) <= TOLERANCE
+    assert max(float((before[k] - after[k]).abs().max()) for k in before) <= WEIGHTS
+
+
+@pytest.mark.slow
+def test_the_routed_and_corrected_batches_engage_what_they_test(routed_updates: dict[str, Path]) -> None:
+    """Without these the parity above could hold where the roles' losses, the weights or the rejection change
+    nothing: the judge's loss is not the solver's, some tokens are rejected and some kept, bypass's old policy is
+    the sampler (its clipped ratios are many)."""
+    routed = json.loads((routed_updates["transformers"] / "vanilla.json").read_text())
+    assert abs(routed["actor/judge/loss"] - routed["actor/solver/loss"]) > 1e-2, routed
+    corrected = json.loads((routed_updates["transformers"] / "cispo.json").read_text())
+    assert 0 < corrected["actor/rollout_rs/masked_fraction"] < 1, corrected
+    bypass = load_file(str(routed_updates["verl"] / "dppo_tv.safetensors"))["old_log_probs"]
+    scored = load_file(str(routed_updates["verl"] / "vanilla.safetensors"))["old_log_probs"]
+    assert float((bypass - scored).abs().max()) > 0.5  # the sampler's log-probs, not the worker's
+
+
+@pytest.mark.slow
+def test_two_ranks_give_the_one_rank_update_with_roles_and_rejection(routed_updates: dict[str, Path]) -> None:
+    """Each loss group is DP-padded on its own, and rejection's loss mask must stay empty on the padding rows: under
+    torchrun the routed and corrected update is the one rank's (one trainer: torchrun runs one per process)."""
+    out = routed_updates["verl"].parent / "two"
+    out.mkdir()
+    spec = {"backend": "verl", "out": str(out), "losses": ROUTED_LOSSES[1:2], "roles": ["solver", "judge"]}
+    (out.parent / "two.json").write_text(json.dumps({**spec, "sampler": True}))
+    port = ["--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", *port, str(RUNNER)]
+    done = subprocess.run(
+        [*command, str(out.parent / "two.json")], env=ENV, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    for loss, _, _ in ROUTED_LOSSES[1:2]:
+        one, two = (json.loads((where / f"{loss}.json").read_text()) for where in (routed_updates["verl"], out))
+        for key in ("actor/loss", "actor/grad_norm"):
+            assert abs(two[key] - one[key]) <= TOLERANCE * abs(one[key]), (loss, key, two[key], one[key])
 
 
 # -- the reference policy on verl's ref worker: the KL loss, the KL in the reward, the entropy bonus ----------------

@@ -44,9 +44,10 @@ _Parent: Any = resolve_backend("transformers", OmegaConf.create())
 """The transformers backend, as core's registry gives it (a plugin uses another's parts through core only)."""
 
 _REFUSED = {
-    "rllm.algorithm.rollout_correction": (
-        "the sampler's log-probs and verl's rollout_is_weights are not passed to verl's worker; leave the section "
-        "unset, or train with rllm.backend=transformers"
+    "rllm.algorithm.rollout_correction.off_policy_mask_threshold": (
+        "TRL's off-policy mask reads the sampler's log-probs inside the policy loss, and verl's ppo_loss passes the "
+        "loss only the importance weights; leave it unset (tis_mode and rollout_rs work), or train with "
+        "rllm.backend=transformers"
     ),
 }
 """Keys this backend refuses when set away from their defaults (key: what to do)."""
@@ -83,14 +84,13 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
             require_cuda()
         super().__init__(_inner_config(config), **kwargs)
         self.verl = OmegaConf.select(config, SECTION)
-        self._refuse_roles()  # before the worker is built
         from rllm_verl.cpu_platform import prepare_cpu_process
         from rllm_verl.process_group import prepare_cuda_process
 
         self.owns_group = self.distributed is None
         """One process: the worker's group is this backend's to close (under torchrun the parent's is used)."""
         prepare_cuda_process() if on_gpu else prepare_cpu_process()
-        from rllm_verl.worker import VerlWorker, WorkerOptions
+        from rllm_verl.worker import VerlWorker, WorkerOptions, loss_choice
 
         settings = self.default_settings
         micro = self.verl.actor.ppo_micro_batch_size_per_gpu
@@ -106,6 +106,7 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
             kl_coef=float(settings.kl_coef),
             kl_kind=str(settings.kl_kind),
             entropy_coeff=float(settings.entropy_coeff),
+            other_losses=[loss_choice(s) for _, s in sorted(self.role_settings.items())],
         )
         self.model_dir = Path(tempfile.mkdtemp(prefix="rllm-verl-model-"))
         """The initial weights the worker loads (the parent's model as built: the tiny model's seed, fp32)."""
@@ -116,24 +117,9 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
             self.reference = VerlWorker(self.model_dir, WorkerOptions(reference=True), pad_id=pad_id)
             """The parent's frozen copy, replaced by a forward-only verl worker on the same initial weights."""
 
-    def _refuse_roles(self) -> None:
-        """Roles routed to another loss than the default's: the worker holds one loss."""
-        default = self.default_settings
-        for role, settings in sorted(self.role_settings.items()):
-            if (settings.name, settings.options, settings.agg_mode) != (
-                default.name,
-                default.options,
-                default.agg_mode,
-            ):
-                raise ConfigError(
-                    f"rllm.algorithm.loss_fn_map gives role {role!r} the loss {settings.describe()}, not the run's "
-                    f"{default.describe()}; the verl backend trains every role with one loss: map them all to one."
-                )
-
     def validate_config(self) -> None:
         super().validate_config()
         _refuse_keys(self.config)
-        self._refuse_roles()
 
     def shutdown(self) -> None:
         super().shutdown()
@@ -159,8 +145,9 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
     async def update_policy(self, trainer_state: TrainerState) -> None:
         """Stage 7: ``ppo_epochs`` passes over the batch, shuffled when there is more than one step (the transformers
         backend's order, from its update generator), and cut into mini-batches of at most ``ppo_mini_batch_size``
-        rows, one ``train_batch`` (one optimizer step) on the worker each; then the worker's weights into the model
-        the rollouts sample."""
+        rows, one optimizer step on the worker each: the rows grouped by their role's loss (``loss_fn_map``), each
+        group's gradient added before the step, with rollout correction's importance weights and rejection; then
+        the worker's weights into the model the rollouts sample."""
         batch = trainer_state.backend_batch
         if batch.old_logps is None:
             raise TrainerError("The policy update ran before stage 5 computed the old log-probs.")
@@ -168,28 +155,29 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
 
         started = time.perf_counter()
         lr = scheduled_lr(float(self.options.lr), self.algorithm, trainer_state.global_step, trainer_state.total_steps)
-        old = batch.old_logps * batch.mask
+        old = torch.nan_to_num(batch.old_logps) * batch.mask  # bypass mode: the sampler's, unknown off the response
         ref = None if batch.ref_logps is None else batch.ref_logps * batch.mask
         advantages = batch.advantages()
+        weights = self._correction_weights(batch, old)
+        counted = batch.mask if batch.counted is None else batch.counted
         size = self.verl.actor.ppo_mini_batch_size
         pieces = 1 if size is None else math.ceil(batch.rows / int(size))
         epochs = int(self.verl.actor.ppo_epochs)
         runs: list[dict[str, float]] = []
+        losses = ", ".join(sorted({self._settings(role).name for role in batch.roles}))
         for _epoch in range(epochs):  # the transformers backend's passes and mini-batches
             # one pass in one mini-batch: the rows in their order (a shuffle would only change float32's rounding)
             one = epochs == 1 and pieces == 1
             order = torch.arange(batch.rows) if one else torch.randperm(batch.rows, generator=self.update_rng)
             for mini in torch.tensor_split(order, min(pieces, batch.rows)):
-                part = None if ref is None else ref[mini]
-                run = self.worker.update(
-                    batch.ids[mini], batch.attention[mini], batch.mask[mini], old[mini], advantages[mini], lr, part
-                )
+                groups = self._loss_groups(batch, mini, old, advantages, ref, weights)
+                run = self.worker.update_groups(groups, lr, tokens=int(counted[mini].sum()))
                 loss = run.get("loss", math.nan)
                 if not math.isfinite(loss):
                     raise TrainerError(
-                        f"Step {trainer_state.global_step}: the policy loss {self.default_settings.name} is {loss} "
-                        "(not finite) on verl's worker; no checkpoint of this step is written. Lower "
-                        "rllm.verl.actor.optim.lr or check the advantages and rewards."
+                        f"Step {trainer_state.global_step}: the policy loss {losses} is {loss} (not finite) on "
+                        "verl's worker; no checkpoint of this step is written. Lower rllm.verl.actor.optim.lr or "
+                        "check the advantages and rewards."
                     )
                 runs.append(run)
         verl_metrics = {key: sum(r[key] for r in runs if key in r) / sum(key in r for r in runs) for key in runs[0]}
@@ -207,6 +195,47 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
             metrics["perf/rollout_tokens_per_s"] = self.rollout_tokens / self.rollout_seconds
         self.rollout_tokens, self.rollout_seconds = 0, 0.0
         trainer_state.metrics.update(metrics)
+
+    def _correction_weights(self, batch: Any, old: Any) -> Any:
+        """Rollout correction's truncated importance weights of the old policy over the sampler (``tis_mode``), as the
+        transformers backend's loss computes them; None without ``tis_mode``."""
+        settings = self.default_settings
+        if settings.tis_mode is None:
+            return None
+        import torch
+
+        from rllm.losses import truncated_is_weights
+
+        sampler = torch.nan_to_num(batch.rollout_logps) * batch.mask  # the transformers backend's sampler
+        return truncated_is_weights(
+            old, sampler, batch.mask, settings.tis_mode, float(settings.tis_cap), settings.tis_lower
+        )
+
+    def _loss_groups(self, batch: Any, mini: Any, old: Any, advantages: Any, ref: Any, weights: Any) -> list[Any]:
+        """A mini-batch's rows grouped by their role's loss (``loss_fn_map``), in the order of the rows."""
+        from rllm_verl.worker import UpdateGroup, loss_choice
+
+        by_loss: dict[str, tuple[Any, list[int]]] = {}
+        for row in mini.tolist():
+            choice = loss_choice(self._settings(batch.roles[row]))
+            by_loss.setdefault(choice.key, (choice, []))[1].append(row)
+        groups = []
+        for choice, rows in by_loss.values():
+            picked = mini.new_tensor(rows)
+            groups.append(
+                UpdateGroup(
+                    batch.ids[picked],
+                    batch.attention[picked],
+                    batch.mask[picked],
+                    old[picked],
+                    advantages[picked],
+                    loss=choice,
+                    ref_log_probs=None if ref is None else ref[picked],
+                    rollout_is_weights=None if weights is None else weights[picked],
+                    counted=None if batch.counted is None else batch.counted[picked],
+                )
+            )
+        return groups
 
     # -- checkpoints: the parent writes the model and its optimizer; the worker's state goes through them ------------
     def prepare_checkpoint(self) -> None:

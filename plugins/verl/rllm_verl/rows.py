@@ -90,7 +90,10 @@ def to_verl_batch(
         ids, attention = ids[pick], attention[pick]
         mask = torch.cat([mask, mask.new_zeros((extra, mask.shape[1]))])
         mask[layout.rows :] = 0
-        per_token = {name: value[pick] for name, value in per_token.items()}
+        # zeros on the padding rows: a field may be the loss's own mask (rollout rejection's), which must stay empty
+        per_token = {
+            name: torch.cat([value, value.new_zeros((extra, *value.shape[1:]))]) for name, value in per_token.items()
+        }
         padded = Layout(layout.prompt_lengths[pick], layout.response_lengths[pick], layout.width, layout.rows + extra)
     else:
         padded = layout

@@ -2,10 +2,11 @@
 
 Every rank of a run builds one :class:`VerlWorker` and hands it the whole batch, as rllm's
 backends do; the worker takes its rank's rows (after DP padding) and all ranks get every row's
-log-probs back. The update runs verl's ``train_batch`` (zero grad, forward/backward over
-micro-batches, clip, step) with verl's ``ppo_loss`` calling rllm's loss by its verl name
-``rllm.<loss>`` (registered by :mod:`rllm_verl.losses_in_verl`), so the loss's normalisation
-is verl's global one (the batch's tokens over every rank). fp32 throughout: verl's mixed
+log-probs back. The update runs verl's ``train_batch`` in its parts (zero grad, one
+``forward_backward`` per loss group over its micro-batches, then one clip and step) with verl's
+``ppo_loss`` calling rllm's loss by its verl name ``rllm.<loss>`` (registered by
+:mod:`rllm_verl.losses_in_verl`), so the loss's normalisation is verl's global one (the
+mini-batch's tokens over every rank, every group's). fp32 throughout: verl's mixed
 precision is set to fp32 so the numbers are the transformers backend's.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 
 from rllm.errors import ConfigError, TrainerError
-from rllm.losses import resolve_loss_options
+from rllm.losses import LossSettings, resolve_loss_options
 from rllm_verl.cpu_platform import check_verl_version
 from rllm_verl.losses_in_verl import PREFIX
 from rllm_verl.rows import from_responses, to_verl_batch
@@ -55,6 +56,48 @@ class WorkerOptions:
     """Above 0: verl's entropy bonus (``entropy_coeff``; the update computes the entropy)."""
     reference: bool = False
     """verl's ``ref`` role: a frozen, forward-only worker (no optimizer) that only scores; the rest is unused."""
+    other_losses: list[LossChoice] = field(default_factory=list)
+    """The losses roles are routed to besides ``loss`` (``loss_fn_map``): checked when the worker is built."""
+
+    @property
+    def own_loss(self) -> LossChoice:
+        return LossChoice(self.loss, self.loss_agg_mode, dict(self.loss_options))
+
+
+@dataclass(frozen=True)
+class LossChoice:
+    """One policy loss as rllm names it: the loss, its aggregation (None: its default) and its options."""
+
+    name: str
+    agg_mode: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}|{self.agg_mode}|{sorted(self.options.items())!r}"
+
+
+def loss_choice(settings: LossSettings) -> LossChoice:
+    """A role's loss settings as the worker's loss choice (the KL, entropy and correction terms are the run's)."""
+    return LossChoice(settings.name, settings.agg_mode, dict(settings.options or {}))
+
+
+@dataclass
+class UpdateGroup:
+    """Rows of one mini-batch that one loss trains (the rows of the roles routed to it), at rllm's positions."""
+
+    ids: torch.Tensor
+    attention: torch.Tensor
+    mask: torch.Tensor
+    old_log_probs: torch.Tensor
+    advantages: torch.Tensor
+    loss: LossChoice | None = None
+    """None: the worker's own loss (``WorkerOptions.loss``)."""
+    ref_log_probs: torch.Tensor | None = None
+    rollout_is_weights: torch.Tensor | None = None
+    """Rollout correction's truncated importance weights (verl passes them to the policy loss)."""
+    counted: torch.Tensor | None = None
+    """The response tokens the loss counts (rollout rejection takes some out); None: all of ``mask``."""
 
 
 def _shim_trl() -> None:
@@ -74,11 +117,13 @@ def _shim_trl() -> None:
     patches.is_trl_available = lambda: False  # type: ignore[attr-defined]
 
 
-def _actor_config(options: WorkerOptions) -> Any:
-    """verl's actor config holding the loss (``rllm.<loss>``), its aggregation and options, checked by rllm first."""
+def _actor_config(options: WorkerOptions, choice: LossChoice | None = None) -> Any:
+    """verl's actor config holding the loss (``rllm.<loss>``; ``choice``, else the options' own), its aggregation and
+    options, checked by rllm first; the KL and entropy terms from ``options``."""
     from verl.workers.config import FSDPActorConfig, PolicyLossConfig
 
-    _, _, mode = resolve_loss_options(options.loss, options.loss_options, options.loss_agg_mode, "loss_agg_mode")
+    choice = options.own_loss if choice is None else choice
+    _, _, mode = resolve_loss_options(choice.name, choice.options, choice.agg_mode, "loss_agg_mode")
     if mode == "prompt-mean":
         raise ConfigError(
             "loss_agg_mode='prompt-mean' needs each sequence's prompt, which verl's policy losses are not given; "
@@ -87,16 +132,16 @@ def _actor_config(options: WorkerOptions) -> Any:
 
     actor_fields = set(FSDPActorConfig.__dataclass_fields__)
     loss_fields = set(PolicyLossConfig.__dataclass_fields__) - {"loss_mode", "rollout_correction"}
-    on_actor = {k: v for k, v in options.loss_options.items() if k in actor_fields}
-    on_loss = {k: v for k, v in options.loss_options.items() if k in loss_fields}
-    unknown = sorted(set(options.loss_options) - set(on_actor) - set(on_loss))
+    on_actor = {k: v for k, v in choice.options.items() if k in actor_fields}
+    on_loss = {k: v for k, v in choice.options.items() if k in loss_fields}
+    unknown = sorted(set(choice.options) - set(on_actor) - set(on_loss))
     if unknown:
         carried = sorted(loss_fields | {"clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c"})
         raise ConfigError(
             f"Loss option {unknown[0]!r} has no place in verl's actor config (actor or policy_loss); the options "
             f"verl can carry are {', '.join(carried)}."
         )
-    policy_loss = PolicyLossConfig(loss_mode=PREFIX + options.loss, **on_loss)
+    policy_loss = PolicyLossConfig(loss_mode=PREFIX + choice.name, **on_loss)
     return FSDPActorConfig(
         strategy="fsdp2",
         rollout_n=1,
@@ -120,12 +165,15 @@ class VerlWorker:
         import rllm_verl.verl_plugin  # noqa: F401  (rllm's losses are verl policy losses from here on)
 
         self.actor_config = _actor_config(options)  # a bad loss, option or mode fails before the model is built
+        self.loss_configs = {options.own_loss.key: self.actor_config}
+        """verl's actor config of each loss the worker trains with, by :attr:`LossChoice.key`."""
+        for choice in options.other_losses:
+            self.loss_configs.setdefault(choice.key, _actor_config(options, choice))
 
         _shim_trl()
         from verl.trainer.config import CheckpointConfig
         from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig, TrainingWorkerConfig
         from verl.workers.engine_workers import TrainingWorker
-        from verl.workers.utils.losses import ppo_loss
 
         self.options = options
         self.pad_id = pad_id
@@ -161,7 +209,6 @@ class VerlWorker:
             )
         )
         self.worker.reset()
-        self.worker.set_loss_fn(partial(ppo_loss, config=self.actor_config))
 
     @property
     def rank(self) -> int:
@@ -237,34 +284,88 @@ class VerlWorker:
     ) -> dict[str, float]:
         """One optimizer step on the batch (rllm's per-position old log-probs and advantages; with a KL loss the
         reference's log-probs too); verl's metrics."""
+        group = UpdateGroup(ids, attention, mask, old_log_probs, advantages, ref_log_probs=ref_log_probs)
+        return self.update_groups([group], lr)
+
+    def update_groups(
+        self, groups: list[UpdateGroup], lr: float | None = None, tokens: int | None = None
+    ) -> dict[str, float]:
+        """One optimizer step on a mini-batch whose rows are cut into ``groups``, each trained by its own loss: the
+        gradients of every group's ``forward_backward`` add up before verl's one ``optimizer_step``.
+
+        Each group's loss is normalised by the whole mini-batch (``tokens``, default every group's counted
+        tokens, and its rows), so the groups' losses add up to the loss of the mini-batch, as the transformers
+        backend's roles do. verl's metrics: ``loss`` summed over the groups, the others their mean.
+        """
         from verl.utils import tensordict_utils as tu
 
         if self.options.reference:
             raise TrainerError("A reference worker (verl's ref role) only scores; it takes no update.")
-        if self.options.kl_coef > 0 and ref_log_probs is None:
+        if self.options.kl_coef > 0 and any(group.ref_log_probs is None for group in groups):
             raise TrainerError("The KL loss (kl_coef > 0) needs the reference policy's log-probs for the update.")
         if lr is not None:
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
-        fields = {"old_log_probs": old_log_probs.cpu(), "advantages": advantages.cpu()}
-        if self.options.kl_coef > 0 and ref_log_probs is not None:
-            fields["ref_log_prob"] = ref_log_probs.cpu()  # verl's name in the actor's batch
-        ids, attention, mask = ids.cpu(), attention.cpu(), mask.cpu()
+            for param_group in self.optimizer.param_groups:
+                param_group["lr"] = lr
+        if tokens is None:
+            tokens = int(sum(float((g.mask if g.counted is None else g.counted).sum()) for g in groups))
+        rows = sum(int(group.ids.shape[0]) for group in groups)
+        engine = self.worker.engine
+        outputs = []
+        with engine.train_mode():
+            engine.optimizer_zero_grad()
+            for group in groups:
+                data = self._train_data(group, rows)
+                choice = self.options.own_loss if group.loss is None else group.loss
+                config = self.loss_configs.get(choice.key)
+                if config is None:
+                    raise TrainerError(f"The worker was not built with the loss {choice.name!r} (other_losses).")
+                loss_fn = partial(_mini_batch_loss, config=config, tokens=max(tokens, 1))
+                outputs.append(engine.forward_backward_batch(data, loss_fn, forward_only=False))
+            grad_norm = engine.optimizer_step()
+        runs = []
+        for output in outputs:
+            output.pop("model_output", None)
+            done = self.worker._postprocess_output(
+                output, global_token_num=None, delta_time=0.0, forward_only=False, images_seqlens=None
+            )
+            numbers = {key.removeprefix("actor/"): _scalar(value) for key, value in tu.get(done, "metrics").items()}
+            runs.append({RENAMED.get(key, key): number for key, number in numbers.items() if number is not None})
+        keys = {key for run in runs for key in run}
+        metrics = {key: sum(run[key] for run in runs if key in run) / sum(key in run for run in runs) for key in keys}
+        metrics["loss"] = sum(run["loss"] for run in runs)
+        metrics["grad_norm"] = float(grad_norm)
+        return metrics
+
+    def _train_data(self, group: UpdateGroup, rows: int) -> Any:
+        """One group's rows as verl's training batch (this rank's share), its loss normalised by ``rows``."""
+        from verl.utils import tensordict_utils as tu
+
+        fields = {"old_log_probs": group.old_log_probs.cpu(), "advantages": group.advantages.cpu()}
+        if self.options.kl_coef > 0 and group.ref_log_probs is not None:
+            fields["ref_log_prob"] = group.ref_log_probs.cpu()  # verl's name in the actor's batch
+        if group.rollout_is_weights is not None:
+            fields["rollout_is_weights"] = group.rollout_is_weights.cpu()
+        if group.counted is not None:  # the loss's mask (rejected tokens out); the layout stays the whole response
+            fields["response_mask"] = group.counted.cpu()
+        ids, attention, mask = group.ids.cpu(), group.attention.cpu(), group.mask.cpu()
         micro_rows = self._micro_rows(ids.shape[0])
         batch, _ = to_verl_batch(ids, attention, mask, fields, self.pad_id, self.world_size * micro_rows)
         data = self._shard(batch, micro_rows)
+        engine_keys = {
+            "use_remove_padding": self.worker.model_config.get("use_remove_padding", False),
+            "max_token_len_per_gpu": self.worker.engine_config.max_token_len_per_gpu,
+            "use_fused_kernels": self.worker.engine_config.use_fused_kernels,
+        }
         tu.assign_non_tensor(
             data,
             calculate_entropy=self.options.entropy_coeff > 0,
             compute_loss=True,
             global_token_num=None,
-            global_batch_size=ids.shape[0],
+            global_batch_size=rows,
             update_lr_scheduler=False,
+            **engine_keys,
         )
-        output = self.worker.train_batch(data)
-        metrics = tu.get(output, "metrics")
-        numbers = {key.removeprefix("actor/"): _scalar(value) for key, value in metrics.items()}
-        return {RENAMED.get(key, key): number for key, number in numbers.items() if number is not None}
+        return data
 
     def full_weights(self) -> dict[str, torch.Tensor]:
         """The whole model's weights (every rank gathers them), under transformers' names."""
@@ -292,6 +393,16 @@ class VerlWorker:
         set_model_state_dict(module, weights, options=options)
         if optimizer_state is not None:
             set_optimizer_state_dict(module, self.optimizer, optimizer_state, options=options)
+
+
+def _mini_batch_loss(model_output: Any, data: Any, dp_group: Any = None, *, config: Any, tokens: int) -> Any:
+    """verl's ``ppo_loss`` with the mini-batch's token count as its normaliser (verl counts the rows it is given,
+    one loss group's)."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.losses import ppo_loss
+
+    tu.assign_non_tensor(data, batch_num_tokens=tokens)
+    return ppo_loss(config, model_output, data, dp_group)
 
 
 def _scalar(value: Any) -> float | None:
