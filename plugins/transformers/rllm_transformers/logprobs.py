@@ -55,13 +55,15 @@ def score_tokens(
     entropy: bool = False,
     entropy_grad: bool = False,
     squares: bool = False,
+    share_prompts: bool = False,
 ) -> TokenScores:
     """The log-prob of each next token of ``ids`` from position ``start`` on (the batch's first response token).
 
     ``entropy_grad`` gives the entropy a gradient (an entropy bonus in the loss); ``entropy``
     computes it without one (a metric, a loss that selects tokens by it); ``squares`` the sum
     of squared probabilities (verl's ``sum_pi_squared``). No cache is built, and where the
-    model takes ``logits_to_keep`` no logits are computed before ``start``.
+    model takes ``logits_to_keep`` no logits are computed before ``start``; ``share_prompts``
+    (``rllm.transformers.share_prompts``) runs rows' common first ``start`` tokens once (:func:`_forward_shared`).
     """
     rows, width = ids.shape
     start = min(max(start, 0), max(width - 1, 0))
@@ -75,7 +77,8 @@ def score_tokens(
         options["logits_to_keep"] = torch.arange(start, width - 1, device=ids.device)
     if head is not None:
         with _captured_input(head) as captured:
-            if not (keeps and _shares_prefixes(model, start) and _forward_shared(model, ids, attention, start)):
+            shared = share_prompts and keeps and _shares_prefixes(model, start)
+            if not (shared and _forward_shared(model, ids, attention, start)):
                 model(input_ids=ids, attention_mask=attention, **options)
         if not captured:
             name = type(getattr(model, "module", model)).__name__
@@ -127,12 +130,13 @@ def _forward_shared(model: Any, ids: torch.Tensor, attention: torch.Tensor, star
     tokens: rows that hold the same ones (a task's rollouts) run them once, with a KV cache
     whose rows are then copied to every row that shares them (gradients flow back through the
     copy), and only the rest of each row runs per row: GRPO's n rollouts of a prompt cost one
-    prompt's forward. The arithmetic of each position is the full forward's. False (nothing run):
-    no two rows share theirs.
+    prompt's forward. The arithmetic of each position is the full forward's. False (nothing run)
+    where that would not halve the positions run (short prompts, few rows alike).
     """
     prefixes, copies = torch.unique(ids[:, :start], dim=0, return_inverse=True)
-    if len(prefixes) == len(ids):
-        return False
+    rows, width = ids.shape
+    if 2 * (len(prefixes) * start + rows * (width - start)) > rows * width:
+        return False  # under half the positions saved: not worth a second call of the model
     cache = DynamicCache(config=model.config)
     ones = torch.ones_like(prefixes)
     model(input_ids=prefixes, attention_mask=ones, past_key_values=cache, use_cache=True, logits_to_keep=1)
