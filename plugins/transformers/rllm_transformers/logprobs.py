@@ -77,7 +77,7 @@ def score_tokens(
         options["logits_to_keep"] = torch.arange(start, width - 1, device=ids.device)
     if head is not None:
         with _captured_input(head) as captured:
-            shared = share_prompts and keeps and _shares_prefixes(model, start)
+            shared = share_prompts and keeps and _shares_prefixes(model, rows, width, start)
             if not (shared and _forward_shared(model, ids, attention, start)):
                 model(input_ids=ids, attention_mask=attention, **options)
         if not captured:
@@ -106,13 +106,16 @@ def score_tokens(
     )
 
 
-def _shares_prefixes(model: Any, start: int) -> bool:
+def _shares_prefixes(model: Any, rows: int, width: int, start: int) -> bool:
     """Whether rows may run their first ``start`` tokens once per distinct prefix (:func:`_forward_shared`).
 
     Not under DDP or FSDP (one forward per backward), activation checkpointing (no cache in the
-    forward) or active dropout (each row's prefix would share one mask).
+    forward) or active dropout (each row's prefix would share one mask); nor where even one
+    prefix for all the rows would not halve the positions run.
     """
     if start < 1 or hasattr(model, "module") or getattr(model, "is_gradient_checkpointing", False):
+        return False
+    if _more_than_half(1, rows, width, start):
         return False
     if not model.training:
         return True
@@ -121,6 +124,11 @@ def _shares_prefixes(model: Any, start: int) -> bool:
     if float(getattr(text, "attention_dropout", 0.0) or 0.0) > 0:
         return False
     return not any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+
+
+def _more_than_half(prefixes: int, rows: int, width: int, start: int) -> bool:
+    """Whether ``prefixes`` distinct prefixes run once and the rest per row are over half of ``rows`` x ``width``."""
+    return 2 * (prefixes * start + rows * (width - start)) > rows * width
 
 
 def _forward_shared(model: Any, ids: torch.Tensor, attention: torch.Tensor, start: int) -> bool:
@@ -134,8 +142,7 @@ def _forward_shared(model: Any, ids: torch.Tensor, attention: torch.Tensor, star
     where that would not halve the positions run (short prompts, few rows alike).
     """
     prefixes, copies = torch.unique(ids[:, :start], dim=0, return_inverse=True)
-    rows, width = ids.shape
-    if 2 * (len(prefixes) * start + rows * (width - start)) > rows * width:
+    if _more_than_half(len(prefixes), *ids.shape, start):
         return False  # under half the positions saved: not worth a second call of the model
     cache = DynamicCache(config=model.config)
     ones = torch.ones_like(prefixes)
