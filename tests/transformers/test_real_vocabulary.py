@@ -217,7 +217,7 @@ def test_rows_sharing_a_prompt_run_it_once_with_the_full_passes_numbers() -> Non
 
 def test_dropout_the_switch_or_a_short_prompt_keep_one_forward_over_every_row() -> None:
     """Shared prompts would share one dropout mask: with dropout on (training) rows run whole; in eval they share,
-    unless ``share_prompts`` is off or sharing would not halve the positions run."""
+    unless ``share_prompts`` is off, a row is padded within the prompt or sharing would not halve the positions."""
     model = qwen_vocabulary_model()
     model.config.attention_dropout = 0.1
     ids, attention = _shared_prompt_batch()
@@ -230,5 +230,9 @@ def test_dropout_the_switch_or_a_short_prompt_keep_one_forward_over_every_row() 
         assert fed == [(8, 13)] * 2
         score_tokens(model.eval(), ids, attention, start=3, share_prompts=True)  # 2 x 3 + 8 x 10 of 104: not half
         assert fed == [(8, 13)] * 3
+        left_padded = attention.clone()
+        left_padded[0, 0] = 0  # a row that does not attend to all of its first 9 tokens
+        score_tokens(model.eval(), ids, left_padded, start=9, share_prompts=True)
+        assert fed == [(8, 13)] * 4
         score_tokens(model.eval(), ids, attention, start=9, share_prompts=True)
-    assert fed == [(8, 13)] * 3 + [(2, 9), (8, 4)]
+    assert fed == [(8, 13)] * 4 + [(2, 9), (8, 4)]

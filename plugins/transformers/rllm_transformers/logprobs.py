@@ -61,9 +61,10 @@ def score_tokens(
 
     ``entropy_grad`` gives the entropy a gradient (an entropy bonus in the loss); ``entropy``
     computes it without one (a metric, a loss that selects tokens by it); ``squares`` the sum
-    of squared probabilities (verl's ``sum_pi_squared``). No cache is built, and where the
-    model takes ``logits_to_keep`` no logits are computed before ``start``; ``share_prompts``
-    (``rllm.transformers.share_prompts``) runs rows' common first ``start`` tokens once (:func:`_forward_shared`).
+    of squared probabilities (verl's ``sum_pi_squared``). Where the model takes ``logits_to_keep``
+    no logits are computed before ``start``. ``share_prompts`` (``rllm.transformers.share_prompts``)
+    runs rows' common first ``start`` tokens once, through a KV cache (:func:`_forward_shared`); else
+    no cache is built.
     """
     rows, width = ids.shape
     start = min(max(start, 0), max(width - 1, 0))
@@ -134,13 +135,16 @@ def _more_than_half(prefixes: int, rows: int, width: int, start: int) -> bool:
 def _forward_shared(model: Any, ids: torch.Tensor, attention: torch.Tensor, start: int) -> bool:
     """The forward of ``ids`` for :func:`score_tokens`, its output layer's input captured by the caller's hook.
 
-    Rows are right-padded from column 0, so every row attends to all of its first ``start``
-    tokens: rows that hold the same ones (a task's rollouts) run them once, with a KV cache
-    whose rows are then copied to every row that shares them (gradients flow back through the
-    copy), and only the rest of each row runs per row: GRPO's n rollouts of a prompt cost one
-    prompt's forward. The arithmetic of each position is the full forward's. False (nothing run)
-    where that would not halve the positions run (short prompts, few rows alike).
+    The batch's rows are right-padded from column 0, so each attends to all of its first
+    ``start`` tokens: rows that hold the same ones (a task's rollouts) run them once, with a KV
+    cache whose rows are then copied to every row that shares them (gradients flow back through
+    the copy), and only the rest of each row runs per row: GRPO's n rollouts of a prompt cost
+    one prompt's forward. Each position's arithmetic is the full forward's, up to rounding. False
+    (nothing run) where a row is padded before ``start`` or this would not halve the positions
+    run (short prompts, few rows alike).
     """
+    if not bool(attention[:, :start].all()):
+        return False
     prefixes, copies = torch.unique(ids[:, :start], dim=0, return_inverse=True)
     if _more_than_half(len(prefixes), *ids.shape, start):
         return False  # under half the positions saved: not worth a second call of the model
