@@ -68,3 +68,53 @@ def test_a_rewritten_reply_gives_the_templates_prompt_which_does_not_extend_the_
 def test_the_parser_renders_with_the_tokenizers_template() -> None:
     text = TemplateChatParser(TOKENIZER).parse(FIRST, add_generation_prompt=True, is_first_msg=True)
     assert text == f"{IM_START}user\nhi{IM_END}\n{IM_START}assistant\n"
+
+
+class CountingTokenizer(MergingTokenizer):
+    """Counts renderings and encodings; ``chat_template`` is its text, which a template that reads the clock names."""
+
+    def __init__(self, template: str = "chatml") -> None:
+        self.chat_template = template
+        self.rendered = self.encoded = 0
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], **kw: Any) -> Any:
+        self.rendered += 1
+        return super().apply_chat_template(messages, **kw)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        self.encoded += 1
+        return super().encode(text, add_special_tokens)
+
+
+def test_a_tasks_rollouts_render_and_encode_their_prompt_once() -> None:
+    tokenizer = CountingTokenizer()
+    parser = TemplateChatParser(tokenizer)
+    other = [{"role": "user", "content": "bye"}]
+    prompts = [ConversationPrompts(tokenizer, parser).prompt_ids(m) for m in (FIRST, FIRST, FIRST, other)]
+    assert (
+        prompts[0]
+        == prompts[1]
+        == prompts[2]
+        == MergingTokenizer().encode(f"{IM_START}user\nhi{IM_END}\n{IM_START}assistant\n")
+    )
+    assert prompts[3] == MergingTokenizer().encode(render_chatml(other, add_generation_prompt=True))
+    assert (tokenizer.rendered, tokenizer.encoded) == (2, 2)
+    prompts[0].append(A)  # each call gets its own list
+    assert ConversationPrompts(tokenizer, parser).prompt_ids(FIRST) == prompts[1]
+    parsed = parser.parse(FIRST, add_generation_prompt=False)  # another rendering of the same messages
+    assert parsed == f"{IM_START}user\nhi{IM_END}\n" and tokenizer.rendered == 3
+
+
+def test_a_template_that_reads_the_clock_or_was_replaced_renders_again() -> None:
+    clock = CountingTokenizer("{{ strftime_now('%d %b %Y') }} chatml")
+    parser = TemplateChatParser(clock)
+    parser.parse(FIRST)
+    parser.parse(FIRST)
+    assert clock.rendered == 2
+    tokenizer = CountingTokenizer()
+    parser = TemplateChatParser(tokenizer)
+    parser.parse(FIRST)
+    tokenizer.chat_template = "another chatml"
+    parser.parse(FIRST)
+    parser.parse(FIRST)
+    assert tokenizer.rendered == 2

@@ -160,3 +160,18 @@ def test_an_episode_samples_the_same_tokens_alone_and_in_any_batch() -> None:
         assert a.response_ids == b.response_ids == c.response_ids
         torch.testing.assert_close(torch.tensor(b.logprobs), torch.tensor(a.logprobs), rtol=0, atol=1e-5)
     assert len({tuple(g.response_ids) for g in alone}) == len(PROMPTS)
+
+
+def test_rows_sharing_a_prompt_prefill_it_once_and_sample_as_they_would_alone() -> None:
+    """A task's rollouts: 5 rows of 2 prompts prefill 2 rows; each row's draws are its episode's, as sampled alone."""
+    engine = _engine(max_new_tokens=4, sampling=Sampling(temperature=0.8, top_k=50))
+    prompts = [PROMPTS[0], PROMPTS[2], PROMPTS[0], PROMPTS[0], PROMPTS[2]]
+    alone = [_episodes(engine, [seed], [prompt])[0] for seed, prompt in enumerate(prompts)]
+    fed: list[int] = []
+    engine.model.register_forward_pre_hook(lambda _m, _a, kw: fed.append(len(kw["input_ids"])), with_kwargs=True)
+    together = _episodes(engine, range(len(prompts)), prompts)
+    assert fed == [2, 5, 5, 5]  # the prefill of the distinct prompts, then every row's next tokens
+    for a, b in zip(alone, together, strict=True):
+        assert a.response_ids == b.response_ids
+        torch.testing.assert_close(torch.tensor(b.logprobs), torch.tensor(a.logprobs), rtol=0, atol=1e-5)
+    assert len({tuple(together[i].response_ids) for i in (0, 2, 3)}) > 1  # one prompt, several replies

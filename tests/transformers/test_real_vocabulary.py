@@ -170,3 +170,69 @@ def test_bf16_mixed_moves_the_weights_at_an_rl_learning_rate_where_bf16_pure_doe
     mixed, pure = _one_step_changes("bf16-mixed"), _one_step_changes("bf16-pure")
     assert mixed >= 0.9
     assert pure < 0.1  # updates of 1e-6 are far under half a bfloat16 step of weights around 0.02
+
+
+def _shared_prompt_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """8 rows of 2 prompts (10 tokens, 5 rows and 3) and 3 reply tokens each, one reply right-padded."""
+    draw = torch.Generator().manual_seed(3)
+    prompts = torch.randint(0, VOCAB, (2, 10), generator=draw)
+    replies = torch.randint(0, VOCAB, (8, 3), generator=draw)
+    ids = torch.cat([prompts[[0, 0, 1, 0, 1, 0, 1, 0]], replies], dim=1)
+    attention = torch.ones_like(ids)
+    attention[1, -2:] = 0
+    return ids, attention
+
+
+def test_rows_sharing_a_prompt_run_it_once_with_the_full_passes_numbers() -> None:
+    """A task's rollouts: the first 9 tokens run once per distinct prompt (2 rows), the rest per row (8 x 4 tokens);
+    log-probs, entropies and the gradient are the whole pass's over every row."""
+    model = qwen_vocabulary_model().train()
+    ids, attention = _shared_prompt_batch()
+    start = 9  # the last prompt position: its next token is the first reply token
+    weights = torch.randn(ids.shape[0], ids.shape[1] - 1, generator=torch.Generator().manual_seed(4))
+    fed: list[tuple[int, ...]] = []
+    hook = model.register_forward_pre_hook(
+        lambda _m, _args, kwargs: fed.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    grads, values = [], []
+    for shared in (False, True):
+        model.zero_grad()
+        if shared:
+            scores = score_tokens(model, ids, attention, start=start, entropy_grad=True, share_prompts=True)
+            chosen, entropy = scores.log_probs, scores.entropy
+        else:
+            chosen, entropy, _ = reference(model, ids, attention)
+        assert entropy is not None
+        ((chosen[:, start:] + 0.3 * entropy[:, start:]) * weights[:, start:]).sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+        values.append((chosen[:, start:].detach(), entropy[:, start:].detach()))
+    hook.remove()
+    assert fed == [(8, 13), (2, 9), (8, 4)]  # the reference's whole pass, then the prompts once and the rest
+    for got, want in zip(values[1], values[0], strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    assert float(values[0][0][1, -2:].abs().sum()) == 0  # the padded positions score 0 on both sides
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+    assert float(grads[0].abs().sum()) > 0
+
+
+def test_dropout_the_switch_or_a_short_prompt_keep_one_forward_over_every_row() -> None:
+    """Shared prompts would share one dropout mask: with dropout on (training) rows run whole; in eval they share,
+    unless ``share_prompts`` is off, a row is padded within the prompt or sharing would not halve the positions."""
+    model = qwen_vocabulary_model()
+    model.config.attention_dropout = 0.1
+    ids, attention = _shared_prompt_batch()
+    fed: list[tuple[int, ...]] = []
+    model.register_forward_pre_hook(lambda _m, _a, kw: fed.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    with torch.no_grad():
+        score_tokens(model.train(), ids, attention, start=9, share_prompts=True)
+        assert fed == [(8, 13)]
+        score_tokens(model.eval(), ids, attention, start=9, share_prompts=False)  # rllm.transformers.share_prompts
+        assert fed == [(8, 13)] * 2
+        score_tokens(model.eval(), ids, attention, start=3, share_prompts=True)  # 2 x 3 + 8 x 10 of 104: not half
+        assert fed == [(8, 13)] * 3
+        left_padded = attention.clone()
+        left_padded[0, 0] = 0  # a row that does not attend to all of its first 9 tokens
+        score_tokens(model.eval(), ids, left_padded, start=9, share_prompts=True)
+        assert fed == [(8, 13)] * 4
+        score_tokens(model.eval(), ids, attention, start=9, share_prompts=True)
+    assert fed == [(8, 13)] * 4 + [(2, 9), (8, 4)]

@@ -62,19 +62,64 @@ class TemplateChatParser:
     """``rollout_engine.chat_parser`` over a tokenizer's own chat template (rLLM's cumulative workflow renders with it).
 
     ``is_first_msg`` is accepted for rLLM's signature; other keywords (``accumulate_reasoning``)
-    reach the template as its variables.
+    reach the template as its variables. The rollouts of a task render the same messages, so the
+    last :data:`CACHED_TEXTS` rendered texts and their ids are kept (a template is a pure function
+    of the messages and variables, and a tokenizer of the text; one that asks for the time,
+    ``strftime_now``, is rendered every call).
     """
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
+        self._texts: dict[str, str] = {}
+        self._ids: dict[str, list[int]] = {}
+        self._template: Any = None
 
     def parse(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = False, is_first_msg: bool = False, **kw: Any
     ) -> str:
-        text = self.tokenizer.apply_chat_template(
-            check_messages(messages), add_generation_prompt=add_generation_prompt, tokenize=False, **kw
-        )
-        return str(text)
+        checked = check_messages(messages)
+        key = self._key(checked, add_generation_prompt, kw)
+        text = self._texts.get(key) if key is not None else None
+        if text is None:
+            text = str(
+                self.tokenizer.apply_chat_template(
+                    checked, add_generation_prompt=add_generation_prompt, tokenize=False, **kw
+                )
+            )
+            if key is not None:
+                _keep(self._texts, key, text)
+        return text
+
+    def encode(self, text: str) -> list[int]:
+        """``text``'s ids without special tokens added (a fresh list: the caller may extend it)."""
+        ids = self._ids.get(text)
+        if ids is None:
+            ids = _ids(self.tokenizer.encode(text, add_special_tokens=False))
+            _keep(self._ids, text, ids)
+        return list(ids)
+
+    def _key(self, messages: list[Mapping[str, Any]], generation_prompt: bool, variables: dict[str, Any]) -> str | None:
+        """The cache key of one rendering, or None when it cannot be cached (a value JSON cannot write, a clock)."""
+        template = getattr(self.tokenizer, "chat_template", None)
+        if template is not self._template:  # a template set after the first call: what was kept is stale
+            self._texts.clear()
+            self._template = template
+        if "strftime_now" in str(template):
+            return None
+        try:
+            return json.dumps([messages, generation_prompt, variables], ensure_ascii=False)
+        except (TypeError, ValueError):
+            return None
+
+
+CACHED_TEXTS = 1024
+"""How many rendered prompts (and encoded texts) a :class:`TemplateChatParser` keeps, the oldest dropped first."""
+
+
+def _keep(cache: dict[str, Any], key: str, value: Any) -> None:
+    if len(cache) >= CACHED_TEXTS:
+        del cache[next(iter(cache))]
+    cache[key] = value
 
 
 class ConversationPrompts:
@@ -86,24 +131,31 @@ class ConversationPrompts:
     call's prompt and completion, that call's ids are kept and only the rest is encoded. A
     template that rewrites earlier turns (trims a reply, drops its reasoning) renders another
     text: the prompt is then encoded whole, and the trainer sees that it does not extend the
-    previous turn.
+    previous turn. ``parser`` is the engine's, shared by its episodes (its cache with them).
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, parser: TemplateChatParser | None = None) -> None:
         self.tokenizer = tokenizer
-        self._sampled: list[tuple[str, list[int]]] = []
+        self.parser = parser if parser is not None else TemplateChatParser(tokenizer)
+        self._sampled: list[tuple[str | None, list[int]]] = []
+        """Each earlier call's prompt and completion ids, with their text once a later call has needed it."""
 
     def prompt_ids(self, messages: Sequence[Mapping[str, Any]], **variables: Any) -> list[int]:
-        text = TemplateChatParser(self.tokenizer).parse(list(messages), add_generation_prompt=True, **variables)
-        for seen, ids in sorted(self._sampled, key=lambda pair: -len(pair[0])):
+        text = self.parser.parse(list(messages), add_generation_prompt=True, **variables)
+        decoded = [
+            (self.tokenizer.decode(ids, skip_special_tokens=False) if seen is None else seen, ids)
+            for seen, ids in self._sampled
+        ]
+        self._sampled = [(seen, ids) for seen, ids in decoded]
+        for seen, ids in sorted(decoded, key=lambda pair: -len(pair[0])):
             if text.startswith(seen):
-                return ids + _ids(self.tokenizer.encode(text[len(seen) :], add_special_tokens=False))
-        return _ids(self.tokenizer.encode(text, add_special_tokens=False))  # what the template gives, encoded once
+                return ids + self.parser.encode(text[len(seen) :])
+        return self.parser.encode(text)  # what the template gives, encoded once
 
     def sampled(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> None:
-        """Remember one call's tokens, so a later turn that repeats them keeps these ids."""
-        ids = [*prompt_ids, *completion_ids]
-        self._sampled.append((self.tokenizer.decode(ids, skip_special_tokens=False), ids))
+        """Remember one call's tokens, so a later turn that repeats them keeps these ids (a single-turn episode
+        never decodes them)."""
+        self._sampled.append((None, [*prompt_ids, *completion_ids]))
 
 
 def _turn(role: str, text: str) -> str:

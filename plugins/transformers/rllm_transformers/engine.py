@@ -264,12 +264,15 @@ class TransformersEngine(RolloutEngine):
     def sample(self, requests: Sequence[SampleRequest]) -> list[Generation]:
         model, pad, eos = self.model, int(self.tokenizer.pad_token_id), self.tokenizer.eos_token_id
         greedy = self.is_validation and self.greedy_validation
-        lengths = np.array([len(r.prompt_ids) for r in requests])
+        # identical prompts (a task's rollouts) are prefilled once and their cache rows copied: GRPO's n-fold prefill
+        unique: dict[tuple[int, ...], int] = {}
+        copies = [unique.setdefault(tuple(r.prompt_ids), len(unique)) for r in requests]
+        lengths = np.array([len(prompt) for prompt in unique])
         width = int(lengths.max())
         # left padding: every prompt ends in the last column; a row-major fill takes the prompts in order
         filled = np.arange(width) >= width - lengths[:, None]
-        rows = np.full((len(requests), width), pad, dtype=np.int64)
-        rows[filled] = list(itertools.chain.from_iterable(r.prompt_ids for r in requests))
+        rows = np.full((len(unique), width), pad, dtype=np.int64)
+        rows[filled] = list(itertools.chain.from_iterable(unique))
         ids = torch.as_tensor(rows, device=self.device)
         mask = torch.as_tensor(filled.astype(np.int64), device=self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -288,16 +291,13 @@ class TransformersEngine(RolloutEngine):
         was_training = model.training
         set_training(model, False)
         try:
+            logits = self._forward(ids, mask, positions, cache, last_only)
+            if len(unique) < len(requests):
+                rows_of = torch.tensor(copies, device=self.device)
+                logits, mask, positions = logits[rows_of], mask[rows_of], positions[rows_of]
+                if cache is not None:
+                    cache.reorder_cache(rows_of)
             for t in range(steps):
-                out = model(
-                    input_ids=ids,
-                    attention_mask=mask,
-                    position_ids=positions,
-                    past_key_values=cache,
-                    use_cache=cache is not None,
-                    **last_only,
-                )
-                logits = out.logits[:, -1, :]
                 if noise is None:  # greedy validation
                     log_p = torch.log_softmax(logits.float(), dim=-1)
                     token = log_p.argmax(dim=-1)
@@ -311,9 +311,11 @@ class TransformersEngine(RolloutEngine):
                 alive &= ~stopped & (t + 1 < limits)
                 if not bool(alive.any()):
                     break
-                ids = tokens[:, t : t + 1]
-                mask = torch.cat([mask, alive[:, None].long()], dim=-1)
+                # a finished row goes on unread; its mask stays 1, so a batch without padding keeps a mask of ones
+                # (which spares the attention a mask)
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
                 positions = positions[:, -1:] + 1
+                logits = self._forward(tokens[:, t : t + 1], mask, positions, cache, last_only)
         finally:
             set_training(model, was_training)
         generations = []
@@ -331,6 +333,25 @@ class TransformersEngine(RolloutEngine):
                 Generation(response, row_logps[:length], text, reason, request.prompt_ids, self.weight_version)
             )
         return generations
+
+    def _forward(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        cache: DynamicCache | None,
+        last_only: dict[str, int],
+    ) -> torch.Tensor:
+        """The next token's logits of every row (``[rows, vocab]``), extending ``cache`` when there is one."""
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=cache is not None,
+            **last_only,
+        )
+        return out.logits[:, -1, :]
 
     def _text(self, response: list[int]) -> str:
         """The reply's text without special tokens; a one-token reply's from the memo (``decode`` converts its ids
@@ -352,7 +373,7 @@ class EpisodeEngine(EpisodeView):
     def __init__(self, engine: TransformersEngine, generator: torch.Generator) -> None:
         super().__init__(engine)
         self.generator = generator
-        self.conversation = ConversationPrompts(engine.tokenizer)
+        self.conversation = ConversationPrompts(engine.tokenizer, engine.chat_parser)
         self.chat_parser = engine.chat_parser
 
     @property

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 
 from rllm.errors import TrainerError
 from rllm_transformers.precision import compute_dtype
@@ -54,13 +55,16 @@ def score_tokens(
     entropy: bool = False,
     entropy_grad: bool = False,
     squares: bool = False,
+    share_prompts: bool = False,
 ) -> TokenScores:
     """The log-prob of each next token of ``ids`` from position ``start`` on (the batch's first response token).
 
     ``entropy_grad`` gives the entropy a gradient (an entropy bonus in the loss); ``entropy``
     computes it without one (a metric, a loss that selects tokens by it); ``squares`` the sum
-    of squared probabilities (verl's ``sum_pi_squared``). No cache is built, and where the
-    model takes ``logits_to_keep`` no logits are computed before ``start``.
+    of squared probabilities (verl's ``sum_pi_squared``). Where the model takes ``logits_to_keep``
+    no logits are computed before ``start``. ``share_prompts`` (``rllm.transformers.share_prompts``)
+    runs rows' common first ``start`` tokens once, through a KV cache (:func:`_forward_shared`); else
+    no cache is built.
     """
     rows, width = ids.shape
     start = min(max(start, 0), max(width - 1, 0))
@@ -74,11 +78,13 @@ def score_tokens(
         options["logits_to_keep"] = torch.arange(start, width - 1, device=ids.device)
     if head is not None:
         with _captured_input(head) as captured:
-            model(input_ids=ids, attention_mask=attention, **options)
+            shared = share_prompts and keeps and _shares_prefixes(model, rows, width, start)
+            if not (shared and _forward_shared(model, ids, attention, start)):
+                model(input_ids=ids, attention_mask=attention, **options)
         if not captured:
             name = type(getattr(model, "module", model)).__name__
             raise TrainerError(f"{name}'s forward did not call its output layer (get_output_embeddings()).")
-        hidden = captured[0] if keeps else captured[0][:, start:-1]
+        hidden = captured[-1] if keeps else captured[-1][:, start:-1]
         inputs, weight, bias = hidden.reshape(rows * positions, -1), head.weight, head.bias
     else:
         logits = model(input_ids=ids, attention_mask=attention, **options).logits
@@ -99,6 +105,57 @@ def score_tokens(
         _placed(entropies, valid, start) if wanted else None,
         _placed(sums, valid, start) if squares else None,
     )
+
+
+def _shares_prefixes(model: Any, rows: int, width: int, start: int) -> bool:
+    """Whether rows may run their first ``start`` tokens once per distinct prefix (:func:`_forward_shared`).
+
+    Not under DDP or FSDP (one forward per backward), activation checkpointing (no cache in the
+    forward) or active dropout (each row's prefix would share one mask); nor where even one
+    prefix for all the rows would not halve the positions run.
+    """
+    if start < 1 or hasattr(model, "module") or getattr(model, "is_gradient_checkpointing", False):
+        return False
+    if _more_than_half(1, rows, width, start):
+        return False
+    if not model.training:
+        return True
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if float(getattr(text, "attention_dropout", 0.0) or 0.0) > 0:
+        return False
+    return not any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+
+
+def _more_than_half(prefixes: int, rows: int, width: int, start: int) -> bool:
+    """Whether ``prefixes`` distinct prefixes run once and the rest per row are over half of ``rows`` x ``width``."""
+    return 2 * (prefixes * start + rows * (width - start)) > rows * width
+
+
+def _forward_shared(model: Any, ids: torch.Tensor, attention: torch.Tensor, start: int) -> bool:
+    """The forward of ``ids`` for :func:`score_tokens`, its output layer's input captured by the caller's hook.
+
+    The batch's rows are right-padded from column 0, so each attends to all of its first
+    ``start`` tokens: rows that hold the same ones (a task's rollouts) run them once, with a KV
+    cache whose rows are then copied to every row that shares them (gradients flow back through
+    the copy), and only the rest of each row runs per row: GRPO's n rollouts of a prompt cost
+    one prompt's forward. Each position's arithmetic is the full forward's, up to rounding. False
+    (nothing run) where a row is padded before ``start`` or this would not halve the positions
+    run (short prompts, few rows alike).
+    """
+    if not bool(attention[:, :start].all()):
+        return False
+    prefixes, copies = torch.unique(ids[:, :start], dim=0, return_inverse=True)
+    if _more_than_half(len(prefixes), *ids.shape, start):
+        return False  # under half the positions saved: not worth a second call of the model
+    cache = DynamicCache(config=model.config)
+    ones = torch.ones_like(prefixes)
+    model(input_ids=prefixes, attention_mask=ones, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    cache.reorder_cache(copies)
+    keep = torch.arange(0, ids.shape[1] - 1 - start, device=ids.device)  # the rest's positions but the last
+    rest = ids[:, start:]
+    model(input_ids=rest, attention_mask=attention, past_key_values=cache, use_cache=True, logits_to_keep=keep)
+    return True
 
 
 def _placed(values: torch.Tensor, valid: torch.Tensor, start: int) -> torch.Tensor:

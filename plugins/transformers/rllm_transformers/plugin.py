@@ -124,6 +124,15 @@ TRANSFORMERS_KEYS = (
         "each layer's activations are recomputed in the backward pass instead of kept.",
     ),
     ConfigKey(
+        "share_prompts",
+        "bool",
+        True,
+        "Rows that begin with the same tokens (a task's rollouts) run them once in the log-prob passes and the "
+        "update: a KV cache of the distinct prompts, copied to each row. The numbers are a forward's over whole rows "
+        "up to rounding, which then depends on which rows share a pass; false: one forward over whole rows. Off "
+        "under DDP, FSDP, activation checkpointing and active dropout.",
+    ),
+    ConfigKey(
         "max_tokens_per_micro_batch",
         "int",
         0,

@@ -121,14 +121,15 @@ class BatchScoring:
         sharded, so a rank without rows still runs its forward once, on a row it discards.
         """
         entropy, squares = "entropy" in wanted, "sum_pi_squared" in wanted
+        options = {"entropy": entropy, "squares": squares, "share_prompts": bool(self.options.share_prompts)}
         group = self.distributed
         if group is None:
-            scores = score_tokens(model, batch.ids, batch.attention, batch.start, entropy=entropy, squares=squares)
+            scores = score_tokens(model, batch.ids, batch.attention, batch.start, **options)
             return scores.log_probs, scores.entropy, scores.sum_pi_squared
         rows = group.rows(batch.rows)
         if len(rows):
             ids, attention = batch.ids[rows.start : rows.stop], batch.attention[rows.start : rows.stop]
-            scores = score_tokens(model, ids, attention, batch.start, entropy=entropy, squares=squares)
+            scores = score_tokens(model, ids, attention, batch.start, **options)
             parts = (scores.log_probs, scores.entropy, scores.sum_pi_squared)
         else:
             if group.sharded and model is self.reference:  # its forward gathers the layers: every rank runs one

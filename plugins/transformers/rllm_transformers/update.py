@@ -76,6 +76,7 @@ class UpdateSteps:
             start,
             entropy=True,
             entropy_grad=self.entropy_bonus,
+            share_prompts=bool(self.options.share_prompts),
         )
         after = (0, mask.shape[1] - scores.log_probs.shape[1])
         entropy = scores.entropy if scores.entropy is not None else torch.zeros_like(scores.log_probs)
