@@ -246,12 +246,18 @@ class TinkerBackend(BackendProtocol):
             greedy_validation=bool(options.greedy_validation),
         )
         sampler = self._rollout_weights.snapshot()
-        self.engine = TinkerEngine(sampler, self._tokenizer(), sampling, int(options.seed))
+        self.engine = TinkerEngine(sampler, self._tokenizer(), sampling, int(options.seed), self.base_url)
         return self.engine
 
     def shutdown(self) -> None:
-        with remote(self.base_url, "closing the session"):
-            self.service.close("success").result()
+        """Close the session, best effort: the run's weights are on the server and its checkpoints written, so a
+        server that cannot close it (SkyRL 0.4.0 has no such route) gets a one-line warning; raising here would
+        fail a finished run or, in the trainer's ``finally``, hide the error that stopped it."""
+        try:
+            with remote(self.base_url, "closing the session"):
+                self.service.close("success").result()
+        except TrainerError as exc:
+            warnings.warn(str(exc), stacklevel=2)
 
     # -- stages 4 and 7 -----------------------------------------------------------------------
     def transform_to_backend_batch(self, trainer_state: TrainerState) -> dict[str, list[Any]]:
