@@ -89,12 +89,18 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
 
     @classmethod
     def serve_tinker(
-        cls, config: DictConfig, host: str, port: int, model_name: str | None, checkpoint_dir: str | None
+        cls,
+        config: DictConfig,
+        host: str,
+        port: int,
+        model_name: str | None,
+        checkpoint_dir: str | None,
+        snapshots: int | None = None,
     ) -> int:
         """``rllm serve --tinker``: the same model behind the Tinker API, trained with full weights."""
         from rllm_transformers.tinker_server.app import serve_tinker
 
-        return serve_tinker(config, host, port, model_name, checkpoint_dir)
+        return serve_tinker(config, host, port, model_name, checkpoint_dir, snapshots)
 
     def __init__(self, config: DictConfig, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
