@@ -5,7 +5,7 @@ tinker SDK of its own (skyrl 0.4.0: tinker 0.25), so it lives in a venv of its o
 ``RLLM_SKYRL_PYTHON``. Its API server starts its engine with ``uv run``, so the venv needs ``uv``
 too. The test writes a tiny Qwen3 (a config, random weights, the digit tasks' tokenizer) to a
 temporary directory, serves it with ``--backend jax`` on 127.0.0.1 (no hub), and drives it with
-rllm's own SDK (tinker 0.38) and ``rllm train``. About 2 minutes on two cores (docs/tinker.md).
+rllm's own SDK (tinker 0.38) and ``rllm train``. 1 to 5 minutes on two shared cores (docs/tinker.md).
 """
 
 from __future__ import annotations
