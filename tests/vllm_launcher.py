@@ -22,7 +22,7 @@ from types import TracebackType
 
 from rllm.errors import InferenceServerError
 
-__all__ = ["VLLM_STARTUP_SECONDS", "VLLMServer", "free_port", "start_vllm"]
+__all__ = ["VLLM_STARTUP_SECONDS", "VLLMServer", "free_port", "start_server", "start_vllm"]
 
 VLLM_STARTUP_SECONDS = 900.0
 """vLLM's CPU build takes about 3 minutes to start on two busy cores; this leaves room for a slower machine."""
@@ -96,6 +96,21 @@ def start_vllm(
         *("--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"),
         *("--gpu-memory-utilization", "0.1", "--enforce-eager", "--max-num-batched-tokens", "16384", *extra_args),
     ]
+    return start_server("vLLM", command, "/v1/models", log, env=env, startup_seconds=startup_seconds)
+
+
+def start_server(
+    name: str,
+    command: Sequence[str],
+    health: str,
+    log: Path,
+    *,
+    env: dict[str, str] | None = None,
+    startup_seconds: float = VLLM_STARTUP_SECONDS,
+) -> VLLMServer:
+    """Run ``command`` (a server listening on the port named by ``--port``) in a session of its own, its output to
+    ``log``; return once ``health`` answers, or stop it and raise one line naming ``name``, the command and the log."""
+    port = command[list(command).index("--port") + 1]
     environment = {**os.environ, **(env or {})}
     environment.pop("PYTHONPATH", None)  # a worktree's path would shadow the venv's packages
     try:
@@ -104,24 +119,24 @@ def start_vllm(
                 command, stdout=out, stderr=subprocess.STDOUT, env=environment, start_new_session=True
             )
     except OSError as error:  # no such python, or no room for the log
-        raise InferenceServerError(f"vLLM could not start: {' '.join(command)}: {error}") from None
+        raise InferenceServerError(f"{name} could not start: {' '.join(command)}: {error}") from None
     server = VLLMServer(process, f"http://127.0.0.1:{port}", command, log)
     deadline = time.monotonic() + startup_seconds
     try:
         while True:
             try:
-                urllib.request.urlopen(f"{server.root}/v1/models", timeout=10).read()
+                urllib.request.urlopen(f"{server.root}{health}", timeout=10).read()
                 return server
             except OSError:
                 pass
             if process.poll() is not None:
                 problem = f"exited with code {process.returncode}"
             elif time.monotonic() > deadline:
-                problem = f"did not answer /v1/models within {startup_seconds:.0f} s"
+                problem = f"did not answer {health} within {startup_seconds:.0f} s"
             else:
                 time.sleep(2)
                 continue
-            raise InferenceServerError(f"vLLM {problem}: {' '.join(command)} (log {log}: {_tail(log)})")
+            raise InferenceServerError(f"{name} {problem}: {' '.join(command)} (log {log}: {_tail(log)})")
     except BaseException:
         server.stop()
         raise

@@ -30,13 +30,18 @@ from rllm import AlgorithmConfig
 from rllm.config import load_config
 from rllm.errors import ConfigError
 from rllm.types import Step, Trajectory
-from rllm_tinker.backend import TinkerBackend
+from rllm_tinker.backend import TinkerBackend, check_snapshots_kept
 from rllm_tinker.transform import to_datum, trajectory_sequences
 
 MODEL = "tiny-digits"
 HEALTH = "/api/v1/healthz"
 SECRET = "tml-never-on-disk-5c1f"
 KEY_VARIABLE = "RLLM_TEST_TINKER_KEY"
+LEAD_3 = (
+    "rllm.async_training.enable=true",
+    "rllm.async_training.staleness_threshold=3",
+    "rllm.async_training.max_batches_ahead=3",
+)
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +147,12 @@ def test_a_multi_turn_digit_chain_is_one_datum() -> None:
             "rllm.algorithm.loss_options.clip_ratio_c is not supported by the tinker backend",
         ),
         (
+            (*LEAD_3, "rllm.async_training.allow_uncorrected=true"),
+            "rllm.async_training lead 3 (the smaller of staleness_threshold and max_batches_ahead) needs 4 sampler "
+            "snapshots kept on the server, and rllm.tinker.server_snapshots=3: start rllm serve --tinker with "
+            "--tinker-snapshots 4",
+        ),
+        (
             (f"rllm.tinker.api_key={SECRET}",),
             "rllm.tinker.api_key holds a literal key, which config.yaml would keep",
         ),
@@ -152,6 +163,19 @@ def test_refused_by_name_before_training(tmp_path: Path, words: tuple[str, ...],
     with pytest.raises(ConfigError) as caught:
         _backend(*overrides)
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        (*LEAD_3, "rllm.tinker.server_snapshots=4"),
+        ("rllm.async_training.enable=true", "rllm.async_training.staleness_threshold=2"),  # max_batches_ahead 1: lead 1
+        ("rllm.async_training.enable=true", "rllm.async_training.max_batches_ahead=2", *LEAD_3[1:2]),  # lead 2
+    ],
+)
+def test_a_lead_the_servers_snapshots_serve_passes_the_check(words: tuple[str, ...]) -> None:
+    """Lead + 1 <= rllm.tinker.server_snapshots is not refused (the check the backend runs before the server)."""
+    check_snapshots_kept(load_config(overrides=[*words, "rllm.async_training.allow_uncorrected=true"]))
 
 
 @pytest.mark.parametrize(

@@ -339,6 +339,34 @@ def test_load_state_rolls_the_model_back(server: str) -> None:
     assert np.abs(np.asarray(back) - np.asarray(before)).max() <= 1e-6
 
 
+def _snapshots_that_sample(root: str, made: int) -> list[bool]:
+    """Which of ``made`` snapshots (``save_weights_and_get_sampling_client``, one after another) still sample; the
+    others must be answered 404 with the option that keeps more."""
+    alive = []
+    with service(root) as client:
+        training = client.create_lora_training_client(base_model=SERVED, rank=8).result()
+        samplers = [training.save_weights_and_get_sampling_client().result() for _ in range(made)]
+        for sampler in samplers:
+            try:
+                sampler.sample(types.ModelInput.from_ints(TOKENS[:3]), 1, types.SamplingParams(max_tokens=1)).result()
+                alive.append(True)
+            except tinker.APIStatusError as error:
+                assert error.status_code == 404 and "--tinker-snapshots" in str(error), str(error)
+                alive.append(False)
+    return alive
+
+
+def test_the_server_keeps_the_newest_three_snapshots_by_default(server: str) -> None:
+    assert _snapshots_that_sample(server, 5) == [False, False, True, True, True]
+
+
+def test_tinker_snapshots_keeps_as_many_as_told(model_dir: Path, tmp_path: Path) -> None:
+    """An asynchronous client of lead L needs L + 1 snapshots: ``--tinker-snapshots 4`` serves lead 3."""
+    words = (*_words(model_dir, tmp_path), "--tinker-snapshots", "4")
+    with running(*words, health=HEALTH) as root:
+        assert _snapshots_that_sample(root, 5) == [False, True, True, True, True]
+
+
 def _error_of(root: str, call: Any) -> str:
     with service(root) as client:
         training = client.create_lora_training_client(base_model=SERVED, rank=8).result()

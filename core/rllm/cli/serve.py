@@ -46,6 +46,12 @@ def add_parser(sub: Any) -> None:
         metavar="DIR",
         help="with --tinker: where saved weights go (default: a new temporary directory, printed at start)",
     )
+    parser.add_argument(
+        "--tinker-snapshots",
+        metavar="N",
+        type=int,
+        help="with --tinker: unnamed sampler snapshots kept (default 3); an asynchronous client of lead L needs L+1",
+    )
     parser.set_defaults(run=run)
 
 
@@ -66,12 +72,16 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port {args.port} is not a TCP port; give 1-65535.")
     if args.checkpoint_dir and not args.tinker:
         raise ConfigError("--checkpoint-dir applies to --tinker only; add --tinker or leave it out.")
+    if args.tinker_snapshots is not None and not args.tinker:
+        raise ConfigError("--tinker-snapshots applies to --tinker only; add --tinker or leave it out.")
+    if args.tinker_snapshots is not None and args.tinker_snapshots < 1:
+        raise ConfigError(f"--tinker-snapshots {args.tinker_snapshots}: keep at least 1 (the newest sampler weights).")
     config = split_words(args).load()
     backend = resolve_backend(BACKEND, config)
     if args.tinker:
         return int(
             backend.serve_tinker(  # type: ignore[attr-defined]
-                config, args.host, args.port, args.served_model_name, args.checkpoint_dir
+                config, args.host, args.port, args.served_model_name, args.checkpoint_dir, args.tinker_snapshots
             )
         )
     return int(backend.serve(config, args.host, args.port, args.served_model_name))  # type: ignore[attr-defined]

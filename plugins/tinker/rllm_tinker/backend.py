@@ -32,6 +32,7 @@ from rllm.errors import ConfigError, DataError, TrainerError
 from rllm.rollouts import RolloutWeights
 from rllm.tasks import ArithmeticWorkflow, build_tasks
 from rllm.trainer import BackendProtocol, TaskLoader, TaskSetup, TrainerState, scheduled_lr, task_loader
+from rllm.trainer.async_training import AsyncSettings
 from rllm_tinker.engine import TinkerEngine, TinkerSampling
 from rllm_tinker.plugin import SDK_RANGE, TINKER_LOSSES
 from rllm_tinker.transform import MergedSequence, to_datum, trajectory_sequences
@@ -104,6 +105,20 @@ def default_loss(algorithm: Any) -> str:
     return "ppo" if str(algorithm.estimator) == str(rLLMAdvantageEstimator.GRPO) else "importance_sampling"
 
 
+def check_snapshots_kept(config: DictConfig) -> None:
+    """Refuse an asynchronous lead the server's kept snapshots cannot serve: batch ``u`` samples the snapshot of step
+    ``u - 1 - lead`` while steps up to ``u - 1`` save theirs, so ``lead + 1`` snapshots must outlive it."""
+    lead = AsyncSettings.from_config(config).lead
+    kept = int(config.rllm.tinker.server_snapshots)
+    if lead + 1 > kept:
+        raise ConfigError(
+            f"rllm.async_training lead {lead} (the smaller of staleness_threshold and max_batches_ahead) needs "
+            f"{lead + 1} sampler snapshots kept on the server, and rllm.tinker.server_snapshots={kept}: start "
+            f"rllm serve --tinker with --tinker-snapshots {lead + 1} and set rllm.tinker.server_snapshots={lead + 1}, "
+            "or lower the lead."
+        )
+
+
 class SamplerWeights(RolloutWeights):
     """The policy channel's part only the service can do: sampler weights of the trained state, as a new client.
 
@@ -143,6 +158,7 @@ class TinkerBackend(BackendProtocol):
             raise ConfigError(f"{key}={value!r} is not supported by the tinker backend: {_REFUSED[prefix]}.")
         self.losses = self._route_losses()
         self.loss_configs = self._loss_configs()
+        check_snapshots_kept(config)
         if self.options.base_model is None:
             raise ConfigError("rllm.tinker.base_model is not set: name the served model to train.")
         base_url = self.options.base_url or os.environ.get("TINKER_BASE_URL")
@@ -246,12 +262,18 @@ class TinkerBackend(BackendProtocol):
             greedy_validation=bool(options.greedy_validation),
         )
         sampler = self._rollout_weights.snapshot()
-        self.engine = TinkerEngine(sampler, self._tokenizer(), sampling, int(options.seed))
+        self.engine = TinkerEngine(sampler, self._tokenizer(), sampling, int(options.seed), self.base_url)
         return self.engine
 
     def shutdown(self) -> None:
-        with remote(self.base_url, "closing the session"):
-            self.service.close("success").result()
+        """Close the session, best effort: the run's weights are on the server and its checkpoints written, so a
+        server that cannot close it (SkyRL 0.4.0 has no such route) gets a one-line warning; raising here would
+        fail a finished run or, in the trainer's ``finally``, hide the error that stopped it."""
+        try:
+            with remote(self.base_url, "closing the session"):
+                self.service.close("success").result()
+        except TrainerError as exc:
+            warnings.warn(str(exc), stacklevel=2)
 
     # -- stages 4 and 7 -----------------------------------------------------------------------
     def transform_to_backend_batch(self, trainer_state: TrainerState) -> dict[str, list[Any]]:

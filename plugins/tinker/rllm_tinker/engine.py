@@ -32,6 +32,8 @@ from rllm.types import TerminationEvent, TerminationReason
 CHAT_OPTIONS = ("max_tokens", "application_id", "enforce_max_prompt_length")
 """What ``get_model_response`` takes besides the messages."""
 SEED_LIMIT = 2**31 - 1
+NO_SEQUENCE_IDS = "sample_sequence_ids"
+"""What the tinker SDK (0.38) asserts every ``/api/v1/asample`` answer carries; servers of older SDKs leave it out."""
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,11 @@ class TinkerSampling:
 class TinkerEngine(RolloutEngine):
     """Samples from the sampling client the backend last swapped in; see the module docstring."""
 
-    def __init__(self, sampler: Any, tokenizer: Any, sampling: TinkerSampling, seed: int) -> None:
+    def __init__(
+        self, sampler: Any, tokenizer: Any, sampling: TinkerSampling, seed: int, base_url: str | None = None
+    ) -> None:
         self.sampler = sampler
+        self.base_url = base_url
         self.tokenizer = tokenizer
         self.sampling = sampling
         self.is_validation = False
@@ -96,7 +101,16 @@ class TinkerEngine(RolloutEngine):
             stop=None if self.eos is None else [int(self.eos)],
         )
         version = self.weight_version
-        answer = await self.sampler.sample(types.ModelInput.from_ints(prompt), 1, params)
+        try:
+            answer = await self.sampler.sample(types.ModelInput.from_ints(prompt), 1, params)
+        except AssertionError as exc:  # the SDK's own check of the server's answer, not rllm's
+            if NO_SEQUENCE_IDS not in str(exc):
+                raise
+            raise EngineCallError(
+                f"Tinker server {self.base_url}: /api/v1/asample answered without {NO_SEQUENCE_IDS}, which the "
+                "installed tinker SDK requires: the server speaks an older Tinker protocol (skyrl 0.4.0 pairs with "
+                "tinker 0.25); serve with a server that supports tinker 0.38 (docs/tinker.md, SkyRL)."
+            ) from None
         sequence = answer.sequences[0]
         tokens = [int(t) for t in sequence.tokens]
         logprobs = [float(lp) for lp in (sequence.logprobs or [])]

@@ -59,6 +59,14 @@ TINKER_KEYS = (
         "The losses the server implements (Tinker's names); a run whose roles route to another is refused before "
         "it trains. The default is rllm serve --tinker's.",
     ),
+    ConfigKey(
+        "server_snapshots",
+        "int",
+        3,
+        "Unnamed sampler snapshots the server keeps (rllm serve --tinker --tinker-snapshots; its default 3); an "
+        "asynchronous run whose lead needs more than this (lead + 1) is refused before it trains.",
+        minimum=1,
+    ),
     ConfigKey("lr", "float", 1e-4, "Adam learning rate (scaled by rllm.algorithm.lr_schedule).", minimum=0, above=True),
     ConfigKey("adam_beta1", "float", 0.9, "Adam beta1.", minimum=0, maximum=1),
     ConfigKey("adam_beta2", "float", 0.95, "Adam beta2.", minimum=0, maximum=1),

@@ -88,13 +88,12 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         return serve(config, host, port, model_name)
 
     @classmethod
-    def serve_tinker(
-        cls, config: DictConfig, host: str, port: int, model_name: str | None, checkpoint_dir: str | None
-    ) -> int:
-        """``rllm serve --tinker``: the same model behind the Tinker API, trained with full weights."""
+    def serve_tinker(cls, config: DictConfig, *settings: Any) -> int:
+        """``rllm serve --tinker``: the same model behind the Tinker API, trained with full weights; ``settings`` are
+        :func:`rllm_transformers.tinker_server.app.serve_tinker`'s (host, port, name, checkpoint dir, snapshots)."""
         from rllm_transformers.tinker_server.app import serve_tinker
 
-        return serve_tinker(config, host, port, model_name, checkpoint_dir)
+        return serve_tinker(config, *settings)
 
     def __init__(self, config: DictConfig, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)

@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, Response  # noqa: E402
 
 from rllm_transformers.model import load_policy  # noqa: E402
 from rllm_transformers.serve import listen  # noqa: E402
-from rllm_transformers.tinker_server.service import TinkerService  # noqa: E402
+from rllm_transformers.tinker_server.service import SNAPSHOTS_KEPT, TinkerService  # noqa: E402
 from rllm_transformers.tinker_server.trainer import TinkerTrainer  # noqa: E402
 from rllm_transformers.tinker_server.wire import PROTOBUF, WireError, decode_batch, read_json  # noqa: E402
 
@@ -155,8 +155,16 @@ def build_app(service: TinkerService, client_config: dict[str, Any] | None = Non
     return app
 
 
-def serve_tinker(config: DictConfig, host: str, port: int, model_name: str | None, checkpoint_dir: str | None) -> int:
-    """Load the model ``rllm.transformers`` names and answer the Tinker API until interrupted."""
+def serve_tinker(
+    config: DictConfig,
+    host: str,
+    port: int,
+    model_name: str | None,
+    checkpoint_dir: str | None,
+    snapshots: int | None = None,
+) -> int:
+    """Load the model ``rllm.transformers`` names and answer the Tinker API until interrupted, keeping ``snapshots``
+    unnamed sampler snapshots (None: :data:`SNAPSHOTS_KEPT`)."""
     import uvicorn
 
     sock = listen(host, port)
@@ -165,10 +173,11 @@ def serve_tinker(config: DictConfig, host: str, port: int, model_name: str | Non
     name = model_name or str(options.model)
     root = Path(checkpoint_dir) if checkpoint_dir else Path(tempfile.mkdtemp(prefix="rllm-tinker-"))
     root.mkdir(parents=True, exist_ok=True)
-    service = TinkerService(TinkerTrainer(policy, int(options.seed)), name, root)
+    kept = SNAPSHOTS_KEPT if snapshots is None else snapshots
+    service = TinkerService(TinkerTrainer(policy, int(options.seed)), name, root, kept)
     print(
         f"rllm serve --tinker: {name} on http://{host}:{port} (TINKER_BASE_URL), checkpoints in {root}; "
-        "full-weight training (a LoRA rank is taken as full weights)",
+        f"full-weight training (a LoRA rank is taken as full weights); the newest {kept} sampler snapshots kept",
         flush=True,
     )
     uvicorn.Server(uvicorn.Config(build_app(service), log_level="warning")).run(sockets=[sock])

@@ -30,8 +30,9 @@ SESSION_TIMEOUT = 35.0
 """Seconds without a heartbeat after which a session's training model is freed: the SDK beats every 10 s, and a
 script that exits without ``ServiceClient.close()`` sends no finish."""
 SNAPSHOTS_KEPT = 3
-"""Unnamed sampler snapshots (``save_weights_and_get_sampling_client``) kept on disk: the newest this many, and any
-a queued sample still reads; a named ``save_weights_for_sampler`` is the client's checkpoint and is never deleted."""
+"""Unnamed sampler snapshots (``save_weights_and_get_sampling_client``) kept on disk by default (``rllm serve --tinker
+--tinker-snapshots``): the newest this many, and any a queued sample still reads; a named ``save_weights_for_sampler``
+is the client's checkpoint and is never deleted. An asynchronous client with lead L needs L + 1."""
 
 
 @dataclass
@@ -49,8 +50,10 @@ class Slot:
 
 
 class TinkerService:
-    def __init__(self, trainer: TinkerTrainer, model_name: str, root: Path) -> None:
+    def __init__(self, trainer: TinkerTrainer, model_name: str, root: Path, kept: int = SNAPSHOTS_KEPT) -> None:
         self.trainer = trainer
+        self.kept = kept
+        """Unnamed snapshots kept: the newest this many (:data:`SNAPSHOTS_KEPT` unless told)."""
         self.model_name = model_name
         self.root = root
         self.sessions: dict[str, Session] = {}
@@ -250,12 +253,12 @@ class TinkerService:
         return self.submit(route, work, slot.model_id)
 
     def _prune(self) -> None:
-        """Delete the snapshots past the newest :data:`SNAPSHOTS_KEPT` that no queued sample reads, and their
-        sampling sessions (run between two requests, so none is sampling from them)."""
-        if len(self.snapshots) <= SNAPSHOTS_KEPT:
+        """Delete the snapshots past the newest :attr:`kept` that no queued sample reads, and their sampling sessions
+        (run between two requests, so none is sampling from them)."""
+        if len(self.snapshots) <= self.kept:
             return
         wanted = self.work.queued_weights()
-        old, kept = self.snapshots[:-SNAPSHOTS_KEPT], self.snapshots[-SNAPSHOTS_KEPT:]
+        old, kept = self.snapshots[: -self.kept], self.snapshots[-self.kept :]
         gone = {directory for directory in old if directory not in wanted}
         self.snapshots = [directory for directory in old if directory in wanted] + kept
         for session in [s for s, directory in self.sampling_sessions.items() if directory in gone]:
@@ -306,7 +309,7 @@ class TinkerService:
     def sampler(self, route: str, sampling_session_id: str) -> dict[str, Any]:
         """``GET samplers/{id}``: what a sampling session samples from (the SDK asks for its base model)."""
         if sampling_session_id not in self.sampling_sessions:
-            raise WireError(route, "sampler_id", _no_session(sampling_session_id), 404)
+            raise WireError(route, "sampler_id", _no_session(sampling_session_id, self.kept), 404)
         path = self.sampling_paths.get(sampling_session_id)
         return {"sampler_id": sampling_session_id, "base_model": self.model_name, "model_path": path}
 
@@ -318,7 +321,7 @@ class TinkerService:
     def sample(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         if body.get("sampling_session_id") is not None:
             if body["sampling_session_id"] not in self.sampling_sessions:
-                raise WireError(route, "sampling_session_id", _no_session(body["sampling_session_id"]), 404)
+                raise WireError(route, "sampling_session_id", _no_session(body["sampling_session_id"], self.kept), 404)
             weights = self.sampling_sessions[body["sampling_session_id"]]
         elif body.get("model_path") is not None:
             weights = str(self.directory(route, body["model_path"], "model_path"))
@@ -331,8 +334,9 @@ class TinkerService:
         return answer
 
 
-def _no_session(session: Any) -> str:
+def _no_session(session: Any, kept: int) -> str:
     return (
         f"no sampling session {session!r} (a save_weights_and_get_sampling_client snapshot is deleted once "
-        f"{SNAPSHOTS_KEPT} newer ones exist; save_weights_for_sampler(name) keeps one)."
+        f"{kept} newer ones exist: rllm serve --tinker --tinker-snapshots keeps more; save_weights_for_sampler(name) "
+        "keeps one)."
     )
