@@ -63,7 +63,7 @@ class TemplateChatParser:
 
     ``is_first_msg`` is accepted for rLLM's signature; other keywords (``accumulate_reasoning``)
     reach the template as its variables. The rollouts of a task render the same messages, so the
-    last :data:`CACHED_TEXTS` rendered texts and their ids are kept (a template is a pure function
+    last ``CACHED_TEXTS`` (1,024) rendered texts and their ids are kept (a template is a pure function
     of the messages and variables, and a tokenizer of the text; one that asks for the time,
     ``strftime_now``, is rendered every call).
     """
