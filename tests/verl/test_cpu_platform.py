@@ -94,21 +94,21 @@ def test_a_row_without_a_response_token_is_one_line() -> None:
         to_verl_batch(ids, attention, mask, {}, pad_id=0)
 
 
-def test_the_workers_loss_is_checked_by_rllm_and_carried_by_verls_actor_config(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_workers_loss_is_checked_by_rllm_and_carried_by_verlsactor_config(monkeypatch: pytest.MonkeyPatch) -> None:
     from rllm.losses import registry
-    from rllm_verl.worker import WorkerOptions, _actor_config
+    from rllm_verl.worker_settings import WorkerOptions, actor_config
 
     monkeypatch.setattr(registry, "_ANNOUNCED", set())  # the warning is said once per process; say it here
 
-    config = _actor_config(WorkerOptions(loss="gspo", loss_options={"clip_ratio_high": 0.28}))
+    config = actor_config(WorkerOptions(loss="gspo", loss_options={"clip_ratio_high": 0.28}))
     assert (config.policy_loss.loss_mode, config.loss_agg_mode, config.clip_ratio_high) == (
         "rllm.gspo",
         "token-mean",
         0.28,
     )
     with pytest.warns(RLLMWarning, match="fixes its own aggregation, seq-mean-token-mean"):
-        assert _actor_config(WorkerOptions(loss="geo_mean")).loss_agg_mode == "seq-mean-token-mean"
-    assert _actor_config(WorkerOptions(loss="dro", loss_options={"dro_beta": 0.3})).policy_loss.dro_beta == 0.3
+        assert actor_config(WorkerOptions(loss="geo_mean")).loss_agg_mode == "seq-mean-token-mean"
+    assert actor_config(WorkerOptions(loss="dro", loss_options={"dro_beta": 0.3})).policy_loss.dro_beta == 0.3
 
 
 @pytest.mark.parametrize(
@@ -124,7 +124,7 @@ def test_the_workers_loss_is_checked_by_rllm_and_carried_by_verls_actor_config(m
 )
 def test_a_loss_the_worker_cannot_carry_is_one_line(options: dict, message: str) -> None:
     from rllm.errors import ConfigError
-    from rllm_verl.worker import WorkerOptions, _actor_config
+    from rllm_verl.worker_settings import WorkerOptions, actor_config
 
     with pytest.raises(ConfigError, match=message):
-        _actor_config(WorkerOptions(**options))
+        actor_config(WorkerOptions(**options))

@@ -356,7 +356,11 @@ def test_two_ranks_under_torchrun_give_the_one_rank_metrics(tmp_path: Path) -> N
             keys = [
                 k for k, v in a.items() if isinstance(v, float) and not k.startswith(("perf/", "time/", "wall_time"))
             ]
-            assert keys and all(abs(a[k] - b[k]) <= TOLERANCE * max(abs(a[k]), 1e-6) for k in keys), (a, b)
+            # The sampler-vs-worker log-prob gap is rounding (1e-7) in both layouts: bounded, not compared relatively.
+            gaps = [k for k in keys if k == "actor/rollout_logprob_diff"]
+            assert all(a[k] <= TOLERANCE and b[k] <= TOLERANCE for k in gaps), (a, b)
+            same = [k for k in keys if k not in gaps]
+            assert same and all(abs(a[k] - b[k]) <= TOLERANCE * max(abs(a[k]), 1e-6) for k in same), (a, b)
 
 
 def _free_port() -> int:

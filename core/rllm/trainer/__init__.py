@@ -12,6 +12,7 @@ from typing import Any
 
 _EXPORTS = {
     "AgentTrainer": "rllm.trainer.agent",
+    "AsyncSettings": "rllm.trainer.async_training",
     "BackendProtocol": "rllm.trainer.backend_protocol",
     "TaskSetup": "rllm.trainer.backend_protocol",
     "TrainerState": "rllm.trainer.backend_protocol",

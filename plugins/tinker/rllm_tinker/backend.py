@@ -31,8 +31,15 @@ from rllm.config import unhonoured_keys
 from rllm.errors import ConfigError, DataError, TrainerError
 from rllm.rollouts import RolloutWeights
 from rllm.tasks import ArithmeticWorkflow, build_tasks
-from rllm.trainer import BackendProtocol, TaskLoader, TaskSetup, TrainerState, scheduled_lr, task_loader
-from rllm.trainer.async_training import AsyncSettings
+from rllm.trainer import (
+    AsyncSettings,
+    BackendProtocol,
+    TaskLoader,
+    TaskSetup,
+    TrainerState,
+    scheduled_lr,
+    task_loader,
+)
 from rllm_tinker.engine import TinkerEngine, TinkerSampling
 from rllm_tinker.plugin import SDK_RANGE, TINKER_LOSSES
 from rllm_tinker.transform import MergedSequence, to_datum, trajectory_sequences

@@ -90,7 +90,8 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
         self.owns_group = self.distributed is None
         """One process: the worker's group is this backend's to close (under torchrun the parent's is used)."""
         prepare_cuda_process() if on_gpu else prepare_cpu_process()
-        from rllm_verl.worker import VerlWorker, WorkerOptions, loss_choice
+        from rllm_verl.worker import VerlWorker
+        from rllm_verl.worker_settings import WorkerOptions, loss_choice
 
         settings = self.default_settings
         micro = self.verl.actor.ppo_micro_batch_size_per_gpu
@@ -213,7 +214,7 @@ class VerlBackend(_Parent):  # type: ignore[misc, valid-type]
 
     def _loss_groups(self, batch: Any, mini: Any, old: Any, advantages: Any, ref: Any, weights: Any) -> list[Any]:
         """A mini-batch's rows grouped by their role's loss (``loss_fn_map``), in the order of the rows."""
-        from rllm_verl.worker import UpdateGroup, loss_choice
+        from rllm_verl.worker_settings import UpdateGroup, loss_choice
 
         by_loss: dict[str, tuple[Any, list[int]]] = {}
         for row in mini.tolist():
