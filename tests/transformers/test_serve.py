@@ -200,6 +200,7 @@ def test_update_weights_from_disk_changes_outputs_and_version(server: str, polic
         (["rllm.transformers.modle=tiny"], "Did you mean 'rllm.transformers.model'?"),
         (["--checkpoint-dir", "x"], "rllm serve: error: --checkpoint-dir applies to --tinker only"),
         (["--tinker-snapshots", "4"], "rllm serve: error: --tinker-snapshots applies to --tinker only"),
+        (["--tinker-reproducible"], "rllm serve: error: --tinker-reproducible applies to --tinker only"),
         (["--tinker", "--tinker-snapshots", "0"], "rllm serve: error: --tinker-snapshots 0: keep at least 1"),
         (["--tinker", "--port", "0"], "rllm serve: error: --port 0 is not a TCP port; give 1-65535."),
     ],

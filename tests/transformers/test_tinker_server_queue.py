@@ -31,9 +31,9 @@ def trainer() -> TinkerTrainer:
     return TinkerTrainer(load_policy(load_config(overrides=list(TINY_TEXT)).rllm.transformers), 0)
 
 
-def _service(trainer: TinkerTrainer, root: Path) -> tuple[TinkerService, list[int]]:
+def _service(trainer: TinkerTrainer, root: Path, batched: bool = True) -> tuple[TinkerService, list[int]]:
     """A service over ``trainer`` whose engine records the rows of each batched call it makes."""
-    service = TinkerService(trainer, NAME, root)
+    service = TinkerService(trainer, NAME, root, batched=batched)
     rows: list[int] = []
     engine = trainer.engine
     sample = type(engine).sample
@@ -97,6 +97,20 @@ def test_concurrent_samples_are_one_batch_with_the_numbers_each_gets_alone(
     first, shorter = together[0]["sequences"], together[3]["sequences"][0]["tokens"]
     assert first[0]["tokens"] != first[1]["tokens"]
     assert first[0]["tokens"][: len(shorter)] == shorter
+
+
+def test_unbatched_each_request_is_sampled_alone_and_its_numbers_repeat_bit_for_bit(
+    trainer: TinkerTrainer, tmp_path: Path
+) -> None:
+    """``--tinker-reproducible``: requests queued together are still sampled one call each, so their log-probs are
+    exactly (not only to rounding) those of the same request sent alone."""
+    service, rows = _service(trainer, tmp_path, batched=False)
+    together = asyncio.run(_answers(service, BODIES))
+    assert rows == [body["num_samples"] for body in BODIES]
+    seeded = [i for i, body in enumerate(BODIES) if body["sampling_params"]["seed"] is not None]
+    alone = {i: asyncio.run(_answers(service, [BODIES[i]]))[0] for i in seeded}
+    for i in seeded:
+        assert together[i]["sequences"] == alone[i]["sequences"]
 
 
 def test_a_bad_sample_request_is_refused_when_it_arrives(trainer: TinkerTrainer, tmp_path: Path) -> None:

@@ -52,6 +52,12 @@ def add_parser(sub: Any) -> None:
         type=int,
         help="with --tinker: unnamed sampler snapshots kept (default 3); an asynchronous client of lead L needs L+1",
     )
+    parser.add_argument(
+        "--tinker-reproducible",
+        action="store_true",
+        help="with --tinker: sample each request alone (slower), so a seeded run repeats bit for bit; batched, "
+        "log-probs round differently with what arrives together",
+    )
     parser.set_defaults(run=run)
 
 
@@ -70,10 +76,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"rllm serve needs {', '.join(missing)}: pip install 'rllm[serve]'.")
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port {args.port} is not a TCP port; give 1-65535.")
-    if args.checkpoint_dir and not args.tinker:
-        raise ConfigError("--checkpoint-dir applies to --tinker only; add --tinker or leave it out.")
-    if args.tinker_snapshots is not None and not args.tinker:
-        raise ConfigError("--tinker-snapshots applies to --tinker only; add --tinker or leave it out.")
+    tinker_only = {
+        "--checkpoint-dir": bool(args.checkpoint_dir),
+        "--tinker-snapshots": args.tinker_snapshots is not None,
+        "--tinker-reproducible": args.tinker_reproducible,
+    }
+    for flag, given in tinker_only.items():
+        if given and not args.tinker:
+            raise ConfigError(f"{flag} applies to --tinker only; add --tinker or leave it out.")
     if args.tinker_snapshots is not None and args.tinker_snapshots < 1:
         raise ConfigError(f"--tinker-snapshots {args.tinker_snapshots}: keep at least 1 (the newest sampler weights).")
     config = split_words(args).load()
@@ -81,7 +91,13 @@ def run(args: argparse.Namespace) -> int:
     if args.tinker:
         return int(
             backend.serve_tinker(  # type: ignore[attr-defined]
-                config, args.host, args.port, args.served_model_name, args.checkpoint_dir, args.tinker_snapshots
+                config,
+                args.host,
+                args.port,
+                args.served_model_name,
+                args.checkpoint_dir,
+                args.tinker_snapshots,
+                args.tinker_reproducible,
             )
         )
     return int(backend.serve(config, args.host, args.port, args.served_model_name))  # type: ignore[attr-defined]

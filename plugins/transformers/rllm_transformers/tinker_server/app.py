@@ -162,9 +162,10 @@ def serve_tinker(
     model_name: str | None,
     checkpoint_dir: str | None,
     snapshots: int | None = None,
+    reproducible: bool = False,
 ) -> int:
     """Load the model ``rllm.transformers`` names and answer the Tinker API until interrupted, keeping ``snapshots``
-    unnamed sampler snapshots (None: :data:`SNAPSHOTS_KEPT`)."""
+    unnamed sampler snapshots (None: :data:`SNAPSHOTS_KEPT`); ``reproducible`` samples each request alone."""
     import uvicorn
 
     sock = listen(host, port)
@@ -174,10 +175,12 @@ def serve_tinker(
     root = Path(checkpoint_dir) if checkpoint_dir else Path(tempfile.mkdtemp(prefix="rllm-tinker-"))
     root.mkdir(parents=True, exist_ok=True)
     kept = SNAPSHOTS_KEPT if snapshots is None else snapshots
-    service = TinkerService(TinkerTrainer(policy, int(options.seed)), name, root, kept)
+    service = TinkerService(TinkerTrainer(policy, int(options.seed)), name, root, kept, batched=not reproducible)
+    sampling = "each sample request alone (reproducible)" if reproducible else "concurrent sample requests batched"
     print(
         f"rllm serve --tinker: {name} on http://{host}:{port} (TINKER_BASE_URL), checkpoints in {root}; "
-        f"full-weight training (a LoRA rank is taken as full weights); the newest {kept} sampler snapshots kept",
+        f"full-weight training (a LoRA rank is taken as full weights); the newest {kept} sampler snapshots kept; "
+        f"{sampling}",
         flush=True,
     )
     uvicorn.Server(uvicorn.Config(build_app(service), log_level="warning")).run(sockets=[sock])

@@ -50,7 +50,9 @@ class Slot:
 
 
 class TinkerService:
-    def __init__(self, trainer: TinkerTrainer, model_name: str, root: Path, kept: int = SNAPSHOTS_KEPT) -> None:
+    def __init__(
+        self, trainer: TinkerTrainer, model_name: str, root: Path, kept: int = SNAPSHOTS_KEPT, batched: bool = True
+    ) -> None:
         self.trainer = trainer
         self.kept = kept
         """Unnamed snapshots kept: the newest this many (:data:`SNAPSHOTS_KEPT` unless told)."""
@@ -64,7 +66,7 @@ class TinkerService:
         """Sampling session id -> the ``tinker://`` path of its weights (none for a base-model session)."""
         self.snapshots: list[str] = []
         """The unnamed snapshots' directories, oldest first (those :meth:`_prune` has not deleted)."""
-        self.work = WorkQueue(trainer.sample, self._prune)
+        self.work = WorkQueue(trainer.sample, self._prune, batched)
 
     # -- the queue ---------------------------------------------------------------------------
 

@@ -3,7 +3,9 @@
 A finished request's answer waits under its request id for ``retrieve_future`` (the SDK's
 futures). Sample requests queued next to each other are taken together and sampled in batches
 (:mod:`.sampling`); a sample request that finds the server idle waits a few milliseconds for
-the concurrent ones a client sends with it.
+the concurrent ones a client sends with it. Unbatched (``rllm serve --tinker --tinker-reproducible``),
+each sample request runs alone: its log-probs then do not depend, even in rounding, on what arrived
+with it, so a seeded run repeats bit for bit.
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ class Pending:
 
 
 class WorkQueue:
-    """The queue and the answers; ``after`` runs on the event loop after each request that is not a sample."""
+    """The queue and the answers; ``after`` runs on the event loop after each request that is not a sample;
+    ``batched`` says whether sample requests queued together are sampled together."""
 
-    def __init__(self, sampler: Sampler, after: Callable[[], None]) -> None:
+    def __init__(self, sampler: Sampler, after: Callable[[], None], batched: bool = True) -> None:
         self.sampler = sampler
         self.after = after
+        self.batched = batched
         self.results: dict[str, Pending] = {}
         self._ids = itertools.count(1)
         self._queue: deque[tuple[str, Pending, Callable[[], Answer] | SampleJob]] = deque()
@@ -76,17 +80,10 @@ class WorkQueue:
             self.after()
 
     async def _sample(self, taken: list[tuple[str, Pending, SampleJob]]) -> None:
-        """Sample ``taken`` with the sample requests queued right behind it, in as few batched calls as their
-        weights and settings allow; a request that found the server idle first waits for concurrent ones."""
-        if not self._queue:
-            loop = asyncio.get_running_loop()
-            deadline, seen = loop.time() + BATCH_WAIT, -1
-            while len(self._queue) != seen and loop.time() < deadline:
-                seen = len(self._queue)
-                await asyncio.sleep(BATCH_WINDOW)
-        while self._queue and isinstance(self._queue[0][2], SampleJob):
-            route, pending, job = self._queue.popleft()
-            taken.append((route, pending, job))  # type: ignore[arg-type]
+        """Sample ``taken`` (with the sample requests queued right behind it, batched) in as few calls as their
+        weights and settings allow."""
+        if self.batched:
+            await self._take_followers(taken)
         jobs = [job for _, _, job in taken]
         for indices in batches(jobs):
             try:
@@ -97,6 +94,19 @@ class WorkQueue:
                 continue
             for i, (sequences, prompt_logprobs) in zip(indices, answers, strict=True):
                 taken[i][1].future.set_result(functools.partial(sample_output, sequences, prompt_logprobs))
+
+    async def _take_followers(self, taken: list[tuple[str, Pending, SampleJob]]) -> None:
+        """Add the sample requests queued behind ``taken`` to it; one that found the server idle first waits for the
+        concurrent ones a client sends with it."""
+        if not self._queue:
+            loop = asyncio.get_running_loop()
+            deadline, seen = loop.time() + BATCH_WAIT, -1
+            while len(self._queue) != seen and loop.time() < deadline:
+                seen = len(self._queue)
+                await asyncio.sleep(BATCH_WINDOW)
+        while self._queue and isinstance(self._queue[0][2], SampleJob):
+            route, pending, job = self._queue.popleft()
+            taken.append((route, pending, job))  # type: ignore[arg-type]
 
     async def retrieve(self, route: str, request_id: Any) -> Answer:
         """The request's answer once it is done, or ``try_again`` after :data:`LONG_POLL` seconds."""
