@@ -72,6 +72,22 @@ def test_chat_messages_give_the_sampled_ids_and_log_probs(server: str, policy: A
     assert output.text == policy.tokenizer.decode(output.completion_ids, skip_special_tokens=True)
 
 
+def test_the_episodes_of_one_engine_render_a_shared_prompt_once(
+    server: str, policy: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rollouts of a task render the same messages: the engine's episodes share one template cache."""
+    engine = _engine(server, policy)
+    rendered: list[int] = []
+    template = policy.tokenizer.apply_chat_template
+    monkeypatch.setattr(
+        policy.tokenizer, "apply_chat_template", lambda *a, **k: rendered.append(1) or template(*a, **k)
+    )
+    messages = [{"role": "user", "content": "What is 3+4?"}]
+    outputs = [asyncio.run(engine.for_episode(seed).get_model_response(messages, max_tokens=2)) for seed in range(3)]
+    assert len(rendered) == 1
+    assert outputs[0].prompt_ids and all(o.prompt_ids == outputs[0].prompt_ids for o in outputs)
+
+
 def test_64_concurrent_generations_complete(server: str, policy: Any) -> None:
     engine = _engine(server, policy, max_concurrency=64)
     prompt = list(policy.tokenizer.encode("7+5=", add_special_tokens=False))

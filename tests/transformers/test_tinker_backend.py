@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from extras import skip_module_without
-from serving import SERVED, running, step_versions
+from serving import SERVED, TINY_TEXT, running, step_versions
 
 skip_module_without(
     "torch", "transformers", "safetensors", "fastapi", "uvicorn", "tinker", install="pip install 'rllm[tinker,test]'"
@@ -31,6 +31,7 @@ from rllm.config import load_config
 from rllm.errors import ConfigError
 from rllm.types import Step, Trajectory
 from rllm_tinker.backend import TinkerBackend, check_snapshots_kept
+from rllm_tinker.engine import TinkerEngine, TinkerSampling
 from rllm_tinker.transform import to_datum, trajectory_sequences
 
 MODEL = "tiny-digits"
@@ -485,3 +486,29 @@ def test_rllm_train_through_the_server_learns_the_digit_task(server: str, tmp_pa
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     curve = [r["val/digit_max/pass@1"] for r in map(json.loads, lines) if r["kind"] == "val"]
     assert curve[0] <= 0.3 and curve[-1] >= 0.9, curve
+
+
+def test_the_episodes_of_one_engine_render_a_shared_prompt_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rollouts of a task render the same messages: the engine's episodes share its chat parser's cache."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from rllm_transformers.model import load_policy
+
+    tokenizer = load_policy(load_config(overrides=list(TINY_TEXT)).rllm.transformers).tokenizer
+    sent: list[list[int]] = []
+
+    class Sampler:  # stands in for the SDK's sampling client: one token back, whatever the prompt
+        async def sample(self, model_input: Any, count: int, params: Any) -> Any:
+            sent.append(model_input.to_ints())
+            return SimpleNamespace(sequences=[SimpleNamespace(tokens=[5], logprobs=[-0.5], stop_reason="length")])
+
+    engine = TinkerEngine(Sampler(), tokenizer, TinkerSampling(1.0, 1.0, 0, 4, None, False), 0)
+    rendered: list[int] = []
+    template = tokenizer.apply_chat_template
+    monkeypatch.setattr(tokenizer, "apply_chat_template", lambda *a, **k: rendered.append(1) or template(*a, **k))
+    messages = [{"role": "user", "content": "What is 3+4?"}]
+    for seed in range(3):
+        asyncio.run(engine.for_episode(seed).get_model_response(messages))
+    assert len(rendered) == 1
+    assert len(sent) == 3 and sent[0] and sent[0] == sent[1] == sent[2]

@@ -189,7 +189,9 @@ class TinkerEpisode(EpisodeView):
         super().__init__(engine)
         self.rng = rng
         self.chat_parser = engine.chat_parser
-        self.conversation = None if engine.tokenizer is None else ConversationPrompts(engine.tokenizer)
+        self.conversation = (
+            None if engine.tokenizer is None else ConversationPrompts(engine.tokenizer, engine.chat_parser)
+        )
 
     @property
     def max_response_length(self) -> int:

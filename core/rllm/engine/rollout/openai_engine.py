@@ -37,7 +37,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rllm.engine.chat import ConversationPrompts, completion_output, generation_output, template_ids
+from rllm.engine.chat import (
+    ConversationPrompts,
+    TemplateChatParser,
+    completion_output,
+    generation_output,
+    template_ids,
+)
 from rllm.engine.rollout import answers
 from rllm.engine.rollout.http import Answer
 from rllm.engine.rollout.openai_episode import OpenAIEpisodeView
@@ -88,6 +94,8 @@ class OpenAIEngine(OpenAIServers, RolloutEngine):
         self.model = model
         self.tokenizer = tokenizer
         self.chat_parser = chat_parser
+        self.prompt_parser = None if tokenizer is None else TemplateChatParser(tokenizer)
+        """The tokenizer's template as the episodes render prompts with it: one per engine, so its cache is shared."""
         self.max_prompt_length = int(max_prompt_length)
         self.max_response_length = int(max_response_length)
         self.max_model_length = max_model_length

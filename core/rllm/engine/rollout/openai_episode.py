@@ -30,7 +30,9 @@ class OpenAIEpisodeView(EpisodeView):
         self.session = session
         self.first: int | None = seed
         self.rng = random.Random(seed)
-        self.conversation = None if engine.tokenizer is None else ConversationPrompts(engine.tokenizer)
+        self.conversation = (
+            None if engine.tokenizer is None else ConversationPrompts(engine.tokenizer, engine.prompt_parser)
+        )
 
     def _seed(self) -> int:
         if self.first is not None:
