@@ -1,13 +1,14 @@
 """``rllm.backend=tinker`` through ``rllm serve --tinker`` against the in-process transformers backend: tokens/s.
 
 ``python bench/tinker_backend.py`` (needs ``pip install 'rllm[tinker]'``; ``--steps N``). The
-same run twice, for each of two models: the built-in digit task on the tiny digit model (width 64,
-2 layers) and on a wider one (``--hidden``, ``--layers``; 128 and 4 by default; ``--hidden 0``
-leaves it out), where the model's compute is no longer negligible beside the calls; seed 0, 20 tasks x 8 rollouts
+same run twice, for each model: the built-in digit task on the tiny digit model (width 64,
+2 layers) and on wider ones (``--wider``: width x layers, 128x4 and 512x8 by default; none given
+leaves them out), where the model's compute is no longer negligible beside the calls; seed 0, 20 tasks x 8 rollouts
 per step, lr 3e-3, no validation, once with ``rllm.backend=transformers`` (sampling and the update
 in the trainer's process) and once with ``rllm.backend=tinker`` against a ``rllm serve --tinker``
 subprocess on 127.0.0.1 serving the same model (every sample, ``forward_backward``,
-``optim_step`` and sampler save an HTTP round trip through the official SDK). Rates are
+``optim_step`` and sampler save an HTTP round trip through the official SDK), the two runs taking
+turns ``--repeats`` times (the median of each side's rates is printed). Rates are
 wall-clock, from the metrics' ``wall_time`` between the second and the last step (the first
 warms up): trained tokens (``actor/tokens``) per second and steps per second, beside the mean time of a
 step's sampling, update and weights (the trainer's ``time/generate``, ``time/update``,
@@ -102,37 +103,59 @@ def _model(hidden: int, layers: int) -> tuple[str, ...]:
     return (f"rllm.transformers.hidden_size={hidden}", f"rllm.transformers.num_layers={layers}")
 
 
-def _compare(scratch: Path, model: tuple[str, ...], steps: int) -> tuple[Rate, Rate]:
-    """(tokens/s, steps/s) of the in-process run and of the tinker run against a server of the same model."""
+def _compare(scratch: Path, model: tuple[str, ...], steps: int, repeats: int) -> tuple[Rate, Rate]:
+    """The in-process run's and the tinker run's rates (against a server of the same model), taking turns
+    ``repeats`` times so that a change in the machine's load falls on both; each side's median run by tokens/s."""
     port = _port()
     server = _server(port, model)
+    tinker = (
+        "rllm.backend=tinker",
+        f"rllm.tinker.base_url=http://127.0.0.1:{port}",
+        "rllm.tinker.base_model=tiny",
+        "rllm.tinker.lr=0.003",
+    )
+    local: list[Rate] = []
+    remote: list[Rate] = []
     try:
-        local = _rate(scratch / "transformers", (*TRANSFORMERS, *model), steps)
-        tinker = (
-            "rllm.backend=tinker",
-            f"rllm.tinker.base_url=http://127.0.0.1:{port}",
-            "rllm.tinker.base_model=tiny",
-            "rllm.tinker.lr=0.003",
-        )
-        remote = _rate(scratch / "tinker", tinker, steps)
+        for turn in range(repeats):
+            local.append(_rate(scratch / f"transformers-{turn}", (*TRANSFORMERS, *model), steps))
+            remote.append(_rate(scratch / f"tinker-{turn}", tinker, steps))
     finally:
         server.terminate()
         server.wait(timeout=10)
-    return local, remote
+    return _median(local), _median(remote)
+
+
+def _median(rates: list[Rate]) -> Rate:
+    return sorted(rates, key=lambda rate: rate.tokens)[len(rates) // 2]
+
+
+def _size(text: str) -> tuple[int, int]:
+    """``WIDTHxLAYERS`` as two numbers."""
+    width, _, layers = text.partition("x")
+    if not (width.isdigit() and layers.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a model size as WIDTHxLAYERS, e.g. 512x8")
+    return int(width), int(layers)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--hidden", type=int, default=128, help="the wider model's width (0: tiny only)")
-    parser.add_argument("--layers", type=int, default=4, help="the wider model's layers")
+    parser.add_argument("--repeats", type=int, default=1, help="turns each side takes (the median is printed)")
+    parser.add_argument(
+        "--wider",
+        type=_size,
+        nargs="*",
+        default=[(128, 4), (512, 8)],
+        metavar="WIDTHxLAYERS",
+        help="wider models to run after the tiny one (default: 128x4 512x8; none: the tiny one only)",
+    )
     args = parser.parse_args()
     models = [("tiny (width 64, 2 layers)", _model(64, 2))]
-    if args.hidden:
-        models.append((f"wider (width {args.hidden}, {args.layers} layers)", _model(args.hidden, args.layers)))
+    models += [(f"wider (width {width}, {layers} layers)", _model(width, layers)) for width, layers in args.wider]
     for name, model in models:
         with tempfile.TemporaryDirectory() as scratch:
-            local, remote = _compare(Path(scratch), model, args.steps)
+            local, remote = _compare(Path(scratch), model, args.steps, args.repeats)
         ratio = local.tokens / remote.tokens
         verdict = "met" if ratio <= GOAL else "not met"
         print(f"{name}:")

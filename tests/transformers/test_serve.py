@@ -312,3 +312,29 @@ def test_connections_to_the_listening_socket_send_without_delay() -> None:
             server.close()
 
     assert asyncio.run(accepted_nodelay()) != 0
+
+
+@pytest.mark.parametrize("tinker", [False, True], ids=["openai", "tinker"])
+def test_every_server_runs_on_the_threads_the_config_names(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tinker: bool
+) -> None:
+    """``rllm.transformers.num_threads`` applies to ``rllm serve`` and ``rllm serve --tinker`` as to the trainer:
+    the server runs until interrupted, so uvicorn's loop is stood in for and the threads read where it would start."""
+    import uvicorn
+
+    from rllm_transformers.serve import serve
+    from rllm_transformers.tinker_server.app import serve_tinker
+
+    seen: list[int] = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        config = load_config(overrides=[*TINY_TEXT, "rllm.transformers.num_threads=1"])
+        if tinker:
+            serve_tinker(config, "127.0.0.1", 0, None, str(tmp_path))
+        else:
+            serve(config, "127.0.0.1", 0)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1]

@@ -53,11 +53,11 @@ try:  # the extra first: without it, selecting the backend is one line naming th
     from rllm_transformers.lora import AdaptersOff, add_adapters, lora_settings, trainable
     from rllm_transformers.model import (
         checkpoint_activations,
-        default_threads,
         has_digit_ids,
         load_policy,
         set_training,
         token_limits,
+        use_threads,
     )
     from rllm_transformers.rewards import check_estimators_see_the_penalty
     from rllm_transformers.rollout_weights import ModelWeights
@@ -107,9 +107,7 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         self.adapted = None if self.lora is None else add_adapters(self.policy.model, self.lora)
         """With LoRA, the peft model around ``self.model`` (which holds its adapters): it saves and loads the adapter
         and turns the adapters off for the reference policy."""
-        threads = int(options.num_threads) or default_threads(self.policy.model, self.policy.device)
-        if threads > 0:
-            torch.set_num_threads(threads)
+        use_threads(options, self.policy.model, self.policy.device)
         self.model = self.policy.model
         self.tokenizer = self.policy.tokenizer
         self.device = self.policy.device

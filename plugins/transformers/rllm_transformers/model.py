@@ -76,6 +76,14 @@ def default_threads(model: PreTrainedModel, device: torch.device) -> int:
     return 1 if small and device.type == "cpu" else 0
 
 
+def use_threads(options: DictConfig, model: PreTrainedModel, device: torch.device) -> None:
+    """Set torch's CPU threads as ``rllm.transformers.num_threads`` says, for every process that runs the model (the
+    trainer, ``rllm serve``, ``rllm serve --tinker``)."""
+    threads = int(options.num_threads) or default_threads(model, device)
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+
 @dataclass
 class Policy:
     model: PreTrainedModel

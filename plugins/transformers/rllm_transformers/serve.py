@@ -26,7 +26,7 @@ from rllm.errors import ConfigError
 from rllm_transformers.checkpoint import ADAPTER_CONFIG, MODEL_DIR
 from rllm_transformers.engine import SampleRequest, Sampling, TransformersEngine
 from rllm_transformers.lora import lora_settings
-from rllm_transformers.model import Policy, load_policy
+from rllm_transformers.model import Policy, load_policy, use_threads
 from rllm_transformers.plugin import _installed
 from rllm_transformers.weights import load_checked
 
@@ -356,6 +356,7 @@ def serve(config: DictConfig, host: str, port: int, model_name: str | None = Non
     sock = listen(host, port)
     options = config.rllm.transformers
     policy = load_policy(options)
+    use_threads(options, policy.model, policy.device)
     name = model_name or str(options.model)
     server = Server(policy, name, int(options.seed))
     print(f"rllm serve: {name} on http://{host}:{port}/v1 (context {server.context_limit} tokens)", flush=True)

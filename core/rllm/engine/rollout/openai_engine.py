@@ -1,29 +1,26 @@
 """``OpenAIEngine`` (rLLM's name): rollouts sampled by any OpenAI-compatible server (``rllm serve``, vLLM, SGLang).
 
-Token ids go in and come out: a prompt of ids is sent to ``/v1/completions`` as ids, and the
-answer must carry the sampled ids and their log-probs in vLLM's names (``return_token_ids``:
-``choices[0].token_ids``; ``logprobs``: ``choices[0].logprobs.token_logprobs``, or on
-``/v1/chat/completions`` ``logprobs.content[j].logprob``). An answer without them is a one-line
-:class:`~rllm.errors.InferenceServerError` naming the missing field: the engine never trains on
-text it re-tokenised. Chat messages are rendered with the trainer's tokenizer and sent as ids
-(``endpoint="completions"``, the default when a tokenizer with a chat template is given), or
-sent as messages to ``/v1/chat/completions`` (``endpoint="chat"``).
+Token ids go in and come out: a prompt of ids is sent to ``/v1/completions`` as ids, and the answer must carry the
+sampled ids and their log-probs in vLLM's names (``return_token_ids``: ``choices[0].token_ids``; ``logprobs``:
+``choices[0].logprobs.token_logprobs``, or on ``/v1/chat/completions`` ``logprobs.content[j].logprob``). An answer
+without them is a one-line :class:`~rllm.errors.InferenceServerError` naming the missing field: the engine never
+trains on text it re-tokenised. Chat messages are rendered with the trainer's tokenizer and sent as ids
+(``endpoint="completions"``, the default when a tokenizer with a chat template is given), or sent as messages to
+``/v1/chat/completions`` (``endpoint="chat"``).
 
-Each episode's view (:meth:`OpenAIEngine.for_episode`, ``openai_episode``) sticks to
-one server and seeds each request from the episode's seed (``seed_requests=False`` sends no seed: vLLM's faster
-shared generator, episodes that do not repeat). A request is retried and the servers are checked as
-:mod:`~rllm.engine.rollout.openai_servers` says; when it fails, ``rllm.workflow.failure_policy`` decides. Requests
-run in a pool of
-``max_concurrency`` threads (the standard library's ``http.client``, no extra dependency),
-which bounds how many are in flight. The context limit (the server's ``max_model_len``) is
-checked before a request is sent; a prompt over ``max_prompt_length`` ends its episode as the
-in-process engines do.
+Each episode's view (:meth:`OpenAIEngine.for_episode`, ``openai_episode``) sticks to one server and seeds each
+request from the episode's seed (``seed_requests=False`` sends no seed: vLLM's faster shared generator, episodes that
+do not repeat); the views share the engine's chat-template cache. A request is retried and the servers are checked as
+:mod:`~rllm.engine.rollout.openai_servers` says; when it fails, ``rllm.workflow.failure_policy`` decides. Requests run
+in a pool of ``max_concurrency`` threads (the standard library's ``http.client``, no extra dependency), which bounds
+how many are in flight. The context limit (the server's ``max_model_len``) is checked before a request is sent; a
+prompt over ``max_prompt_length`` ends its episode as the in-process engines do.
 
-A server that lost the policy's weights (killed and restarted, it comes back with its initial
-ones) is given them again before the engine samples from it: when an answer reports another
-``weight_version`` than the engine's, or, from a server that reports none (vLLM), when a
-request got no answer before it got one, the engine calls its :attr:`OpenAIEngine.resync`
-(the backend sets it to push the current weights to that server) and sends the request again.
+A server that lost the policy's weights (killed and restarted, it comes back with its initial ones) is given them
+again before the engine samples from it: when an answer reports another ``weight_version`` than the engine's, or, from
+a server that reports none (vLLM), when a request got no answer before it got one, the engine calls its
+:attr:`OpenAIEngine.resync` (the backend sets it to push the current weights to that server) and sends the request
+again.
 """
 
 from __future__ import annotations
@@ -37,13 +34,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rllm.engine.chat import (
-    ConversationPrompts,
-    TemplateChatParser,
-    completion_output,
-    generation_output,
-    template_ids,
-)
+from rllm.engine.chat import ConversationPrompts, TemplateChatParser, completion_output, generation_output, template_ids
 from rllm.engine.rollout import answers
 from rllm.engine.rollout.http import Answer
 from rllm.engine.rollout.openai_episode import OpenAIEpisodeView
@@ -95,7 +86,6 @@ class OpenAIEngine(OpenAIServers, RolloutEngine):
         self.tokenizer = tokenizer
         self.chat_parser = chat_parser
         self.prompt_parser = None if tokenizer is None else TemplateChatParser(tokenizer)
-        """The tokenizer's template as the episodes render prompts with it: one per engine, so its cache is shared."""
         self.max_prompt_length = int(max_prompt_length)
         self.max_response_length = int(max_response_length)
         self.max_model_length = max_model_length

@@ -23,7 +23,7 @@ if _ABSENT:  # the extra first: one line naming it, not an ImportError
 from fastapi import FastAPI, Request  # noqa: E402  (after the extra's check)
 from fastapi.responses import JSONResponse, Response  # noqa: E402
 
-from rllm_transformers.model import load_policy  # noqa: E402
+from rllm_transformers.model import load_policy, use_threads  # noqa: E402
 from rllm_transformers.serve import listen  # noqa: E402
 from rllm_transformers.tinker_server.service import SNAPSHOTS_KEPT, TinkerService  # noqa: E402
 from rllm_transformers.tinker_server.trainer import TinkerTrainer  # noqa: E402
@@ -171,6 +171,7 @@ def serve_tinker(
     sock = listen(host, port)
     options = config.rllm.transformers
     policy = load_policy(options)
+    use_threads(options, policy.model, policy.device)
     name = model_name or str(options.model)
     root = Path(checkpoint_dir) if checkpoint_dir else Path(tempfile.mkdtemp(prefix="rllm-tinker-"))
     root.mkdir(parents=True, exist_ok=True)
