@@ -479,3 +479,66 @@ def test_under_fsdp_bf16_mixed_two_ranks_give_one_process_metrics_within_bfloat1
             assert _agree(mine[key], theirs[key]), (key, mine[key], theirs[key])
         assert abs(mine["actor/grad_norm"] - theirs["actor/grad_norm"]) <= 0.01 * mine["actor/grad_norm"] + 1e-6
         assert abs(mine["actor/loss"] - theirs["actor/loss"]) <= 5e-3, (mine["actor/loss"], theirs["actor/loss"])
+
+
+def test_under_fsdp_with_servers_no_rank_keeps_the_whole_model_on_its_device(tmp_path: Path) -> None:
+    """Rollouts from servers: rank 0 keeps the whole weights in host memory only (gathered into after an update, equal
+    to the shards' whole weights), rank 1 keeps none (its unsharded model is on the meta device), and each rank's
+    sharded copy holds half the parameters."""
+    script = Path(__file__).with_name("fsdp_host_copy.py")
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1"]
+    overrides = (
+        *SMALL,
+        f"rllm.trainer.output_dir={tmp_path}",
+        "rllm.rollout.openai.base_url=[http://127.0.0.1:9/v1]",  # never called: the backend alone is built
+        "rllm.transformers.distributed.timeout=20",
+        "rllm.transformers.distributed.strategy=fsdp",
+    )
+    records = _ranks_say([*launcher, f"--master_port={_port()}", str(script), *overrides], "host-copy")
+    assert [r["rank"] for r in records] == [0, 1]
+    zero, one = records
+    whole = zero["whole"]
+    assert zero["host_copy"] and one["host_copy"] and whole > 0
+    assert zero["model_held"] == whole and zero["model_devices"] == ["cpu"], zero  # host memory
+    assert one["model_held"] == 0 and one["model_devices"] == ["meta"], one
+    for record in records:
+        assert record["trained_held"] <= whole // 2 + 1024, record  # half, plus FSDP's padding of uneven rows
+    assert zero["gathered_gap"] == 0.0, zero
+
+
+@pytest.mark.slow
+def test_under_fsdp_with_servers_a_run_and_its_resume_give_one_process_metrics(tmp_path: Path) -> None:
+    """FSDP on 2 ranks sampling from an ``rllm serve`` (stage 5 scores with the sharded copy; rank 0 pushes its host
+    copy): 2 steps, then a resume for the third, give the metrics of one process's 3 uninterrupted steps against the
+    same server, and the checkpoints hold the same weights."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    from safetensors.torch import load_file
+    from serving import SERVED, running
+
+    settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2", *KL)
+    settings += ("rllm.transformers.share_prompts=false",)  # the sharded passes run whole rows: so must one process
+    fsdp = "rllm.transformers.distributed.strategy=fsdp"
+    with running(*SERVED) as root:
+        served = (*settings, f"rllm.rollout.openai.base_url=[{root}/v1]")
+        runs = [
+            [sys.executable, *_train(tmp_path / "one", *served)],
+            _torchrun(2, tmp_path / "two", *served, fsdp, "rllm.trainer.total_batches=2"),
+            _torchrun(2, tmp_path / "two", *served, fsdp),
+        ]
+        for command in runs:
+            done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=240)
+            assert done.returncode == 0, done.stderr
+    first, second = _records(tmp_path / "one"), _records(tmp_path / "two")
+    assert [r["step"] for r in first] == [r["step"] for r in second] == [1, 2, 3]
+    assert any(abs(r["actor/loss"]) > 1e-4 for r in first), first
+    for mine, theirs in zip(first, second, strict=True):
+        for key in (*COMPARED, *COMPARED_ADVANTAGES):
+            assert _agree(mine[key], theirs[key]), (key, mine[key], theirs[key])
+    weights = [
+        load_file(str(next((run / "checkpoints").glob("*3/model/model.safetensors"))))
+        for run in (tmp_path / "one", tmp_path / "two")
+    ]
+    assert sorted(weights[0]) == sorted(weights[1])
+    for name, tensor in weights[0].items():
+        assert float((tensor - weights[1][name]).abs().max()) <= 1e-6 + 1e-5 * float(tensor.abs().max()), name
