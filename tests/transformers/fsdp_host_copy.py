@@ -8,10 +8,10 @@ update's end gathers them, how far rank 0's host copy is from the shards' whole 
 
 from __future__ import annotations
 
-import json
 import sys
 
 import torch
+from rank_lines import say_in_rank_order
 
 from rllm.config import AlgorithmConfig, load_config
 from rllm_transformers.backend import TransformersBackend
@@ -42,10 +42,7 @@ def main() -> None:
         "trained_held": sum(_local(p).numel() for p in backend.trained.parameters()),
         "gathered_gap": gap,
     }
-    for rank in range(group.world_size):  # one rank at a time: two lines written at once could interleave
-        if rank == group.rank:
-            print("host-copy " + json.dumps(record), flush=True)
-        group.barrier()
+    say_in_rank_order(group, "host-copy", record)
     backend.shutdown()
 
 
