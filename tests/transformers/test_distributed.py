@@ -15,6 +15,7 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from extras import skip_module_without
@@ -544,3 +545,18 @@ def test_under_fsdp_with_servers_a_run_and_its_resume_give_one_process_metrics(t
     assert sorted(written[0]) == sorted(written[1]) and written[0]
     for name, tensor in written[0].items():
         assert bool((tensor == written[1][name]).all()), name
+
+
+def test_a_rank_that_keeps_no_weights_refuses_to_resync_a_server_in_one_line(tmp_path: Path) -> None:
+    """Under FSDP with servers a rank other than 0 keeps the model's shape only (meta): asked to give a restarted
+    server the weights, it stops with the line that says so instead of writing tensors it does not hold."""
+    import torch
+
+    from rllm.errors import TrainerError
+    from rllm_transformers.rollout_weights import ModelWeights
+
+    shape = torch.nn.Linear(3, 2, device="meta")
+    weights = ModelWeights(shape, shape, lambda: tmp_path, SimpleNamespace(rank=1))  # type: ignore[arg-type]
+    with pytest.raises(TrainerError, match=r"^Rank 1 found an inference server that lost the policy's weights.*rank 0"):
+        weights.server_update(3, None)
+    assert not any(tmp_path.iterdir())
