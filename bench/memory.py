@@ -23,9 +23,9 @@ checkpointing (non-reentrant), the loss over the response positions only:
   squares (what the backend did until ``precision`` and ``score_tokens``).
 
 Then, for ``strategy=fsdp``, what rank 0 holds at 2, 4 and 8 ranks (``--ranks``) with a reference policy, before
-and after the reference was sharded and the whole-copy gathers dropped, and with bf16-mixed's FSDP policy: the model
-sharded with the trainer's own cut and policy on the meta device over a fake process group (``--fsdp-only``: that
-table alone, in seconds; docs/scaling.md).
+and after the reference was sharded and the whole-copy gathers dropped, with bf16-mixed's FSDP policy, and with
+rollouts from servers (no whole model on a device): the model sharded with the trainer's own cut and policy on the
+meta device over a fake process group (``--fsdp-only``: that table alone, in seconds; docs/scaling.md).
 
 Run: ``python bench/memory.py`` (about a minute; ``--rows``/``--prompt``/``--response`` to change
 the batch). Needs ``pip install 'rllm[transformers]'`` and trl for the TRL side.
@@ -168,7 +168,7 @@ FSDP_KEPT = (
 """What a rank holds throughout (the optimizer gathered for a checkpoint was kept on every rank until the next)."""
 FSDP_PASSING = ("gather after the update", "FSDP's unit gathers")
 """What a rank holds for a moment, one at a time: the peak is the kept tensors plus the largest of these."""
-FSDP_LAYOUTS = ("before", "now", "mixed")
+FSDP_LAYOUTS = ("before", "now", "mixed", "served")
 """The columns per world size (:func:`fsdp_layouts`)."""
 
 
@@ -214,7 +214,7 @@ def fsdp_rank_bytes(world: int) -> dict[str, int]:
 
 
 def fsdp_layouts(sizes: dict[str, int]) -> dict[str, dict[str, int]]:
-    """Rank 0's tensors (:data:`FSDP_KEPT`, :data:`FSDP_PASSING`) in three layouts of one FSDP run with a reference
+    """Rank 0's tensors (:data:`FSDP_KEPT`, :data:`FSDP_PASSING`) in four layouts of one FSDP run with a reference
     (a KL term), after its first checkpoint. FSDP's passing gathers: the root unit (embeddings, final norm, head) stays
     gathered through the forward and the backward (FSDP2 does not reshard the root after the forward), beside one
     decoder layer and the next one prefetched.
@@ -224,7 +224,9 @@ def fsdp_layouts(sizes: dict[str, int]) -> dict[str, dict[str, int]]:
     - **now**: the reference sharded like the trained copy, the weights gathered into the model a tensor at a time,
       the checkpoint's optimizer into rank 0's host memory (not the device), the units gathered in float32;
     - **mixed**: now with ``bf16-mixed``'s FSDP policy: the units gathered in bfloat16 (half the bytes);
-    - **floor** (not built): rollouts from servers and stage 5 on the sharded copies, so no whole model on a rank.
+    - **served**: mixed with rollouts from servers (what rllm does then): stage 5 scores with the sharded copies and
+      the update's end gathers the weights a tensor at a time into rank 0's host memory, so no rank's device keeps a
+      whole model (rank 0's host memory does).
     """
     whole, local, largest = sizes["whole"], sizes["local"], sizes["largest"]
     trained = {"weights (shard)": local, "gradients (shard)": local, "AdamW state (shard)": 2 * local}
@@ -246,7 +248,12 @@ def fsdp_layouts(sizes: dict[str, int]) -> dict[str, dict[str, int]]:
         },
         "now": now,
         "mixed": {**now, "FSDP's unit gathers": sizes["units_mixed"]},
-        "floor": {**trained, "reference policy": local, "FSDP's unit gathers": sizes["units_mixed"]},
+        "served": {
+            **trained,
+            "reference policy": local,
+            "gather after the update": largest,
+            "FSDP's unit gathers": sizes["units_mixed"],
+        },
     }
 
 
@@ -270,11 +277,11 @@ def fsdp_table(worlds: list[int]) -> None:
         cells = "".join(f"{layouts[w][name].get(item, 0) / GIB:18.2f}" for w in worlds for name in FSDP_LAYOUTS)
         print(f"{item + (' (passing)' if item in FSDP_PASSING else ''):<40}{cells}")
     for world, layout in layouts.items():
-        before, now, mixed, floor = (fsdp_peak(layout[name]) for name in (*FSDP_LAYOUTS, "floor"))
+        before, now, mixed, served = (fsdp_peak(layout[name]) for name in FSDP_LAYOUTS)
         print(
             f"{world} ranks: peak per rank before {before / GIB:6.2f} GiB, now {now / GIB:6.2f} GiB "
-            f"({before / now:.2f}x less), mixed {mixed / GIB:6.2f} GiB ({before / mixed:.2f}x less); floor with "
-            f"served rollouts and stage 5 sharded (not built) {floor / GIB:5.2f} GiB"
+            f"({before / now:.2f}x less), mixed {mixed / GIB:6.2f} GiB ({before / mixed:.2f}x less); served "
+            f"{served / GIB:6.2f} GiB ({before / served:.2f}x less; rank 0's host memory keeps the whole model)"
         )
 
 

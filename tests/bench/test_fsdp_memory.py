@@ -32,30 +32,28 @@ def test_the_fsdp_table_shards_the_reference_drops_the_whole_copies_and_gathers_
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {line[:40].strip(): [float(x) for x in line[40:].split()] for line in done.stdout.splitlines()[3:11]}
-    whole = round(WHOLE / GIB, 2)
-    # columns: 2 ranks before, now, mixed (bf16-mixed's FSDP policy); 8 ranks the same
-    assert rows["whole model (rollouts, old log-probs)"] == [whole] * 6
-    assert rows["reference policy"] == [
-        whole,
-        *[round(WHOLE / 2 / GIB, 2)] * 2,
-        whole,
-        *[round(WHOLE / 8 / GIB, 2)] * 2,
-    ]
-    assert rows["checkpoint's optimizer, kept"] == [round(2 * WHOLE / GIB, 2), 0.0, 0.0] * 2
-    assert rows["AdamW state (shard)"][4:] == [round(2 * WHOLE / 8 / GIB, 2)] * 2
-    assert rows["gather after the update (passing)"][:3] == [whole, *[round(4 * VOCAB * HIDDEN / GIB, 2)] * 2]
+    whole, half, eighth = (round(WHOLE / n / GIB, 2) for n in (1, 2, 8))
+    # columns: 2 ranks before, now, mixed (bf16-mixed's FSDP policy), served (rollouts from servers); 8 ranks the same
+    assert rows["whole model (rollouts, old log-probs)"] == [whole, whole, whole, 0.0] * 2
+    assert rows["reference policy"] == [whole, half, half, half, whole, eighth, eighth, eighth]
+    assert rows["checkpoint's optimizer, kept"] == [round(2 * WHOLE / GIB, 2), 0.0, 0.0, 0.0] * 2
+    assert rows["AdamW state (shard)"][4:] == [round(2 * WHOLE / 8 / GIB, 2)] * 4
+    embedding = round(4 * VOCAB * HIDDEN / GIB, 2)  # the largest tensor, gathered alone after the update
+    assert rows["gather after the update (passing)"][:4] == [whole, embedding, embedding, embedding]
     # the root unit stays gathered through forward and backward, beside a layer and the next one prefetched: float32
     # (4 bytes) without a policy, bfloat16 (2 bytes) under bf16-mixed's
     units = ROOT_UNIT + 2 * LAYER
-    assert rows["FSDP's unit gathers (passing)"] == [round(4 * units / GIB, 2)] * 2 + [round(2 * units / GIB, 2)] + [
-        round(4 * units / GIB, 2)
-    ] * 2 + [round(2 * units / GIB, 2)]
+    four, two = round(4 * units / GIB, 2), round(2 * units / GIB, 2)
+    assert rows["FSDP's unit gathers (passing)"] == [four, four, two, two] * 2
     eight = re.findall(
-        r"^8 ranks: peak per rank before +([\d.]+) GiB, now +([\d.]+) GiB .*mixed +([\d.]+) GiB", done.stdout, re.M
+        r"^8 ranks: peak per rank before +([\d.]+) GiB, now +([\d.]+) GiB .*mixed +([\d.]+) GiB .*served +([\d.]+) GiB",
+        done.stdout,
+        re.M,
     )
-    before, now, mixed = (float(x) for x in eight[0])
+    before, now, mixed, served = (float(x) for x in eight[0])
     columns = list(zip(*rows.values(), strict=True))
-    for column, peak in ((columns[3], before), (columns[4], now), (columns[5], mixed)):  # kept rows + largest passing
+    for column, peak in zip(columns[4:], (before, now, mixed, served), strict=True):  # kept rows + largest passing
         assert abs(peak - (sum(column[:6]) + max(column[6:]))) <= 0.05
     assert now < before / 2
     assert abs((now - mixed) - (4 * units - max(2 * units, 4 * VOCAB * HIDDEN)) / GIB) <= 0.01
+    assert abs((mixed - served) - WHOLE / GIB) <= 0.01  # with servers no rank keeps the whole model on its device

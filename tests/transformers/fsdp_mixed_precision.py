@@ -12,11 +12,11 @@ the fraction of the weights one AdamW step at lr 1e-6 changes.
 from __future__ import annotations
 
 import copy
-import json
 import sys
 from typing import Any
 
 import torch
+from rank_lines import say_in_rank_order
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -95,7 +95,7 @@ def main() -> None:
         "autocast_grad_gap": _gap(mixed_grads, full_grads),
         "changed": changed / sum(t.numel() for t in before.values()),
     }
-    print("mixed-precision " + json.dumps(record), flush=True)
+    say_in_rank_order(group, "mixed-precision", record)
     backend.shutdown()
 
 

@@ -9,11 +9,11 @@ optimizer state after ``prepare_checkpoint``.
 
 from __future__ import annotations
 
-import json
 import sys
 from types import SimpleNamespace
 
 import torch
+from rank_lines import say_in_rank_order
 
 from rllm.config import AlgorithmConfig, load_config
 from rllm_transformers.backend import TransformersBackend
@@ -56,7 +56,7 @@ def main() -> None:
         "optimizer_kept": kept is not None,
         "optimizer_devices": devices,
     }
-    print("rank-memory " + json.dumps(record), flush=True)
+    say_in_rank_order(group, "rank-memory", record)
     backend.shutdown()
 
 

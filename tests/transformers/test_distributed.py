@@ -15,6 +15,7 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from extras import skip_module_without
@@ -479,3 +480,83 @@ def test_under_fsdp_bf16_mixed_two_ranks_give_one_process_metrics_within_bfloat1
             assert _agree(mine[key], theirs[key]), (key, mine[key], theirs[key])
         assert abs(mine["actor/grad_norm"] - theirs["actor/grad_norm"]) <= 0.01 * mine["actor/grad_norm"] + 1e-6
         assert abs(mine["actor/loss"] - theirs["actor/loss"]) <= 5e-3, (mine["actor/loss"], theirs["actor/loss"])
+
+
+def test_under_fsdp_with_servers_no_rank_keeps_the_whole_model_on_its_device(tmp_path: Path) -> None:
+    """Rollouts from servers: rank 0 keeps the whole weights in host memory only (gathered into after an update, equal
+    to the shards' whole weights), rank 1 keeps none (its unsharded model is on the meta device), and each rank's
+    sharded copy holds half the parameters."""
+    script = Path(__file__).with_name("fsdp_host_copy.py")
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1"]
+    overrides = (
+        *SMALL,
+        f"rllm.trainer.output_dir={tmp_path}",
+        "rllm.rollout.openai.base_url=[http://127.0.0.1:9/v1]",  # never called: the backend alone is built
+        "rllm.transformers.distributed.timeout=20",
+        "rllm.transformers.distributed.strategy=fsdp",
+    )
+    records = _ranks_say([*launcher, f"--master_port={_port()}", str(script), *overrides], "host-copy")
+    assert [r["rank"] for r in records] == [0, 1]
+    zero, one = records
+    whole = zero["whole"]
+    assert zero["host_copy"] and one["host_copy"] and whole > 0
+    assert zero["model_held"] == whole and zero["model_devices"] == ["cpu"], zero  # host memory
+    assert one["model_held"] == 0 and one["model_devices"] == ["meta"], one
+    for record in records:
+        assert record["trained_held"] <= whole // 2 + 1024, record  # half, plus FSDP's padding of uneven rows
+    assert zero["gathered_gap"] == 0.0, zero
+
+
+@pytest.mark.slow
+def test_under_fsdp_with_servers_a_run_and_its_resume_give_one_process_metrics(tmp_path: Path) -> None:
+    """FSDP on 2 ranks sampling from an ``rllm serve`` (stage 5 scores with the sharded copies; rank 0 pushes its host
+    copy) gives one process's metrics for 3 steps against the same server; 2 steps, then a resume for the third (rank
+    0 alone reads the weights and sends them), give the uninterrupted run's metrics and checkpointed weights."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    from safetensors.torch import load_file
+    from serving import SERVED, running
+
+    settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2", *KL)
+    settings += ("rllm.transformers.share_prompts=false",)  # the sharded passes run whole rows: so must one process
+    fsdp = "rllm.transformers.distributed.strategy=fsdp"
+    with running(*SERVED) as root:
+        served = (*settings, f"rllm.rollout.openai.base_url=[{root}/v1]")
+        runs = [
+            [sys.executable, *_train(tmp_path / "one", *served)],
+            _torchrun(2, tmp_path / "two", *served, fsdp),
+            _torchrun(2, tmp_path / "split", *served, fsdp, "rllm.trainer.total_batches=2"),
+            _torchrun(2, tmp_path / "split", *served, fsdp),
+        ]
+        for command in runs:
+            done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=240)
+            assert done.returncode == 0, done.stderr
+    one, two, split = (_records(tmp_path / name) for name in ("one", "two", "split"))
+    assert [r["step"] for r in one] == [r["step"] for r in two] == [r["step"] for r in split] == [1, 2, 3]
+    assert any(abs(r["actor/loss"]) > 1e-4 for r in one), one
+    for mine, theirs, resumed in zip(one, two, split, strict=True):
+        for key in (*COMPARED, *COMPARED_ADVANTAGES):
+            assert _agree(mine[key], theirs[key]), (key, mine[key], theirs[key])
+            assert theirs[key] == resumed[key], (key, theirs[key], resumed[key])
+    written = [
+        load_file(str(next((tmp_path / name).glob("checkpoints/*3/model/model.safetensors"))))
+        for name in ("two", "split")
+    ]
+    assert sorted(written[0]) == sorted(written[1]) and written[0]
+    for name, tensor in written[0].items():
+        assert bool((tensor == written[1][name]).all()), name
+
+
+def test_a_rank_that_keeps_no_weights_refuses_to_resync_a_server_in_one_line(tmp_path: Path) -> None:
+    """Under FSDP with servers a rank other than 0 keeps the model's shape only (meta): asked to give a restarted
+    server the weights, it stops with the line that says so instead of writing tensors it does not hold."""
+    import torch
+
+    from rllm.errors import TrainerError
+    from rllm_transformers.rollout_weights import ModelWeights
+
+    shape = torch.nn.Linear(3, 2, device="meta")
+    weights = ModelWeights(shape, shape, lambda: tmp_path, SimpleNamespace(rank=1))  # type: ignore[arg-type]
+    with pytest.raises(TrainerError, match=r"^Rank 1 found an inference server that lost the policy's weights.*rank 0"):
+        weights.server_update(3, None)
+    assert not any(tmp_path.iterdir())

@@ -120,7 +120,8 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         self.trained: torch.nn.Module = self.model
         """What the update runs forward and backward: the model, the model under DDP, or under FSDP a sharded copy
         whose whole weights are gathered into ``self.model`` after each update, a tensor at a time (in-process
-        rollouts and stage 5's old log-probs use those; the reference is sharded, :meth:`_frozen_reference`)."""
+        rollouts and stage 5's old log-probs use those; the reference is sharded, :meth:`_frozen_reference`),
+        except in the :attr:`host_copy` layout."""
         if self.distributed is not None:
             self.distributed.seed(seed)
             self.trained = self.distributed.wrap(self.model)
@@ -161,6 +162,12 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         self.rollout_model: torch.nn.Module = (  # asynchronously rollouts sample a copy (or the servers' weights)
             copy.deepcopy(self.model).eval().requires_grad_(False) if asynchronous and not served else self.model
         )
+        self.host_copy = bool(self.distributed and self.distributed.sharded and served and self.lora is None)
+        """FSDP with rollouts from servers: no rank keeps the whole model on its device. ``self.model`` is rank 0's
+        copy in host memory (what pushes and checkpoints write, gathered into after each update) and a shape
+        without storage (the meta device) on the other ranks; stage 5 scores with the sharded copy."""
+        if self.host_copy and self.distributed is not None:
+            self.model.to("cpu" if self.distributed.rank == 0 else "meta")
         self._rollout_weights = ModelWeights(
             self.model,
             self.rollout_model,
@@ -354,7 +361,7 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
                     mini_loss += float(loss.detach())
                     self._token_metrics(sums, batch.mask[rows], entropy.detach(), logp, batch.old_logps[rows])
                 self._step_optimizer(mini_loss, losses, trainer_state.global_step, sums)
-        if group is not None and group.sharded:  # rollouts and stage 5 sample and score with the whole weights
+        if group is not None and group.sharded:  # the whole weights for rollouts and stage 5, or rank 0's host copy
             group.gather_into(self.trained, self.model)
         sums = self._all_ranks(sums)
         if from_update:

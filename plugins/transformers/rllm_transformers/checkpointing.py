@@ -36,6 +36,7 @@ class Checkpointing:
     update_rng: torch.Generator
     _gathered_optimizer: dict[str, Any] | None
     _pending_optimizer: dict[str, Any] | None
+    host_copy: bool
 
     def prepare_checkpoint(self) -> None:
         """Under FSDP, every rank takes part in gathering the whole optimizer state into rank 0's host memory, which
@@ -60,7 +61,8 @@ class Checkpointing:
         return self._gathered_optimizer
 
     def _load_sharded(self) -> None:
-        """Under FSDP, a loaded checkpoint reaches the sharded copy at the next update, where every rank is."""
+        """Under FSDP, a loaded checkpoint reaches the sharded copy at the next stage 5 or update, where every rank
+        is. In the host-copy layout rank 0 alone read the weights: it sends them (the others hold none)."""
         group, state = self.distributed, self._pending_optimizer
         if group is None or not group.sharded or state is None:
             return
@@ -69,7 +71,8 @@ class Checkpointing:
             "state": {names[index]: value for index, value in state["state"].items()},
             "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]],
         }
-        group.load_sharded(self.trained, self.optimizer, self.model.state_dict(), named if named["state"] else None)
+        weights = {} if self.host_copy and group.rank > 0 else self.model.state_dict()
+        group.load_sharded(self.trained, self.optimizer, weights, named if named["state"] else None, self.host_copy)
         self._pending_optimizer = None
 
     def save_checkpoint(self, directory: Path) -> None:
@@ -92,7 +95,10 @@ class Checkpointing:
     def load_checkpoint(self, directory: Path) -> None:
         sharded = self.distributed is not None and self.distributed.sharded
         apply = self._keep_for_sharded if sharded else self.optimizer.load_state_dict
-        saved = load_training_state(directory, self.model, self.optimizer, self._generators(), apply, self._adapter())
+        load_model = self._adapter()
+        if self.host_copy and self.distributed is not None and self.distributed.rank > 0:
+            load_model = _read_by_rank_0  # this rank keeps no whole copy: rank 0 sends the weights, _load_sharded
+        saved = load_training_state(directory, self.model, self.optimizer, self._generators(), apply, load_model)
         if self.grad_scaler is not None and "grad_scaler" in saved:
             self.grad_scaler.load_state_dict(saved["grad_scaler"])
         if self.kl_in_reward is not None and "kl_in_reward_coef" in saved:  # else: a checkpoint of a run without it
@@ -115,3 +121,7 @@ class Checkpointing:
 
     def _generators(self) -> dict[str, torch.Generator]:
         return {"sample": self.sample_rng, "update": self.update_rng}
+
+
+def _read_by_rank_0(model_dir: Path, saved: dict[str, Any]) -> None:
+    """The model part of a checkpoint, not read on a rank that keeps no whole copy of the model."""

@@ -147,6 +147,13 @@ def shard_by_layer(model: torch.nn.Module, policy: Any = None) -> torch.nn.Modul
     return fully_shard(model, mp_policy=mixed)  # type: ignore[no-any-return]
 
 
+def is_sharded(model: Any) -> bool:
+    """Whether ``model`` is under FSDP2 (its forward gathers: every rank must run it as many times)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     """A resolved config as ``{dotted key: leaf}``, the form in which two ranks' configs are compared."""
     if isinstance(value, dict):
@@ -249,13 +256,15 @@ class Distributed:
         return nullcontext() if sync else model.no_sync()  # type: ignore[operator]
 
     def gather_into(self, trained: torch.nn.Module, model: torch.nn.Module) -> None:
-        """The sharded ``trained``'s whole weights copied into ``model`` (its unsharded twin), one tensor at a time:
-        a rank holds one gathered tensor beside the model, not a second whole copy (all ranks call it: it gathers)."""
+        """The sharded ``trained``'s whole weights copied into ``model`` (its unsharded twin, maybe in host memory), one
+        tensor at a time: a rank holds one gathered tensor beside the model, not a second whole copy (all ranks call
+        it: it gathers). A ``model`` on the meta device (a rank that keeps no copy) only takes part."""
         targets = model.state_dict(keep_vars=True)
         with self.collective("gathering the weights"), torch.no_grad():
             for name, value in trained.state_dict().items():
                 whole = value.full_tensor() if hasattr(value, "full_tensor") else value
-                targets[name].copy_(whole)
+                if not targets[name].is_meta:
+                    targets[name].copy_(whole)
                 del whole
 
     def full_optimizer(self, trained: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -269,9 +278,10 @@ class Distributed:
         )
 
     def load_sharded(
-        self, trained: torch.nn.Module, optimizer: torch.optim.Optimizer, weights: Any, state: Any
+        self, trained: torch.nn.Module, optimizer: torch.optim.Optimizer, weights: Any, state: Any, from_rank0: bool
     ) -> None:
-        """Whole weights and a name-keyed optimizer state into the sharded copy (all ranks call it)."""
+        """Whole weights and a name-keyed optimizer state into the sharded copy (all ranks call it). ``from_rank0``:
+        only rank 0 holds the weights (the other ranks pass ``{}``), which it sends a tensor at a time."""
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             set_model_state_dict,
@@ -279,7 +289,8 @@ class Distributed:
         )
 
         options = StateDictOptions(full_state_dict=True)
-        self._collective("loading the weights", set_model_state_dict, trained, weights, options=options)
+        sent = StateDictOptions(full_state_dict=True, broadcast_from_rank0=from_rank0)
+        self._collective("loading the weights", set_model_state_dict, trained, weights, options=sent)
         if state is not None:
             self._collective(
                 "loading the optimizer", set_optimizer_state_dict, trained, optimizer, state, options=options

@@ -29,7 +29,8 @@ def _unfit(problem: str) -> TrainerError:
 
 
 class ModelWeights(RolloutWeights):
-    """``model`` is what the update trains (its whole weights, under FSDP gathered after each update);
+    """``model`` is what the update trains (its whole weights, under FSDP gathered after each update; with servers
+    under FSDP rank 0's host copy, and on the other ranks on the meta device);
     ``rollout_model`` what the in-process engine samples (``model`` itself, or a copy)."""
 
     overlaps = True
@@ -59,6 +60,12 @@ class ModelWeights(RolloutWeights):
         state = merged_weights(self.model, snapshot)
         directory = self.sync_directory()
         if self.distributed is not None and self.distributed.rank > 0:  # a rank resyncing a restarted server alone
+            if any(tensor.is_meta for tensor in state.values()):
+                raise TrainerError(
+                    f"Rank {self.distributed.rank} found an inference server that lost the policy's weights, but under "
+                    "FSDP with servers rank 0 alone keeps them (docs/scaling.md); run the same command again to resume "
+                    "from the last checkpoint."
+                )
             directory = directory / f"rank{self.distributed.rank}"
         return PolicyUpdate(
             version=version,

@@ -7,7 +7,7 @@ here are the backend's.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
@@ -17,7 +17,7 @@ from rllm.losses import KLInReward, LossSettings, rejection_mask
 from rllm.toolkit import TOKEN_FIELDS, get_estimator
 from rllm.trainer import TrainerState
 from rllm_transformers.batch import RowBatch
-from rllm_transformers.distributed import Distributed
+from rllm_transformers.distributed import Distributed, is_sharded
 from rllm_transformers.logprobs import score_tokens
 from rllm_transformers.lora import AdaptersOff, LoraSettings
 from rllm_transformers.model import set_training
@@ -30,6 +30,8 @@ class BatchScoring:
     algorithm: Any
     options: DictConfig
     model: torch.nn.Module
+    trained: torch.nn.Module
+    host_copy: bool
     reference: torch.nn.Module | AdaptersOff | None
     teacher: torch.nn.Module | None
     distributed: Distributed | None
@@ -37,6 +39,7 @@ class BatchScoring:
     token_fields: set[str]
     default_settings: LossSettings
     kl_in_reward: KLInReward | None
+    _load_sharded: Callable[[], None]
 
     async def process_backend_batch(self, trainer_state: TrainerState) -> None:
         """The old policy's log-probs (PPO's denominator), the reference policy's, and the KL-in-reward penalty.
@@ -45,16 +48,18 @@ class BatchScoring:
         reference and reaches the rewards here, before stage 6 computes advantages.
         """
         batch: RowBatch = trainer_state.backend_batch
-        set_training(self.model, False)  # LoRA's dropout: the old policy's log-probs are the model's, not a draw
+        self._load_sharded()  # a resumed checkpoint, which the host-copy layout scores with
+        policy = self.trained if self.host_copy else self.model  # the sharded copy where no rank keeps the whole
+        set_training(policy, False)  # LoRA's dropout: the old policy's log-probs are the model's, not a draw
         with torch.no_grad():
             entropy = squares = None
             wanted = {"entropy", "sum_pi_squared"} & self.token_fields
             if self.algorithm.rollout_correction.bypass_mode:
                 batch.old_logps = batch.rollout_logps
                 if wanted:
-                    _, entropy, squares = self._statistics(self.model, batch, wanted)
+                    _, entropy, squares = self._statistics(policy, batch, wanted)
             elif not self._old_policy_is_the_updates():
-                batch.old_logps, entropy, squares = self._statistics(self.model, batch, wanted)
+                batch.old_logps, entropy, squares = self._statistics(policy, batch, wanted)
             if self.reference is not None:
                 batch.ref_logps = self._statistics(self.reference, batch)[0]
             teacher = None if self.teacher is None else self._statistics(self.teacher, batch)[0]
@@ -117,12 +122,15 @@ class BatchScoring:
         """The batch's token log-probs under ``model``, and the ``wanted`` ones of its entropies and sums of squared
         probabilities (None when not wanted: at a real vocabulary each is a pass over every position's logits).
 
-        With several ranks each computes its share of the rows, then all hold all. Under FSDP the reference is
-        sharded, so a rank without rows still runs its forward once, on a row it discards.
+        With several ranks each computes its share of the rows, then all hold all. Under FSDP the reference (and in
+        the host-copy layout the policy) is sharded: every rank runs one forward of whole rows (prompts shared, a
+        rank could run two), a rank without rows on a row it discards.
         """
-        entropy, squares = "entropy" in wanted, "sum_pi_squared" in wanted
-        options = {"entropy": entropy, "squares": squares, "share_prompts": bool(self.options.share_prompts)}
         group = self.distributed
+        sharded = group is not None and group.sharded and is_sharded(model)
+        entropy, squares = "entropy" in wanted, "sum_pi_squared" in wanted
+        shared = bool(self.options.share_prompts) and not sharded
+        options = {"entropy": entropy, "squares": squares, "share_prompts": shared}
         if group is None:
             scores = score_tokens(model, batch.ids, batch.attention, batch.start, **options)
             return scores.log_probs, scores.entropy, scores.sum_pi_squared
@@ -132,7 +140,7 @@ class BatchScoring:
             scores = score_tokens(model, ids, attention, batch.start, **options)
             parts = (scores.log_probs, scores.entropy, scores.sum_pi_squared)
         else:
-            if group.sharded and model is self.reference:  # its forward gathers the layers: every rank runs one
+            if sharded:  # its forward gathers the layers: every rank runs one
                 score_tokens(model, batch.ids[:1], batch.attention[:1], batch.start)
             empty = batch.mask[:0].float()
             parts = (empty, empty if entropy else None, empty if squares else None)

@@ -1,0 +1,50 @@
+"""One rank of tests/transformers/test_distributed.py's check of FSDP with rollouts from servers, started by torchrun.
+
+Builds the transformers backend from the command line's overrides (FSDP, a server URL that is never called), then
+prints one JSON line per rank: the whole model's elements, the elements this rank holds of its unsharded model and
+of the sharded copy, the devices of the unsharded model's tensors, and after a change to the shards gathered as an
+update's end gathers them, how far rank 0's host copy is from the shards' whole weights.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from rank_lines import say_in_rank_order
+
+from rllm.config import AlgorithmConfig, load_config
+from rllm_transformers.backend import TransformersBackend
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def main() -> None:
+    config = load_config(overrides=sys.argv[1:])
+    backend = TransformersBackend(config, algorithm=AlgorithmConfig.from_config(config))
+    group = backend.distributed
+    assert group is not None
+    with torch.no_grad():  # an update's change, the same on every rank's shard of each parameter
+        for index, parameter in enumerate(backend.trained.parameters()):
+            _local(parameter).add_(0.01 * (index + 1))
+    group.gather_into(backend.trained, backend.model)
+    whole = {name: value.full_tensor() for name, value in backend.trained.state_dict().items()}
+    kept = backend.model.state_dict()
+    gap = max(float((kept[name] - value).abs().max()) for name, value in whole.items()) if group.rank == 0 else None
+    record = {
+        "rank": group.rank,
+        "host_copy": backend.host_copy,
+        "whole": sum(p.numel() for p in backend.model.parameters()),
+        "model_held": sum(p.numel() for p in backend.model.parameters() if not p.is_meta),
+        "model_devices": sorted({p.device.type for p in backend.model.parameters()}),
+        "trained_held": sum(_local(p).numel() for p in backend.trained.parameters()),
+        "gathered_gap": gap,
+    }
+    say_in_rank_order(group, "host-copy", record)
+    backend.shutdown()
+
+
+if __name__ == "__main__":
+    main()
