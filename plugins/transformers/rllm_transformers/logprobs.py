@@ -115,9 +115,9 @@ def _shares_prefixes(model: Any, rows: int, width: int, start: int) -> bool:
     forward) or active dropout (each row's prefix would share one mask); nor where even one
     prefix for all the rows would not halve the positions run.
     """
-    if start < 1 or hasattr(model, "module") or getattr(model, "is_gradient_checkpointing", False):
+    if start < 1 or _more_than_half(1, rows, width, start):  # the data's test first: the model's are slower
         return False
-    if _more_than_half(1, rows, width, start):
+    if hasattr(model, "module") or getattr(model, "is_gradient_checkpointing", False):
         return False
     if not model.training:
         return True
