@@ -50,7 +50,9 @@ def difficulty_metrics(
         f"{prefix}/fractions/too_easy": np.count_nonzero(too_easy) / total,
         f"{prefix}/fractions/too_hard": np.count_nonzero(too_hard) / total,
     }
-    for p in PERCENTILES:
-        metrics[f"{prefix}/group_reward_mean/p{p}"] = float(np.percentile(means, p))
-        metrics[f"{prefix}/group_reward_std/p{p}"] = float(np.percentile(stds, p))
+    # one call per array for all percentiles (each call sorts its array once; six calls were 0.1 ms a step)
+    mean_at, std_at = np.percentile(means, PERCENTILES).tolist(), np.percentile(stds, PERCENTILES).tolist()
+    for p, mean, std in zip(PERCENTILES, mean_at, std_at, strict=True):
+        metrics[f"{prefix}/group_reward_mean/p{p}"] = mean
+        metrics[f"{prefix}/group_reward_std/p{p}"] = std
     return metrics

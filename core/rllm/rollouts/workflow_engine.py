@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from rllm.contract.names import EXECUTOR_METHODS, FAILURE_POLICIES
 from rllm.engine import RolloutEngine, engine_problem
 from rllm.errors import ConfigError, DataError, PluginContractError, WorkflowError
+from rllm.rollouts.deadlines import Deadlines
 from rllm.rollouts.episode_log import EpisodeLogger
 from rllm.rollouts.executors import Executor, LocalExecutor, WorkflowCall, episode_seed
 from rllm.rollouts.parallel import merge_counts, share_of
@@ -52,17 +53,23 @@ class EngineStats:
         }
 
 
-async def _within(awaitable: Awaitable[Any], seconds: float | None) -> Any:
+async def _within(awaitable: Awaitable[Any], seconds: float | None, deadlines: Deadlines | None) -> Any:
     """``await awaitable``, cancelled with :class:`TimeoutError` after ``seconds`` (None: unbounded).
 
-    On Python 3.11+ the deadline is ``asyncio.timeout`` on the caller's task, which is what
-    ``asyncio.wait_for`` itself became in 3.12: 3.11's ``wait_for`` wraps the awaitable in a task of
-    its own, an extra task and its callbacks per episode.
+    On Python 3.11+ the deadline is one of the batch's ``deadlines`` (:mod:`rllm.rollouts.deadlines`:
+    ``asyncio.timeout``'s behaviour on the caller's task, one timer for the batch); before 3.11,
+    ``wait_for``, which wraps the awaitable in a task of its own.
     """
-    if seconds is None or sys.version_info < (3, 11):
+    if seconds is None or deadlines is None:
         return await asyncio.wait_for(awaitable, seconds)
-    async with asyncio.timeout(seconds):
-        return await awaitable
+    deadline = deadlines.enter()
+    try:
+        result = await awaitable
+    except BaseException as error:
+        deadlines.leave(deadline, error)
+        raise
+    deadlines.leave(deadline, None)
+    return result
 
 
 def _step_without_ids(episode: Episode) -> str | None:
@@ -240,8 +247,9 @@ class WorkflowEngine:
         stats = EngineStats() if share is not None else self.stats
         failed_groups: set[str] = set()
         limit = asyncio.Semaphore(self.n_parallel_tasks)
+        deadlines = Deadlines(self.timeout) if self.timeout is not None and sys.version_info >= (3, 11) else None
         jobs = [
-            asyncio.ensure_future(self._run_with_policy(call, task_id, limit, stats, failed_groups))
+            asyncio.ensure_future(self._run_with_policy(call, task_id, limit, stats, failed_groups, deadlines))
             for call, task_id in zip(calls, task_ids, strict=True)
         ]
         try:
@@ -251,6 +259,9 @@ class WorkflowEngine:
                 job.cancel()
             await asyncio.gather(*jobs, return_exceptions=True)
             raise
+        finally:
+            if deadlines is not None:
+                deadlines.close()
         if share is not None:
             episodes, task_ids, failed_groups = self._gathered(share, episodes, task_ids, failed_groups, stats)
             stats = self.stats
@@ -294,6 +305,7 @@ class WorkflowEngine:
         limit: asyncio.Semaphore,
         stats: EngineStats,
         failed_groups: set[str],
+        deadlines: Deadlines | None = None,
     ) -> Episode:
         """One rollout, with the retries its policy allows; a rollout still failing marks its group.
 
@@ -305,7 +317,7 @@ class WorkflowEngine:
             for attempt in range(attempts):
                 stats.attempts += 1
                 stats.retries += attempt > 0
-                episode = await self._attempt(call)
+                episode = await self._attempt(call, deadlines)
                 episode.info["attempts"] = attempt + 1
                 if episode.termination_reason is not TerminationReason.ERROR:
                     if episode.termination_reason is TerminationReason.TIMEOUT:
@@ -333,10 +345,10 @@ class WorkflowEngine:
         failure.details = error.get("traceback", "")
         return failure
 
-    async def _attempt(self, call: WorkflowCall) -> Episode:
+    async def _attempt(self, call: WorkflowCall, deadlines: Deadlines | None = None) -> Episode:
         started = time.perf_counter()
         try:
-            result = await _within(self.executor.run(call), self.timeout)
+            result = await _within(self.executor.run(call), self.timeout, deadlines)
         except asyncio.TimeoutError:
             episode = Episode(termination_reason=TerminationReason.TIMEOUT)
             episode.info["error"] = {"message": f"no result within {self.timeout} s", "type": "TimeoutError"}

@@ -11,6 +11,7 @@ give JSON-safe dicts (no pickle) with rLLM's keys, and read the dicts rLLM write
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from copy import deepcopy
@@ -230,8 +231,12 @@ class Trajectory:
         )
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def split_rollout_id(episode_id: str) -> tuple[str, int]:
-    """Split ``"{task_id}:{rollout_idx}"`` at its last ':' so task ids may contain ':'."""
+    """Split ``"{task_id}:{rollout_idx}"`` at its last ':' so task ids may contain ':'.
+
+    Remembered for the last ids split (a step's grouping and packing ask each episode's task id several times).
+    """
     task_id, sep, index = episode_id.rpartition(":")
     if not sep or not index.lstrip("-").isdigit():
         raise DataError(

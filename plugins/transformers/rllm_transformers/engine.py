@@ -23,7 +23,6 @@ prompt over ``max_prompt_length`` ends the episode (``MAX_PROMPT_LENGTH_EXCEEDED
 from __future__ import annotations
 
 import asyncio
-import inspect
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,7 +49,7 @@ from rllm_transformers.draws import Sampling as Sampling  # the draws' names kee
 from rllm_transformers.draws import draw_rows as draw_rows
 from rllm_transformers.draws import row_uniforms as row_uniforms
 from rllm_transformers.draws import sampling_log_probs as sampling_log_probs
-from rllm_transformers.logprobs import score_tokens
+from rllm_transformers.logprobs import score_tokens, takes_logits_to_keep
 from rllm_transformers.model import set_training
 
 CHAT_OPTIONS = (
@@ -77,7 +76,7 @@ class SampleRequest:
 def keeps_last_logits(model: Any) -> bool:
     """Whether ``model``'s forward takes ``logits_to_keep`` (transformers' causal LMs; a PEFT wrapper passes it on)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "logits_to_keep" in inspect.signature(base.forward).parameters
+    return takes_logits_to_keep(base.forward)
 
 
 class TransformersEngine(RolloutEngine):

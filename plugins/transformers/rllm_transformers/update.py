@@ -172,7 +172,9 @@ class UpdateSteps:
         scaler = self.grad_scaler
         if scaler is not None:  # the gradient as the loss's own, before clipping (overflows are recorded)
             scaler.unscale_(self.optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(self.trained.parameters(), float(self.options.max_grad_norm))
+        limit = float(self.options.max_grad_norm)
+        foreach = True if self.distributed is None else None  # one process: multi-tensor, as its AdamW (backend.py)
+        norm = torch.nn.utils.clip_grad_norm_(self.trained.parameters(), limit, foreach=foreach)
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP: a DTensor
         finite = bool(torch.isfinite(norm))
         if not finite and scaler is None:
