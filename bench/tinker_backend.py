@@ -2,7 +2,7 @@
 
 ``python bench/tinker_backend.py`` (needs ``pip install 'rllm[tinker]'``; ``--steps N``). The
 same run twice, for each model: the built-in digit task on the tiny digit model (width 64,
-2 layers) and on wider ones (``--wider``: width x layers, 128x4 and 512x8 by default; none given
+2 layers) and on wider ones (``--wider``: width x layers, 128x4, 512x8 and 1024x12 by default; none given
 leaves them out), where the model's compute is no longer negligible beside the calls; seed 0, 20 tasks x 8 rollouts
 per step, lr 3e-3, no validation, once with ``rllm.backend=transformers`` (sampling and the update
 in the trainer's process) and once with ``rllm.backend=tinker`` against a ``rllm serve --tinker``
@@ -146,9 +146,9 @@ def main() -> int:
         "--wider",
         type=_size,
         nargs="*",
-        default=[(128, 4), (512, 8)],
+        default=[(128, 4), (512, 8), (1024, 12)],
         metavar="WIDTHxLAYERS",
-        help="wider models to run after the tiny one (default: 128x4 512x8; none: the tiny one only)",
+        help="wider models to run after the tiny one (default: 128x4 512x8 1024x12; none: the tiny one only)",
     )
     args = parser.parse_args()
     models = [("tiny (width 64, 2 layers)", _model(64, 2))]
