@@ -200,7 +200,6 @@ def test_update_weights_from_disk_changes_outputs_and_version(server: str, polic
         (["rllm.transformers.modle=tiny"], "Did you mean 'rllm.transformers.model'?"),
         (["--checkpoint-dir", "x"], "rllm serve: error: --checkpoint-dir applies to --tinker only"),
         (["--tinker-snapshots", "4"], "rllm serve: error: --tinker-snapshots applies to --tinker only"),
-        (["--tinker-reproducible"], "rllm serve: error: --tinker-reproducible applies to --tinker only"),
         (["--tinker", "--tinker-snapshots", "0"], "rllm serve: error: --tinker-snapshots 0: keep at least 1"),
         (["--tinker", "--port", "0"], "rllm serve: error: --port 0 is not a TCP port; give 1-65535."),
     ],
@@ -338,3 +337,62 @@ def test_every_server_runs_on_the_threads_the_config_names(
     finally:
         torch.set_num_threads(before)
     assert seen == [1]
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "reproducible"])
+def test_reproducible_samples_each_request_alone_with_the_numbers_it_gets_alone(policy: Any, batched: bool) -> None:
+    """``rllm serve --reproducible``: concurrent seeded requests make one generate call each, so their log-probs are
+    exactly (not only to rounding) those each gets when sent alone; batched (the default) they share one call."""
+    from rllm.engine.openai_api import Params
+    from rllm_transformers.serve import Server
+
+    def params(prompt: list[int], seed: int, n: int) -> Params:
+        return Params(prompt, 6, 1.0, 1.0, 0, False, n, seed)
+
+    asked = [params([1, 2, 11], 5, 2), params([7, 3, 4, 9, 11], 6, 1), params([5, 11], 7, 3)]
+    server = Server(policy, "tiny", 0, batched=batched)
+
+    async def together() -> list[Any]:
+        return await asyncio.gather(*(server.generate(p) for p in asked))
+
+    answers = asyncio.run(together())
+    assert server.generate_calls == (1 if batched else len(asked))
+    alone = [asyncio.run(server.generate(p)) for p in asked]
+    for both, single in zip(answers, alone, strict=True):
+        assert [g.response_ids for g in both] == [g.response_ids for g in single]
+        if not batched:
+            assert [g.logprobs for g in both] == [g.logprobs for g in single]
+
+
+@pytest.mark.parametrize("tinker", [False, True], ids=["openai", "tinker"])
+def test_the_command_lines_reproducible_reaches_both_servers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tinker: bool
+) -> None:
+    """``rllm serve [--tinker] --reproducible``: the server that starts samples each request alone (uvicorn's loop
+    stood in for, the sampler's switch read where it would start)."""
+    import socket
+
+    import uvicorn
+
+    from rllm.cli.main import main
+    from rllm_transformers import serve as openai_server
+    from rllm_transformers.tinker_server import app as tinker_app
+
+    switches: list[bool] = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets: None)
+    if tinker:
+        service = tinker_app.TinkerService
+        monkeypatch.setattr(
+            tinker_app, "TinkerService", lambda *a, **k: switches.append(k["batched"]) or service(*a, **k)
+        )
+    else:
+        server = openai_server.Server
+        monkeypatch.setattr(openai_server, "Server", lambda *a, **k: switches.append(k["batched"]) or server(*a, **k))
+    for reproducible in (False, True):
+        with socket.socket() as free:
+            free.bind(("127.0.0.1", 0))
+            port = free.getsockname()[1]
+        words = ["serve", *TINY_TEXT, "--port", str(port)]
+        words += ["--tinker", "--checkpoint-dir", str(tmp_path)] if tinker else []
+        assert main(words + (["--reproducible"] if reproducible else [])) == 0
+    assert switches == [True, False]

@@ -61,7 +61,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def reproducible_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server that samples each request alone: a seeded run's numbers do not depend on which requests the server
     happened to batch together (batched, log-probs round differently, and AdamW turns rounding into real steps)."""
-    yield from _serve(tmp_path_factory, "--tinker-reproducible")
+    yield from _serve(tmp_path_factory, "--reproducible")
 
 
 def _words(root: str, run_dir: Path, *extra: str) -> list[str]:

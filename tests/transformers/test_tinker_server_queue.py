@@ -102,7 +102,7 @@ def test_concurrent_samples_are_one_batch_with_the_numbers_each_gets_alone(
 def test_unbatched_each_request_is_sampled_alone_and_its_numbers_repeat_bit_for_bit(
     trainer: TinkerTrainer, tmp_path: Path
 ) -> None:
-    """``--tinker-reproducible``: requests queued together are still sampled one call each, so their log-probs are
+    """``--reproducible``: requests queued together are still sampled one call each, so their log-probs are
     exactly (not only to rounding) those of the same request sent alone."""
     service, rows = _service(trainer, tmp_path, batched=False)
     together = asyncio.run(_answers(service, BODIES))

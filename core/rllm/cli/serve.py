@@ -53,9 +53,9 @@ def add_parser(sub: Any) -> None:
         help="with --tinker: unnamed sampler snapshots kept (default 3); an asynchronous client of lead L needs L+1",
     )
     parser.add_argument(
-        "--tinker-reproducible",
+        "--reproducible",
         action="store_true",
-        help="with --tinker: sample each request alone (slower), so a seeded run repeats bit for bit; batched, "
+        help="sample each request alone (slower), so a seeded run repeats bit for bit; batched (the default), "
         "log-probs round differently with what arrives together",
     )
     parser.set_defaults(run=run)
@@ -79,7 +79,6 @@ def run(args: argparse.Namespace) -> int:
     tinker_only = {
         "--checkpoint-dir": bool(args.checkpoint_dir),
         "--tinker-snapshots": args.tinker_snapshots is not None,
-        "--tinker-reproducible": args.tinker_reproducible,
     }
     for flag, given in tinker_only.items():
         if given and not args.tinker:
@@ -97,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
                 args.served_model_name,
                 args.checkpoint_dir,
                 args.tinker_snapshots,
-                args.tinker_reproducible,
+                args.reproducible,
             )
         )
-    return int(backend.serve(config, args.host, args.port, args.served_model_name))  # type: ignore[attr-defined]
+    return int(backend.serve(config, args.host, args.port, args.served_model_name, args.reproducible))  # type: ignore[attr-defined]

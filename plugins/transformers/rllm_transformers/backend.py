@@ -81,16 +81,18 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
     """Stage 5 puts every per-token field on the steps (``step.info``; the sampler's are ``step.logprobs``)."""
 
     @classmethod
-    def serve(cls, config: DictConfig, host: str, port: int, model_name: str | None = None) -> int:
-        """``rllm serve``: the model the ``rllm.transformers`` keys name, over an OpenAI-compatible API."""
+    def serve(cls, config: DictConfig, *settings: Any) -> int:
+        """``rllm serve``: the model the ``rllm.transformers`` keys name, over an OpenAI-compatible API; ``settings``
+        are :func:`rllm_transformers.serve.serve`'s (host, port, name, reproducible)."""
         from rllm_transformers.serve import serve
 
-        return serve(config, host, port, model_name)
+        return serve(config, *settings)
 
     @classmethod
     def serve_tinker(cls, config: DictConfig, *settings: Any) -> int:
         """``rllm serve --tinker``: the same model behind the Tinker API, trained with full weights; ``settings`` are
-        :func:`rllm_transformers.tinker_server.app.serve_tinker`'s (host, port, name, checkpoint dir, snapshots)."""
+        :func:`rllm_transformers.tinker_server.app.serve_tinker`'s (host, port, name, checkpoint dir, snapshots,
+        reproducible)."""
         from rllm_transformers.tinker_server.app import serve_tinker
 
         return serve_tinker(config, *settings)

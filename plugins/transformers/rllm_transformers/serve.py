@@ -44,10 +44,13 @@ WINDOW_SECONDS = 0.01
 
 
 class Server:
-    """The model, its weight version and the pending requests of the next batch."""
+    """The model, its weight version and the pending requests of the next batch (``batched``: requests that arrive
+    together are sampled together; else each request's samples alone, so its log-probs do not depend, even in
+    rounding, on what arrived with it)."""
 
-    def __init__(self, policy: Policy, model_name: str, seed: int) -> None:
+    def __init__(self, policy: Policy, model_name: str, seed: int, batched: bool = True) -> None:
         self.policy = policy
+        self.batched = batched
         self.model_name = model_name
         self.weight_version = 0
         self.start_id = uuid.uuid4().hex
@@ -56,7 +59,8 @@ class Server:
         self.generator = torch.Generator().manual_seed(seed)
         self.generate_calls = 0
         self.requests = 0
-        self._pending: list[tuple[SampleRequest, Params]] = []
+        self._pending: list[tuple[SampleRequest, Params, int]] = []
+        """Each sample waiting for the next batch, with its request and that request's number."""
         self._flush: asyncio.Task[None] | None = None
         self._model_lock = asyncio.Lock()
         limit = self.context_limit
@@ -106,7 +110,9 @@ class Server:
         futures = []
         for _ in range(params.n):
             future: asyncio.Future[Generation] = loop.create_future()
-            self._pending.append((SampleRequest(params.prompt_ids, params.max_tokens, future, generator), params))
+            self._pending.append(
+                (SampleRequest(params.prompt_ids, params.max_tokens, future, generator), params, self.requests)
+            )
             futures.append(future)
         self.requests += 1
         if self._flush is None or self._flush.done():
@@ -117,11 +123,12 @@ class Server:
         await asyncio.sleep(WINDOW_SECONDS)
         while self._pending:
             pending, self._pending = self._pending, []
-            groups: dict[tuple[Sampling, bool], list[SampleRequest]] = defaultdict(list)
-            for request, params in pending:
-                groups[(Sampling(params.temperature, params.top_p, params.top_k), params.greedy)].append(request)
+            groups: dict[tuple[Sampling, bool, int], list[SampleRequest]] = defaultdict(list)
+            for request, params, number in pending:
+                alone = -1 if self.batched else number
+                groups[(Sampling(params.temperature, params.top_p, params.top_k), params.greedy, alone)].append(request)
             async with self._model_lock:
-                for (sampling, greedy), requests in groups.items():
+                for (sampling, greedy, _), requests in groups.items():
                     # the engine's greedy path (is_validation): argmax, log-probs of the untempered distribution
                     self.engine.sampling, self.engine.is_validation = sampling, greedy
                     self.generate_calls += 1
@@ -348,8 +355,9 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(config: DictConfig, host: str, port: int, model_name: str | None = None) -> int:
-    """Load the model ``rllm.transformers`` names and answer HTTP requests until interrupted."""
+def serve(config: DictConfig, host: str, port: int, model_name: str | None = None, reproducible: bool = False) -> int:
+    """Load the model ``rllm.transformers`` names and answer HTTP requests until interrupted; ``reproducible``
+    samples each request alone."""
     import uvicorn
 
     lora_settings(config)  # the lora keys checked as training checks them; servers hold merged weights
@@ -358,7 +366,7 @@ def serve(config: DictConfig, host: str, port: int, model_name: str | None = Non
     policy = load_policy(options)
     use_threads(options, policy.model, policy.device)
     name = model_name or str(options.model)
-    server = Server(policy, name, int(options.seed))
+    server = Server(policy, name, int(options.seed), batched=not reproducible)
     print(f"rllm serve: {name} on http://{host}:{port}/v1 (context {server.context_limit} tokens)", flush=True)
     uvicorn.Server(uvicorn.Config(build_app(server), log_level="warning")).run(sockets=[sock])
     return 0

@@ -3,7 +3,7 @@
 A finished request's answer waits under its request id for ``retrieve_future`` (the SDK's
 futures). Sample requests queued next to each other are taken together and sampled in batches
 (:mod:`.sampling`); a sample request that finds the server idle waits a few milliseconds for
-the concurrent ones a client sends with it. Unbatched (``rllm serve --tinker --tinker-reproducible``),
+the concurrent ones a client sends with it. Unbatched (``rllm serve --tinker --reproducible``),
 each sample request runs alone: its log-probs then do not depend, even in rounding, on what arrived
 with it, so a seeded run repeats bit for bit.
 """
