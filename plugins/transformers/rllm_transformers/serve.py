@@ -367,6 +367,8 @@ def serve(config: DictConfig, host: str, port: int, model_name: str | None = Non
     use_threads(options, policy.model, policy.device)
     name = model_name or str(options.model)
     server = Server(policy, name, int(options.seed), batched=not reproducible)
-    print(f"rllm serve: {name} on http://{host}:{port}/v1 (context {server.context_limit} tokens)", flush=True)
+    sampling = "each request sampled alone (reproducible)" if reproducible else "concurrent requests batched"
+    context = server.context_limit
+    print(f"rllm serve: {name} on http://{host}:{port}/v1 (context {context} tokens); {sampling}", flush=True)
     uvicorn.Server(uvicorn.Config(build_app(server), log_level="warning")).run(sockets=[sock])
     return 0
