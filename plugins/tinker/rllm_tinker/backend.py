@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import time
+import urllib.error
+import urllib.request
 import warnings
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -90,6 +92,20 @@ def remote(url: str, what: str, error: type[Exception] = TrainerError) -> Iterat
     except tinker.TinkerError as exc:
         text = " ".join(str(exc).split())
         raise error(f"Tinker server {url}: {what} failed: {text}") from None
+
+
+def check_reachable(url: str, seconds: float = 10.0) -> None:
+    """Any HTTP answer will do; none is one line now, where the SDK would retry a refused connection for up to two
+    hours without a word."""
+    try:
+        urllib.request.urlopen(f"{url.rstrip('/')}/api/v1/healthz", timeout=seconds).close()
+    except urllib.error.HTTPError:  # it answered
+        return
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConfigError(
+            f"Tinker server {url}: not reachable ({reason}); start it, or fix rllm.tinker.base_url or TINKER_BASE_URL."
+        ) from None
 
 
 def api_key(config: DictConfig) -> str | None:
@@ -171,7 +187,9 @@ class TinkerBackend(BackendProtocol):
         base_url = self.options.base_url or os.environ.get("TINKER_BASE_URL")
         self.base_url = str(base_url)
         with remote(self.base_url, "create_lora_training_client (rllm.tinker.*, TINKER_API_KEY)", ConfigError):
-            self.service = self.tinker.ServiceClient(base_url=base_url, api_key=api_key(config))
+            self.service = self.tinker.ServiceClient(base_url=base_url, api_key=api_key(config))  # checks the key
+            if base_url:
+                check_reachable(self.base_url)
             self.training = self.service.create_lora_training_client(
                 base_model=str(self.options.base_model),
                 rank=int(self.options.rank),
