@@ -352,7 +352,9 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
                 pieces = self._micro_batches(mini, lengths)
                 for index, rows in enumerate(pieces):
                     sync = group is None or index == len(pieces) - 1
-                    with nullcontext() if group is None else group.no_sync(self.trained, sync):
+                    # the forward runs collectives too (DDP's buffer broadcast, FSDP's gathers): a lost rank is one line
+                    collectives = nullcontext() if group is None else group.collective("running the update")
+                    with nullcontext() if group is None else group.no_sync(self.trained, sync), collectives:
                         if not len(rows):  # a rank without rows here still joins the gradient all-reduce
                             self._idle_backward(batch, mini[:1])
                             continue
