@@ -175,15 +175,15 @@ FSDP_LAYOUTS = ("before", "now", "mixed", "served")
 def fsdp_rank_bytes(world: int) -> dict[str, int]:
     """What FSDP puts on rank 0 of ``world`` (the largest share: FSDP pads the last rows): the model of
     :data:`SHAPE` on the meta device, prepared in ``bf16-mixed`` and sharded by
-    :func:`rllm_transformers.distributed.shard_by_layer` with :func:`rllm_transformers.distributed.mixed_policy` (the
+    :func:`rllm_transformers.sharding.shard_by_layer` with :func:`rllm_transformers.sharding.mixed_policy` (the
     trainer's cut and policy) over a fake process group of ``world`` ranks; the bytes are the shards' and units' real
     sizes, a unit's gathered in float32 (no policy) and in the policy's dtype."""
     import torch.distributed as dist
     from omegaconf import OmegaConf
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from rllm_transformers.distributed import mixed_policy, shard_by_layer
     from rllm_transformers.precision import precision_of
+    from rllm_transformers.sharding import mixed_policy, shard_by_layer
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     try:

@@ -1,7 +1,8 @@
 """One rank of tests/transformers/test_distributed.py's check of FSDP with rollouts from servers, started by torchrun.
 
 Builds the transformers backend from the command line's overrides (FSDP, a server URL that is never called), then
-prints one JSON line per rank: the whole model's elements, the elements this rank holds of its unsharded model and
+prints one JSON line per rank: the devices the policy was loaded on, how far the sharded copy's first weights are
+from rank 0's (and its buffers), the whole model's elements, the elements this rank holds of its unsharded model and
 of the sharded copy, the devices of the unsharded model's tensors, and after a change to the shards gathered as an
 update's end gathers them, how far rank 0's host copy is from the shards' whole weights.
 """
@@ -9,12 +10,15 @@ update's end gathers them, how far rank 0's host copy is from the shards' whole 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import torch
 from rank_lines import say_in_rank_order
 
 from rllm.config import AlgorithmConfig, load_config
+from rllm_transformers import backend as backend_module
 from rllm_transformers.backend import TransformersBackend
+from rllm_transformers.model import Policy, load_policy
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
@@ -23,9 +27,21 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 def main() -> None:
     config = load_config(overrides=sys.argv[1:])
+    built: list[str] = []
+
+    def load_and_note(*args: Any, **kwargs: Any) -> Policy:
+        policy = load_policy(*args, **kwargs)
+        built.extend(sorted({p.device.type for p in policy.model.parameters()}))
+        return policy
+
+    backend_module.load_policy = load_and_note
     backend = TransformersBackend(config, algorithm=AlgorithmConfig.from_config(config))
     group = backend.distributed
     assert group is not None
+    first = {name: value.full_tensor() for name, value in backend.trained.state_dict().items()}
+    start = backend.model.state_dict()
+    gaps = [float((start[name] - value).abs().max()) for name, value in first.items()] if group.rank == 0 else None
+    initial = max(gaps) if gaps else None
     with torch.no_grad():  # an update's change, the same on every rank's shard of each parameter
         for index, parameter in enumerate(backend.trained.parameters()):
             _local(parameter).add_(0.01 * (index + 1))
@@ -41,6 +57,10 @@ def main() -> None:
         "model_devices": sorted({p.device.type for p in backend.model.parameters()}),
         "trained_held": sum(_local(p).numel() for p in backend.trained.parameters()),
         "gathered_gap": gap,
+        "built_on": built,
+        "initial_gap": initial,
+        "model_buffers": {name: b.tolist() for name, b in backend.model.named_buffers() if not b.is_meta},
+        "trained_buffers": {name: b.tolist() for name, b in backend.trained.named_buffers()},
     }
     say_in_rank_order(group, "host-copy", record)
     backend.shutdown()

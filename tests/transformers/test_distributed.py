@@ -409,8 +409,8 @@ def test_the_fsdp_policy_gathers_in_the_compute_dtype_and_reduces_in_float32() -
     import torch
     from omegaconf import OmegaConf
 
-    from rllm_transformers.distributed import mixed_policy
     from rllm_transformers.precision import precision_of
+    from rllm_transformers.sharding import mixed_policy
 
     expected = {"fp32": None, "bf16-pure": None, "bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}
     for name, compute in expected.items():
@@ -484,8 +484,9 @@ def test_under_fsdp_bf16_mixed_two_ranks_give_one_process_metrics_within_bfloat1
 
 def test_under_fsdp_with_servers_no_rank_keeps_the_whole_model_on_its_device(tmp_path: Path) -> None:
     """Rollouts from servers: rank 0 keeps the whole weights in host memory only (gathered into after an update, equal
-    to the shards' whole weights), rank 1 keeps none (its unsharded model is on the meta device), and each rank's
-    sharded copy holds half the parameters."""
+    to the shards' whole weights), rank 1 keeps none (its unsharded model is on the meta device, built there: it
+    never reads or allocates the weights), each rank's sharded copy holds half the parameters and starts from rank
+    0's weights and buffers (the rotary frequencies are not in the state dict)."""
     script = Path(__file__).with_name("fsdp_host_copy.py")
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1"]
     overrides = (
@@ -505,6 +506,12 @@ def test_under_fsdp_with_servers_no_rank_keeps_the_whole_model_on_its_device(tmp
     for record in records:
         assert record["trained_held"] <= whole // 2 + 1024, record  # half, plus FSDP's padding of uneven rows
     assert zero["gathered_gap"] == 0.0, zero
+    # from the start: rank 1 never loads the weights, and every rank's shards (and buffers) are rank 0's
+    assert zero["built_on"] == ["cpu"] and one["built_on"] == ["meta"], records
+    assert zero["initial_gap"] == 0.0, zero
+    assert zero["model_buffers"] and one["model_buffers"] == {}, records
+    for record in records:
+        assert record["trained_buffers"] == zero["model_buffers"], record
 
 
 @pytest.mark.slow

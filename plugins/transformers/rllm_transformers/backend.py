@@ -105,7 +105,14 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         """``rllm.transformers.lora.*``: None, or the adapters that train while the base model stays frozen."""
         self.distributed: Distributed | None = start_distributed(config)
         """Under torchrun with several ranks, this rank's process group (docs/scaling.md); else None."""
-        self.policy = load_policy(options)
+        served = bool(list(config.rllm.rollout.openai.base_url))
+        self.host_copy = bool(self.distributed and self.distributed.sharded and served and self.lora is None)
+        """FSDP with rollouts from servers: no rank keeps the whole model on its device. ``self.model`` is rank 0's
+        copy in host memory (what pushes and checkpoints write, gathered into after each update) and a shape
+        without storage (the meta device) on the other ranks, from the start: the sharded copies are filled from
+        rank 0's; stage 5 scores with the sharded copy."""
+        place = None if not self.host_copy or self.distributed is None else "meta" if self.distributed.rank else "cpu"
+        self.policy = load_policy(options, place)
         self.adapted = None if self.lora is None else add_adapters(self.policy.model, self.lora)
         """With LoRA, the peft model around ``self.model`` (which holds its adapters): it saves and loads the adapter
         and turns the adapters off for the reference policy."""
@@ -163,16 +170,9 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
             self.reference = self._frozen_reference()
         self.engine: TransformersEngine | OpenAIEngine | None = None
         asynchronous = bool(config.rllm.async_training.enable)
-        served = bool(list(config.rllm.rollout.openai.base_url))
         self.rollout_model: torch.nn.Module = (  # asynchronously rollouts sample a copy (or the servers' weights)
             copy.deepcopy(self.model).eval().requires_grad_(False) if asynchronous and not served else self.model
         )
-        self.host_copy = bool(self.distributed and self.distributed.sharded and served and self.lora is None)
-        """FSDP with rollouts from servers: no rank keeps the whole model on its device. ``self.model`` is rank 0's
-        copy in host memory (what pushes and checkpoints write, gathered into after each update) and a shape
-        without storage (the meta device) on the other ranks; stage 5 scores with the sharded copy."""
-        if self.host_copy and self.distributed is not None:
-            self.model.to("cpu" if self.distributed.rank == 0 else "meta")
         self._rollout_weights = ModelWeights(
             self.model,
             self.rollout_model,

@@ -12,7 +12,6 @@ still are named, in one line, instead of a hang or a traceback.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import math
@@ -32,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rllm.errors import ConfigError, RLLMWarning, TrainerError
 from rllm.trainer import ProcessGroup, share_of
-from rllm_transformers.precision import AUTOCAST
+from rllm_transformers.sharding import shard_from_rank0
 
 T = TypeVar("T")
 
@@ -107,51 +106,6 @@ def start(config: DictConfig) -> Distributed | None:
         group.close()  # the process exits next: its heartbeat must not be mid-call when the store goes
         raise
     return group
-
-
-def mixed_policy(model: torch.nn.Module) -> Any:
-    """FSDP2's precision for ``model`` prepared in a mixed precision (:meth:`Precision.prepare` left it float32 weights
-    and an autocast dtype): the units gather their weights in the compute dtype (half the bytes of float32, moved and
-    held), the gradients are reduced and kept in float32, the shards (master weights, AdamW state) stay float32.
-    None for float32 and pure runs (the weights gather in their own dtype). Autocast still runs the forward: it keeps
-    softmax, log-softmax and the norms' statistics in float32, as in one process."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
-    compute = getattr(model, AUTOCAST, None)
-    if compute is None:
-        return None
-    return MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32, cast_forward_inputs=False)
-
-
-def _float_residual(_module: torch.nn.Module, _args: Any, output: torch.Tensor) -> torch.Tensor:
-    """The embedding's rows, gathered in the compute dtype, widened to float32: the residual stream (and the rotary
-    tables built in its dtype) stay float32 as autocast keeps them in one process."""
-    return output.float() if output.is_floating_point() else output
-
-
-def shard_by_layer(model: torch.nn.Module, policy: Any = None) -> torch.nn.Module:
-    """``model`` itself under FSDP2's ``fully_shard``: one unit per decoder layer (the model's ``_no_split_modules``)
-    and one for the rest (embeddings, final norm, output layer), gathering in ``policy``'s dtype
-    (:func:`mixed_policy`; None: the weights' own). bench/memory.py measures the same cut."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    mixed = policy if policy is not None else MixedPrecisionPolicy()
-    if policy is not None and policy.param_dtype is not None:
-        embeddings = getattr(model, "get_input_embeddings", lambda: None)()
-        if isinstance(embeddings, torch.nn.Module):
-            embeddings.register_forward_hook(_float_residual)
-    blocks = set(getattr(model, "_no_split_modules", None) or ())
-    for module in model.modules():
-        if type(module).__name__ in blocks:
-            fully_shard(module, mp_policy=mixed)
-    return fully_shard(model, mp_policy=mixed)  # type: ignore[no-any-return]
-
-
-def is_sharded(model: Any) -> bool:
-    """Whether ``model`` is under FSDP2 (its forward gathers: every rank must run it as many times)."""
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -245,8 +199,9 @@ class Distributed:
         """A copy of ``model`` under FSDP2's ``fully_shard``, one unit per decoder layer plus the rest: each rank keeps
         1/N of the weights (and of their gradients and optimizer state) and gathers a layer's weights for its forward
         and backward, freeing them after, in the compute dtype under a mixed precision (:func:`mixed_policy`). Every
-        rank must run the copy's forward as many times (it gathers)."""
-        return self._collective("sharding the model", shard_by_layer, copy.deepcopy(model), mixed_policy(model))
+        rank must run the copy's forward as many times (it gathers). Built from ``model``'s shape and filled from rank
+        0's weights (:func:`shard_from_rank0`): the other ranks' ``model`` may be shapes without storage."""
+        return self._collective("sharding the model", shard_from_rank0, model, self.device, self.rank)
 
     def no_sync(self, model: torch.nn.Module, sync: bool) -> Any:
         """Accumulate a micro-batch's gradient locally unless ``sync`` (the mini-batch's last, which all-reduces)."""

@@ -5,13 +5,14 @@ directory / hub id loaded with transformers."""
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from rllm.errors import ConfigError, RLLMWarning
 from rllm.tasks import VOCAB
@@ -194,8 +195,12 @@ def resolve_device(requested: str) -> torch.device:
     return torch.device(requested)
 
 
-def load_policy(options: DictConfig) -> Policy:
-    """Build or load the model named by ``rllm.transformers.model`` on its device in its precision, seeded."""
+def load_policy(options: DictConfig, place: str | None = None) -> Policy:
+    """Build or load the model named by ``rllm.transformers.model`` on its device in its precision, seeded.
+
+    ``place`` puts the weights elsewhere than the device the policy computes on: ``"cpu"`` (host memory) or
+    ``"meta"`` (the shape only: nothing is read or allocated), for FSDP ranks that keep no whole copy on the device.
+    """
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # checkpoint writes would draw a bar over the trainer's own
@@ -203,25 +208,28 @@ def load_policy(options: DictConfig) -> Policy:
     precision = precision_of(options)
     torch.manual_seed(int(options.seed))
     name, kind = str(options.model), str(options.tokenizer)
+    shape_only = place == "meta"
     if name == TINY:
         tokenizer = char_tokenizer() if kind == TOKENIZERS[0] else text_tokenizer()
-        model = tiny_model(
-            options, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id
-        )
+        with torch.device("meta") if shape_only else nullcontext():
+            model = tiny_model(
+                options, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id
+            )
     elif kind != TOKENIZERS[0]:
         raise ConfigError(
             f"rllm.transformers.tokenizer={kind} applies to model=tiny only; {name!r} brings its own tokenizer, "
             f"so leave rllm.transformers.tokenizer at {TOKENIZERS[0]}."
         )
     else:
-        tokenizer, model = _pretrained(name)
-    precision.prepare(model, device)
+        tokenizer, model = _pretrained(name, shape_only)
+    precision.prepare(model, device, torch.device(place) if place else None)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return Policy(model, tokenizer, device, precision)
 
 
-def _pretrained(name: str) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
-    """A local directory, or a hub id (resolved from the local cache only when the hub is unreachable)."""
+def _pretrained(name: str, shape_only: bool = False) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+    """A local directory, or a hub id (resolved from the local cache only when the hub is unreachable); with
+    ``shape_only`` the model is built from its config on the meta device, its weights left unread."""
     looks_like_path = name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 2)[-1]
     path = Path(name).expanduser()
     if looks_like_path and not path.exists():
@@ -238,7 +246,12 @@ def _pretrained(name: str) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
         check_model_directory(name, path)
     try:
         tokenizer = load_tokenizer(str(path) if path.exists() else name)
-        model = AutoModelForCausalLM.from_pretrained(str(path) if path.exists() else name)
+        source = str(path) if path.exists() else name
+        if shape_only:
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source))
+        else:
+            model = AutoModelForCausalLM.from_pretrained(source)
     except OSError as exc:
         where = "in that directory" if path.exists() else "locally, and the model hub could not be reached"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -47,15 +47,17 @@ class Precision:
         weights = str(self.weights).removeprefix("torch.")
         return f"{self.name} (weights, gradients and AdamW state in {weights}, compute in {compute})"
 
-    def prepare(self, model: torch.nn.Module, device: torch.device) -> None:
-        """The model's weights in :attr:`weights` on ``device``, its forward under autocast, TF32 on CUDA.
+    def prepare(self, model: torch.nn.Module, device: torch.device, place: torch.device | None = None) -> None:
+        """The model's weights in :attr:`weights` on ``device`` (or on ``place``: host memory, or the meta device for
+        a shape), its forward under autocast, TF32 on CUDA.
 
         The forward is wrapped on the instance, bound to it (so ``copy.deepcopy`` of the model, as
         the reference and the rollout copy are made, wraps the copy), as accelerate does: every door
         (sampling, ``rllm serve``, the log-prob passes, the update) computes alike.
         """
-        if any(p.dtype != self.weights or p.device != device for p in model.parameters()):
-            model.to(device=device, dtype=self.weights)  # type: ignore[arg-type]
+        where = device if place is None else place
+        if any(p.dtype != self.weights or p.device != where for p in model.parameters()):
+            model.to(device=where, dtype=self.weights)  # type: ignore[arg-type]
         if device.type == "cuda":  # float32 matmuls on tensor cores (TF32); autocast's run in its own dtype
             torch.set_float32_matmul_precision("high")
             torch.backends.cudnn.allow_tf32 = True

@@ -17,11 +17,12 @@ from rllm.losses import KLInReward, LossSettings, rejection_mask
 from rllm.toolkit import TOKEN_FIELDS, get_estimator
 from rllm.trainer import TrainerState
 from rllm_transformers.batch import RowBatch
-from rllm_transformers.distributed import Distributed, is_sharded
+from rllm_transformers.distributed import Distributed
 from rllm_transformers.logprobs import score_tokens
 from rllm_transformers.lora import AdaptersOff, LoraSettings
 from rllm_transformers.model import set_training
 from rllm_transformers.rewards import subtract_from_rewards
+from rllm_transformers.sharding import is_sharded
 
 
 class BatchScoring:
