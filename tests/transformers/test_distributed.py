@@ -361,7 +361,8 @@ def test_when_rank_0_refuses_the_run_directory_rank_1_does_not_only_advise_runni
 def test_under_fsdp_no_rank_holds_a_whole_reference_or_a_gathered_optimizer(tmp_path: Path) -> None:
     """Each of 2 ranks holds half the reference's parameters (a sharded frozen copy, not a whole one) whose log-probs
     are the whole model's, also for a one-row batch (rank 1 has no row but joins the sharded forward); a checkpoint's
-    optimizer state is gathered into rank 0's host memory only."""
+    optimizer state is gathered into rank 0's host memory only, and read back by rank 0 alone, which sends each rank
+    its shard."""
     script = Path(__file__).with_name("fsdp_rank_memory.py")
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1"]
     overrides = (
@@ -376,6 +377,8 @@ def test_under_fsdp_no_rank_holds_a_whole_reference_or_a_gathered_optimizer(tmp_
         str(script),
         *overrides,
         "rllm.transformers.distributed.strategy=fsdp",
+        "--checkpoint",
+        str(tmp_path / "checkpoint"),
     ]
     done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -391,6 +394,11 @@ def test_under_fsdp_no_rank_holds_a_whole_reference_or_a_gathered_optimizer(tmp_
     assert sum(r["reference"] for r in records) >= whole
     assert records[0]["optimizer_kept"] and records[0]["optimizer_devices"] == ["cpu"], records[0]
     assert not records[1]["optimizer_kept"], records[1]
+    # resuming, rank 0 alone reads the optimizer's tensors (rank 1 its header) and each rank gets its shard back
+    assert records[0]["files_read"] == ["optimizer.safetensors", "rng.safetensors"], records[0]
+    assert records[1]["files_read"] == ["rng.safetensors"], records[1]
+    for record in records:
+        assert record["restored_gap"] == 0.0 and record["restored_size"] > 0, record
 
 
 def _ranks_say(command: list[str], prefix: str) -> list[dict]:

@@ -61,13 +61,16 @@ def load_training_state(
     generators: Mapping[str, torch.Generator],
     apply_optimizer: Callable[[dict[str, Any]], Any] | None = None,
     load_model: Callable[[Path, dict[str, Any]], None] | None = None,
+    optimizer_shapes_only: bool = False,
 ) -> dict[str, Any]:
     """Restore what :func:`save_training_state` wrote into ``model``, ``optimizer`` (checked against it, then given
     to ``apply_optimizer``, default its ``load_state_dict``) and ``generators``; returns the JSON state (``extra``'s
     keys among it). An unreadable checkpoint or a model of another shape is a named error.
 
     ``load_model`` (the model directory, the JSON state) loads the model part instead (LoRA: the adapter alone);
-    without it a directory holding a LoRA adapter is refused."""
+    without it a directory holding a LoRA adapter is refused. ``optimizer_shapes_only`` reads the optimizer file's
+    header alone: its tensors are checked and handed on as shapes without storage (an FSDP rank whose shards rank 0
+    fills)."""
     from transformers import AutoModelForCausalLM
 
     if load_model is None and (directory / MODEL_DIR / ADAPTER_CONFIG).is_file():
@@ -77,7 +80,7 @@ def load_training_state(
         )
     try:
         loaded = None if load_model is not None else AutoModelForCausalLM.from_pretrained(str(directory / MODEL_DIR))
-        tensors = load_file(str(directory / OPTIMIZER_FILE))
+        tensors = _read_tensors(directory / OPTIMIZER_FILE, optimizer_shapes_only)
         rng = load_file(str(directory / RNG_FILE))
         saved: dict[str, Any] = json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))
         groups = saved["param_groups"]
@@ -115,6 +118,17 @@ def load_training_state(
     for name, generator in generators.items():
         generator.set_state(states[name])
     return saved
+
+
+def _read_tensors(path: Path, shapes_only: bool) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors; ``shapes_only``: on the meta device, from the header, the data left unread."""
+    if not shapes_only:
+        return load_file(str(path))
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as opened:
+        names = opened.keys()  # safe_open is not iterable
+        return {name: torch.empty(opened.get_slice(name).get_shape(), device="meta") for name in names}
 
 
 ADAMW_STATE = ("step", "exp_avg", "exp_avg_sq")

@@ -62,7 +62,8 @@ class Checkpointing:
 
     def _load_sharded(self) -> None:
         """Under FSDP, a loaded checkpoint reaches the sharded copy at the next stage 5 or update, where every rank
-        is. In the host-copy layout rank 0 alone read the weights: it sends them (the others hold none)."""
+        is. Rank 0 alone read the optimizer state (the other ranks its shapes, to check them), and in the host-copy
+        layout the weights: it sends them a tensor at a time."""
         group, state = self.distributed, self._pending_optimizer
         if group is None or not group.sharded or state is None:
             return
@@ -72,7 +73,8 @@ class Checkpointing:
             "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]],
         }
         weights = {} if self.host_copy and group.rank > 0 else self.model.state_dict()
-        group.load_sharded(self.trained, self.optimizer, weights, named if named["state"] else None, self.host_copy)
+        optimizer = None if not named["state"] else {} if group.rank > 0 else named  # rank 0 alone read it: it sends
+        group.load_sharded(self.trained, self.optimizer, weights, optimizer, self.host_copy)
         self._pending_optimizer = None
 
     def save_checkpoint(self, directory: Path) -> None:
@@ -98,7 +100,10 @@ class Checkpointing:
         load_model = self._adapter()
         if self.host_copy and self.distributed is not None and self.distributed.rank > 0:
             load_model = _read_by_rank_0  # this rank keeps no whole copy: rank 0 sends the weights, _load_sharded
-        saved = load_training_state(directory, self.model, self.optimizer, self._generators(), apply, load_model)
+        shapes_only = sharded and self.distributed is not None and self.distributed.rank > 0
+        saved = load_training_state(
+            directory, self.model, self.optimizer, self._generators(), apply, load_model, shapes_only
+        )
         if self.grad_scaler is not None and "grad_scaler" in saved:
             self.grad_scaler.load_state_dict(saved["grad_scaler"])
         if self.kl_in_reward is not None and "kl_in_reward_coef" in saved:  # else: a checkpoint of a run without it

@@ -236,17 +236,18 @@ class Distributed:
         self, trained: torch.nn.Module, optimizer: torch.optim.Optimizer, weights: Any, state: Any, from_rank0: bool
     ) -> None:
         """Whole weights and a name-keyed optimizer state into the sharded copy (all ranks call it). ``from_rank0``:
-        only rank 0 holds the weights (the other ranks pass ``{}``), which it sends a tensor at a time."""
+        only rank 0 holds the weights (the other ranks pass ``{}``), which it sends a tensor at a time. The optimizer
+        state is rank 0's alone always (the other ranks pass ``{}``; None on every rank: nothing to load)."""
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             set_model_state_dict,
             set_optimizer_state_dict,
         )
 
-        options = StateDictOptions(full_state_dict=True)
         sent = StateDictOptions(full_state_dict=True, broadcast_from_rank0=from_rank0)
         self._collective("loading the weights", set_model_state_dict, trained, weights, options=sent)
         if state is not None:
+            options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
             self._collective(
                 "loading the optimizer", set_optimizer_state_dict, trained, optimizer, state, options=options
             )
