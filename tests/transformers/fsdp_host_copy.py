@@ -4,7 +4,7 @@ Builds the transformers backend from the command line's overrides (FSDP, a serve
 prints one JSON line per rank: the devices the policy was loaded on, how far the sharded copy's first weights are
 from rank 0's (and its buffers), the whole model's elements, the elements this rank holds of its unsharded model and
 of the sharded copy, the devices of the unsharded model's tensors, and after a change to the shards gathered as an
-update's end gathers them, how far rank 0's host copy is from the shards' whole weights.
+update's end gathers them, how far rank 0's host copy is from the shards' whole weights; and what the reference is.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def main() -> None:
     gaps = [float((start[name] - value).abs().max()) for name, value in first.items()] if group.rank == 0 else None
     initial = max(gaps) if gaps else None
     with torch.no_grad():  # an update's change, the same on every rank's shard of each parameter
-        for index, parameter in enumerate(backend.trained.parameters()):
+        for index, parameter in enumerate(p for p in backend.trained.parameters() if p.requires_grad):
             _local(parameter).add_(0.01 * (index + 1))
     group.gather_into(backend.trained, backend.model)
     whole = {name: value.full_tensor() for name, value in backend.trained.state_dict().items()}
@@ -61,6 +61,9 @@ def main() -> None:
         "initial_gap": initial,
         "model_buffers": {name: b.tolist() for name, b in backend.model.named_buffers() if not b.is_meta},
         "trained_buffers": {name: b.tolist() for name, b in backend.trained.named_buffers()},
+        "trainable": sum(p.numel() for p in backend.model.parameters() if p.requires_grad),
+        "reference_on_trained": getattr(backend.reference, "module", None) is backend.trained,
+        "reference_held": sum(_local(p).numel() for p in getattr(backend.reference, "parameters", lambda: [])()),
     }
     say_in_rank_order(group, "host-copy", record)
     backend.shutdown()

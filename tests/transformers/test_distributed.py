@@ -490,11 +490,14 @@ def test_under_fsdp_bf16_mixed_two_ranks_give_one_process_metrics_within_bfloat1
         assert abs(mine["actor/loss"] - theirs["actor/loss"]) <= 5e-3, (mine["actor/loss"], theirs["actor/loss"])
 
 
-def test_under_fsdp_with_servers_no_rank_keeps_the_whole_model_on_its_device(tmp_path: Path) -> None:
+@pytest.mark.parametrize("lora", [False, True], ids=["whole", "lora"])
+def test_under_fsdp_with_servers_no_rank_keeps_the_whole_model_on_its_device(tmp_path: Path, lora: bool) -> None:
     """Rollouts from servers: rank 0 keeps the whole weights in host memory only (gathered into after an update, equal
     to the shards' whole weights), rank 1 keeps none (its unsharded model is on the meta device, built there: it
     never reads or allocates the weights), each rank's sharded copy holds half the parameters and starts from rank
-    0's weights and buffers (the rotary frequencies are not in the state dict)."""
+    0's weights and buffers (the rotary frequencies are not in the state dict). With LoRA too: the frozen base is
+    sharded with the adapters, only the adapters are gathered after an update, and the reference is the sharded copy
+    with its adapters off, not a copy."""
     script = Path(__file__).with_name("fsdp_host_copy.py")
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1"]
     overrides = (
@@ -503,6 +506,8 @@ def test_under_fsdp_with_servers_no_rank_keeps_the_whole_model_on_its_device(tmp
         "rllm.rollout.openai.base_url=[http://127.0.0.1:9/v1]",  # never called: the backend alone is built
         "rllm.transformers.distributed.timeout=20",
         "rllm.transformers.distributed.strategy=fsdp",
+        *KL,
+        *(LORA if lora else ()),
     )
     records = _ranks_say([*launcher, f"--master_port={_port()}", str(script), *overrides], "host-copy")
     assert [r["rank"] for r in records] == [0, 1]
@@ -520,13 +525,21 @@ def test_under_fsdp_with_servers_no_rank_keeps_the_whole_model_on_its_device(tmp
     assert zero["model_buffers"] and one["model_buffers"] == {}, records
     for record in records:
         assert record["trained_buffers"] == zero["model_buffers"], record
+    if lora:  # the adapters train, a small share of the model; the reference runs the sharded copy, adapters off
+        assert 0 < zero["trainable"] < whole // 10, zero
+        assert all(r["reference_on_trained"] for r in records), records
+    else:  # a sharded frozen copy
+        assert not any(r["reference_on_trained"] for r in records), records
+        assert all(0 < r["reference_held"] <= whole // 2 + 1024 for r in records), records
 
 
 @pytest.mark.slow
-def test_under_fsdp_with_servers_a_run_and_its_resume_give_one_process_metrics(tmp_path: Path) -> None:
+@pytest.mark.parametrize("lora", [False, True], ids=["whole", "lora"])
+def test_under_fsdp_with_servers_a_run_and_its_resume_give_one_process_metrics(tmp_path: Path, lora: bool) -> None:
     """FSDP on 2 ranks sampling from an ``rllm serve`` (stage 5 scores with the sharded copies; rank 0 pushes its host
     copy) gives one process's metrics for 3 steps against the same server; 2 steps, then a resume for the third (rank
-    0 alone reads the weights and sends them), give the uninterrupted run's metrics and checkpointed weights."""
+    0 alone reads the weights and sends them), give the uninterrupted run's metrics and checkpointed weights; with LoRA
+    too (the base sharded with the adapters, the reference the sharded copy with its adapters off)."""
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
     from safetensors.torch import load_file
@@ -534,6 +547,7 @@ def test_under_fsdp_with_servers_a_run_and_its_resume_give_one_process_metrics(t
 
     settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2", *KL)
     settings += ("rllm.transformers.share_prompts=false",)  # the sharded passes run whole rows: so must one process
+    settings += LORA if lora else ()
     fsdp = "rllm.transformers.distributed.strategy=fsdp"
     with running(*SERVED) as root:
         served = (*settings, f"rllm.rollout.openai.base_url=[{root}/v1]")
@@ -554,7 +568,7 @@ def test_under_fsdp_with_servers_a_run_and_its_resume_give_one_process_metrics(t
             assert _agree(mine[key], theirs[key]), (key, mine[key], theirs[key])
             assert theirs[key] == resumed[key], (key, theirs[key], resumed[key])
     written = [
-        load_file(str(next((tmp_path / name).glob("checkpoints/*3/model/model.safetensors"))))
+        load_file(str(next((tmp_path / name).glob("checkpoints/*3/model/*model.safetensors"))))  # LoRA: the adapter
         for name in ("two", "split")
     ]
     assert sorted(written[0]) == sorted(written[1]) and written[0]

@@ -106,7 +106,7 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         self.distributed: Distributed | None = start_distributed(config)
         """Under torchrun with several ranks, this rank's process group (docs/scaling.md); else None."""
         served = bool(list(config.rllm.rollout.openai.base_url))
-        self.host_copy = bool(self.distributed and self.distributed.sharded and served and self.lora is None)
+        self.host_copy = bool(self.distributed and self.distributed.sharded and served)
         """FSDP with rollouts from servers: no rank keeps the whole model on its device. ``self.model`` is rank 0's
         copy in host memory (what pushes and checkpoints write, gathered into after each update) and a shape
         without storage (the meta device) on the other ranks, from the start: the sharded copies are filled from
@@ -188,8 +188,8 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
     def _frozen_reference(self) -> torch.nn.Module | AdaptersOff:
         """The frozen initial policy: with LoRA the base model, the adapters off (no copy); under FSDP a sharded
         copy (each rank holds 1/N of it, stage 5 runs its forward on every rank); else a whole copy."""
-        if self.adapted is not None:
-            return AdaptersOff(self.adapted)
+        if self.adapted is not None:  # where no rank keeps the whole model, the sharded copy with its adapters off
+            return AdaptersOff(self.trained if self.host_copy else self.model)
         group = self.distributed
         frozen = copy.deepcopy(self.model) if group is None or not group.sharded else group.sharded_copy(self.model)
         return frozen.eval().requires_grad_(False)

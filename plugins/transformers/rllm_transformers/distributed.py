@@ -213,11 +213,13 @@ class Distributed:
     def gather_into(self, trained: torch.nn.Module, model: torch.nn.Module) -> None:
         """The sharded ``trained``'s whole weights copied into ``model`` (its unsharded twin, maybe in host memory), one
         tensor at a time: a rank holds one gathered tensor beside the model, not a second whole copy (all ranks call
-        it: it gathers). A ``model`` on the meta device (a rank that keeps no copy) only takes part."""
+        it: it gathers). A ``model`` on the meta device (a rank that keeps no copy) only takes part. Only what the
+        optimizer updates changes, so only that is gathered (with LoRA the adapters: the frozen base never moves)."""
         targets = model.state_dict(keep_vars=True)
+        changed = [(name, p) for name, p in trained.named_parameters() if p.requires_grad]  # LoRA: the adapters
         with self.collective("gathering the weights"), torch.no_grad():
-            for name, value in trained.state_dict().items():
-                whole = value.full_tensor() if hasattr(value, "full_tensor") else value
+            for name, value in changed:
+                whole = value.full_tensor() if hasattr(value, "full_tensor") else value.detach()
                 if not targets[name].is_meta:
                     targets[name].copy_(whole)
                 del whole

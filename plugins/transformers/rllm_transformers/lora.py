@@ -96,20 +96,28 @@ def add_adapters(model: torch.nn.Module, settings: LoraSettings) -> Any:
 
 
 class AdaptersOff:
-    """The base model, as a callable the log-prob passes take: the adapted model run inside peft's
-    ``disable_adapter()``, so the reference policy costs no second copy of the weights.
+    """The base model, as a callable the log-prob passes take: ``model``, which holds peft's LoRA layers (the adapted
+    model, or under FSDP its sharded copy), run with its adapters off as peft's ``disable_adapter()`` turns them off,
+    so the reference policy costs no second copy of the weights.
 
     ``module`` is the model itself, as DDP names what it wraps: the log-prob pass reads its
     ``forward``'s signature (``logits_to_keep``).
     """
 
-    def __init__(self, adapted: Any) -> None:
-        self.adapted = adapted
-        self.module: torch.nn.Module = adapted.get_base_model()
+    def __init__(self, model: torch.nn.Module) -> None:
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        self.module = model
+        self.layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with self.adapted.disable_adapter():
+        for layer in self.layers:
+            layer.enable_adapters(False)
+        try:
             return self.module(*args, **kwargs)
+        finally:
+            for layer in self.layers:
+                layer.enable_adapters(True)
 
 
 def trainable(module: torch.nn.Module) -> list[torch.nn.Parameter]:

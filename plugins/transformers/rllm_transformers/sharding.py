@@ -52,10 +52,11 @@ def shard_by_layer(model: torch.nn.Module, policy: Any = None) -> torch.nn.Modul
 
 
 def is_sharded(model: Any) -> bool:
-    """Whether ``model`` is under FSDP2 (its forward gathers: every rank must run it as many times)."""
+    """Whether ``model`` is under FSDP2, or wraps a model that is (LoRA's reference, the sharded copy with its adapters
+    off): its forward gathers, so every rank must run it as many times."""
     from torch.distributed.fsdp import FSDPModule
 
-    return isinstance(model, FSDPModule)
+    return isinstance(model, FSDPModule) or isinstance(getattr(model, "module", None), FSDPModule)
 
 
 def meta_twin(model: torch.nn.Module) -> torch.nn.Module:
