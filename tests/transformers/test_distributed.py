@@ -490,14 +490,14 @@ def test_under_fsdp_bf16_mixed_two_ranks_give_one_process_metrics_within_bfloat1
         assert abs(mine["actor/loss"] - theirs["actor/loss"]) <= 5e-3, (mine["actor/loss"], theirs["actor/loss"])
 
 
-@pytest.mark.parametrize("lora", [False, True], ids=["whole", "lora"])
-def test_under_fsdp_with_servers_no_rank_keeps_the_whole_model_on_its_device(tmp_path: Path, lora: bool) -> None:
+@pytest.mark.parametrize("variant", ["tiny", "lora", "directory"])
+def test_under_fsdp_with_servers_no_rank_keeps_the_whole_model_on_its_device(tmp_path: Path, variant: str) -> None:
     """Rollouts from servers: rank 0 keeps the whole weights in host memory only (gathered into after an update, equal
     to the shards' whole weights), rank 1 keeps none (its unsharded model is on the meta device, built there: it
     never reads or allocates the weights), each rank's sharded copy holds half the parameters and starts from rank
     0's weights and buffers (the rotary frequencies are not in the state dict). With LoRA too: the frozen base is
     sharded with the adapters, only the adapters are gathered after an update, and the reference is the sharded copy
-    with its adapters off, not a copy."""
+    with its adapters off, not a copy. A model from a directory: rank 1 builds it from its config alone."""
     script = Path(__file__).with_name("fsdp_host_copy.py")
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1"]
     overrides = (
@@ -507,7 +507,8 @@ def test_under_fsdp_with_servers_no_rank_keeps_the_whole_model_on_its_device(tmp
         "rllm.transformers.distributed.timeout=20",
         "rllm.transformers.distributed.strategy=fsdp",
         *KL,
-        *(LORA if lora else ()),
+        *(LORA if variant == "lora" else ()),
+        *((f"rllm.transformers.model={_saved_model(tmp_path / 'model')}",) if variant == "directory" else ()),
     )
     records = _ranks_say([*launcher, f"--master_port={_port()}", str(script), *overrides], "host-copy")
     assert [r["rank"] for r in records] == [0, 1]
@@ -525,12 +526,24 @@ def test_under_fsdp_with_servers_no_rank_keeps_the_whole_model_on_its_device(tmp
     assert zero["model_buffers"] and one["model_buffers"] == {}, records
     for record in records:
         assert record["trained_buffers"] == zero["model_buffers"], record
-    if lora:  # the adapters train, a small share of the model; the reference runs the sharded copy, adapters off
+    if variant == "lora":  # the adapters train (a small share); the reference runs the sharded copy, adapters off
         assert 0 < zero["trainable"] < whole // 10, zero
         assert all(r["reference_on_trained"] for r in records), records
     else:  # a sharded frozen copy
         assert not any(r["reference_on_trained"] for r in records), records
         assert all(0 < r["reference_held"] <= whole // 2 + 1024 for r in records), records
+
+
+def _saved_model(directory: Path) -> Path:
+    """The tiny text model and its tokenizer written with ``save_pretrained`` (a model directory, as users give)."""
+    from rllm.config import load_config
+    from rllm_transformers.model import load_policy
+
+    config = load_config(overrides=[*SMALL, "rllm.transformers.tokenizer=text"])
+    policy = load_policy(config.rllm.transformers)
+    policy.model.save_pretrained(directory)
+    policy.tokenizer.save_pretrained(directory)
+    return directory
 
 
 @pytest.mark.slow
