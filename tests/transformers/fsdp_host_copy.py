@@ -64,6 +64,7 @@ def main() -> None:
         "trainable": sum(p.numel() for p in backend.model.parameters() if p.requires_grad),
         "reference_on_trained": getattr(backend.reference, "module", None) is backend.trained,
         "reference_held": sum(_local(p).numel() for p in getattr(backend.reference, "parameters", lambda: [])()),
+        "teacher_held": sum(_local(p).numel() for p in getattr(backend.teacher, "parameters", lambda: [])()),
     }
     say_in_rank_order(group, "host-copy", record)
     backend.shutdown()

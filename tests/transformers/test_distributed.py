@@ -39,6 +39,8 @@ SMALL = (
 """Three steps of 4 tasks x 4 rollouts, no validation."""
 LORA = ("rllm.transformers.lora.rank=4", "rllm.transformers.lora.alpha=8", "rllm.transformers.lr=0.01")
 """Adapters (peft) on the tiny model, at an adapter's learning rate."""
+DISTILL = ("rllm.algorithm.adv_estimator=distill", "rllm.transformers.teacher=tiny")
+"""Distillation from a tiny teacher (seeded apart from the student): stage 5 scores the teacher (under FSDP sharded)."""
 KL = ("rllm.algorithm.use_kl_loss=true", "rllm.algorithm.kl_beta=0.1")
 """A KL term in the loss: stage 5 scores the reference policy (under FSDP a sharded copy)."""
 COMPARED = ("actor/loss", "actor/grad_norm", "reward/solver/mean", "reward/solver/std")
@@ -113,6 +115,7 @@ def _adapter(run_dir: Path, step: int) -> dict:
         ("ddp", ()),
         ("fsdp", ()),
         pytest.param("fsdp", KL, id="fsdp-kl"),
+        pytest.param("fsdp", DISTILL, id="fsdp-distill"),
         pytest.param("ddp", LORA, id="ddp-lora"),
         pytest.param("fsdp", LORA, id="fsdp-lora", marks=pytest.mark.slow),
     ],
@@ -124,11 +127,12 @@ def test_two_ranks_give_one_process_metrics_for_the_first_three_steps(
     two ranks make): loss, gradient norm, rewards and advantages agree to 1e-5, and rank 0 alone writes. Under
     FSDP the rollouts of steps 2 and 3 sample from the weights gathered after the sharded update. With LoRA each
     rank trains the adapters on its rows, their gradients all-reduced: the adapters saved match one process's. With a
-    KL term the KL loss agrees too (FSDP: the reference's log-probs come from its sharded copy)."""
+    KL term the KL loss agrees too (FSDP: the reference's log-probs come from its sharded copy); distilling, the
+    advantages (the teacher's log-probs less the student's) too (FSDP: the teacher is sharded)."""
     if adapters == LORA:
         pytest.importorskip("peft")
     settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2", *adapters)
-    if adapters == KL:  # FSDP runs whole rows: so must one process, for a KL that is exactly 0 at step 1 on both
+    if adapters in (KL, DISTILL):  # FSDP runs whole rows: so must one process (a KL exactly 0 at step 1 on both)
         settings += ("rllm.transformers.share_prompts=false",)
     one = subprocess.run(
         [sys.executable, *_train(tmp_path / "one", *settings)], env=ENV, capture_output=True, text=True, timeout=120
@@ -232,7 +236,7 @@ def test_a_checkpoint_resumes_under_another_layout_as_if_uninterrupted(
     if adapters:
         pytest.importorskip("peft")
     settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2", *adapters)
-    if adapters == KL:  # FSDP runs whole rows: so must one process, for a KL that is exactly 0 at step 1 on both
+    if adapters in (KL, DISTILL):  # FSDP runs whole rows: so must one process (a KL exactly 0 at step 1 on both)
         settings += ("rllm.transformers.share_prompts=false",)
 
     def run(run_dir: Path, steps: int, strategy: str | None) -> None:
@@ -490,14 +494,15 @@ def test_under_fsdp_bf16_mixed_two_ranks_give_one_process_metrics_within_bfloat1
         assert abs(mine["actor/loss"] - theirs["actor/loss"]) <= 5e-3, (mine["actor/loss"], theirs["actor/loss"])
 
 
-@pytest.mark.parametrize("variant", ["tiny", "lora", "directory"])
+@pytest.mark.parametrize("variant", ["tiny", "lora", "directory", "distill"])
 def test_under_fsdp_with_servers_no_rank_keeps_the_whole_model_on_its_device(tmp_path: Path, variant: str) -> None:
     """Rollouts from servers: rank 0 keeps the whole weights in host memory only (gathered into after an update, equal
     to the shards' whole weights), rank 1 keeps none (its unsharded model is on the meta device, built there: it
     never reads or allocates the weights), each rank's sharded copy holds half the parameters and starts from rank
     0's weights and buffers (the rotary frequencies are not in the state dict). With LoRA too: the frozen base is
     sharded with the adapters, only the adapters are gathered after an update, and the reference is the sharded copy
-    with its adapters off, not a copy. A model from a directory: rank 1 builds it from its config alone."""
+    with its adapters off, not a copy. A model from a directory: rank 1 builds it from its config alone. A
+    distillation teacher is sharded too."""
     script = Path(__file__).with_name("fsdp_host_copy.py")
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1"]
     overrides = (
@@ -508,6 +513,7 @@ def test_under_fsdp_with_servers_no_rank_keeps_the_whole_model_on_its_device(tmp
         "rllm.transformers.distributed.strategy=fsdp",
         *KL,
         *(LORA if variant == "lora" else ()),
+        *(DISTILL if variant == "distill" else ()),
         *((f"rllm.transformers.model={_saved_model(tmp_path / 'model')}",) if variant == "directory" else ()),
     )
     records = _ranks_say([*launcher, f"--master_port={_port()}", str(script), *overrides], "host-copy")
@@ -526,6 +532,8 @@ def test_under_fsdp_with_servers_no_rank_keeps_the_whole_model_on_its_device(tmp
     assert zero["model_buffers"] and one["model_buffers"] == {}, records
     for record in records:
         assert record["trained_buffers"] == zero["model_buffers"], record
+    if variant == "distill":
+        assert all(0 < r["teacher_held"] <= whole // 2 + 1024 for r in records), records
     if variant == "lora":  # the adapters train (a small share); the reference runs the sharded copy, adapters off
         assert 0 < zero["trainable"] < whole // 10, zero
         assert all(r["reference_on_trained"] for r in records), records

@@ -111,7 +111,7 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         copy in host memory (what pushes and checkpoints write, gathered into after each update) and a shape
         without storage (the meta device) on the other ranks, from the start: the sharded copies are filled from
         rank 0's; stage 5 scores with the sharded copy."""
-        place = None if not self.host_copy or self.distributed is None else "meta" if self.distributed.rank else "cpu"
+        place = self.distributed.unsharded_place if self.host_copy and self.distributed is not None else None
         self.policy = load_policy(options, place)
         self.adapted = None if self.lora is None else add_adapters(self.policy.model, self.lora)
         """With LoRA, the peft model around ``self.model`` (which holds its adapters): it saves and loads the adapter
@@ -162,8 +162,13 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         """The per-token fields the run's estimators need, which stage 5 writes onto the steps."""
         self.entropy_bonus = any(s.entropy_coeff > 0 for s in [self.default_settings, *self.role_settings.values()])
         needed = "teacher_log_probs" in self.token_fields
-        self.teacher = load_teacher(options, needed, self.algorithm.estimator, self.tokenizer, self.device)
-        """The frozen teacher whose log-probs stage 5 writes as ``teacher_log_probs`` (distillation); else None."""
+        group = self.distributed
+        shards = group if group is not None and group.sharded else None
+        at = None if shards is None else shards.unsharded_place
+        teacher = load_teacher(options, needed, self.algorithm.estimator, self.tokenizer, self.device, at)
+        self.teacher = teacher if teacher is None or shards is None else shards.sharded_copy(teacher)
+        """The frozen teacher whose log-probs stage 5 writes as ``teacher_log_probs`` (distillation); else None. Under
+        FSDP a sharded copy filled from rank 0's host copy (no rank loads it whole on its device)."""
         self.reference: torch.nn.Module | AdaptersOff | None = None
         in_loss = any(s.kl_coef > 0 for s in [self.default_settings, *self.role_settings.values()])
         if in_loss or self.kl_in_reward is not None:

@@ -139,6 +139,12 @@ class Distributed:
         if rank > 0:  # every rank holds the same data and says the same: rank 0 alone warns
             warnings.simplefilter("ignore", RLLMWarning)
 
+    @property
+    def unsharded_place(self) -> str:
+        """Where a model that this rank shards, and keeps no whole copy of on its device, is loaded: rank 0's host
+        memory (what fills the shards), elsewhere its shape only (the meta device)."""
+        return "meta" if self.rank else "cpu"
+
     def seed(self, run_seed: int) -> None:
         """Seed this rank's default torch generator from the run seed (after the model is built alike everywhere)."""
         torch.manual_seed(run_seed + self.rank * RANK_SEED_STRIDE)

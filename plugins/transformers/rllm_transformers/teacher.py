@@ -15,12 +15,13 @@ from rllm_transformers.plugin import TOKENIZERS
 
 
 def load_teacher(
-    options: DictConfig, needed: bool, estimator: Any, tokenizer: Any, device: torch.device
+    options: DictConfig, needed: bool, estimator: Any, tokenizer: Any, device: torch.device, place: str | None = None
 ) -> torch.nn.Module | None:
     """The teacher ``options.teacher`` names, or None; ``needed``: an estimator of the run reads its log-probs.
 
     Either without the other is refused: an estimator reading ``teacher_log_probs`` needs the
-    key, and the key without such an estimator would load a model nothing uses.
+    key, and the key without such an estimator would load a model nothing uses. ``place`` (``"cpu"``
+    or ``"meta"``) leaves its weights off ``device``, for FSDP ranks that shard it.
     """
     name = options.teacher
     if name is None:
@@ -38,7 +39,7 @@ def load_teacher(
     teacher_options = OmegaConf.merge(options, {"model": str(name), "seed": int(options.seed) + 1})
     if str(name) != TINY:
         teacher_options.tokenizer = TOKENIZERS[0]  # a model directory or hub id brings its own tokenizer
-    teacher = load_policy(teacher_options)
+    teacher = load_policy(teacher_options, place)
     if not same_vocabulary(tokenizer, teacher.tokenizer):
         student = str(options.model)
         raise ConfigError(
@@ -46,4 +47,5 @@ def load_teacher(
             f"{teacher.tokenizer.eos_token!r}) than the student rllm.transformers.model={student!r} "
             f"({len(tokenizer)} tokens, EOS {tokenizer.eos_token!r}); distillation needs one vocabulary."
         )
-    return teacher.model.to(device).eval().requires_grad_(False)
+    model = teacher.model if place is not None else teacher.model.to(device)
+    return model.eval().requires_grad_(False)
