@@ -405,9 +405,18 @@ def test_under_fsdp_no_rank_holds_a_whole_reference_or_a_gathered_optimizer(tmp_
         assert record["restored_gap"] == 0.0 and record["restored_size"] > 0, record
 
 
+GLOO_EXIT_ABORT = "terminate called without an active exception"
+"""What a rank of these scripts printed in 2 of the last 3 full suites on a loaded machine: a SIGABRT inside gloo with
+no Python error, never seen alone nor in 8 runs beside busy loops. Such a run is started again once, on a fresh port;
+any other failure, and this one twice, fails the test."""
+
+
 def _ranks_say(command: list[str], prefix: str) -> list[dict]:
     """Each rank's JSON line starting with ``prefix``, by rank."""
     done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=180)
+    if done.returncode != 0 and GLOO_EXIT_ABORT in done.stderr:
+        again = [f"--master_port={_port()}" if part.startswith("--master_port=") else part for part in command]
+        done = subprocess.run(again, env=ENV, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     lines = [line.split(" ", 1)[1] for line in done.stdout.splitlines() if line.startswith(prefix + " ")]
     return sorted((json.loads(line) for line in lines), key=lambda r: r["rank"])
