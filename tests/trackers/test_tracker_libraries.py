@@ -292,3 +292,28 @@ def test_an_unwritable_tensorboard_folder_is_one_line_naming_it(
 @parametrize_with_checks(plugin="trackers")
 def test_the_trackers_plugin_passes_rllm_testing(check: Any) -> None:
     check()
+
+
+def test_two_runs_started_within_one_second_keep_a_tensorboard_file_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tensorboardX names an event file by the second and the host: a run resumed within the second its predecessor
+    started reopened that file and wrote over it. Each run keeps its own file, read back in the order they ran."""
+    import tensorboardX.event_file_writer as event_file_writer
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rllm.trainer import TrackerRun
+    from rllm_trackers.tensorboard_tracker import TensorBoardTracker
+
+    monkeypatch.setattr(event_file_writer.time, "time", lambda: 1_796_593_509.25)  # one second for both runs
+    config = {"rllm": {"tensorboard": {"log_dir": str(tmp_path / "tensorboard")}}}
+    run = TrackerRun("tensorboard", tmp_path, "project", "experiment", config)
+    for step in (1, 2):
+        tracker = TensorBoardTracker(run)
+        tracker.start(total_steps=2)
+        tracker.log_metrics({"loss": float(step)}, step, "train")
+        tracker.close()
+    assert len(list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))) == 2
+    events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert [(event.step, event.value) for event in events.Scalars("loss")] == [(1, 1.0), (2, 2.0)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,10 @@ class TensorBoardTracker(Tracker):
     def start(self, total_steps: int) -> None:
         from tensorboardX import FileWriter
 
-        self.writer = FileWriter(str(self.run.folder(LOG_DIR)), flush_secs=10)
+        # tensorboardX names a file by the second and the host: a run resumed within the same second would reopen
+        # its predecessor's file and write over it. The nanoseconds keep each run's file apart, in the order they ran
+        # (TensorBoard reads a directory's files in name order, which the restart marker relies on).
+        self.writer = FileWriter(str(self.run.folder(LOG_DIR)), flush_secs=10, filename_suffix=f".{time.time_ns()}")
 
     def rewind(self, step: int, kept: Sequence[Mapping[str, Any]]) -> None:
         """TensorBoard's restart marker (tensorboardX's ``purge_step``): its reader drops the events of the earlier
