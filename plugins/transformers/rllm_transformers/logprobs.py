@@ -72,6 +72,9 @@ def score_tokens(
     positions = width - 1 - start
     targets = ids[:, start + 1 :]
     valid = attention[:, start + 1 :] != 0  # a padding position's value is 0
+    # the last column is only ever a target: no scored position reads it (a causal model), so it is not run
+    read = slice(0, width - 1) if positions else slice(0, width)
+    ids_read, attention_read = ids[:, read], attention[:, read]
     head = _plain_head(model)
     options: dict[str, Any] = {"use_cache": False}
     keeps = _keeps_logits(model)
@@ -79,17 +82,17 @@ def score_tokens(
         options["logits_to_keep"] = torch.arange(start, width - 1, device=ids.device)
     if head is not None:
         with _captured_input(head) as captured:
-            shared = share_prompts and keeps and _shares_prefixes(model, rows, width, start)
-            if not (shared and _forward_shared(model, ids, attention, start)):
-                model(input_ids=ids, attention_mask=attention, **options)
+            shared = share_prompts and keeps and _shares_prefixes(model, rows, width - 1, start)
+            if not (shared and _forward_shared(model, ids_read, attention_read, start)):
+                model(input_ids=ids_read, attention_mask=attention_read, **options)
         if not captured:
             name = type(getattr(model, "module", model)).__name__
             raise TrainerError(f"{name}'s forward did not call its output layer (get_output_embeddings()).")
-        hidden = captured[-1] if keeps else captured[-1][:, start:-1]
+        hidden = captured[-1] if keeps else captured[-1][:, start : start + positions]
         inputs, weight, bias = hidden.reshape(rows * positions, -1), head.weight, head.bias
     else:
-        logits = model(input_ids=ids, attention_mask=attention, **options).logits
-        logits = logits if keeps else logits[:, start:-1]
+        logits = model(input_ids=ids_read, attention_mask=attention_read, **options).logits
+        logits = logits if keeps else logits[:, start : start + positions]
         inputs, weight, bias = logits.reshape(rows * positions, -1), None, None
     picked = targets.reshape(-1)
     dtype = compute_dtype(model, inputs if weight is None else weight)
@@ -153,7 +156,7 @@ def _forward_shared(model: Any, ids: torch.Tensor, attention: torch.Tensor, star
     ones = torch.ones_like(prefixes)
     model(input_ids=prefixes, attention_mask=ones, past_key_values=cache, use_cache=True, logits_to_keep=1)
     cache.reorder_cache(copies)
-    keep = torch.arange(0, ids.shape[1] - 1 - start, device=ids.device)  # the rest's positions but the last
+    keep = torch.arange(0, ids.shape[1] - start, device=ids.device)  # the rest's positions
     rest = ids[:, start:]
     model(input_ids=rest, attention_mask=attention, past_key_values=cache, use_cache=True, logits_to_keep=keep)
     return True
