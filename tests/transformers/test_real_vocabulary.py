@@ -236,3 +236,19 @@ def test_dropout_the_switch_or_a_short_prompt_keep_one_forward_over_every_row() 
         assert fed == [(8, 12)] * 4
         score_tokens(model.eval(), ids, attention, start=9, share_prompts=True)
     assert fed == [(8, 12)] * 4 + [(2, 9), (8, 3)]
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [[5, 7], [5, 7], [9, 7], [5, 7], [9, 7], [0, 0]],
+        [[1_000_003, 0], [0, 1], [0, 1]],  # the two rows' keys collide: 1_000_003 * 1 == 1 * 1_000_003
+        [[VOCAB - 1] * 3],
+    ],
+)
+def test_distinct_rows_are_the_rowwise_uniques_even_where_keys_collide(rows: list[list[int]]) -> None:
+    """Prefix sharing's dedup: the same distinct rows as a Python set of the rows, each row mapped to its own copy."""
+    tensor = torch.tensor(rows)
+    distinct, copies = logprobs.distinct_rows(tensor)
+    assert sorted(map(tuple, distinct.tolist())) == sorted(set(map(tuple, rows)))
+    assert distinct[copies].tolist() == rows

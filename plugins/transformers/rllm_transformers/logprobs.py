@@ -149,7 +149,7 @@ def _forward_shared(model: Any, ids: torch.Tensor, attention: torch.Tensor, star
     """
     if not bool(attention[:, :start].all()):
         return False
-    prefixes, copies = torch.unique(ids[:, :start], dim=0, return_inverse=True)
+    prefixes, copies = distinct_rows(ids[:, :start])
     if _more_than_half(len(prefixes), *ids.shape, start):
         return False  # under half the positions saved: not worth a second call of the model
     cache = DynamicCache(config=model.config)
@@ -160,6 +160,31 @@ def _forward_shared(model: Any, ids: torch.Tensor, attention: torch.Tensor, star
     rest = ids[:, start:]
     model(input_ids=rest, attention_mask=attention, past_key_values=cache, use_cache=True, logits_to_keep=keep)
     return True
+
+
+ROW_HASH_BASE = 1_000_003
+"""Column j of a row is weighted by this number to the power j (in int64, wrapping) in :func:`distinct_rows`'s keys."""
+
+
+def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct rows of a 2-D integer tensor and, for each row, the index of its copy among them.
+
+    ``torch.unique(dim=0)``'s result up to the order of the distinct rows, from a 1-D unique of
+    one key per row (its ids weighted by powers of :data:`ROW_HASH_BASE`): on the CPU the
+    row-wise unique ran a ``select`` per element (0.44 ms for 128 rows of 2 ids, a sixth of the
+    forward it saved). Rows whose keys collide are told apart by comparing them, falling back
+    to the row-wise unique, so the result never merges different rows.
+    """
+    count, width = rows.shape
+    weights = torch.full((width,), ROW_HASH_BASE, dtype=torch.int64, device=rows.device).cumprod(0)
+    keys = (rows.to(torch.int64) * weights).sum(1)
+    _, inverse = torch.unique(keys, return_inverse=True)
+    first = torch.full((int(inverse.max()) + 1,), count, dtype=torch.long, device=rows.device)
+    first = first.scatter_reduce(0, inverse, torch.arange(count, device=rows.device), "amin")
+    distinct = rows[first]
+    if bool((distinct[inverse] == rows).all()):
+        return distinct, inverse
+    return torch.unique(rows, dim=0, return_inverse=True)
 
 
 def _placed(values: torch.Tensor, valid: torch.Tensor, start: int) -> torch.Tensor:
