@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from rllm.errors import RLLMWarning
-from rllm_transformers import logprobs
+from rllm_transformers import logprobs, prefixes
 from rllm_transformers.engine import Sampling, TransformersEngine
 from rllm_transformers.logprobs import score_tokens
 from rllm_transformers.model import tiny_model
@@ -149,6 +149,57 @@ def test_the_engines_compute_logprobs_takes_no_entropy_pass() -> None:
     torch.testing.assert_close(torch.tensor(scored[1:]), expected, rtol=0, atol=1e-5)
 
 
+def test_a_one_token_sequence_scores_nothing_and_runs_no_forward() -> None:
+    """compute_logprobs of one token (a Tinker client's or a teacher's shortest sequence) is its leading 0.0, and
+    score_tokens of one-token rows returns empty scores: no position has a next token, so the model is not run."""
+    model = qwen_vocabulary_model()
+    engine = TransformersEngine(
+        model, _Tokenizer(), torch.device("cpu"), torch.Generator().manual_seed(0), Sampling(), 4, 64, False
+    )
+    calls: list[int] = []
+    model.register_forward_pre_hook(lambda _m, _a: calls.append(1))
+    assert asyncio.run(engine.compute_logprobs([7])) == [0.0]
+    scores = score_tokens(model, torch.tensor([[7], [9]]), torch.ones(2, 1, dtype=torch.long), entropy=True)
+    assert scores.log_probs.shape == (2, 0) and scores.entropy is not None and scores.entropy.shape == (2, 0)
+    assert calls == []
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_the_tinker_servers_targets_are_scored_in_chunks_with_the_full_passes_numbers(
+    monkeypatch: pytest.MonkeyPatch, grad: bool
+) -> None:
+    """The Tinker server's forward and forward_backward (``target_log_probs``): any target at any position (here not
+    the next input token), right-padded datums; the log-probs and their gradient are a full float32 log-softmax's,
+    and no tensor holds more than one chunk of logits."""
+    from rllm_transformers.tinker_server.trainer import target_log_probs
+
+    chunk = 4
+    monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", chunk * VOCAB)
+    model = qwen_vocabulary_model()
+    draw = torch.Generator().manual_seed(5)
+    rows = [torch.randint(0, VOCAB, (n,), generator=draw).tolist() for n in (9, 6, 9)]
+    targets = [torch.randint(0, VOCAB, (len(r),), generator=draw).tolist() for r in rows]
+    weights = torch.randn(3, 9, generator=draw)
+    with torch.set_grad_enabled(grad), _Watch(model) as watch:
+        got = target_log_probs(model, rows, targets, pad=0)
+        if grad:
+            (got * weights).sum().backward()
+    assert 0 < watch.largest <= chunk * VOCAB  # the whole logits are 27 positions: 7 chunks
+    chunked_grad = [p.grad.clone() for p in model.parameters()] if grad else []
+    model.zero_grad()
+    want = torch.zeros(3, 9)
+    for i, (row, target) in enumerate(zip(rows, targets, strict=True)):
+        with torch.set_grad_enabled(grad):
+            logits = model(input_ids=torch.tensor([row]), use_cache=False).logits[0].float()
+            want[i, : len(row)] = torch.log_softmax(logits, -1).gather(-1, torch.tensor(target)[:, None])[:, 0]
+    torch.testing.assert_close(got.detach(), want.detach(), rtol=0, atol=1e-5)
+    assert float(got[1, 6:].abs().sum()) == 0 and float(got.detach().abs().sum()) > 0
+    if grad:
+        (want * weights).sum().backward()
+        for chunked, full in zip(chunked_grad, (p.grad for p in model.parameters()), strict=True):
+            torch.testing.assert_close(chunked, full, rtol=1e-4, atol=1e-6)
+
+
 def _one_step_changes(precision: str) -> float:
     """The fraction of the weights one AdamW step at lr 1e-6 changes, in ``precision``."""
     model = qwen_vocabulary_model()
@@ -249,6 +300,6 @@ def test_dropout_the_switch_or_a_short_prompt_keep_one_forward_over_every_row() 
 def test_distinct_rows_are_the_rowwise_uniques_even_where_keys_collide(rows: list[list[int]]) -> None:
     """Prefix sharing's dedup: the same distinct rows as a Python set of the rows, each row mapped to its own copy."""
     tensor = torch.tensor(rows)
-    distinct, copies = logprobs.distinct_rows(tensor)
+    distinct, copies = prefixes.distinct_rows(tensor)
     assert sorted(map(tuple, distinct.tolist())) == sorted(set(map(tuple, rows)))
     assert distinct[copies].tolist() == rows

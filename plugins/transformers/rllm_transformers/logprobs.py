@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import DynamicCache
 
 from rllm.errors import TrainerError
 from rllm_transformers.precision import compute_dtype
+from rllm_transformers.prefixes import forward_shared, shares_prefixes
 
 CHUNK_ELEMENTS = 1 << 25
 """Logits per chunk (rows x vocabulary): 128 MB in float32, about 220 positions at a vocabulary of 151,936."""
@@ -64,35 +64,78 @@ def score_tokens(
     computes it without one (a metric, a loss that selects tokens by it); ``squares`` the sum
     of squared probabilities (verl's ``sum_pi_squared``). Where the model takes ``logits_to_keep``
     no logits are computed before ``start``. ``share_prompts`` (``rllm.transformers.share_prompts``)
-    runs rows' common first ``start`` tokens once, through a KV cache (:func:`_forward_shared`); else
-    no cache is built.
+    runs rows' common first ``start`` tokens once, through a KV cache
+    (:func:`~rllm_transformers.prefixes.forward_shared`); else no cache is built.
     """
     rows, width = ids.shape
     start = min(max(start, 0), max(width - 1, 0))
     positions = width - 1 - start
-    targets = ids[:, start + 1 :]
     valid = attention[:, start + 1 :] != 0  # a padding position's value is 0
+    if positions <= 0:  # rows of one token: nothing to score, nothing to run
+        nothing = torch.zeros((rows, max(width - 1, 0)), device=ids.device)
+        wanted = entropy or entropy_grad
+        return TokenScores(nothing, nothing.clone() if wanted else None, nothing.clone() if squares else None)
     # the last column is only ever a target: no scored position reads it (a causal model), so it is not run
-    read = slice(0, width - 1) if positions else slice(0, width)
-    ids_read, attention_read = ids[:, read], attention[:, read]
+    return _score(
+        model,
+        ids[:, : width - 1],
+        attention[:, : width - 1],
+        start,
+        ids[:, start + 1 :],
+        valid,
+        entropy=entropy,
+        entropy_grad=entropy_grad,
+        squares=squares,
+        share_prompts=share_prompts,
+    )
+
+
+def score_targets(model: Any, ids: torch.Tensor, attention: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Each position's log-prob of its own target, ``log p(targets[:, t] | ids[:, : t + 1])``, as ``[rows, width]``
+    (0 on padding): the Tinker API's datums, whose target at a position may be any token, not only the next input.
+
+    Chunked as :func:`score_tokens` is, so no ``[rows, width, vocab]`` tensor exists at any vocabulary.
+    """
+    if ids.numel() == 0:
+        return torch.zeros(ids.shape, device=ids.device)
+    return _score(model, ids, attention, 0, targets, attention != 0).log_probs
+
+
+def _score(
+    model: Any,
+    ids: torch.Tensor,
+    attention: torch.Tensor,
+    start: int,
+    targets: torch.Tensor,
+    valid: torch.Tensor,
+    *,
+    entropy: bool = False,
+    entropy_grad: bool = False,
+    squares: bool = False,
+    share_prompts: bool = False,
+) -> TokenScores:
+    """Positions ``start`` to the last of ``ids`` through the model, each scored against its column of ``targets``
+    (``[rows, positions]``), placed after ``start`` zeros with ``valid``'s zeros on padding."""
+    rows, width = ids.shape
+    positions = width - start
     head = _plain_head(model)
     options: dict[str, Any] = {"use_cache": False}
     keeps = _keeps_logits(model)
-    if keeps:  # positions start .. width - 2: each one's next token is scored
-        options["logits_to_keep"] = torch.arange(start, width - 1, device=ids.device)
+    if keeps:  # only the scored positions' logits
+        options["logits_to_keep"] = torch.arange(start, width, device=ids.device)
     if head is not None:
         with _captured_input(head) as captured:
-            shared = share_prompts and keeps and _shares_prefixes(model, rows, width - 1, start)
-            if not (shared and _forward_shared(model, ids_read, attention_read, start)):
-                model(input_ids=ids_read, attention_mask=attention_read, **options)
+            shared = share_prompts and keeps and shares_prefixes(model, rows, width, start)
+            if not (shared and forward_shared(model, ids, attention, start)):
+                model(input_ids=ids, attention_mask=attention, **options)
         if not captured:
             name = type(getattr(model, "module", model)).__name__
             raise TrainerError(f"{name}'s forward did not call its output layer (get_output_embeddings()).")
-        hidden = captured[-1] if keeps else captured[-1][:, start : start + positions]
+        hidden = captured[-1] if keeps else captured[-1][:, start:]
         inputs, weight, bias = hidden.reshape(rows * positions, -1), head.weight, head.bias
     else:
-        logits = model(input_ids=ids_read, attention_mask=attention_read, **options).logits
-        logits = logits if keeps else logits[:, start : start + positions]
+        logits = model(input_ids=ids, attention_mask=attention, **options).logits
+        logits = logits if keeps else logits[:, start:]
         inputs, weight, bias = logits.reshape(rows * positions, -1), None, None
     picked = targets.reshape(-1)
     dtype = compute_dtype(model, inputs if weight is None else weight)
@@ -109,82 +152,6 @@ def score_tokens(
         _placed(entropies, valid, start) if wanted else None,
         _placed(sums, valid, start) if squares else None,
     )
-
-
-def _shares_prefixes(model: Any, rows: int, width: int, start: int) -> bool:
-    """Whether rows may run their first ``start`` tokens once per distinct prefix (:func:`_forward_shared`).
-
-    Not under DDP or FSDP (one forward per backward), activation checkpointing (no cache in the
-    forward) or active dropout (each row's prefix would share one mask); nor where even one
-    prefix for all the rows would not halve the positions run.
-    """
-    if start < 1 or _more_than_half(1, rows, width, start):  # the data's test first: the model's are slower
-        return False
-    if hasattr(model, "module") or getattr(model, "is_gradient_checkpointing", False):
-        return False
-    if not model.training:
-        return True
-    config = getattr(model, "config", None)
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    if float(getattr(text, "attention_dropout", 0.0) or 0.0) > 0:
-        return False
-    return not any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
-
-
-def _more_than_half(prefixes: int, rows: int, width: int, start: int) -> bool:
-    """Whether ``prefixes`` distinct prefixes run once and the rest per row are over half of ``rows`` x ``width``."""
-    return 2 * (prefixes * start + rows * (width - start)) > rows * width
-
-
-def _forward_shared(model: Any, ids: torch.Tensor, attention: torch.Tensor, start: int) -> bool:
-    """The forward of ``ids`` for :func:`score_tokens`, its output layer's input captured by the caller's hook.
-
-    The batch's rows are right-padded from column 0, so each attends to all of its first
-    ``start`` tokens: rows that hold the same ones (a task's rollouts) run them once, with a KV
-    cache whose rows are then copied to every row that shares them (gradients flow back through
-    the copy), and only the rest of each row runs per row: GRPO's n rollouts of a prompt cost
-    one prompt's forward. Each position's arithmetic is the full forward's, up to rounding. False
-    (nothing run) where a row is padded before ``start`` or this would not halve the positions
-    run (short prompts, few rows alike).
-    """
-    if not bool(attention[:, :start].all()):
-        return False
-    prefixes, copies = distinct_rows(ids[:, :start])
-    if _more_than_half(len(prefixes), *ids.shape, start):
-        return False  # under half the positions saved: not worth a second call of the model
-    cache = DynamicCache(config=model.config)
-    ones = torch.ones_like(prefixes)
-    model(input_ids=prefixes, attention_mask=ones, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    cache.reorder_cache(copies)
-    keep = torch.arange(0, ids.shape[1] - start, device=ids.device)  # the rest's positions
-    rest = ids[:, start:]
-    model(input_ids=rest, attention_mask=attention, past_key_values=cache, use_cache=True, logits_to_keep=keep)
-    return True
-
-
-ROW_HASH_BASE = 1_000_003
-"""Column j of a row is weighted by this number to the power j (in int64, wrapping) in :func:`distinct_rows`'s keys."""
-
-
-def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The distinct rows of a 2-D integer tensor and, for each row, the index of its copy among them.
-
-    ``torch.unique(dim=0)``'s result up to the order of the distinct rows, from a 1-D unique of
-    one key per row (its ids weighted by powers of :data:`ROW_HASH_BASE`): on the CPU the
-    row-wise unique ran a ``select`` per element (0.44 ms for 128 rows of 2 ids, a sixth of the
-    forward it saved). Rows whose keys collide are told apart by comparing them, falling back
-    to the row-wise unique, so the result never merges different rows.
-    """
-    count, width = rows.shape
-    weights = torch.full((width,), ROW_HASH_BASE, dtype=torch.int64, device=rows.device).cumprod(0)
-    keys = (rows.to(torch.int64) * weights).sum(1)
-    _, inverse = torch.unique(keys, return_inverse=True)
-    first = torch.full((int(inverse.max()) + 1,), count, dtype=torch.long, device=rows.device)
-    first = first.scatter_reduce(0, inverse, torch.arange(count, device=rows.device), "amin")
-    distinct = rows[first]
-    if bool((distinct[inverse] == rows).all()):
-        return distinct, inverse
-    return torch.unique(rows, dim=0, return_inverse=True)
 
 
 def _placed(values: torch.Tensor, valid: torch.Tensor, start: int) -> torch.Tensor:

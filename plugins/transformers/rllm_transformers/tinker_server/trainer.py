@@ -18,6 +18,7 @@ import torch
 from rllm.engine import Generation
 from rllm_transformers.checkpoint import MODEL_DIR, STATE_FILE, load_training_state, save_training_state
 from rllm_transformers.engine import SampleRequest, Sampling, TransformersEngine
+from rllm_transformers.logprobs import score_targets
 from rllm_transformers.model import Policy, set_training
 from rllm_transformers.tinker_server.losses import tinker_loss
 from rllm_transformers.tinker_server.sampling import SampleJob
@@ -28,7 +29,10 @@ ADAM_DEFAULTS = {"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-1
 
 
 def target_log_probs(model: Any, rows: list[list[int]], targets: list[list[int]], pad: int) -> torch.Tensor:
-    """``log p(targets[i][t] | rows[i][: t + 1])`` for a right-padded batch, ``(datums, longest)``; 0 past a row."""
+    """``log p(targets[i][t] | rows[i][: t + 1])`` for a right-padded batch, ``(datums, longest)``; 0 past a row.
+
+    Chunked (:func:`~rllm_transformers.logprobs.score_targets`): at a real vocabulary the batch's whole logits would
+    be its largest tensor, and a log-softmax over them as much again."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     wanted = torch.zeros((len(rows), width), dtype=torch.long)
@@ -40,9 +44,7 @@ def target_log_probs(model: Any, rows: list[list[int]], targets: list[list[int]]
             1,
         )
     device = next(model.parameters()).device
-    logits = model(input_ids=ids.to(device), attention_mask=attention.to(device), use_cache=False).logits.float()
-    chosen = torch.log_softmax(logits, dim=-1).gather(-1, wanted.to(device)[..., None]).squeeze(-1)
-    return torch.where(attention.to(device).bool(), chosen, 0.0)
+    return score_targets(model, ids.to(device), attention.to(device), wanted.to(device))
 
 
 class TinkerTrainer:
