@@ -193,7 +193,7 @@ def test_the_tinker_servers_targets_are_scored_in_chunks_with_the_full_passes_nu
             logits = model(input_ids=torch.tensor([row]), use_cache=False).logits[0].float()
             want[i, : len(row)] = torch.log_softmax(logits, -1).gather(-1, torch.tensor(target)[:, None])[:, 0]
     torch.testing.assert_close(got.detach(), want.detach(), rtol=0, atol=1e-5)
-    assert float(got[1, 6:].abs().sum()) == 0 and float(got.detach().abs().sum()) > 0
+    assert float(got.detach()[1, 6:].abs().sum()) == 0 and float(got.detach().abs().sum()) > 0
     if grad:
         (want * weights).sum().backward()
         for chunked, full in zip(chunked_grad, (p.grad for p in model.parameters()), strict=True):
