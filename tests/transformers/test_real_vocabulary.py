@@ -150,7 +150,7 @@ def test_the_engines_compute_logprobs_takes_no_entropy_pass() -> None:
 
 
 def test_a_one_token_sequence_scores_nothing_and_runs_no_forward() -> None:
-    """compute_logprobs of one token (a Tinker client's or a teacher's shortest sequence) is its leading 0.0, and
+    """compute_logprobs of one token (a distillation teacher's shortest sequence) is its leading 0.0, and
     score_tokens of one-token rows returns empty scores: no position has a next token, so the model is not run."""
     model = qwen_vocabulary_model()
     engine = TransformersEngine(
@@ -270,13 +270,13 @@ def test_dropout_the_switch_or_a_short_prompt_keep_one_forward_over_every_row() 
     """Shared prompts would share one dropout mask: with dropout on (training) rows run whole; in eval they share,
     unless ``share_prompts`` is off, a row is padded within the prompt or sharing would not halve the positions."""
     model = qwen_vocabulary_model()
-    model.config.attention_dropout = 0.1  # rows of 13 run as 12: their last token is only ever a target
+    model.config.attention_dropout = 0.1
     ids, attention = _shared_prompt_batch()
     fed: list[tuple[int, ...]] = []
     model.register_forward_pre_hook(lambda _m, _a, kw: fed.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
     with torch.no_grad():
         score_tokens(model.train(), ids, attention, start=9, share_prompts=True)
-        assert fed == [(8, 12)]
+        assert fed == [(8, 12)]  # rows of 13 run as 12: their last token is only ever a target
         score_tokens(model.eval(), ids, attention, start=9, share_prompts=False)  # rllm.transformers.share_prompts
         assert fed == [(8, 12)] * 2
         score_tokens(model.eval(), ids, attention, start=3, share_prompts=True)  # 2 x 3 + 8 x 9 of 96: not half

@@ -155,7 +155,8 @@ def _score(
 
 
 def _placed(values: torch.Tensor, valid: torch.Tensor, start: int) -> torch.Tensor:
-    """Every scored position's value at its place in ``[rows, tokens - 1]``: 0 before ``start`` and on padding.
+    """Every scored position's value at its place in the row (``[rows, start + scored positions]``): 0 before ``start``
+    and on padding.
 
     Padding positions are scored with the others and zeroed here: no shape depends on the data.
     """
