@@ -39,7 +39,7 @@ from rllm.trainer.components import (
 from rllm.trainer.fingerprint import NUMBER_SETTINGS, run_fingerprint
 from rllm.trainer.grouping import GroupingHook
 from rllm.trainer.logging import METRICS_FILE, read_metrics
-from rllm.trainer.long_lived import long_lived_objects_frozen
+from rllm.trainer.long_lived import collector_for_training
 from rllm.trainer.plot import draw_learning_curve
 from rllm.trainer.rejection import RejectionSamplingState
 from rllm.trainer.run_files import LEARNING_CURVE, RunFiles
@@ -313,7 +313,7 @@ class UnifiedTrainer:
         await self.backend.on_train_start(state)
         await asyncio.to_thread(self.policy.start, state)
         trainer_cfg = self.rllm_config.trainer
-        with long_lived_objects_frozen():
+        with collector_for_training():
             if trainer_cfg.val_only:
                 await self._validate_async(state)
                 return state.global_step
