@@ -30,6 +30,15 @@ def _group(task: str, rewards: list[float | None]) -> TrajectoryGroup:
     return TrajectoryGroup.for_task(task, "solver", [Trajectory(name="solver", reward=r) for r in rewards])
 
 
+@pytest.mark.parametrize("reward, size", [(0.1, 7), (0.7, 3), (0.2, 6), (0.1, 3)])
+def test_equal_rewards_have_no_spread_even_where_their_mean_is_not_the_reward(reward: float, size: int) -> None:
+    # sum([0.1] * 7) / 7 is 0.09999999999999999: a deviation-based spread of these equal rewards is about 1e-17
+    group = _group("a", [reward] * size)
+    assert reward_spread(group, "std") == 0.0
+    assert reward_spread(group, "range") == 0.0
+    assert informative([group], DynamicSamplingConfig(enabled=True)) == [False]  # tolerance 0: "all rewards equal"
+
+
 def test_spread_and_tolerance_work_for_non_binary_rewards() -> None:
     group = _group("a", [0.2, 0.4, 0.6, 0.8])
     # population std: mean 0.5, squared deviations 0.09 0.01 0.01 0.09 -> sqrt(0.05)

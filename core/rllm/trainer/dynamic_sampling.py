@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -78,12 +79,20 @@ class DynamicSamplingConfig:
 
 
 def reward_spread(group: TrajectoryGroup, spread: Spread) -> float:
-    """The spread of the group's finite rewards (0 with fewer than two)."""
-    rewards = np.array([np.nan if t.reward is None else t.reward for t in group.trajectories], dtype=np.float64)
-    rewards = rewards[np.isfinite(rewards)]
+    """The spread of the group's finite rewards: 0 with fewer than two, and 0 exactly when they are all equal.
+
+    A floating-point mean of equal rewards is not always the reward itself (seven rewards of
+    0.1), so their deviations, and a standard deviation computed from them, come out near 1e-17:
+    over the default tolerance 0, which would keep a group whose rewards do not vary.
+    """
+    rewards = [float(t.reward) for t in group.trajectories if t.reward is not None and math.isfinite(t.reward)]
     if len(rewards) < 2:
         return 0.0
-    return float(np.std(rewards)) if spread == "std" else float(np.max(rewards) - np.min(rewards))
+    low, high = min(rewards), max(rewards)
+    if low == high or spread == "range":
+        return high - low
+    mean = math.fsum(rewards) / len(rewards)
+    return math.sqrt(math.fsum((reward - mean) ** 2 for reward in rewards) / len(rewards))
 
 
 def informative(groups: Sequence[TrajectoryGroup], config: DynamicSamplingConfig) -> list[bool]:

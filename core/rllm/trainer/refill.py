@@ -55,7 +55,7 @@ async def apply_dynamic_sampling(
         groups, replaced = substitute(groups, keep, state.global_step)
     metrics = state.metrics
     metrics["sampling/target_groups"] = float(target)
-    # disabled, the groups are the ones flagged above: their spreads (a numpy call per group) are not taken twice
+    # disabled, the groups are the ones flagged above: their spreads are not taken twice
     effective = keep if not config.enabled else informative(groups, config)
     metrics["sampling/effective_groups"] = float(sum(effective))
     metrics["sampling/groups_uniform"] = float(dropped)
