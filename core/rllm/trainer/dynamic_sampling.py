@@ -79,12 +79,8 @@ class DynamicSamplingConfig:
 
 
 def reward_spread(group: TrajectoryGroup, spread: Spread) -> float:
-    """The spread of the group's finite rewards: 0 with fewer than two, and 0 exactly when they are all equal.
-
-    A floating-point mean of equal rewards is not always the reward itself (seven rewards of
-    0.1), so their deviations, and a standard deviation computed from them, come out near 1e-17:
-    over the default tolerance 0, which would keep a group whose rewards do not vary.
-    """
+    """The spread of the group's finite rewards: 0 with fewer than two, and exactly 0 when all are equal (the mean
+    of seven rewards of 0.1 is not 0.1, so a std from it came out at 1.4e-17, over the default tolerance 0)."""
     rewards = [float(t.reward) for t in group.trajectories if t.reward is not None and math.isfinite(t.reward)]
     if len(rewards) < 2:
         return 0.0
