@@ -23,7 +23,6 @@ import rllm
 import torch
 
 
-
 def version(name: str) -> str:
     try:
         return metadata.version(name)
