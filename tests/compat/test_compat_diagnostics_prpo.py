@@ -10,6 +10,8 @@ import pytest
 
 import rllm
 from rllm import AlgorithmConfig, Step, Trajectory, TrajectoryGroup
+from rllm.estimators.diagnostics import difficulty_metrics
+from rllm.estimators.layout import GroupLayout
 from rllm.trainer.algorithms.advantage import (
     calculate_prpo_advantages,
     collect_reward_and_advantage_from_trajectory_groups,
@@ -55,6 +57,24 @@ def test_difficulty_of_hand_worked_groups() -> None:
     assert solver["group_reward_std/p90"] == pytest.approx(0.3 + math.sqrt(3) / 10)
     assert len(solver) == 11
     assert _batch(metrics, "judge") == {}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_group_percentiles_are_numpys(seed: int) -> None:
+    """1 to 40 groups of 3, with ties (and, for seed 3, a NaN reward): p10/p50/p90 equal ``np.percentile``'s."""
+    rng = np.random.default_rng(seed)
+    for n_groups in range(1, 41):
+        rewards = rng.choice([0.0, 0.25, 1.0, rng.random()], size=(n_groups, 3))
+        if seed == 3:
+            rewards[n_groups // 2, 1] = math.nan
+        layout = GroupLayout.from_sizes(np.full(n_groups, 3))
+        with np.errstate(invalid="ignore"):
+            metrics = difficulty_metrics("solver", rewards.ravel(), layout)
+        means, stds = rewards.mean(axis=1), rewards.std(axis=1)
+        expected = zip((10, 50, 90), np.percentile(means, (10, 50, 90)), np.percentile(stds, (10, 50, 90)), strict=True)
+        for p, mean, std in expected:  # to rounding: the groups' std is summed in another order than numpy's
+            assert metrics[f"batch/solver/group_reward_mean/p{p}"] == pytest.approx(mean, rel=1e-12, nan_ok=True)
+            assert metrics[f"batch/solver/group_reward_std/p{p}"] == pytest.approx(std, rel=1e-12, nan_ok=True)
 
 
 def test_no_diagnostics_on_the_validation_path_or_for_precomputed_groups() -> None:

@@ -50,9 +50,24 @@ def difficulty_metrics(
         f"{prefix}/fractions/too_easy": np.count_nonzero(too_easy) / total,
         f"{prefix}/fractions/too_hard": np.count_nonzero(too_hard) / total,
     }
-    # one call per array for all percentiles (each call sorts its array once; six calls were 0.1 ms a step)
-    mean_at, std_at = np.percentile(means, PERCENTILES).tolist(), np.percentile(stds, PERCENTILES).tolist()
+    mean_at, std_at = _percentiles(means), _percentiles(stds)
     for p, mean, std in zip(PERCENTILES, mean_at, std_at, strict=True):
         metrics[f"{prefix}/group_reward_mean/p{p}"] = mean
         metrics[f"{prefix}/group_reward_std/p{p}"] = std
     return metrics
+
+
+def _percentiles(values: NDArray[np.float64]) -> list[float]:
+    """``np.percentile(values, PERCENTILES)`` (its default, linear method) on a sorted list: for a batch's few
+    groups numpy's dispatch was most of the cost (35 us a call for 16 groups, against 2)."""
+    if np.isnan(values).any():
+        return np.percentile(values, PERCENTILES).tolist()
+    ordered, last = sorted(values.tolist()), len(values) - 1
+    out = []
+    for q in PERCENTILES:
+        position = q / 100 * last
+        below = int(position)
+        t = position - below
+        a, b = ordered[below], ordered[min(below + 1, last)]
+        out.append(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)  # numpy's lerp, rounding alike
+    return out
