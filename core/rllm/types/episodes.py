@@ -12,7 +12,6 @@ give JSON-safe dicts (no pickle) with rLLM's keys, and read the dicts rLLM write
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Mapping
 from copy import deepcopy
 from dataclasses import InitVar, dataclass, field
@@ -24,18 +23,9 @@ from rllm.io import jsonable as _jsonable
 from rllm.records import metadata_alias as _metadata_alias
 from rllm.records import read_field as _read
 from rllm.records import take_metadata as _take_metadata
+from rllm.types.ids import new_id
 
 __all__ = ["DEFAULT_TRAJ_NAME", "Episode", "Step", "Trajectory", "split_rollout_id"]
-
-
-def _new_id() -> str:
-    """A random version-4 UUID's string, as ``str(uuid.uuid4())`` gives it, at under half the cost.
-
-    Every step and trajectory gets one when made, and ``uuid.UUID``'s checks were a measurable
-    share of an episode of one token.
-    """
-    h = os.urandom(16).hex()
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
 
 DEFAULT_TRAJ_NAME = "default_traj_name"
@@ -61,7 +51,7 @@ class Step:
     mc_return: float = 0.0
     advantage: float | list[float] | None = None
     """A scalar (broadcast to every token) or one value per response token."""
-    id: str = field(default_factory=_new_id)
+    id: str = field(default_factory=new_id)
     input: Any = None
     output: Any = None
     model_output: Any = None
@@ -137,7 +127,7 @@ class Step:
     def from_dict(cls, data: Mapping[str, Any]) -> Step:
         """The step of :meth:`to_dict` (missing keys take their defaults; ``metadata`` is read as ``info``)."""
         return cls(
-            id=_read(data, "id", _new_id),
+            id=_read(data, "id", new_id),
             input=data.get("input"),
             output=data.get("output"),
             prompt_ids=list(_read(data, "prompt_ids", list)),
@@ -172,7 +162,7 @@ class Trajectory:
     ``signals`` named evaluation scores.
     """
 
-    uid: str = field(default_factory=_new_id)
+    uid: str = field(default_factory=new_id)
     name: str = DEFAULT_TRAJ_NAME
     task: Any = None
     steps: list[Step] = field(default_factory=list)
@@ -219,7 +209,7 @@ class Trajectory:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Trajectory:
         return cls(
-            uid=_read(data, "uid", _new_id),
+            uid=_read(data, "uid", new_id),
             name=_read(data, "name", lambda: DEFAULT_TRAJ_NAME),
             task=data.get("task"),
             steps=[Step.from_dict(step) for step in data.get("steps") or []],
