@@ -127,17 +127,17 @@ def trl_model(shape: dict[str, Any], device: torch.device, seed: int) -> Any:
 
 
 def rllm_sampling(model: Any, prompts: torch.Tensor, response: int, device: torch.device) -> float:
-    """Tokens per second of the engine's batched sampling, each row drawing from its own generator."""
-    from rllm_transformers.engine import SampleRequest, Sampling, TransformersEngine
+    """Tokens per second of the engine's batched sampling, each row drawing from its own stream."""
+    from rllm_transformers.engine import SampleRequest, Sampling, TransformersEngine, UniformStream
 
     engine = TransformersEngine(
-        model, NoTextTokenizer(), device, torch.Generator(), Sampling(), response, prompts.shape[1], False
+        model, NoTextTokenizer(), device, UniformStream(0), Sampling(), response, prompts.shape[1], False
     )
     rows = [row.tolist() for row in prompts]
 
     def requests() -> list[SampleRequest]:
         return [
-            SampleRequest(row, response, None, torch.Generator().manual_seed(i))  # type: ignore[arg-type]
+            SampleRequest(row, response, None, UniformStream(i))  # type: ignore[arg-type]
             for i, row in enumerate(rows)
         ]
 

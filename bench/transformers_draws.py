@@ -1,6 +1,6 @@
 """What drawing one token per row costs the transformers engine at a real vocabulary: host draw vs device draw.
 
-Each row's randomness comes from its own episode's generator, so an episode's samples do not
+Each row's randomness comes from its own episode's stream, so an episode's samples do not
 depend on its batch neighbours. Two ways to keep that, timed per generated token on the same
 ``[rows, vocab]`` log-probabilities (Qwen's vocabulary, 151,936, by default):
 
@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from rllm_transformers.engine import draw_rows, row_uniforms
+from rllm_transformers.engine import UniformStream, draw_rows, row_uniforms
 
 VOCAB = 151_936
 ROWS = (8, 64, 256)
@@ -64,8 +64,9 @@ def measure(rows: int, vocab: int, tokens: int, rounds: int, device: torch.devic
     alive = torch.ones(rows, dtype=torch.bool, device=device)
     generators = [torch.Generator().manual_seed(row) for row in range(rows)]
     host = _seconds(lambda: host_draw(log_p, alive, generators), rounds, sync)
-    per_call = _seconds(lambda: row_uniforms(generators, [tokens] * rows, device), rounds, sync)
-    noise = row_uniforms(generators, [tokens] * rows, device)
+    streams = [UniformStream(row) for row in range(rows)]
+    per_call = _seconds(lambda: row_uniforms(streams, [tokens] * rows, device), rounds, sync)
+    noise = row_uniforms(streams, [tokens] * rows, device)
     on_device = _seconds(lambda: draw_rows(log_p, noise[:, 0]), rounds, sync) + per_call / tokens
     return host * 1e3, on_device * 1e3
 

@@ -30,7 +30,7 @@ from rllm.trainer import AgentTrainer, UnifiedTrainer
 from rllm.trainer.logging import METRICS_FILE, read_metrics
 from rllm.types import Episode, Step, TerminationReason, Trajectory
 from rllm.workflows import Workflow
-from rllm_transformers.engine import Sampling, TransformersEngine, sampling_log_probs
+from rllm_transformers.engine import Sampling, TransformersEngine, UniformStream, sampling_log_probs
 from rllm_transformers.model import char_tokenizer
 
 MakeConfig = Callable[..., DictConfig]
@@ -76,8 +76,9 @@ def _engine(max_new_tokens: int = 3) -> TransformersEngine:
     torch.manual_seed(0)
     options = OmegaConf.create({"hidden_size": 32, "num_layers": 1})
     model = tiny_model(options, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
-    generator = torch.Generator().manual_seed(0)
-    return TransformersEngine(model, tokenizer, torch.device("cpu"), generator, Sampling(), max_new_tokens, 8, True)
+    return TransformersEngine(
+        model, tokenizer, torch.device("cpu"), UniformStream(0), Sampling(), max_new_tokens, 8, True
+    )
 
 
 def test_engine_answers_concurrent_calls_in_one_batch_with_the_models_log_probs() -> None:
@@ -342,9 +343,21 @@ def _drop_a_moment(step: Path) -> None:
     save_file(tensors, str(step / "optimizer.safetensors"))
 
 
+def _torch_generator_for_the_sampling_stream(step: Path) -> None:
+    """The sampling state as a checkpoint held it while the engine sampled from a ``torch.Generator``."""
+    states = load_file(str(step / "rng.safetensors"))
+    states["sample"] = torch.Generator().manual_seed(0).get_state()
+    save_file(states, str(step / "rng.safetensors"))
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
+        (
+            _torch_generator_for_the_sampling_stream,
+            r"holds a 'sample' random state this rllm cannot restore \(a uniform stream's state is 16 bytes "
+            r"\(seed, position\), not 5056\); resume it with the rllm version that wrote it",
+        ),
         (
             _edit_weight_decay,
             r"weight_decay=0\.5 where this run's settings give 0\.0 \(rllm\.transformers\.weight_decay\)",
@@ -430,6 +443,43 @@ def test_a_token_id_outside_the_vocabulary_names_the_workflow_and_the_id(tiny_co
     message = str(caught.value)
     assert message.startswith("Workflow OutOfVocabulary produced token id 1000000 in the response of a step of group")
     assert "outside the model's vocabulary (ids 0 to " in message and "\n" not in message
+
+
+def _packed(prompt: list, response: list) -> object:
+    from rllm.types import TrajectoryGroup
+    from rllm_transformers.batch import pack_rows
+
+    steps = [Step(prompt_ids=[1, 2], response_ids=[3], logprobs=[-0.5]), Step(prompt_ids=prompt, response_ids=response)]
+    group = TrajectoryGroup.for_task("t", "solver", [Trajectory(name="solver", steps=[step]) for step in steps])
+    return pack_rows([group], {"solver": "vanilla"}, 0, torch.device("cpu"), 10, "Workflow W")
+
+
+@pytest.mark.parametrize(
+    ("prompt", "response", "bad", "part"),
+    [([4], [10], "10", "response"), ([-1], [4], "-1", "prompt"), ([4], [2.0], "2.0", "response"),
+     (["7"], [4], "'7'", "prompt"), ([4], [2**70], str(2**70), "response"), ([4, None], [4], "None", "prompt")],
+)  # fmt: skip
+def test_every_kind_of_bad_token_id_is_named_with_its_part(prompt: list, response: list, bad: str, part: str) -> None:
+    """The batch's ids are checked at once; an id numpy rejects or that falls outside 0..9 is found and named."""
+    from rllm.errors import WorkflowError
+
+    with pytest.raises(WorkflowError) as caught:
+        _packed(prompt, response)
+    expected = f"Workflow W produced token id {bad} in the {part} of a step of group 't:solver'"
+    assert str(caught.value).startswith(expected)
+
+
+def test_ids_of_numpys_integer_types_pack_as_python_ints_do() -> None:
+    """Row 2's prompt and response as numpy integers: the rows, mask and sampling log-probs of plain ints (the
+    response at position 1, a step without log-probs NaN there)."""
+    import numpy as np
+
+    plain = _packed([5, 6], [7])
+    typed = _packed([np.int64(5), np.int32(6)], [np.uint8(7)])
+    for batch in (plain, typed):
+        assert batch.ids.tolist() == [[1, 2, 3], [5, 6, 7]]
+        assert batch.mask.tolist() == [[0.0, 1.0], [0.0, 1.0]]
+        assert batch.rollout_logps[0].tolist() == [0.0, -0.5] and math.isnan(batch.rollout_logps[1, 1])
 
 
 def test_a_model_directory_that_does_not_exist(tiny_config: MakeConfig, tmp_path: Path) -> None:

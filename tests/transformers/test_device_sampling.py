@@ -24,7 +24,7 @@ from torch.overrides import TorchFunctionMode
 
 from rllm.engine import Generation
 from rllm_transformers.batch import token_log_probs
-from rllm_transformers.engine import Sampling, TransformersEngine, draw_rows
+from rllm_transformers.engine import Sampling, TransformersEngine, UniformStream, draw_rows
 from rllm_transformers.model import tiny_model
 
 VOCAB = 151_936
@@ -78,7 +78,7 @@ def _engine(max_new_tokens: int = 4, sampling: Sampling | None = None) -> Transf
     options = OmegaConf.create({"hidden_size": 16, "num_layers": 1, "init_std": 0.2})
     model = tiny_model(options, VOCAB, PAD, EOS)
     return TransformersEngine(
-        model, Tokenizer(), torch.device("cpu"), torch.Generator().manual_seed(0), sampling or Sampling(),
+        model, Tokenizer(), torch.device("cpu"), UniformStream(0), sampling or Sampling(),
         max_new_tokens, 64, True,
     )  # fmt: skip
 

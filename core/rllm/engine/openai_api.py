@@ -47,7 +47,7 @@ KNOWN_KEYS = frozenset(
 COMPLETION_MAX_TOKENS = 16
 """``/v1/completions``' default ``max_tokens`` (OpenAI's); chat defaults to the rest of the context."""
 SEED_MAX = 2**64 - 1
-"""The largest seed a ``torch.Generator`` takes."""
+"""The largest seed: a served request's random stream is keyed by 64 bits."""
 
 
 class RequestError(Exception):

@@ -49,7 +49,7 @@ try:  # the extra first: without it, selecting the backend is one line naming th
     from rllm_transformers.checkpointing import Checkpointing
     from rllm_transformers.distributed import Distributed
     from rllm_transformers.distributed import start as start_distributed
-    from rllm_transformers.engine import Sampling, TransformersEngine
+    from rllm_transformers.engine import Sampling, TransformersEngine, UniformStream
     from rllm_transformers.lora import AdaptersOff, add_adapters, lora_settings, trainable
     from rllm_transformers.model import (
         checkpoint_activations,
@@ -137,7 +137,7 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         self._gathered_optimizer: dict[str, Any] | None = None
         self._pending_optimizer: dict[str, Any] | None = None
         """Under FSDP: the optimizer state gathered for rank 0 to write, and a loaded one not yet sharded."""
-        self.sample_rng = torch.Generator().manual_seed(seed)
+        self.sample_rng = UniformStream(seed)
         self.update_rng = torch.Generator().manual_seed(seed + 1)
         self.optimizer = torch.optim.AdamW(
             trainable(self.trained),  # with LoRA the adapters only

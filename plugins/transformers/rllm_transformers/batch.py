@@ -153,51 +153,29 @@ def token_statistics(
 
 
 def _check_ids(step: Step, group: TrajectoryGroup, trajectory: Trajectory, vocab_size: int, workflow: str) -> None:
-    if not step.prompt_ids:
-        raise WorkflowError(
-            f"{workflow} produced a step of group {group.group_id!r} (trajectory {trajectory.name!r}) with response "
-            "ids but no prompt_ids; keep the ids the model was given (ModelOutput.prompt_ids) on the step."
-        )
     for part, ids in (("prompt", step.prompt_ids), ("response", step.response_ids)):
-        if _plain_ids(ids, vocab_size):
-            continue
-        bad = next((i for i in ids if not (isinstance(i, Integral) and 0 <= i < vocab_size)), None)
-        if bad is not None:
+        bad = [i for i in ids if not (isinstance(i, Integral) and 0 <= i < vocab_size)][:1]  # None is a bad id too
+        if bad:
             raise WorkflowError(
-                f"{workflow} produced token id {bad!r} in the {part} of a step of group "
+                f"{workflow} produced token id {bad[0]!r} in the {part} of a step of group "
                 f"{group.group_id!r} (trajectory {trajectory.name!r}), outside the model's vocabulary "
                 f"(ids 0 to {vocab_size - 1}); encode with the run's tokenizer."
             )
 
 
-def _plain_ids(ids: Sequence[Any], vocab_size: int) -> bool:
-    """Whether ``ids`` are Python ints in the vocabulary: the common case, checked without per-id ``Integral`` tests."""
-    return all(type(i) is int for i in ids) and (not ids or (min(ids) >= 0 and max(ids) < vocab_size))
+def _in_vocabulary(ids: list[Any], vocab_size: int) -> np.ndarray | None:
+    """``ids`` (not empty) as one int64 array when every id is an integer in the vocabulary, checked at once."""
+    try:
+        flat = np.array(ids)
+    except (OverflowError, TypeError, ValueError):
+        return None
+    if flat.dtype.kind not in "iub" or flat.min() < 0 or flat.max() >= vocab_size:
+        return None
+    return flat.astype(np.int64, copy=False)
 
 
-@dataclass
-class _Row:
-    """A row being built: its tokens so far, which of them are responses, their sampling log-probs."""
-
-    ids: list[int]
-    response: list[bool]
-    logps: list[float]
-    group: int
-
-    def extends(self, step: Step) -> bool:
-        return len(step.prompt_ids) >= len(self.ids) and list(step.prompt_ids[: len(self.ids)]) == self.ids
-
-    def add(self, step: Step, row: int) -> Span:
-        """Append the step's new prompt tokens (no loss) and its response; where the response went."""
-        new = list(step.prompt_ids[len(self.ids) :])
-        self.ids += new
-        self.response += [False] * len(new)
-        start = len(self.ids) - 1
-        self.ids += list(step.response_ids)
-        self.response += [True] * len(step.response_ids)
-        self.logps += [0.0] * len(new)
-        self.logps += list(step.logprobs) if step.logprobs else [math.nan] * len(step.response_ids)
-        return Span(row, start, start + len(step.response_ids))
+def _extends(row: list[int], prompt: Sequence[int]) -> bool:
+    return len(prompt) >= len(row) and list(prompt[: len(row)]) == row
 
 
 def pack_rows(
@@ -217,15 +195,19 @@ def pack_rows(
     :class:`WorkflowError` naming ``workflow``, the id and its group, not an index error
     inside the model's embedding.
     """
-    rows: list[_Row] = []
+    rows: list[list[int]] = []
+    row_groups: list[int] = []
     steps: list[Step] = []
     spans: list[Span] = []
+    logps: list[float] = []
+    """Each step's response log-probs, in the order of ``spans`` (NaN for a step sampled without them)."""
     roles, losses, breaks = [], [], []
     for index, group in enumerate(groups):
         for trajectory in group.trajectories:
-            current: _Row | None = None
+            current: list[int] | None = None
             for turn, step in enumerate(trajectory.steps):
-                if not step.response_ids:
+                response = step.response_ids
+                if not response:
                     if step.model_response:
                         raise WorkflowError(
                             f"{workflow} produced step {turn} of group {group.group_id!r} (trajectory "
@@ -234,29 +216,51 @@ def pack_rows(
                             "TimingTrackingMixin.timed_llm_call, which attaches it)."
                         )
                     continue
-                _check_ids(step, group, trajectory, vocab_size, workflow)
-                if current is None or not current.extends(step):
+                if not step.prompt_ids:
+                    raise WorkflowError(
+                        f"{workflow} produced a step of group {group.group_id!r} (trajectory {trajectory.name!r}) "
+                        "with response ids but no prompt_ids; keep the ids the model was given "
+                        "(ModelOutput.prompt_ids) on the step."
+                    )
+                if current is None or not _extends(current, step.prompt_ids):
                     if current is not None:
                         breaks.append(f"group {group.group_id!r}, trajectory {trajectory.name!r}, step {turn}")
-                    current = _Row([], [], [], index)
+                    current = []
                     rows.append(current)
+                    row_groups.append(index)
                     roles.append(group.group_role)
                     losses.append(loss_of[group.group_role])
-                spans.append(current.add(step, len(rows) - 1))
+                current += step.prompt_ids[len(current) :]  # the new prompt tokens (no loss)
+                start = len(current) - 1
+                current += response
+                spans.append(Span(len(rows) - 1, start, start + len(response)))
+                logps += step.logprobs if step.logprobs else [math.nan] * len(response)
                 steps.append(step)
     if not rows:
         raise TrainerError("The trajectory groups hold no response tokens; the workflow produced empty steps.")
+    every_id = list(itertools.chain.from_iterable(rows))
+    flat = _in_vocabulary(every_id, vocab_size)
+    if flat is None:  # find the culprit, step by step, for the error; ids of other integer types pass as ints
+        for group in groups:
+            for trajectory in group.trajectories:
+                for step in trajectory.steps:
+                    _check_ids(step, group, trajectory, vocab_size, workflow)
+        flat = np.array([int(i) for i in every_id], dtype=np.int64)
     # every row's values at once: a row-major boolean fill takes the rows' concatenation in order
-    lengths = np.array([len(row.ids) for row in rows])
+    lengths = np.array([len(row) for row in rows])
     width = int(lengths.max())
     attention = np.arange(width) < lengths[:, None]
     ids = np.full((len(rows), width), pad, dtype=np.int64)
-    ids[attention] = list(itertools.chain.from_iterable(row.ids for row in rows))
-    after_first = attention[:, 1:]  # position j holds token j + 1's values
+    ids[attention] = flat
+    # the response positions from the spans: position j holds token j + 1's values
+    where = np.array([(span.row, span.start, span.stop) for span in spans])
+    counts = where[:, 2] - where[:, 1]
+    offsets = np.repeat(where[:, 1] - (np.cumsum(counts) - counts), counts)
+    at = (np.repeat(where[:, 0], counts), np.arange(len(logps)) + offsets)
     mask = np.zeros((len(rows), width - 1), dtype=np.float32)
-    mask[after_first] = list(itertools.chain.from_iterable(row.response[1:] for row in rows))
+    mask[at] = 1.0
     rollout = np.zeros((len(rows), width - 1), dtype=np.float32)
-    rollout[after_first] = list(itertools.chain.from_iterable(row.logps[1:] for row in rows))
+    rollout[at] = logps
     return RowBatch(
         torch.from_numpy(ids).to(device),
         torch.from_numpy(attention.astype(np.int64)).to(device),
@@ -266,6 +270,6 @@ def pack_rows(
         spans,
         roles,
         losses,
-        torch.tensor([row.group for row in rows], device=device),
+        torch.tensor(row_groups, device=device),
         breaks,
     )

@@ -2,7 +2,7 @@
 
 The model part is a ``save_pretrained`` directory, so any checkpoint loads with
 ``AutoModelForCausalLM.from_pretrained`` (with LoRA it holds the adapter, which peft loads onto the base
-model); the optimizer's tensors and the random generators'
+model); the optimizer's tensors and the random streams'
 states are safetensors files, everything else one JSON file.
 """
 
@@ -12,7 +12,7 @@ import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -28,12 +28,20 @@ ADAPTER_CONFIG = "adapter_config.json"
 """What peft's ``save_pretrained`` writes beside a LoRA adapter: a checkpoint's model part holds the adapter only."""
 
 
+class RandomState(Protocol):
+    """A random stream a checkpoint keeps: torch's generators and the engine's :class:`~.draws.UniformStream`."""
+
+    def get_state(self) -> torch.Tensor: ...
+
+    def set_state(self, state: torch.Tensor) -> None: ...
+
+
 def save_training_state(
     directory: Path,
     model: Any,
     tokenizer: Any,
     optimizer_state: Mapping[str, Any],
-    generators: Mapping[str, torch.Generator],
+    generators: Mapping[str, RandomState],
     extra: Mapping[str, Any],
 ) -> None:
     """The model as ``save_pretrained`` writes it, the optimizer's tensors (``optimizer_state``, an
@@ -58,7 +66,7 @@ def load_training_state(
     directory: Path,
     model: Any,
     optimizer: torch.optim.Optimizer,
-    generators: Mapping[str, torch.Generator],
+    generators: Mapping[str, RandomState],
     apply_optimizer: Callable[[dict[str, Any]], Any] | None = None,
     load_model: Callable[[Path, dict[str, Any]], None] | None = None,
     optimizer_shapes_only: bool = False,
@@ -116,7 +124,13 @@ def load_training_state(
     _check_optimizer(directory, optimizer, dict(state), groups)
     (apply_optimizer or optimizer.load_state_dict)({"state": dict(state), "param_groups": groups})
     for name, generator in generators.items():
-        generator.set_state(states[name])
+        try:
+            generator.set_state(states[name])
+        except (RuntimeError, ValueError) as exc:
+            raise CheckpointError(
+                f"Checkpoint {str(directory)!r} holds a {name!r} random state this rllm cannot restore ({exc}); "
+                "resume it with the rllm version that wrote it, or delete it to start over."
+            ) from None
     return saved
 
 

@@ -15,8 +15,9 @@ import torch
 
 from rllm.errors import TrainerError
 from rllm.losses import KLInReward, check_kl_coef
-from rllm_transformers.checkpoint import load_training_state, save_training_state
+from rllm_transformers.checkpoint import RandomState, load_training_state, save_training_state
 from rllm_transformers.distributed import Distributed
+from rllm_transformers.draws import UniformStream
 from rllm_transformers.lora import LoraSettings, load_adapter
 
 
@@ -32,7 +33,7 @@ class Checkpointing:
     distributed: Distributed | None
     grad_scaler: Any
     kl_in_reward: KLInReward | None
-    sample_rng: torch.Generator
+    sample_rng: UniformStream
     update_rng: torch.Generator
     _gathered_optimizer: dict[str, Any] | None
     _pending_optimizer: dict[str, Any] | None
@@ -124,7 +125,7 @@ class Checkpointing:
     def _keep_for_sharded(self, state: dict[str, Any]) -> None:
         self._pending_optimizer = state
 
-    def _generators(self) -> dict[str, torch.Generator]:
+    def _generators(self) -> dict[str, RandomState]:
         return {"sample": self.sample_rng, "update": self.update_rng}
 
 

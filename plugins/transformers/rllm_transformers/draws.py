@@ -1,14 +1,15 @@
 """Drawing tokens: the distribution a token is drawn from (temperature, top-k, top-p), each row's uniforms from its
-own generator, and the inverse-CDF draw on the model's device (:class:`~rllm_transformers.engine.TransformersEngine`
+own stream, and the inverse-CDF draw on the model's device (:class:`~rllm_transformers.engine.TransformersEngine`
 samples through these, ``rllm serve`` and the Tinker server through the engine)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
 
 @dataclass(frozen=True)
@@ -34,18 +35,70 @@ def sampling_log_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor
     return torch.log_softmax(logits, dim=-1)
 
 
-def row_uniforms(generators: Sequence[torch.Generator], counts: Sequence[int], device: torch.device) -> torch.Tensor:
-    """``[rows, max(counts)]`` uniforms on ``device``: row r's first ``counts[r]`` drawn from its own generator.
+_MASK = (1 << 64) - 1
+_GAMMA = 0x9E3779B97F4A7C15
+"""SplitMix64's increment: the odd constant nearest 2**64 over the golden ratio."""
 
-    Each row takes ``torch.rand(counts[r], dtype=float64, generator=...)`` once per batch,
-    before its first token: how far a row's stream advances is its own request's
-    ``max_tokens``, whatever its neighbours generate and whenever it stops, so an episode's
-    next call continues where this one left it. One small host tensor crosses to the device;
-    nothing is drawn per token.
+
+def _finalise(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function on uint64s (numpy's unsigned arithmetic wraps modulo 2**64)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+class UniformStream:
+    """A request's random numbers: uniform ``i`` of the stream is a fixed function of ``(seed, i)``.
+
+    Counter-based (SplitMix64 started from a state derived from the seed), so a stream is two
+    integers: an episode's view makes one without building a generator, a batch's rows are drawn
+    in one vectorised call (:func:`row_uniforms`), and a checkpoint keeps the seed and the position.
     """
-    drawn = [torch.rand(count, dtype=torch.float64, generator=g) for g, count in zip(generators, counts, strict=True)]
-    noise = torch.stack(drawn) if len(set(counts)) == 1 else pad_sequence(drawn, batch_first=True)
-    return torch.as_tensor(noise, device=device)
+
+    __slots__ = ("position", "seed")
+
+    def __init__(self, seed: int | None = None, position: int = 0) -> None:
+        """``seed`` None: one of this process's own, from the operating system (calls nobody replays)."""
+        self.seed = (int.from_bytes(os.urandom(8), "little") if seed is None else int(seed)) & _MASK
+        self.position = position
+
+    def take(self, count: int) -> int:
+        """Where the next ``count`` uniforms start; the stream moves past them."""
+        start = self.position
+        self.position += count
+        return start
+
+    def get_state(self) -> torch.Tensor:
+        """The seed and the position as 16 bytes (a checkpoint stores them as it stores torch's generators)."""
+        raw = self.seed.to_bytes(8, "little") + self.position.to_bytes(8, "little")
+        return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+
+    def set_state(self, state: torch.Tensor) -> None:
+        raw = bytes(state.to(torch.uint8).tolist())
+        if len(raw) != 16:
+            raise ValueError(f"a uniform stream's state is 16 bytes (seed, position), not {len(raw)}")
+        self.seed, self.position = int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")
+
+
+def uniforms_at(seeds: Sequence[int], starts: Sequence[int], width: int) -> np.ndarray:
+    """``[rows, width]`` float64 uniforms in ``[0, 1)``: row r's are its stream's from position ``starts[r]`` on."""
+    keys = _finalise(np.array(seeds, dtype=np.uint64)[:, None])
+    counters = np.array(starts, dtype=np.uint64)[:, None] + np.arange(1, width + 1, dtype=np.uint64)
+    bits = _finalise(keys + counters * np.uint64(_GAMMA))
+    return (bits >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def row_uniforms(streams: Sequence[UniformStream], counts: Sequence[int], device: torch.device) -> torch.Tensor:
+    """``[rows, max(counts)]`` uniforms on ``device``: row r's first ``counts[r]`` the next of its own stream.
+
+    Each row's stream moves by ``counts[r]`` (its request's ``max_tokens``) once per batch,
+    before its first token, whatever its neighbours generate and whenever it stops, so an
+    episode's next call continues where this one left it. A row's columns past its count are
+    never read. One small host array crosses to the device; nothing is drawn per token.
+    """
+    starts = [stream.take(count) for stream, count in zip(streams, counts, strict=True)]
+    noise = uniforms_at([stream.seed for stream in streams], starts, max(counts))
+    return torch.from_numpy(noise).to(device)
 
 
 BLOCK = 1024

@@ -4,7 +4,7 @@ Every call waits on the event loop until the concurrent workflows have all submi
 then one left-padded batch is sampled token by token with the model's KV cache. The
 log-probability of each sampled token under the distribution it was drawn from (after
 temperature, top-k and top-p) is returned with it. Each row's random numbers come from its own
-request's generator, ``max_tokens`` uniforms drawn once per batch (:func:`~rllm_transformers.draws.row_uniforms`); an
+request's stream, ``max_tokens`` uniforms drawn once per batch (:func:`~rllm_transformers.draws.row_uniforms`); an
 episode's view (:meth:`TransformersEngine.for_episode`) seeds one from the episode's seed, so
 what an episode samples does not depend on which episodes shared its batches, nor on the
 executor that ran it. The draw itself (:func:`~rllm_transformers.draws.draw_rows`) runs on the model's device for the
@@ -46,6 +46,7 @@ from rllm.engine import (
 from rllm.errors import DataError, EngineCallError
 from rllm.types import TerminationEvent, TerminationReason
 from rllm_transformers.draws import Sampling as Sampling  # the draws' names keep their import path here
+from rllm_transformers.draws import UniformStream as UniformStream
 from rllm_transformers.draws import draw_rows as draw_rows
 from rllm_transformers.draws import row_uniforms as row_uniforms
 from rllm_transformers.draws import sampling_log_probs as sampling_log_probs
@@ -69,7 +70,7 @@ class SampleRequest:
     prompt_ids: list[int]
     max_tokens: int
     future: asyncio.Future[Generation]
-    generator: torch.Generator
+    stream: UniformStream
     """Where this row's uniforms come from, ``max_tokens`` of them per call (the episode's, or the engine's own)."""
 
 
@@ -87,7 +88,7 @@ class TransformersEngine(RolloutEngine):
         model: Any,
         tokenizer: Any,
         device: torch.device,
-        generator: torch.Generator,
+        stream: UniformStream,
         sampling: Sampling,
         max_new_tokens: int,
         max_prompt_length: int,
@@ -96,7 +97,7 @@ class TransformersEngine(RolloutEngine):
         self.model = model
         self.tokenizer = tokenizer
         self.device = device
-        self.generator = generator
+        self.stream = stream
         self.sampling = sampling
         self.max_new_tokens = max_new_tokens
         self.max_prompt_length = max_prompt_length
@@ -114,8 +115,8 @@ class TransformersEngine(RolloutEngine):
         return self.max_new_tokens
 
     def for_episode(self, seed: int) -> EpisodeEngine:
-        """A view for one episode: batched with the others, sampling from a generator seeded with ``seed``."""
-        return EpisodeEngine(self, torch.Generator().manual_seed(int(seed)))
+        """A view for one episode: batched with the others, sampling from a stream keyed by ``seed``."""
+        return EpisodeEngine(self, UniformStream(seed))
 
     def for_workers(self) -> RolloutEngine:
         """What a Ray worker gets once per batch: a snapshot of the weights and settings that samples there."""
@@ -127,8 +128,8 @@ class TransformersEngine(RolloutEngine):
         return await self.generate(self.chat_ids(messages), max_tokens)
 
     async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
-        """Sampled from the engine's own generator; workflows run by the trainer sample from their episode's view."""
-        return await self.submit(prompt_ids, max_tokens, self.generator)
+        """Sampled from the engine's own stream; workflows run by the trainer sample from their episode's view."""
+        return await self.submit(prompt_ids, max_tokens, self.stream)
 
     async def compute_logprobs(self, ids: Sequence[int]) -> list[float]:
         """One forward pass at temperature 1: each token's log-prob after those before it (the first: 0.0).
@@ -157,11 +158,11 @@ class TransformersEngine(RolloutEngine):
     async def respond(
         self,
         messages: list[dict[str, Any]],
-        generator: torch.Generator,
+        stream: UniformStream,
         conversation: ConversationPrompts | None = None,
         **kwargs: Any,
     ) -> ModelOutput:
-        """rLLM's chat call: the chat template's prompt, sampled from ``generator``, as a :class:`ModelOutput`.
+        """rLLM's chat call: the chat template's prompt, sampled from ``stream``, as a :class:`ModelOutput`.
 
         ``enforce_max_prompt_length=False`` (rLLM's cumulative workflow, which keeps its own
         budget) lifts ``max_prompt_length`` for the call; ``accumulate_reasoning`` reaches the
@@ -177,7 +178,7 @@ class TransformersEngine(RolloutEngine):
         variables = {key: bool(kwargs[key]) for key in ("accumulate_reasoning",) if key in kwargs}
         prompt = self.chat_ids(messages, conversation, **variables)
         enforce = bool(kwargs.get("enforce_max_prompt_length", True))
-        generation = await self.submit(prompt, kwargs.get("max_tokens"), generator, enforce_prompt_limit=enforce)
+        generation = await self.submit(prompt, kwargs.get("max_tokens"), stream, enforce_prompt_limit=enforce)
         if conversation is not None and generation.finish_reason != PROMPT_TOO_LONG:
             conversation.sampled(generation.prompt_ids, generation.response_ids)
         return self.model_output(generation, skip_special_tokens=bool(kwargs.get("skip_special_tokens", True)))
@@ -197,7 +198,7 @@ class TransformersEngine(RolloutEngine):
             finish_reason=generation.finish_reason,
         )
 
-    async def token_output(self, token_input: Sequence[int], generator: torch.Generator, **kwargs: Any) -> Generation:
+    async def token_output(self, token_input: Sequence[int], stream: UniformStream, **kwargs: Any) -> Generation:
         """rLLM's token-in/token-out call: the :class:`Generation` of ``token_input`` (``max_tokens`` only)."""
         unknown = sorted(set(kwargs) - {"max_tokens", "application_id"})
         if unknown:
@@ -205,13 +206,13 @@ class TransformersEngine(RolloutEngine):
                 f"get_token_output_from_token_input got {', '.join(map(repr, unknown))}, which the transformers engine "
                 "does not take; it takes max_tokens and application_id."
             )
-        return await self.submit(token_input, kwargs.get("max_tokens"), generator)
+        return await self.submit(token_input, kwargs.get("max_tokens"), stream)
 
     async def _get_model_response(self, messages: list[dict[str, Any]], **kwargs: Any) -> ModelOutput:
-        return await self.respond(messages, self.generator, **kwargs)
+        return await self.respond(messages, self.stream, **kwargs)
 
     async def get_token_output_from_token_input(self, token_input: Sequence[int], **kwargs: Any) -> Generation:
-        return await self.token_output(token_input, self.generator, **kwargs)
+        return await self.token_output(token_input, self.stream, **kwargs)
 
     def assemble_model_output(self, token_input: Sequence[int], token_output: Generation) -> ModelOutput:
         return self.model_output(token_output)
@@ -224,10 +225,10 @@ class TransformersEngine(RolloutEngine):
         self,
         prompt_ids: Sequence[int],
         max_tokens: int | None,
-        generator: torch.Generator,
+        stream: UniformStream,
         enforce_prompt_limit: bool = True,
     ) -> Generation:
-        """Queue one prompt for the next batch; its tokens are drawn from ``generator``."""
+        """Queue one prompt for the next batch; its tokens are drawn from ``stream``."""
         prompt = [int(token) for token in prompt_ids]
         if enforce_prompt_limit and len(prompt) > self.max_prompt_length:
             return Generation([], [], "", PROMPT_TOO_LONG, prompt)
@@ -235,7 +236,7 @@ class TransformersEngine(RolloutEngine):
             raise DataError("engine.generate() got an empty prompt; give at least one token id.")
         future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
         limit = self.max_new_tokens if max_tokens is None else min(int(max_tokens), self.max_new_tokens)
-        self._pending.append(SampleRequest(prompt, max(limit, 1), future, generator))
+        self._pending.append(SampleRequest(prompt, max(limit, 1), future, stream))
         if self._flush is None or self._flush.done():
             self._flush = asyncio.ensure_future(self._run_when_quiet())
         return await future
@@ -278,7 +279,7 @@ class TransformersEngine(RolloutEngine):
         counts = [r.max_tokens for r in requests]
         limits = torch.tensor(counts, device=self.device)
         steps = max(counts)
-        noise = None if greedy else row_uniforms([r.generator for r in requests], counts, self.device)
+        noise = None if greedy else row_uniforms([r.stream for r in requests], counts, self.device)
         # prefill: the LM head over each prompt's last position only ([rows, 1, vocab], not [rows, width, vocab])
         last_only = {"logits_to_keep": 1} if keeps_last_logits(model) else {}
         tokens = torch.full((len(requests), steps), pad, dtype=torch.long, device=self.device)
@@ -369,9 +370,9 @@ class EpisodeEngine(EpisodeView):
 
     engine: TransformersEngine
 
-    def __init__(self, engine: TransformersEngine, generator: torch.Generator) -> None:
+    def __init__(self, engine: TransformersEngine, stream: UniformStream) -> None:
         super().__init__(engine)
-        self.generator = generator
+        self.stream = stream
         self.conversation = ConversationPrompts(engine.tokenizer, engine.chat_parser)
         self.chat_parser = engine.chat_parser
 
@@ -380,19 +381,19 @@ class EpisodeEngine(EpisodeView):
         return self.engine.max_response_length
 
     async def _get_model_response(self, messages: list[dict[str, Any]], **kwargs: Any) -> ModelOutput:
-        return await self.engine.respond(messages, self.generator, self.conversation, **kwargs)
+        return await self.engine.respond(messages, self.stream, self.conversation, **kwargs)
 
     async def get_token_output_from_token_input(self, token_input: Sequence[int], **kwargs: Any) -> Generation:
-        return await self.engine.token_output(token_input, self.generator, **kwargs)
+        return await self.engine.token_output(token_input, self.stream, **kwargs)
 
     def assemble_model_output(self, token_input: Sequence[int], token_output: Generation) -> ModelOutput:
         return self.engine.model_output(token_output)
 
     async def generate(self, prompt_ids: Sequence[int], max_tokens: int | None = None) -> Generation:
-        return await self.engine.submit(prompt_ids, max_tokens, self.generator)
+        return await self.engine.submit(prompt_ids, max_tokens, self.stream)
 
     async def compute_logprobs(self, ids: Sequence[int]) -> list[float]:
         return await self.engine.compute_logprobs(ids)
 
     async def chat(self, messages: Sequence[dict[str, str]], max_tokens: int | None = None) -> Generation:
-        return await self.engine.submit(self.engine.chat_ids(messages), max_tokens, self.generator)
+        return await self.engine.submit(self.engine.chat_ids(messages), max_tokens, self.stream)

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from rllm.engine import Generation, openai_api
 from rllm.errors import ConfigError
 from rllm_transformers.checkpoint import ADAPTER_CONFIG, MODEL_DIR
-from rllm_transformers.engine import SampleRequest, Sampling, TransformersEngine
+from rllm_transformers.engine import SampleRequest, Sampling, TransformersEngine, UniformStream
 from rllm_transformers.lora import lora_settings
 from rllm_transformers.model import Policy, load_policy, use_threads
 from rllm_transformers.plugin import _installed
@@ -56,7 +56,7 @@ class Server:
         self.start_id = uuid.uuid4().hex
         """New at every start: a restarted server (back on its initial weights) is told apart by it on /health."""
         self.context_limit = int(getattr(policy.model.config, "max_position_embeddings", 2048))
-        self.generator = torch.Generator().manual_seed(seed)
+        self.stream = UniformStream(seed)
         self.generate_calls = 0
         self.requests = 0
         self._pending: list[tuple[SampleRequest, Params, int]] = []
@@ -65,7 +65,7 @@ class Server:
         self._model_lock = asyncio.Lock()
         limit = self.context_limit
         self.engine = TransformersEngine(
-            policy.model, policy.tokenizer, policy.device, self.generator, Sampling(), limit, limit, True
+            policy.model, policy.tokenizer, policy.device, self.stream, Sampling(), limit, limit, True
         )
 
     def check_model(self, body: dict[str, Any]) -> None:
@@ -106,12 +106,12 @@ class Server:
     async def generate(self, params: Params) -> list[Generation]:
         """``params.n`` samples of the prompt, batched with whatever else arrives in the window."""
         loop = asyncio.get_running_loop()
-        generator = self.generator if params.seed is None else torch.Generator().manual_seed(params.seed)
+        stream = self.stream if params.seed is None else UniformStream(params.seed)
         futures = []
         for _ in range(params.n):
             future: asyncio.Future[Generation] = loop.create_future()
             self._pending.append(
-                (SampleRequest(params.prompt_ids, params.max_tokens, future, generator), params, self.requests)
+                (SampleRequest(params.prompt_ids, params.max_tokens, future, stream), params, self.requests)
             )
             futures.append(future)
         self.requests += 1

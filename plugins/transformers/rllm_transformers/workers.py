@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from rllm.engine import Generation, RolloutEngine
-from rllm_transformers.engine import EpisodeEngine, Sampling, TransformersEngine
+from rllm_transformers.engine import EpisodeEngine, Sampling, TransformersEngine, UniformStream
 from rllm_transformers.lora import merged_weights
 from rllm_transformers.precision import Precision, precision_in
 
@@ -76,13 +76,11 @@ class WorkerEngine(RolloutEngine):
             model.load_state_dict(self.weights)
             self.precision.prepare(model, device)  # the trainer's autocast (and TF32 on CUDA): the same draws
             model.eval()
-            generator = torch.Generator()
-            generator.seed()  # calls without an episode seed: a stream of this process's own, not a replayed copy
             self._engine = TransformersEngine(
                 model,
                 self.tokenizer,
                 device,
-                generator,
+                UniformStream(),  # calls without an episode seed: a stream of this process's own, not a replayed copy
                 self.sampling,
                 self.max_new_tokens,
                 self.max_prompt_length,

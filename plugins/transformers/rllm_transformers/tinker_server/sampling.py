@@ -3,7 +3,7 @@
 Jobs that wait in the queue together (they arrived while a batch was being sampled, or within
 :data:`BATCH_WINDOW` of each other) are sampled in one batched call of the transformers engine's
 sampler, one batch per weights and sampling settings (:func:`batches`). A row's random numbers
-come from its own request's generator (a seeded request's own, an unseeded one's the server's,
+come from its own request's stream (a seeded request's own, an unseeded one's the server's,
 in arrival order), so what a seeded request samples does not depend on the requests batched with it.
 """
 

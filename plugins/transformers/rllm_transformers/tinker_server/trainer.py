@@ -17,7 +17,7 @@ import torch
 
 from rllm.engine import Generation
 from rllm_transformers.checkpoint import MODEL_DIR, STATE_FILE, load_training_state, save_training_state
-from rllm_transformers.engine import SampleRequest, Sampling, TransformersEngine
+from rllm_transformers.engine import SampleRequest, Sampling, TransformersEngine, UniformStream
 from rllm_transformers.logprobs import score_targets
 from rllm_transformers.model import Policy, set_training
 from rllm_transformers.tinker_server.losses import tinker_loss
@@ -61,10 +61,10 @@ class TinkerTrainer:
         self.sampler = copy.deepcopy(self.model)
         self.sampler_weights: str | None = None
         """The directory whose weights the sampler holds (None: the base model's)."""
-        self.generator = torch.Generator().manual_seed(seed)
+        self.stream = UniformStream(seed)
         limit = self.context_limit
         self.engine = TransformersEngine(
-            self.sampler, policy.tokenizer, policy.device, self.generator, Sampling(), limit, limit, True
+            self.sampler, policy.tokenizer, policy.device, self.stream, Sampling(), limit, limit, True
         )
 
     def _new_optimizer(self) -> torch.optim.AdamW:
@@ -125,7 +125,7 @@ class TinkerTrainer:
         """Weights and optimizer, as the transformers backend's checkpoints are (safetensors and JSON)."""
         directory.mkdir(parents=True, exist_ok=True)
         state = self.optimizer.state_dict()
-        save_training_state(directory, self.model, self.policy.tokenizer, state, {"sampler": self.generator}, {})
+        save_training_state(directory, self.model, self.policy.tokenizer, state, {"sampler": self.stream}, {})
 
     def load_state(self, directory: Path, with_optimizer: bool) -> None:
         """What :meth:`save_state` wrote; without ``with_optimizer`` a new optimizer (Tinker's ``load_weights``)."""
@@ -165,7 +165,7 @@ class TinkerTrainer:
         """Each job's continuations and, if asked, its prompt's log-probs, from one batched call of the engine.
 
         The jobs share their weights and sampling settings (:func:`~.sampling.batches`); each row
-        draws from its job's generator (the server's when the job has no seed). The tokens and
+        draws from its job's stream (the server's when the job has no seed). The tokens and
         log-probs are the transformers engine's (those of the distribution drawn from); a stop
         token ends a sequence after it, a stop string after the token completing it.
         """
@@ -175,8 +175,8 @@ class TinkerTrainer:
         self.engine.is_validation = sampling.temperature == 0  # the engine's greedy path
         requests = []
         for job in jobs:
-            generator = self.generator if job.seed is None else torch.Generator().manual_seed(job.seed)
-            requests += [SampleRequest(list(job.prompt), job.max_tokens, None, generator) for _ in range(job.count)]  # type: ignore[arg-type]
+            stream = self.stream if job.seed is None else UniformStream(job.seed)
+            requests += [SampleRequest(list(job.prompt), job.max_tokens, None, stream) for _ in range(job.count)]  # type: ignore[arg-type]
         generations = iter(self.engine.sample(requests))
         answers = []
         for job in jobs:
