@@ -63,7 +63,7 @@ try:  # the extra first: without it, selecting the backend is one line naming th
     from rllm_transformers.rollout_weights import ModelWeights
     from rllm_transformers.scoring import BatchScoring
     from rllm_transformers.teacher import load_teacher
-    from rllm_transformers.update import UpdateSteps
+    from rllm_transformers.update import UpdateSchedule, UpdateSteps
     from rllm_transformers.update import within_budget as within_budget  # its import path before the update's module
 except ImportError as exc:
     raise missing_extra_error(exc) from None
@@ -101,6 +101,7 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         super().__init__(config, **kwargs)
         self.options = config.rllm.transformers
         options = self.options
+        self.schedule = UpdateSchedule.of(options)
         self.lora = lora_settings(config)
         """``rllm.transformers.lora.*``: None, or the adapters that train while the base model stays frozen."""
         self.distributed: Distributed | None = start_distributed(config)
@@ -232,7 +233,7 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
                 "but rllm.transformers.temperature/top_p/top_k change the sampling distribution; sample at "
                 "temperature 1 without top-k/top-p, or leave bypass_mode unset."
             )
-        if int(self.options.mini_batches) < 1 or int(self.options.micro_batches) < 1:
+        if self.schedule.mini_batches < 1 or self.schedule.micro_batches < 1:
             raise ConfigError("rllm.transformers.mini_batches and micro_batches must be at least 1.")
         check_estimators_see_the_penalty(self.algorithm)
 
@@ -347,9 +348,9 @@ class TransformersBackend(BatchScoring, UpdateSteps, Checkpointing, BackendProto
         group = self.distributed
         scale = 1.0 if group is None else float(group.world_size)  # DDP averages the ranks' gradients: undo it
         lengths = batch.attention.sum(1)
-        for _epoch in range(int(options.ppo_epochs)):
+        for _epoch in range(self.schedule.ppo_epochs):
             order = torch.randperm(n, generator=self.update_rng).to(self.device)
-            for mini in torch.tensor_split(order, min(int(options.mini_batches), n)):
+            for mini in torch.tensor_split(order, min(self.schedule.mini_batches, n)):
                 # the normalisation of loss_agg_mode is the whole mini-batch's, on every rank
                 totals = batch.totals(mini)
                 self.optimizer.zero_grad(set_to_none=True)

@@ -11,7 +11,6 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from rllm.losses import KLInReward, LossSettings, rejection_mask
 from rllm.toolkit import TOKEN_FIELDS, get_estimator
@@ -23,13 +22,14 @@ from rllm_transformers.lora import AdaptersOff, LoraSettings
 from rllm_transformers.model import set_training
 from rllm_transformers.rewards import subtract_from_rewards
 from rllm_transformers.sharding import is_sharded
+from rllm_transformers.update import UpdateSchedule
 
 
 class BatchScoring:
     """Stage 5 of the transformers backend, and what the update reads of it (:meth:`_old_policy_is_the_updates`)."""
 
     algorithm: Any
-    options: DictConfig
+    schedule: UpdateSchedule
     model: torch.nn.Module
     trained: torch.nn.Module
     host_copy: bool
@@ -95,11 +95,10 @@ class BatchScoring:
         would have scored with; its log-probs, detached, are the old policy's (as TRL skips the
         pass when generation and optimisation are aligned).
         """
-        options = self.options
         return (
             self.distributed is None
-            and int(options.ppo_epochs) == 1
-            and int(options.mini_batches) == 1
+            and self.schedule.ppo_epochs == 1
+            and self.schedule.mini_batches == 1
             and not self.token_fields
             and self.kl_in_reward is None
             and not self.default_settings.checked.rejection
@@ -130,7 +129,7 @@ class BatchScoring:
         group = self.distributed
         sharded = group is not None and group.sharded and is_sharded(model)
         entropy, squares = "entropy" in wanted, "sum_pi_squared" in wanted
-        shared = bool(self.options.share_prompts) and not sharded
+        shared = self.schedule.share_prompts and not sharded
         options = {"entropy": entropy, "squares": squares, "share_prompts": shared}
         if group is None:
             scores = score_tokens(model, batch.ids, batch.attention, batch.start, **options)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,10 +21,34 @@ from rllm_transformers.distributed import Distributed
 from rllm_transformers.logprobs import TokenScores, score_tokens
 
 
+@dataclass(frozen=True)
+class UpdateSchedule:
+    """The settings stages 5 and 7 read every step, read from ``rllm.transformers`` once: an OmegaConf attribute
+    costs about 7.5 us, and a step read a dozen of them."""
+
+    ppo_epochs: int
+    mini_batches: int
+    micro_batches: int
+    max_tokens_per_micro_batch: int
+    share_prompts: bool
+    max_grad_norm: float
+
+    @classmethod
+    def of(cls, options: DictConfig) -> UpdateSchedule:
+        return cls(
+            int(options.ppo_epochs),
+            int(options.mini_batches),
+            int(options.micro_batches),
+            int(options.max_tokens_per_micro_batch),
+            bool(options.share_prompts),
+            float(options.max_grad_norm),
+        )
+
+
 class UpdateSteps:
     """The update's per-micro-batch work and per-mini-batch optimizer step."""
 
-    options: DictConfig
+    schedule: UpdateSchedule
     device: torch.device
     distributed: Distributed | None
     trained: torch.nn.Module
@@ -46,14 +71,14 @@ class UpdateSteps:
         pieces); its rank still joins the all-reduce. With ``max_tokens_per_micro_batch`` each
         piece is cut further (:func:`within_budget`).
         """
-        group, wanted = self.distributed, int(self.options.micro_batches)
+        group, wanted = self.distributed, self.schedule.micro_batches
         if group is None:
             pieces = list(torch.tensor_split(mini, min(wanted, len(mini))))
         else:
             count = group.world_size * math.ceil(wanted / group.world_size)
             mine = group.rows(count)
             pieces = list(torch.tensor_split(mini, count)[mine.start : mine.stop])
-        budget = int(self.options.max_tokens_per_micro_batch)
+        budget = self.schedule.max_tokens_per_micro_batch
         if budget <= 0:
             return pieces
         return [part for piece in pieces for part in (within_budget(piece, lengths, budget) if len(piece) else [piece])]
@@ -76,7 +101,7 @@ class UpdateSteps:
             start,
             entropy=True,
             entropy_grad=self.entropy_bonus,
-            share_prompts=bool(self.options.share_prompts),
+            share_prompts=self.schedule.share_prompts,
         )
         after = (0, mask.shape[1] - scores.log_probs.shape[1])
         entropy = scores.entropy if scores.entropy is not None else torch.zeros_like(scores.log_probs)
@@ -172,7 +197,7 @@ class UpdateSteps:
         scaler = self.grad_scaler
         if scaler is not None:  # the gradient as the loss's own, before clipping (overflows are recorded)
             scaler.unscale_(self.optimizer)
-        limit = float(self.options.max_grad_norm)
+        limit = self.schedule.max_grad_norm
         foreach = True if self.distributed is None else None  # one process: multi-tensor, as its AdamW (backend.py)
         norm = torch.nn.utils.clip_grad_norm_(self.trained.parameters(), limit, foreach=foreach)
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP: a DTensor
