@@ -7,6 +7,7 @@ index only, never on scheduling, so a retried rollout repeats the episode it wou
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections import Counter
 from typing import Any
 
@@ -192,6 +193,9 @@ def test_episode_seeds_are_distinct_per_position_and_stable() -> None:
     assert all(0 <= seed < 2**63 for seed in seeds.values())
     assert episode_seed(0, "train", 1, 0, 2, 3) == seeds[("train", 1, 0, 2, 3)]
     assert episode_seed(1, "train", 1, 0, 2, 3) != seeds[("train", 1, 0, 2, 3)]
+    # the documented derivation, whole: BLAKE2b (8 bytes) of the comma-joined position, little-endian, top bit off
+    digest = hashlib.blake2b(b"0,val,2,1,4,3", digest_size=8).digest()
+    assert seeds[("val", 2, 1, 4, 3)] == int.from_bytes(digest, "little") >> 1
 
 
 def test_engine_gives_workflows_their_seed() -> None:

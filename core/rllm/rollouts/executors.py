@@ -18,7 +18,7 @@ from rllm.types import Episode, TerminationEvent
 from rllm.usercode import exit_error, is_real_interrupt
 from rllm.workflows.workflow import Workflow
 
-__all__ = ["Executor", "LocalExecutor", "WorkflowCall", "episode_seed", "instantiate", "run_call"]
+__all__ = ["EpisodeSeeds", "Executor", "LocalExecutor", "WorkflowCall", "episode_seed", "instantiate", "run_call"]
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,19 @@ def episode_seed(run_seed: int, mode: str, step: int, call_index: int, task_inde
     ``task_index`` the distinct tasks of the batch, ``rollout`` the rollouts of one task. It
     does not depend on scheduling, so every executor gives an episode the same seed.
     """
-    words = f"{run_seed},{mode},{step},{call_index},{task_index},{rollout}".encode()
-    return int.from_bytes(hashlib.blake2b(words, digest_size=8).digest(), "little") >> 1
+    return EpisodeSeeds(run_seed, mode, step, call_index)(task_index, rollout)
+
+
+class EpisodeSeeds:
+    """:func:`episode_seed` for the episodes of one batch: the hash of the batch's part is taken once, then copied."""
+
+    def __init__(self, run_seed: int, mode: str, step: int, call_index: int) -> None:
+        self.batch = hashlib.blake2b(f"{run_seed},{mode},{step},{call_index},".encode(), digest_size=8)
+
+    def __call__(self, task_index: int, rollout: int) -> int:
+        words = self.batch.copy()
+        words.update(f"{task_index},{rollout}".encode())
+        return int.from_bytes(words.digest(), "little") >> 1
 
 
 def instantiate(call: WorkflowCall, rollout_engine: RolloutEngine | None) -> Workflow:

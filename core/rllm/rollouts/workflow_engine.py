@@ -21,7 +21,7 @@ from rllm.engine import RolloutEngine, engine_problem
 from rllm.errors import ConfigError, DataError, PluginContractError, WorkflowError
 from rllm.rollouts.deadlines import Deadlines
 from rllm.rollouts.episode_log import EpisodeLogger
-from rllm.rollouts.executors import Executor, LocalExecutor, WorkflowCall, episode_seed
+from rllm.rollouts.executors import EpisodeSeeds, Executor, LocalExecutor, WorkflowCall
 from rllm.rollouts.parallel import merge_counts, share_of
 from rllm.rollouts.policy import stamp_weight_version
 from rllm.types import Episode, TerminationReason
@@ -218,11 +218,12 @@ class WorkflowEngine:
         seen: Counter[str] = Counter()
         ordinal: dict[str, int] = {}
         calls = []
+        seed_of = EpisodeSeeds(self.seed, mode, self.step, call_index)
         for task, task_id in zip(tasks, task_ids, strict=True):
             k = seen[task_id]
             seen[task_id] += 1
             index = ordinal.setdefault(task_id, len(ordinal))
-            seed = episode_seed(self.seed, mode, self.step, call_index, index, k)
+            seed = seed_of(index, k)
             calls.append(
                 WorkflowCall(self.workflow_cls, self.workflow_args, self.rollout_engine, task, f"{task_id}:{k}", seed)
             )
@@ -248,8 +249,9 @@ class WorkflowEngine:
         failed_groups: set[str] = set()
         limit = asyncio.Semaphore(self.n_parallel_tasks)
         deadlines = Deadlines(self.timeout) if self.timeout is not None and sys.version_info >= (3, 11) else None
+        loop = asyncio.get_running_loop()  # its create_task: ensure_future's type checks were a cost per rollout
         jobs = [
-            asyncio.ensure_future(self._run_with_policy(call, task_id, limit, stats, failed_groups, deadlines))
+            loop.create_task(self._run_with_policy(call, task_id, limit, stats, failed_groups, deadlines))
             for call, task_id in zip(calls, task_ids, strict=True)
         ]
         try:

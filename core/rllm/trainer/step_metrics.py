@@ -28,8 +28,8 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     for episode in episodes:
         for key, value in episode.metrics.items():
             if isinstance(value, int | float | np.number):
-                values[f"batch/{key}"].append(float(value))
-    metrics = {key: float(np.mean(series)) for key, series in values.items()}
+                values[key].append(float(value))
+    metrics = {f"batch/{key}": float(np.mean(series)) for key, series in values.items()}
     reasons = Counter(ep.termination_reason for ep in episodes)
     total = max(len(episodes), 1)
     for reason in TerminationReason:

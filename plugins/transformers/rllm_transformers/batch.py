@@ -270,6 +270,6 @@ def pack_rows(
         spans,
         roles,
         losses,
-        torch.tensor(row_groups, device=device),
+        torch.from_numpy(np.array(row_groups)).to(device),
         breaks,
     )
