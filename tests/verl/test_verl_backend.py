@@ -292,22 +292,22 @@ KL_RUN = ("rllm.algorithm.use_kl_loss=true", "rllm.algorithm.kl_loss_coef=0.01",
 @pytest.mark.slow
 @pytest.mark.parametrize("kl", [False, True], ids=["plain", "kl"])
 def test_rllm_train_on_verl_learns_the_digit_task(tmp_path: Path, kl: bool) -> None:
-    """20 steps of 20 tasks x 16 rollouts on verl's worker: greedy pass@1 from chance to 0.9 and over (measured 0.0 ->
-    0.93 at seed 0; with 8 rollouts a task it levels off near 0.89, as the transformers backend's does). With the KL
-    loss and the KL in the reward on verl's ref worker it is still learnt (measured 0.0 -> 0.95, about 20 s), and
-    the KL grows from 0 as the policy leaves its reference."""
+    """30 steps of 20 tasks x 16 rollouts on verl's worker: greedy pass@1 from chance to 0.9 and over (measured at
+    steps 0, 10, 20 and 30, seed 0: 0.0, 0.75, 0.95, 0.96). With the KL loss and the KL in the reward on verl's ref
+    worker it is still learnt (0.0, 0.81, 0.89, 0.96; both runs together about 27 s), and the KL grows from 0 as the
+    policy leaves its reference."""
     done = _train(
         tmp_path,
         "rllm.data.train_batch_size=20",
         "rllm.rollout.n=16",
-        "rllm.trainer.total_batches=20",
-        "rllm.trainer.test_freq=20",
+        "rllm.trainer.total_batches=30",
+        "rllm.trainer.test_freq=10",
         *(KL_RUN if kl else ()),
     )
     assert done.returncode == 0, done.stderr[-4000:]
     curve = _pass_at_1(tmp_path)
     assert curve[0] <= 0.3 and curve[-1] >= 0.9, curve
-    assert (tmp_path / "checkpoints" / "step_20" / "model" / "model.safetensors").is_file()
+    assert (tmp_path / "checkpoints" / "step_30" / "model" / "model.safetensors").is_file()
     if kl:
         losses = [r["actor/kl_loss"] for r in _records(tmp_path, "train")]
         assert losses[0] == 0.0 and losses[-1] > 0.1, losses
