@@ -469,6 +469,18 @@ def test_every_kind_of_bad_token_id_is_named_with_its_part(prompt: list, respons
     assert str(caught.value).startswith(expected)
 
 
+def test_a_step_without_a_response_is_not_blamed_for_another_steps_bad_id() -> None:
+    """A response-less step is left out of the rows, so its ids are not checked: the error names the packed culprit."""
+    from rllm.errors import WorkflowError
+    from rllm.types import TrajectoryGroup
+    from rllm_transformers.batch import pack_rows
+
+    steps = [Step(prompt_ids=[None], response_ids=[]), Step(prompt_ids=[4], response_ids=[2.0])]
+    group = TrajectoryGroup.for_task("t", "solver", [Trajectory(name="solver", steps=steps)])
+    with pytest.raises(WorkflowError, match=r"produced token id 2\.0 in the response of a step"):
+        pack_rows([group], {"solver": "vanilla"}, 0, torch.device("cpu"), 10, "Workflow W")
+
+
 def test_ids_of_numpys_integer_types_pack_as_python_ints_do() -> None:
     """Row 2's prompt and response as numpy integers: the rows, mask and sampling log-probs of plain ints (the
     response at position 1, a step without log-probs NaN there)."""

@@ -240,11 +240,12 @@ def pack_rows(
         raise TrainerError("The trajectory groups hold no response tokens; the workflow produced empty steps.")
     every_id = list(itertools.chain.from_iterable(rows))
     flat = _in_vocabulary(every_id, vocab_size)
-    if flat is None:  # find the culprit, step by step, for the error; ids of other integer types pass as ints
+    if flat is None:  # find the culprit among the packed steps, for the error; ids of other integer types pass as ints
         for group in groups:
             for trajectory in group.trajectories:
                 for step in trajectory.steps:
-                    _check_ids(step, group, trajectory, vocab_size, workflow)
+                    if step.response_ids:
+                        _check_ids(step, group, trajectory, vocab_size, workflow)
         flat = np.array([int(i) for i in every_id], dtype=np.int64)
     # every row's values at once: a row-major boolean fill takes the rows' concatenation in order
     lengths = np.array([len(row) for row in rows])
